@@ -1,0 +1,1 @@
+"""The benchmark harness and the demo: real load generators against real servers."""

@@ -1,0 +1,1 @@
+"""The ``cachefleet`` command line: the top layer, dispatching to runtime, operator and bench."""

@@ -1,0 +1,161 @@
+"""One table from command-line flags to settings fields, and the layered loader.
+
+Every flag reads, in increasing priority: its default, the ``--config`` YAML file, the
+``CACHEFLEET_<FLAG>`` environment variable and the command line. The table is the single place
+that names flags; argparse options and environment variables are derived from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from cachefleet.runtime.config.settings import RuntimeSettings
+
+ENV_PREFIX = "CACHEFLEET_"
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A command-line flag bound to ``group.field`` of :class:`RuntimeSettings`."""
+
+    name: str
+    group: str
+    field: str
+    help: str
+    choices: tuple[str, ...] | None = None
+    is_switch: bool = False
+
+    @property
+    def env_var(self) -> str:
+        return ENV_PREFIX + self.name.upper().replace("-", "_")
+
+    @property
+    def dest(self) -> str:
+        return self.name.replace("-", "_")
+
+
+FLAGS: tuple[Flag, ...] = (
+    Flag("model-repository", "models", "repository", "Triton-layout model repository folder."),
+    Flag("host", "server", "host", "Address to listen on (default 0.0.0.0)."),
+    Flag("port", "server", "port", "Port to listen on (default 8000)."),
+    Flag("workers", "server", "workers", "Server processes (default 1)."),
+    Flag("max-request-size", "server", "max_request_bytes", "Body limit, e.g. 64Mi (413 above)."),
+    Flag("log-level", "server", "log_level", "debug, info, warning or error."),
+    Flag("cache", "cache", "mode", "Response cache mode.", ("none", "local", "redis", "tiered")),
+    Flag("local-cache-size", "cache", "local_size_bytes", "In-process cache bound, e.g. 256Mi."),
+    Flag("cache-ttl", "cache", "ttl_s", "Entry lifetime: seconds or 30m, 1h (default 3600)."),
+    Flag("cache-insert-queue", "cache", "insert_queue_size", "Write-behind queue length."),
+    Flag("cache-all-models", "models", "cache_all_models", "Cache every model.", is_switch=True),
+    Flag(
+        "execution-provider",
+        "models",
+        "execution_provider",
+        "ONNX Runtime provider.",
+        ("auto", "cpu", "cuda", "tensorrt"),
+    ),
+    Flag("intra-op-threads", "models", "intra_op_threads", "ONNX Runtime intra-op threads."),
+    Flag("inter-op-threads", "models", "inter_op_threads", "ONNX Runtime inter-op threads."),
+    Flag("redis-url", "redis", "url", "redis://, rediss:// or unix:// URL of the shared tier."),
+    Flag("redis-password", "redis", "password", "Redis password (prefer the environment)."),
+    Flag("redis-connect-timeout", "redis", "connect_timeout_s", "Seconds (default 0.5)."),
+    Flag("redis-socket-timeout", "redis", "socket_timeout_s", "Seconds per command (default 0.1)."),
+    Flag("redis-pool-size", "redis", "pool_size", "Connections per process (default 64)."),
+    Flag("redis-tls-ca-file", "redis", "tls_ca_file", "CA bundle for rediss://."),
+    Flag("redis-tls-cert-file", "redis", "tls_cert_file", "Client certificate for rediss://."),
+    Flag("redis-tls-key-file", "redis", "tls_key_file", "Client key for rediss://."),
+)
+_BY_NAME = {flag.name: flag for flag in FLAGS}
+_TRUE = {"1", "true", "yes", "on"}
+
+
+class SettingsError(ValueError):
+    """Settings that cannot be loaded; the message says which source and field are wrong."""
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """Add ``--config`` and every flag of the table to ``parser`` (all default to None)."""
+    parser.add_argument("--config", type=Path, help="YAML settings file (grouped or flag names).")
+    for flag in FLAGS:
+        help_text = f"{flag.help} [env {flag.env_var}]"
+        if flag.is_switch:
+            parser.add_argument(f"--{flag.name}", action="store_true", default=None, help=help_text)
+        else:
+            parser.add_argument(f"--{flag.name}", choices=flag.choices, help=help_text)
+
+
+def load_settings(
+    args: argparse.Namespace | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> RuntimeSettings:
+    """Merge defaults, the config file, the environment and the command line, in that order."""
+    environ = os.environ if environ is None else environ
+    layers: list[dict[str, dict[str, Any]]] = []
+    config_path = getattr(args, "config", None) or environ.get(ENV_PREFIX + "CONFIG")
+    if config_path:
+        layers.append(_read_config_file(Path(config_path)))
+    layers.append(
+        {f.group: {f.field: _env_value(f, environ)} for f in FLAGS if f.env_var in environ}
+    )
+    layers.append(_flags_from_args(args))
+    merged: dict[str, dict[str, Any]] = {}
+    for layer in layers:
+        for group, fields in layer.items():
+            merged.setdefault(group, {}).update(fields)
+    try:
+        return RuntimeSettings.model_validate(merged)
+    except ValidationError as error:
+        raise SettingsError(_describe(error)) from None
+
+
+def _env_value(flag: Flag, environ: Mapping[str, str]) -> Any:
+    raw = environ[flag.env_var]
+    return raw.strip().lower() in _TRUE if flag.is_switch else raw
+
+
+def _flags_from_args(args: argparse.Namespace | None) -> dict[str, dict[str, Any]]:
+    layer: dict[str, dict[str, Any]] = {}
+    for flag in FLAGS:
+        value = getattr(args, flag.dest, None) if args is not None else None
+        if value is not None:
+            layer.setdefault(flag.group, {})[flag.field] = value
+    return layer
+
+
+def _read_config_file(path: Path) -> dict[str, dict[str, Any]]:
+    """Read a settings file: either grouped like RuntimeSettings, or flat flag names."""
+    try:
+        document = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as error:
+        raise SettingsError(f"cannot read config file {path}: {error}") from None
+    if not isinstance(document, dict):
+        raise SettingsError(
+            f"config file {path} must hold a mapping, not {type(document).__name__}"
+        )
+    layer: dict[str, dict[str, Any]] = {}
+    for key, value in document.items():
+        flag = _BY_NAME.get(str(key).replace("_", "-"))
+        if key in RuntimeSettings.model_fields and isinstance(value, dict):
+            layer.setdefault(key, {}).update(value)
+        elif flag is not None:
+            layer.setdefault(flag.group, {})[flag.field] = value
+        else:
+            raise SettingsError(f"config file {path}: unknown setting {key!r}")
+    return layer
+
+
+def _describe(error: ValidationError) -> str:
+    problems = []
+    for item in error.errors():
+        location = ".".join(str(part) for part in item["loc"])
+        flag = next((f for f in FLAGS if f"{f.group}.{f.field}" == location), None)
+        where = f"--{flag.name} / {flag.env_var}" if flag else location
+        problems.append(f"{where}: {item['msg']}")
+    return "invalid settings: " + "; ".join(problems)

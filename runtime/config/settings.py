@@ -1,0 +1,94 @@
+"""The runtime's settings: one typed model, grouped by concern.
+
+The operator renders this same model into the runtime's ConfigMap, so a field added here is
+available on both sides with one definition. Units are in the field names (``_s``, ``_bytes``).
+Secrets (the Redis password) are excluded from every dump, so they can never reach a ConfigMap.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, field_validator
+
+from cachefleet.runtime.config.quantity import parse_bytes, parse_duration_s
+
+Bytes = Annotated[int, BeforeValidator(parse_bytes), Field(ge=0)]
+Seconds = Annotated[float, BeforeValidator(parse_duration_s), Field(ge=0)]
+CacheMode = Literal["none", "local", "redis", "tiered"]
+ExecutionProvider = Literal["auto", "cpu", "cuda", "tensorrt"]
+
+
+class _Group(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerSettings(_Group):
+    """Where and how the HTTP server listens."""
+
+    host: str = "0.0.0.0"
+    port: int = Field(8000, ge=0, le=65535)
+    workers: int = Field(1, ge=1, description="Server processes; each loads every model.")
+    max_request_bytes: Bytes = Field(64 * 2**20, description="Larger bodies get 413.")
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+class ModelSettings(_Group):
+    """The model repository and how models are executed."""
+
+    repository: Path | None = None
+    cache_all_models: bool = Field(
+        False, description="Cache every model, even those whose config does not enable it."
+    )
+    execution_provider: ExecutionProvider = Field(
+        "auto", description="auto: CUDA when present, else CPU; tensorrt must be asked for."
+    )
+    intra_op_threads: int = Field(0, ge=0, description="ONNX Runtime intra-op threads; 0: default.")
+    inter_op_threads: int = Field(0, ge=0, description="ONNX Runtime inter-op threads; 0: default.")
+
+
+class CacheSettings(_Group):
+    """The response cache: which tiers, how big, how long entries live."""
+
+    mode: CacheMode = "local"
+    local_size_bytes: Bytes = Field(256 * 2**20, description="Bound of the in-process tier.")
+    ttl_s: Seconds = Field(3600.0, description="Entry lifetime; a model's config may override it.")
+    insert_queue_size: int = Field(1024, ge=1, description="Write-behind queue; drops when full.")
+
+
+class RedisSettings(_Group):
+    """The shared Redis tier. Timeouts are short on purpose: a slow Redis must cost little."""
+
+    url: str | None = None
+    password: SecretStr | None = Field(None, exclude=True)
+    connect_timeout_s: Seconds = 0.5
+    socket_timeout_s: Seconds = 0.1
+    pool_size: int = Field(64, ge=1)
+    tls_ca_file: Path | None = None
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    breaker_failure_threshold: int = Field(
+        3, ge=1, description="Consecutive failures that open the circuit breaker."
+    )
+    breaker_reset_s: Seconds = Field(1.0, description="How long the breaker stays open per probe.")
+
+    @field_validator("url")
+    @classmethod
+    def _known_scheme(cls, url: str | None) -> str | None:
+        if url is not None and not url.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError(f"redis url must start with redis://, rediss:// or unix://: {url!r}")
+        return url
+
+
+class RuntimeSettings(_Group):
+    """Everything `cachefleet serve` needs, as the operator renders it into a ConfigMap."""
+
+    server: ServerSettings = ServerSettings()
+    models: ModelSettings = ModelSettings()
+    cache: CacheSettings = CacheSettings()
+    redis: RedisSettings = RedisSettings()
+
+    def to_document(self) -> dict[str, Any]:
+        """The settings as a YAML/JSON-ready mapping, without secrets and with plain types."""
+        return self.model_dump(mode="json", exclude_none=True)

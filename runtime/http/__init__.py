@@ -1,0 +1,1 @@
+"""HTTP: the FastAPI app, routes, and the one mapping of errors to responses. Top layer."""

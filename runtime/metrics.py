@@ -1,0 +1,110 @@
+"""Every Prometheus metric the runtime exports, in one registry per server.
+
+Names are a contract (design section 7). A registry is made per app, not at import, so tests
+and several apps in one process never share counters. Triton's per-model cache counters are
+exported under Triton's own names (no ``_total`` suffix), so existing Triton dashboards work.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+_LATENCY_BUCKETS_S = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+)  # fmt: skip
+_MODEL = ("model", "version")
+
+
+class TritonCacheCounters(Collector):
+    """Triton's ``nv_cache_*_per_model`` counters, kept in plain floats behind one lock."""
+
+    _NAMES = {
+        "nv_cache_num_hits_per_model": "Number of response cache hits per model",
+        "nv_cache_num_misses_per_model": "Number of response cache misses per model",
+        "nv_cache_hit_duration_per_model": "Cumulative time spent on cache hits, microseconds",
+        "nv_cache_miss_duration_per_model": "Cumulative time spent on cache misses, microseconds",
+    }
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values: dict[str, dict[tuple[str, str], float]] = {
+            name: defaultdict(float) for name in self._NAMES
+        }
+
+    def record(self, model: str, version: str, *, hit: bool, duration_s: float) -> None:
+        kind = "hit" if hit else "miss"
+        with self._lock:
+            self._values[f"nv_cache_num_{kind}s_per_model"][(model, version)] += 1
+            self._values[f"nv_cache_{kind}_duration_per_model"][(model, version)] += (
+                duration_s * 1e6
+            )
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            snapshot = {name: dict(values) for name, values in self._values.items()}
+        for name, documentation in self._NAMES.items():
+            family = Metric(name, documentation, "counter")
+            for (model, version), value in snapshot[name].items():
+                family.add_sample(name, {"model": model, "version": version}, value)
+            yield family
+
+
+class RuntimeMetrics:
+    """The runtime's metrics, registered in their own registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.request_seconds = Histogram(
+            "cachefleet_request_seconds", "Inference request latency, end to end, by model.",
+            _MODEL, buckets=_LATENCY_BUCKETS_S, registry=r,
+        )  # fmt: skip
+        self.inference_seconds = Histogram(
+            "cachefleet_inference_seconds", "Model execution time (cache misses only).",
+            _MODEL, buckets=_LATENCY_BUCKETS_S, registry=r,
+        )  # fmt: skip
+        self.requests = Counter(
+            "cachefleet_requests", "Inference requests by model and HTTP status.",
+            (*_MODEL, "code"), registry=r,
+        )  # fmt: skip
+        self.cache_hits = Counter(
+            "cachefleet_cache_hits", "Response cache hits.", (*_MODEL, "tier"), registry=r
+        )
+        self.cache_misses = Counter(
+            "cachefleet_cache_misses", "Response cache misses (model executed).", _MODEL, registry=r
+        )
+        self.cache_bypass = Counter(
+            "cachefleet_cache_bypass", "Requests that skipped the cache lookup.", _MODEL, registry=r
+        )
+        self.cache_inserts = Counter(
+            "cachefleet_cache_inserts", "Entries written to a tier.", (*_MODEL, "tier"), registry=r
+        )
+        self.cache_insert_dropped = Counter(
+            "cachefleet_cache_insert_dropped",
+            "Inserts dropped because the write-behind queue was full.", _MODEL, registry=r,
+        )  # fmt: skip
+        self.cache_errors = Counter(
+            "cachefleet_cache_errors",
+            "Cache faults by tier and kind (timeout, connection, oom, corrupt, ...).",
+            ("tier", "kind"), registry=r,
+        )  # fmt: skip
+        self.cache_lookup_seconds = Histogram(
+            "cachefleet_cache_lookup_seconds", "Time to look a request up, by tier.",
+            (*_MODEL, "tier"), buckets=_LATENCY_BUCKETS_S, registry=r,
+        )  # fmt: skip
+        self.cache_local_bytes = Gauge(
+            "cachefleet_cache_local_bytes", "Bytes held by the in-process tier.", registry=r
+        )
+        self.redis_circuit_open = Gauge(
+            "cachefleet_redis_circuit_open",
+            "1 while the Redis circuit breaker is open.",
+            registry=r,
+        )
+        self.triton = TritonCacheCounters()
+        r.register(self.triton)

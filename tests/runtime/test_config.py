@@ -1,0 +1,84 @@
+"""The settings loader: flags over environment over file over defaults."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from cachefleet.runtime.config import (
+    QuantityError,
+    SettingsError,
+    add_flags,
+    load_settings,
+    parse_bytes,
+    parse_duration_s,
+)
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_flags(parser)
+    return parser.parse_args(argv)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("256Mi", 256 * 2**20), ("1G", 10**9), ("1048576", 2**20), ("1.5Ki", 1536), ("10B", 10)],
+)
+def test_sizes_read_kubernetes_quantities(text: str, expected: int) -> None:
+    assert parse_bytes(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"), [("3600", 3600.0), ("1h30m", 5400.0), ("250ms", 0.25)]
+)
+def test_durations_read_seconds_or_go_durations(text: str, expected: float) -> None:
+    assert parse_duration_s(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "12XB", "-1", "1h-3m", "abc"])
+def test_bad_quantities_are_rejected(text: str) -> None:
+    with pytest.raises(QuantityError):
+        parse_bytes(text) if "h" not in text else parse_duration_s(text)
+
+
+def test_flags_beat_environment_beat_file(tmp_path: Path) -> None:
+    config = tmp_path / "settings.yaml"
+    config.write_text("port: 7000\ncache:\n  mode: redis\n  ttl_s: 10m\nredis-url: redis://a:1\n")
+    settings = load_settings(
+        parse("--config", str(config), "--port", "9000"),
+        {
+            "CACHEFLEET_PORT": "8000",
+            "CACHEFLEET_CACHE": "tiered",
+            "CACHEFLEET_REDIS_PASSWORD": "pw",
+        },
+    )
+    assert settings.server.port == 9000
+    assert settings.cache.mode == "tiered"
+    assert settings.cache.ttl_s == 600
+    assert settings.redis.url == "redis://a:1"
+    assert settings.redis.password is not None
+    assert settings.redis.password.get_secret_value() == "pw"
+
+
+def test_password_never_appears_in_the_rendered_document() -> None:
+    settings = load_settings(
+        parse("--redis-password", "s3cret", "--redis-url", "redis://r:6379"), {}
+    )
+    assert "s3cret" not in repr(settings.to_document())
+
+
+def test_errors_name_the_flag_and_environment_variable() -> None:
+    with pytest.raises(SettingsError, match="--local-cache-size / CACHEFLEET_LOCAL_CACHE_SIZE"):
+        load_settings(parse("--local-cache-size", "lots"), {})
+    with pytest.raises(SettingsError, match="redis url"):
+        load_settings(parse("--redis-url", "http://x"), {})
+
+
+def test_unknown_key_in_config_file_is_an_error(tmp_path: Path) -> None:
+    config = tmp_path / "settings.yaml"
+    config.write_text("prot: 1\n")
+    with pytest.raises(SettingsError, match="unknown setting 'prot'"):
+        load_settings(parse("--config", str(config)), {})
