@@ -23,6 +23,9 @@ from pathlib import Path
 import pytest
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
+#: Run the CLI as a module with -P: the repository root holds a folder named "operator" that must
+#: never shadow the standard library's module when the working directory is the root.
+CACHEFLEET = [sys.executable, "-P", "-m", "cachefleet.cli.main"]
 
 
 def free_port() -> int:
@@ -130,7 +133,7 @@ def redis_server(make_redis: Callable[..., RedisProcess]) -> RedisProcess:
 def model_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The sample model repository, written once per test session."""
     path = tmp_path_factory.mktemp("models") / "repo"
-    subprocess.run([sys.executable, "-m", "cachefleet.cli.main", "samples", str(path)], check=True)
+    subprocess.run([*CACHEFLEET, "samples", str(path)], check=True)
     return path
 
 
@@ -154,7 +157,7 @@ class ServerProcess:
         return f"http://{self.url}"
 
     def start(self, timeout_s: float = 90) -> None:
-        command = [sys.executable, "-m", "cachefleet.cli.main", "serve", "--host", "127.0.0.1",
+        command = [*CACHEFLEET, "serve", "--host", "127.0.0.1",
                    "--port", str(self.port), *self.args]  # fmt: skip
         assert self.log_path is not None
         log = self.log_path.open("ab")
