@@ -3,10 +3,46 @@
 from __future__ import annotations
 
 from cachefleet.runtime.cache.api import NullCache, ResponseCache
+from cachefleet.runtime.cache.breaker import BreakerState, CircuitBreaker
+from cachefleet.runtime.cache.errors import CacheConfigError
+from cachefleet.runtime.cache.invalidation import InvalidationListener
+from cachefleet.runtime.cache.local import LocalTier
+from cachefleet.runtime.cache.redis_tier import RedisTier
+from cachefleet.runtime.cache.tiered import TieredCache
 from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.metrics import RuntimeMetrics
 
 
 def build_cache(settings: RuntimeSettings, metrics: RuntimeMetrics) -> ResponseCache:
     """The cache for ``settings.cache.mode``. Nothing connects here: ``start()`` does."""
-    return NullCache()
+    mode = settings.cache.mode
+    if mode == "none":
+        return NullCache()
+    local = None
+    if mode in ("local", "tiered"):
+        local = LocalTier(settings.cache.local_size_bytes, on_size=metrics.cache_local_bytes.set)
+    redis = None
+    if mode in ("redis", "tiered"):
+        if settings.redis.url is None:
+            raise CacheConfigError(f"--cache {mode} needs --redis-url (or CACHEFLEET_REDIS_URL)")
+        redis = RedisTier(settings.redis)
+    breaker = CircuitBreaker(
+        "redis",
+        settings.redis.breaker_failure_threshold,
+        settings.redis.breaker_reset_s,
+        on_change=lambda state: metrics.redis_circuit_open.set(
+            0 if state is BreakerState.CLOSED else 1
+        ),
+    )
+    cache = TieredCache(
+        metrics,
+        local=local,
+        redis=redis,
+        breaker=breaker,
+        insert_queue_size=settings.cache.insert_queue_size,
+    )
+    if local is not None and redis is not None:
+        cache.listener = InvalidationListener(
+            settings.redis, cache.drop_local, settings.redis.breaker_reset_s
+        )
+    return cache

@@ -1,0 +1,99 @@
+"""The stored form of a cached answer: a versioned, self-checking binary entry. Never pickle.
+
+Layout (all integers little-endian)::
+
+    magic "CFE1" | format u16 | reserved u16 | key digest 32B | header length u32 | header
+    | payload | checksum 32B  (BLAKE3 of everything before it)
+
+    header = count u32, then per output: name (u16 length + UTF-8), datatype (u8 length +
+             ASCII), ndim u8, dims u64 x ndim, payload offset u64, payload length u64
+
+The digest ties the entry to the exact request it answers, so even a Redis key collision, a
+truncated write or a foreign value planted at our key is detected and treated as a miss.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+
+from blake3 import blake3
+
+from cachefleet.runtime.cache.errors import CorruptEntryError
+from cachefleet.runtime.tensor import Tensor, TensorDataError
+
+MAGIC = b"CFE1"
+FORMAT_VERSION = 1
+DIGEST_SIZE = 32
+_PREAMBLE = struct.Struct("<4sHH32sI")
+_U8, _U16, _U32, _U64 = (struct.Struct(f) for f in ("<B", "<H", "<I", "<Q"))
+_OFFSET_LENGTH = struct.Struct("<QQ")
+
+
+def encode_entry(digest: bytes, outputs: Sequence[Tensor]) -> bytes:
+    """Serialize ``outputs`` as the answer to the request whose key digest is ``digest``."""
+    header = bytearray(_U32.pack(len(outputs)))
+    offset = 0
+    for tensor in outputs:
+        name, datatype = tensor.name.encode(), tensor.datatype.encode()
+        header += _U16.pack(len(name)) + name + _U8.pack(len(datatype)) + datatype
+        header += _U8.pack(len(tensor.shape))
+        header += b"".join(_U64.pack(dim) for dim in tensor.shape)
+        header += _OFFSET_LENGTH.pack(offset, len(tensor.data))
+        offset += len(tensor.data)
+    preamble = _PREAMBLE.pack(MAGIC, FORMAT_VERSION, 0, digest, len(header))
+    hasher = blake3(preamble)
+    hasher.update(header)
+    for tensor in outputs:
+        hasher.update(tensor.data)
+    return b"".join([preamble, header, *(t.data for t in outputs), hasher.digest()])
+
+
+def decode_entry(blob: bytes, digest: bytes) -> list[Tensor]:
+    """The outputs stored in ``blob``, or :class:`CorruptEntryError` if anything is off."""
+    try:
+        return _decode(memoryview(blob), digest)
+    except (struct.error, UnicodeDecodeError, TensorDataError, IndexError) as error:
+        raise CorruptEntryError(f"malformed cache entry: {error}") from None
+
+
+def _decode(view: memoryview, digest: bytes) -> list[Tensor]:
+    if len(view) < _PREAMBLE.size + DIGEST_SIZE:
+        raise CorruptEntryError(f"cache entry too short ({len(view)} bytes)")
+    magic, version, _, stored_digest, header_length = _PREAMBLE.unpack_from(view, 0)
+    if magic != MAGIC or version != FORMAT_VERSION:
+        raise CorruptEntryError(f"not a cache entry of format {FORMAT_VERSION}")
+    if stored_digest != digest:
+        raise CorruptEntryError("cache entry belongs to a different request")
+    body_end = len(view) - DIGEST_SIZE
+    if blake3(view[:body_end]).digest() != view[body_end:]:
+        raise CorruptEntryError("cache entry checksum mismatch")
+    header_end = _PREAMBLE.size + header_length
+    if header_end > body_end:
+        raise CorruptEntryError("cache entry header runs past the entry")
+    return _outputs(view, _PREAMBLE.size, header_end, body_end)
+
+
+def _outputs(view: memoryview, position: int, payload_start: int, end: int) -> list[Tensor]:
+    (count,) = _U32.unpack_from(view, position)
+    position += _U32.size
+    outputs: list[Tensor] = []
+    for _ in range(count):
+        (name_length,) = _U16.unpack_from(view, position)
+        name = bytes(view[position + 2 : position + 2 + name_length]).decode()
+        position += 2 + name_length
+        (type_length,) = _U8.unpack_from(view, position)
+        datatype = bytes(view[position + 1 : position + 1 + type_length]).decode("ascii")
+        position += 1 + type_length
+        (ndim,) = _U8.unpack_from(view, position)
+        shape = struct.unpack_from(f"<{ndim}Q", view, position + 1)
+        position += 1 + 8 * ndim
+        offset, length = _OFFSET_LENGTH.unpack_from(view, position)
+        position += _OFFSET_LENGTH.size
+        start = payload_start + offset
+        if start + length > end:
+            raise CorruptEntryError(f"cache entry output {name!r} runs past the payload")
+        outputs.append(Tensor(name, datatype, tuple(shape), bytes(view[start : start + length])))
+    if position != payload_start:
+        raise CorruptEntryError("cache entry header length does not match its contents")
+    return outputs

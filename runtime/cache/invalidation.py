@@ -1,0 +1,81 @@
+"""Flush fan-out: a Redis pub/sub channel that tells every replica to drop a model locally.
+
+``flush`` removes a model's entries from Redis, but each replica's in-process tier still holds
+its own copies; every server subscribes to :data:`CHANNEL` and drops the named model's local
+entries when a flush is published. The subscriber reconnects by itself after Redis restarts;
+a flush published while a replica is disconnected is not replayed to it (its local entries
+then live out their TTL).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+import redis.asyncio as aioredis
+import redis.exceptions as rexc
+
+from cachefleet.runtime.cache.redis_tier import connection_options
+from cachefleet.runtime.config import RedisSettings
+
+logger = logging.getLogger(__name__)
+CHANNEL = "cachefleet:v1:flush"
+_POLL_S = 1.0
+
+
+class InvalidationListener:
+    """Calls ``on_flush(model)`` for every flush published on :data:`CHANNEL`."""
+
+    def __init__(
+        self, settings: RedisSettings, on_flush: Callable[[str], None], retry_s: float
+    ) -> None:
+        self._settings = settings
+        self._on_flush = on_flush
+        self._retry_s = max(retry_s, 0.1)
+        self._task: asyncio.Task[None] | None = None
+        #: Set while subscribed; tests wait on it before publishing.
+        self.subscribed = asyncio.Event()
+        self._healthy = True
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="cache-invalidation")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self._listen()
+            except (rexc.RedisError, OSError) as error:
+                if self._healthy:
+                    logger.warning("cache flush channel lost, reconnecting: %s", error)
+                self._healthy = False
+            self.subscribed.clear()
+            await asyncio.sleep(self._retry_s)
+
+    async def _listen(self) -> None:
+        assert self._settings.url is not None
+        options = connection_options(self._settings, socket_timeout_s=None)
+        client = aioredis.Redis.from_url(self._settings.url, **options)
+        try:
+            async with client.pubsub(ignore_subscribe_messages=True) as pubsub:
+                await pubsub.subscribe(CHANNEL)
+                self.subscribed.set()
+                if not self._healthy:
+                    logger.info("cache flush channel restored")
+                    self._healthy = True
+                while True:
+                    message = await pubsub.get_message(timeout=_POLL_S)
+                    if message is not None and message.get("type") == "message":
+                        model = message["data"]
+                        self._on_flush(model.decode() if isinstance(model, bytes) else str(model))
+        finally:
+            await client.aclose()

@@ -1,0 +1,106 @@
+"""The in-process tier: an LRU bounded by bytes, with per-entry TTLs.
+
+An ``OrderedDict`` gives O(1) lookup, recency update and eviction; one lock makes it safe
+from any thread. It holds decoded tensors (immutable bytes), so a local hit costs a dict lookup
+and no parsing. An entry's size is its tensor bytes plus a fixed per-entry allowance for the
+Python objects around them, so the bound tracks real memory, not entry counts.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from cachefleet.runtime.cache.key import CacheKey
+from cachefleet.runtime.tensor import Tensor
+
+#: Bytes charged per entry and per tensor for the objects that hold them (measured roughly).
+ENTRY_OVERHEAD_BYTES = 256
+TENSOR_OVERHEAD_BYTES = 160
+
+
+def entry_size(outputs: Sequence[Tensor]) -> int:
+    """What an entry is charged against the bound."""
+    return ENTRY_OVERHEAD_BYTES + sum(
+        TENSOR_OVERHEAD_BYTES + len(t.name) + len(t.data) + 8 * len(t.shape) for t in outputs
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Slot:
+    outputs: tuple[Tensor, ...]
+    size: int
+    expires_at: float  # monotonic seconds; inf when the entry never expires
+
+
+class LocalTier:
+    """A byte-bounded, TTL-aware LRU of request keys to output tensors."""
+
+    def __init__(
+        self,
+        max_bytes: int,
+        on_size: Callable[[int], None] = lambda size: None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.max_bytes = max_bytes
+        self._on_size = on_size
+        self._clock = clock
+        self._slots: OrderedDict[CacheKey, _Slot] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    @property
+    def size_bytes(self) -> int:
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def get(self, key: CacheKey) -> list[Tensor] | None:
+        with self._lock:
+            slot = self._slots.get(key)
+            if slot is None:
+                return None
+            if slot.expires_at <= self._clock():
+                self._remove(key)
+                self._on_size(self._bytes)
+                return None
+            self._slots.move_to_end(key)
+            return list(slot.outputs)
+
+    def put(self, key: CacheKey, outputs: Sequence[Tensor], ttl_s: float) -> bool:
+        """Store an entry, evicting the least recently used; False if it can never fit."""
+        size = entry_size(outputs)
+        if size > self.max_bytes:
+            return False
+        expires_at = self._clock() + ttl_s if ttl_s > 0 else float("inf")
+        with self._lock:
+            if key in self._slots:
+                self._remove(key)
+            while self._bytes + size > self.max_bytes:
+                self._remove(next(iter(self._slots)))
+            self._slots[key] = _Slot(tuple(outputs), size, expires_at)
+            self._bytes += size
+            self._on_size(self._bytes)
+        return True
+
+    def remove_model(self, model: str) -> int:
+        """Drop every entry of ``model``; returns how many were dropped."""
+        with self._lock:
+            doomed = [key for key in self._slots if key.model == model]
+            for key in doomed:
+                self._remove(key)
+            self._on_size(self._bytes)
+        return len(doomed)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._slots.clear()
+            self._bytes = 0
+            self._on_size(0)
+
+    def _remove(self, key: CacheKey) -> None:
+        self._bytes -= self._slots.pop(key).size

@@ -1,0 +1,241 @@
+"""The response cache: local tier, then Redis, then the model; inserts written behind.
+
+One class serves ``local``, ``redis`` and ``tiered`` (a missing tier is simply skipped). The
+path of a request:
+
+1. not enabled for the model, or ``no-cache``/``no-store``: compute (and, for ``no-cache``,
+   store), status ``bypass``;
+2. local tier hit: ``hit-local`` (a dict lookup, no parsing);
+3. otherwise, once per key in this process (single-flight): Redis ``GET`` unless the breaker
+   is open; a valid entry is promoted to the local tier, ``hit-redis``; else compute, store in
+   the local tier at once and in Redis through the write-behind queue, ``miss``.
+
+Nothing here fails a request because of the cache: every tier fault becomes a miss, is counted
+in ``cachefleet_cache_errors_total{tier,kind}`` and fed to the breaker. Only compute's own
+exceptions propagate, and a failed compute stores nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+from cachefleet.runtime.cache.api import CacheDirectives, CacheRequest, CacheStatus, Compute
+from cachefleet.runtime.cache.breaker import CircuitBreaker
+from cachefleet.runtime.cache.entry import decode_entry, encode_entry
+from cachefleet.runtime.cache.errors import CacheTierError, CorruptEntryError, ErrorKind
+from cachefleet.runtime.cache.invalidation import CHANNEL, InvalidationListener
+from cachefleet.runtime.cache.key import CacheKey, compute_key
+from cachefleet.runtime.cache.local import LocalTier
+from cachefleet.runtime.cache.redis_tier import RedisTier, is_outage
+from cachefleet.runtime.cache.singleflight import SingleFlight
+from cachefleet.runtime.cache.writebehind import Job as WriteJob
+from cachefleet.runtime.cache.writebehind import WriteBehind
+from cachefleet.runtime.metrics import RuntimeMetrics
+from cachefleet.runtime.tensor import Tensor
+
+logger = logging.getLogger(__name__)
+_Outcome = tuple[list[Tensor], CacheStatus]
+
+
+class TieredCache:
+    """A :class:`~cachefleet.runtime.cache.api.ResponseCache` over zero to two tiers."""
+
+    def __init__(
+        self,
+        metrics: RuntimeMetrics,
+        *,
+        local: LocalTier | None = None,
+        redis: RedisTier | None = None,
+        breaker: CircuitBreaker | None = None,
+        insert_queue_size: int = 1024,
+        listener: InvalidationListener | None = None,
+    ) -> None:
+        self.metrics = metrics
+        self.local = local
+        self.redis = redis
+        self.breaker = breaker or CircuitBreaker("redis", 3, 1.0)
+        self.writes = WriteBehind(insert_queue_size)
+        self.listener = listener
+        self._flight: SingleFlight[_Outcome] = SingleFlight()
+        #: model -> monotonic time of its last flush; writes of answers computed before are void.
+        self._flushed_at: dict[str, float] = {}
+        #: Non-outage fault kinds already logged (an OOM Redis would otherwise log per insert).
+        self._reported: set[str] = set()
+
+    async def start(self) -> None:
+        if self.redis is not None:
+            await self.redis.start()
+            try:
+                await self.redis.ping()
+                logger.info("cache: Redis tier at %s answers", self.redis.where)
+            except CacheTierError as error:
+                logger.warning("cache: Redis not reachable yet, serving without it: %s", error)
+        await self.writes.start()
+        if self.listener is not None:
+            await self.listener.start()
+
+    async def close(self) -> None:
+        if self.listener is not None:
+            await self.listener.close()
+        await self.writes.close()
+        if self.redis is not None:
+            await self.redis.close()
+
+    async def get_or_compute(
+        self, request: CacheRequest, directives: CacheDirectives, compute: Compute
+    ) -> _Outcome:
+        labels = (request.model, request.version)
+        if not request.enabled or not directives.lookup:
+            self.metrics.cache_bypass.labels(*labels).inc()
+            started = time.monotonic()
+            outputs = await compute()
+            if request.enabled and directives.store:
+                self._store(self._key(request), outputs, request.ttl_s, started)
+            return outputs, CacheStatus.BYPASS
+        started = time.perf_counter()
+        key = self._key(request)
+        if self.local is not None:
+            hit = self.local.get(key)
+            elapsed = time.perf_counter() - started
+            self.metrics.cache_lookup_seconds.labels(*labels, "local").observe(elapsed)
+            if hit is not None:
+                self.metrics.cache_hits.labels(*labels, "local").inc()
+                self.metrics.triton.record(*labels, hit=True, duration_s=elapsed)
+                return hit, CacheStatus.HIT_LOCAL
+        store = directives.store
+        outputs, status = await self._flight.do(
+            key, lambda: self._fill(key, request, store, compute, started)
+        )
+        return list(outputs), status
+
+    async def flush(self, model: str) -> int:
+        """Drop ``model`` from this replica's local tier and from Redis, then tell the others.
+
+        Raises :class:`CacheTierError` (503) when Redis cannot be flushed: unlike a lookup, a
+        flush that silently did nothing would leave stale answers in place.
+        """
+        self._flushed_at[model] = time.monotonic()
+        removed = self.local.remove_model(model) if self.local is not None else 0
+        if self.redis is not None:
+            removed += await self.redis.flush_model(model)
+            try:
+                await self.redis.publish(CHANNEL, model)
+            except CacheTierError as error:
+                self._fault("redis", error)
+        logger.info("cache: flushed %d entries of model %r", removed, model)
+        return removed
+
+    def drop_local(self, model: str) -> None:
+        """Another replica flushed ``model``: forget this replica's copies."""
+        self._flushed_at[model] = time.monotonic()
+        if self.local is not None:
+            self.local.remove_model(model)
+
+    @staticmethod
+    def _key(request: CacheRequest) -> CacheKey:
+        return compute_key(request.model, request.version, request.inputs, request.parameters)
+
+    async def _fill(
+        self, key: CacheKey, request: CacheRequest, store: bool, compute: Compute, started: float
+    ) -> _Outcome:
+        labels = (request.model, request.version)
+        found = await self._redis_lookup(key, request)
+        if found is not None:
+            self.metrics.triton.record(*labels, hit=True, duration_s=time.perf_counter() - started)
+            return found, CacheStatus.HIT_REDIS
+        lookup_s = time.perf_counter() - started
+        self.metrics.cache_misses.labels(*labels).inc()
+        computed_at = time.monotonic()
+        outputs = await compute()
+        insert_started = time.perf_counter()
+        if store:
+            self._store(key, outputs, request.ttl_s, computed_at)
+        insert_s = time.perf_counter() - insert_started
+        self.metrics.triton.record(*labels, hit=False, duration_s=lookup_s + insert_s)
+        return outputs, CacheStatus.MISS
+
+    async def _redis_lookup(self, key: CacheKey, request: CacheRequest) -> list[Tensor] | None:
+        if self.redis is None or not self.breaker.allow():
+            return None
+        labels = (request.model, request.version)
+        started = time.perf_counter()
+        try:
+            blob = await self.redis.get(key.redis_key)
+        except CacheTierError as error:
+            self._fault("redis", error)
+            return None
+        finally:
+            elapsed = time.perf_counter() - started
+            self.metrics.cache_lookup_seconds.labels(*labels, "redis").observe(elapsed)
+        self.breaker.record_success()
+        if blob is None:
+            return None
+        try:
+            outputs = decode_entry(blob, key.digest)
+        except CorruptEntryError as error:
+            logger.warning("cache: dropping corrupt entry %s: %s", key.redis_key, error)
+            self.metrics.cache_errors.labels("redis", "corrupt").inc()
+            self._submit(key, self._delete_job(key))
+            return None
+        self.metrics.cache_hits.labels(*labels, "redis").inc()
+        if self.local is not None and self.local.put(key, outputs, request.ttl_s):
+            self.metrics.cache_inserts.labels(*labels, "local").inc()
+        return outputs
+
+    def _store(self, key: CacheKey, outputs: Sequence[Tensor], ttl_s: float, since: float) -> None:
+        """Insert a fresh answer: local at once (cheap), Redis behind the response."""
+        if self._flushed_at.get(key.model, -1.0) >= since:
+            return  # computed before a flush of its model: it may be stale
+        if self.local is not None and self.local.put(key, outputs, ttl_s):
+            self.metrics.cache_inserts.labels(key.model, key.version, "local").inc()
+        if self.redis is not None:
+            self._submit(key, self._insert_job(key, tuple(outputs), ttl_s, since))
+
+    def _submit(self, key: CacheKey, job: WriteJob) -> None:
+        if not self.writes.submit(job):
+            self.metrics.cache_insert_dropped.labels(key.model, key.version).inc()
+
+    def _insert_job(
+        self, key: CacheKey, outputs: tuple[Tensor, ...], ttl_s: float, since: float
+    ) -> WriteJob:
+        async def insert() -> None:
+            if self.redis is None or self._flushed_at.get(key.model, -1.0) >= since:
+                return
+            if not self.breaker.allow():
+                return
+            try:
+                await self.redis.set(key.redis_key, encode_entry(key.digest, outputs), ttl_s)
+            except CacheTierError as error:
+                self._fault("redis", error)
+                return
+            self.breaker.record_success()
+            self._reported.clear()
+            self.metrics.cache_inserts.labels(key.model, key.version, "redis").inc()
+
+        return insert
+
+    def _delete_job(self, key: CacheKey) -> WriteJob:
+        async def delete() -> None:
+            if self.redis is None or not self.breaker.allow():
+                return
+            try:
+                await self.redis.delete(key.redis_key)
+            except CacheTierError as error:
+                self._fault("redis", error)
+                return
+            self.breaker.record_success()
+
+        return delete
+
+    def _fault(self, tier: str, error: CacheTierError) -> None:
+        kind: ErrorKind = error.kind
+        self.metrics.cache_errors.labels(tier, kind).inc()
+        if is_outage(kind):
+            self.breaker.record_failure(f"{kind}: {error.message}")
+        else:
+            self.breaker.record_success()  # Redis answered; it is up, just unhappy
+            if kind not in self._reported:
+                self._reported.add(kind)
+                logger.warning("cache: %s (logged once until an insert succeeds)", error.message)

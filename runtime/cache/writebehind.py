@@ -1,0 +1,70 @@
+"""Write-behind: cache writes run after the response has gone, through a bounded queue.
+
+A full queue drops the write (the caller counts it): under a Redis slowdown the cache loses
+some inserts instead of holding memory or adding latency to requests. A few workers drain the
+queue so one slow write does not hold up the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+logger = logging.getLogger(__name__)
+Job = Callable[[], Awaitable[None]]
+
+
+class WriteBehind:
+    """A bounded queue of write jobs and the tasks that run them."""
+
+    def __init__(self, max_size: int, workers: int = 4) -> None:
+        self._queue: asyncio.Queue[Job] = asyncio.Queue(max_size)
+        self._worker_count = workers
+        self._workers: list[asyncio.Task[None]] = []
+
+    def submit(self, job: Job) -> bool:
+        """Queue ``job``; False (and nothing queued) when the queue is full."""
+        try:
+            self._queue.put_nowait(job)
+        except asyncio.QueueFull:
+            return False
+        return True
+
+    @property
+    def pending(self) -> int:
+        return self._queue.qsize()
+
+    async def start(self) -> None:
+        if not self._workers:
+            self._workers = [
+                asyncio.create_task(self._drain(), name=f"cache-write-behind-{index}")
+                for index in range(self._worker_count)
+            ]
+
+    async def join(self) -> None:
+        """Wait until every queued job has run (tests and orderly shutdown use it)."""
+        await self._queue.join()
+
+    async def close(self, drain_timeout_s: float = 2.0) -> None:
+        """Run what is queued (for at most ``drain_timeout_s``), then stop the workers."""
+        if self._workers:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._queue.join(), drain_timeout_s)
+        for task in self._workers:
+            task.cancel()
+        for task in self._workers:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._workers = []
+
+    async def _drain(self) -> None:
+        while True:
+            job = await self._queue.get()
+            try:
+                await job()
+            except Exception:  # a job must never kill its worker
+                logger.exception("cache write-behind job failed")
+            finally:
+                self._queue.task_done()

@@ -1,0 +1,63 @@
+"""The entry format: round trips, and rejects anything that is not exactly what was stored."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+
+from cachefleet.runtime.cache.entry import decode_entry, encode_entry
+from cachefleet.runtime.cache.errors import CorruptEntryError
+from cachefleet.runtime.tensor import Tensor
+
+DIGEST = bytes(range(32))
+OUTPUTS = [
+    Tensor.from_numpy("OUTPUT0", np.arange(16, dtype="<i4").reshape(1, 16)),
+    Tensor.from_numpy("fc6_1", np.linspace(0, 1, 1000, dtype="<f4").reshape(1000, 1, 1)),
+    Tensor.from_numpy("labels", np.array([b"cat", b"", "\u00e9t\u00e9"], dtype=object)),
+    Tensor("empty", "FP32", (0, 3), b""),
+]
+
+
+def test_round_trip_keeps_names_types_shapes_and_bytes() -> None:
+    assert decode_entry(encode_entry(DIGEST, OUTPUTS), DIGEST) == OUTPUTS
+
+
+def test_round_trip_of_no_outputs() -> None:
+    assert decode_entry(encode_entry(DIGEST, []), DIGEST) == []
+
+
+def test_entry_of_another_request_is_rejected() -> None:
+    blob = encode_entry(DIGEST, OUTPUTS)
+    with pytest.raises(CorruptEntryError, match="different request"):
+        decode_entry(blob, bytes(32))
+
+
+@pytest.mark.parametrize("cut", [0, 3, 10, 60, -33, -1])
+def test_truncated_entries_are_rejected(cut: int) -> None:
+    blob = encode_entry(DIGEST, OUTPUTS)
+    with pytest.raises(CorruptEntryError):
+        decode_entry(blob[:cut], DIGEST)
+
+
+def test_any_flipped_byte_is_detected() -> None:
+    blob = encode_entry(DIGEST, OUTPUTS)
+    for position in range(0, len(blob), 97):
+        damaged = bytearray(blob)
+        damaged[position] ^= 0x01
+        with pytest.raises(CorruptEntryError):
+            decode_entry(bytes(damaged), DIGEST)
+
+
+def test_foreign_bytes_are_rejected() -> None:
+    for blob in (b"", b"hello", b"\x80\x04\x95" + bytes(200), b"CFE1" + bytes(100)):
+        with pytest.raises(CorruptEntryError):
+            decode_entry(blob, DIGEST)
+
+
+def test_other_format_version_is_rejected() -> None:
+    blob = bytearray(encode_entry(DIGEST, OUTPUTS))
+    struct.pack_into("<H", blob, 4, 2)
+    with pytest.raises(CorruptEntryError, match="format"):
+        decode_entry(bytes(blob), DIGEST)

@@ -1,0 +1,112 @@
+"""The cache key: stable, canonical, and sensitive to everything that changes the answer."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import numpy as np
+import pytest
+from blake3 import blake3
+
+from cachefleet.runtime.cache.key import (
+    KEY_FORMAT_VERSION,
+    CacheKey,
+    compute_key,
+    redis_model_pattern,
+)
+from cachefleet.runtime.tensor import Tensor
+
+INPUT0 = Tensor.from_numpy("INPUT0", np.arange(16, dtype="<i4").reshape(1, 16))
+INPUT1 = Tensor.from_numpy("INPUT1", np.ones((1, 16), dtype="<i4"))
+#: Golden vector: ``simple`` v1 with INPUT0 = 0..15 and INPUT1 = ones, no parameters. If this
+#: changes, every cache in every fleet goes cold: bump KEY_FORMAT_VERSION on purpose instead.
+GOLDEN_HEX = "9cad6e8ebb91e7e036456420ac6e696ea58441802f3b155ee413f70bfc24f3cf"
+
+
+def key(inputs: list[Tensor], parameters: dict[str, Any] | None = None, **kw: str) -> CacheKey:
+    return compute_key(kw.get("model", "simple"), kw.get("version", "1"), inputs, parameters or {})
+
+
+def test_golden_vector_is_stable_across_releases_and_replicas() -> None:
+    result = key([INPUT0, INPUT1])
+    assert result.hexdigest == GOLDEN_HEX
+    assert result.redis_key == f"cachefleet:v1:simple:1:{GOLDEN_HEX}"
+
+
+def test_key_is_blake3_over_the_documented_length_prefixed_encoding() -> None:
+    def field(value: bytes) -> bytes:
+        return struct.pack("<Q", len(value)) + value
+
+    encoded = b"cachefleet.key" + struct.pack("<I", KEY_FORMAT_VERSION)
+    encoded += field(b"simple") + field(b"1") + struct.pack("<Q", 2)
+    for tensor in (INPUT0, INPUT1):
+        encoded += field(tensor.name.encode()) + field(tensor.datatype.encode())
+        encoded += struct.pack("<Q", 2) + struct.pack("<QQ", 1, 16) + field(tensor.data)
+    encoded += field(b"{}")
+    assert blake3(encoded).hexdigest() == GOLDEN_HEX
+
+
+def test_same_bytes_with_another_shape_never_share_a_key() -> None:
+    data = np.arange(4, dtype="<f4").tobytes()
+    square = Tensor("x", "FP32", (2, 2), data)
+    flat = Tensor("x", "FP32", (4,), data)
+    assert key([square]) != key([flat])
+
+
+def test_same_bytes_with_another_datatype_never_share_a_key() -> None:
+    data = np.arange(4, dtype="<i4").tobytes()
+    assert key([Tensor("x", "INT32", (4,), data)]) != key([Tensor("x", "FP32", (4,), data)])
+
+
+def test_model_and_version_are_part_of_the_key() -> None:
+    base = key([INPUT0])
+    assert key([INPUT0], model="other") != base
+    assert key([INPUT0], version="2") != base
+
+
+def test_names_cannot_run_into_each_other() -> None:
+    # Without length prefixes "ab"+"c" and "a"+"bc" would hash the same stream.
+    one = compute_key("ab", "c", [INPUT0], {})
+    two = compute_key("a", "bc", [INPUT0], {})
+    assert one != two
+
+
+def test_input_order_does_not_matter_but_input_names_do() -> None:
+    assert key([INPUT0, INPUT1]) == key([INPUT1, INPUT0])
+    renamed = Tensor("INPUT2", INPUT1.datatype, INPUT1.shape, INPUT1.data)
+    assert key([INPUT0, INPUT1]) != key([INPUT0, renamed])
+
+
+def test_equal_tensors_give_equal_keys_whatever_their_origin() -> None:
+    from_numpy = Tensor.from_numpy("INPUT0", np.arange(16, dtype=np.int32).reshape(1, 16))
+    from_bytes = Tensor("INPUT0", "INT32", (1, 16), bytes(INPUT0.data))
+    assert key([from_numpy]) == key([from_bytes])
+
+
+def test_bytes_tensors_are_keyed_by_their_elements() -> None:
+    one = Tensor.from_numpy("t", np.array([b"ab", b"c"], dtype=object))
+    two = Tensor.from_numpy("t", np.array([b"a", b"bc"], dtype=object))
+    assert key([one]) != key([two])
+    assert key([one]) == key([Tensor.from_numpy("t", np.array(["ab", "c"], dtype=object))])
+
+
+def test_parameters_that_change_the_answer_are_keyed() -> None:
+    assert key([INPUT0], {"temperature": 0.5}) != key([INPUT0], {"temperature": 0.7})
+    assert key([INPUT0], {"temperature": 0.5}) != key([INPUT0])
+    assert key([INPUT0], {"a": 1, "b": {"y": 2, "x": 1}}) == key(
+        [INPUT0], {"b": {"x": 1, "y": 2}, "a": 1}
+    )
+
+
+@pytest.mark.parametrize(
+    "parameter",
+    [{"binary_data_output": True}, {"cache": False}, {"priority": 3}, {"timeout": 1000}],
+)
+def test_presentation_parameters_are_not_keyed(parameter: dict[str, Any]) -> None:
+    assert key([INPUT0], parameter) == key([INPUT0])
+
+
+def test_flush_pattern_escapes_glob_characters_in_model_names() -> None:
+    assert redis_model_pattern("simple") == "cachefleet:v1:simple:*"
+    assert redis_model_pattern("a*b?[c]") == "cachefleet:v1:a\\*b\\?\\[c\\]:*"
