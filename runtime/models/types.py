@@ -24,6 +24,10 @@ class TensorSpec:
     datatype: str
     dims: tuple[int, ...]
     label_filename: str | None = None
+    #: The shape the model itself takes or gives (config ``reshape``), batch dimension excluded.
+    reshape: tuple[int, ...] | None = None
+    #: The request may leave this input out (config ``optional: true``).
+    optional: bool = False
 
     def shape(self, max_batch_size: int) -> tuple[int, ...]:
         """The full shape a request sees: a leading -1 batch dimension when batching is on."""

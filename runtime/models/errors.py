@@ -1,0 +1,11 @@
+"""Why a model could not be loaded. Shown in the repository index, never sent as a response."""
+
+from __future__ import annotations
+
+from cachefleet.runtime.errors import CachefleetError
+
+
+class ModelLoadError(CachefleetError):
+    """A model or version cannot be served: bad config, unreadable file, graph mismatch."""
+
+    status_code = 503
