@@ -1,0 +1,114 @@
+"""KServe v2 JSON tensor data to and from canonical tensor bytes.
+
+JSON ``data`` may be flat or nested (row-major); only the element count must match the shape.
+Numbers are checked against the datatype the way Triton checks them: no floats or booleans in
+integer tensors, no values outside the datatype's range, strings only in ``BYTES``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from cachefleet.runtime.errors import BadRequestError
+from cachefleet.runtime.tensor import (
+    NUMPY_DTYPES,
+    Tensor,
+    decode_bytes_elements,
+    element_count,
+    encode_bytes_elements,
+)
+
+#: numpy kinds a JSON array may infer to, per target kind (b: bool, i/u: integer, f: float).
+_ACCEPTED_KINDS = {"b": "b", "i": "iu", "u": "iu", "f": "iuf"}
+
+
+def tensor_from_json(name: str, datatype: str, shape: tuple[int, ...], data: Any) -> Tensor:
+    """The tensor described by a JSON input; raises BadRequestError naming what is wrong."""
+    if not isinstance(data, list):
+        raise BadRequestError(f"input {name!r}: 'data' must be a JSON array")
+    expected = element_count(shape)
+    if datatype == "BYTES":
+        elements = _flatten_strings(name, data)
+        _check_count(name, shape, expected, len(elements))
+        return Tensor(name, datatype, shape, encode_bytes_elements(elements))
+    array = _numeric_array(name, datatype, data)
+    _check_count(name, shape, expected, array.size)
+    return Tensor(name, datatype, shape, array.tobytes())
+
+
+def json_data(tensor: Tensor) -> Any:
+    """The tensor's elements as a flat JSON-ready value (numpy arrays serialize via orjson)."""
+    if tensor.datatype != "BYTES":
+        return np.frombuffer(tensor.data, dtype=NUMPY_DTYPES[tensor.datatype])
+    elements = decode_bytes_elements(tensor.data, element_count(tensor.shape), tensor.name)
+    try:
+        return [element.decode() for element in elements]
+    except UnicodeDecodeError:
+        raise BadRequestError(
+            f"output {tensor.name!r} holds bytes that are not UTF-8 and cannot be sent as JSON: "
+            "request it with parameters.binary_data = true"
+        ) from None
+
+
+def _numeric_array(name: str, datatype: str, data: list[Any]) -> np.ndarray:
+    dtype = NUMPY_DTYPES[datatype]
+    try:
+        array = np.array(data)
+    except (ValueError, OverflowError):
+        raise BadRequestError(
+            f"input {name!r}: 'data' must be a flat or evenly nested array of numbers"
+        ) from None
+    if array.size == 0:
+        return np.empty(0, dtype=dtype)
+    if array.dtype.kind not in _ACCEPTED_KINDS[dtype.kind]:
+        raise BadRequestError(
+            f"input {name!r}: 'data' holds {_describe_kind(array.dtype.kind)}, "
+            f"which {datatype} cannot hold"
+        )
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        low, high = array.min(), array.max()
+        if low < info.min or high > info.max:
+            raise BadRequestError(
+                f"input {name!r}: value {low if low < info.min else high} is out of "
+                f"range for {datatype}"
+            )
+    return array.astype(dtype, copy=False).ravel()
+
+
+def _flatten_strings(name: str, data: list[Any]) -> list[object]:
+    flat: list[object] = []
+    stack: list[Any] = [iter(data)]
+    while stack:
+        for item in stack[-1]:
+            if isinstance(item, list):
+                stack.append(iter(item))
+                break
+            if not isinstance(item, str):
+                raise BadRequestError(
+                    f"input {name!r}: BYTES data in JSON must be strings, got {item!r}"
+                )
+            flat.append(item)
+        else:
+            stack.pop()
+    return flat
+
+
+def _check_count(name: str, shape: tuple[int, ...], expected: int, got: int) -> None:
+    if got != expected:
+        raise BadRequestError(
+            f"input {name!r}: shape {list(shape)} needs {expected} elements, 'data' has {got}"
+        )
+
+
+def _describe_kind(kind: str) -> str:
+    return {
+        "b": "booleans",
+        "i": "integers",
+        "u": "integers",
+        "f": "floating-point numbers",
+        "U": "strings",
+        "O": "mixed or oversized values",
+    }.get(kind, "values")

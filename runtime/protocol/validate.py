@@ -1,0 +1,117 @@
+"""Checks of a request against the model's configuration, each with a message that says
+exactly what is wrong and what the model expects."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from cachefleet.runtime.errors import BadRequestError
+from cachefleet.runtime.models.types import ModelConfig, TensorSpec
+from cachefleet.runtime.tensor import NUMPY_DTYPES, Tensor, decode_bytes_elements, element_count
+
+#: Output datatypes Triton can rank for the classification extension.
+CLASSIFIABLE = frozenset(
+    {"UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP32", "FP64"}
+)
+
+
+def check_input(
+    item: dict[str, Any], config: ModelConfig, seen: Sequence[Tensor]
+) -> tuple[str, str, tuple[int, ...]]:
+    """Name, datatype and shape of one JSON input, checked against the model."""
+    name = item.get("name")
+    if not isinstance(name, str):
+        raise BadRequestError("each input needs a string 'name'")
+    spec = config.input(name)
+    if spec is None:
+        expected = ", ".join(s.name for s in config.inputs)
+        raise BadRequestError(
+            f"unknown input {name!r} for model {config.name!r} (inputs: {expected})"
+        )
+    if any(tensor.name == name for tensor in seen):
+        raise BadRequestError(f"input {name!r} appears more than once")
+    datatype = item.get("datatype")
+    if datatype != spec.datatype:
+        raise BadRequestError(
+            f"input {name!r}: datatype {datatype!r} does not match the model's {spec.datatype}"
+        )
+    shape = _shape(name, item.get("shape"))
+    _check_shape(name, shape, spec, config)
+    return name, datatype, shape
+
+
+def check_binary_size(name: str, datatype: str, shape: tuple[int, ...], data: bytes) -> None:
+    """The binary data of an input must hold exactly the elements its shape asks for."""
+    count = element_count(shape)
+    if datatype == "BYTES":
+        try:
+            decode_bytes_elements(data, count, name)
+        except ValueError as error:
+            raise BadRequestError(f"input {name!r}: {error}") from None
+        return
+    expected = count * NUMPY_DTYPES[datatype].itemsize
+    if len(data) != expected:
+        raise BadRequestError(
+            f"input {name!r}: {datatype}{list(shape)} needs {expected} bytes, "
+            f"binary_data_size is {len(data)}"
+        )
+
+
+def check_inputs_complete(tensors: Sequence[Tensor], config: ModelConfig) -> None:
+    """Every input the model declares is present, with one batch size across inputs."""
+    names = {tensor.name for tensor in tensors}
+    missing = [spec.name for spec in config.inputs if spec.name not in names]
+    if missing:
+        raise BadRequestError(
+            f"missing input {', '.join(repr(m) for m in missing)} for model {config.name!r}"
+        )
+    if config.max_batch_size > 0:
+        batches = {tensor.shape[0] for tensor in tensors}
+        if len(batches) > 1:
+            raise BadRequestError(
+                f"inputs of model {config.name!r} have different batch sizes: "
+                + ", ".join(f"{t.name}={t.shape[0]}" for t in tensors)
+            )
+
+
+def check_output(name: Any, classification: int, config: ModelConfig) -> None:
+    """A requested output must exist, and classification must suit its datatype."""
+    if not isinstance(name, str):
+        raise BadRequestError("each requested output needs a string 'name'")
+    spec = config.output(name)
+    if spec is None:
+        expected = ", ".join(s.name for s in config.outputs)
+        raise BadRequestError(
+            f"unknown output {name!r} for model {config.name!r} (outputs: {expected})"
+        )
+    if classification < 0:
+        raise BadRequestError(f"output {name!r}: classification must be positive")
+    if classification and spec.datatype not in CLASSIFIABLE:
+        raise BadRequestError(
+            f"output {name!r}: classification is not available for datatype {spec.datatype}"
+        )
+
+
+def _shape(name: str, value: Any) -> tuple[int, ...]:
+    if not isinstance(value, list) or not all(
+        isinstance(dim, int) and not isinstance(dim, bool) and dim >= 0 for dim in value
+    ):
+        raise BadRequestError(f"input {name!r}: 'shape' must be an array of non-negative integers")
+    return tuple(value)
+
+
+def _check_shape(name: str, shape: tuple[int, ...], spec: TensorSpec, config: ModelConfig) -> None:
+    expected = spec.shape(config.max_batch_size)
+    if len(shape) != len(expected) or any(
+        want != -1 and got != want for got, want in zip(shape, expected, strict=True)
+    ):
+        raise BadRequestError(
+            f"input {name!r}: shape {list(shape)} does not match the model's "
+            f"{list(expected)} (-1 is any size)"
+        )
+    if config.max_batch_size > 0 and not 1 <= shape[0] <= config.max_batch_size:
+        raise BadRequestError(
+            f"input {name!r}: batch size {shape[0]} must be between 1 and "
+            f"{config.max_batch_size} for model {config.name!r}"
+        )
