@@ -40,7 +40,9 @@ class TritonCacheCounters(Collector):
     def record(self, model: str, version: str, *, hit: bool, duration_s: float) -> None:
         kind = "hit" if hit else "miss"
         with self._lock:
-            self._values[f"nv_cache_num_{kind}s_per_model"][(model, version)] += 1
+            self._values[f"nv_cache_num_{kind}{'es' if kind == 'miss' else 's'}_per_model"][
+                (model, version)
+            ] += 1
             self._values[f"nv_cache_{kind}_duration_per_model"][(model, version)] += (
                 duration_s * 1e6
             )

@@ -1,0 +1,257 @@
+"""The cache's request path over real tiers: statuses, tier promotion, directives, coalescing,
+write-behind, and that only successful answers are stored."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+from cachefleet.runtime.cache.api import CacheDirectives, CacheRequest, CacheStatus
+from cachefleet.runtime.cache.factory import build_cache
+from cachefleet.runtime.cache.key import compute_key
+from cachefleet.runtime.cache.tiered import TieredCache
+from cachefleet.runtime.cache.writebehind import WriteBehind
+from cachefleet.runtime.config import RuntimeSettings
+from cachefleet.runtime.metrics import RuntimeMetrics
+from cachefleet.runtime.tensor import Tensor
+from conftest import RedisProcess
+
+DEFAULT = CacheDirectives()
+
+
+def settings(mode: str, redis_url: str | None = None, **cache: Any) -> RuntimeSettings:
+    return RuntimeSettings.model_validate(
+        {"cache": {"mode": mode, **cache}, "redis": {"url": redis_url, "breaker_reset_s": 0.2}}
+    )
+
+
+def request(value: int, *, model: str = "simple", enabled: bool = True) -> CacheRequest:
+    tensor = Tensor.from_numpy("INPUT0", np.full((1, 16), value, dtype=np.int32))
+    return CacheRequest(model, "1", [tensor], {}, enabled=enabled, ttl_s=60)
+
+
+class Model:
+    """A stand-in for the model backend: doubles its input and counts its runs."""
+
+    def __init__(self, delay_s: float = 0.0, fail: bool = False) -> None:
+        self.runs = 0
+        self.delay_s = delay_s
+        self.fail = fail
+
+    def for_request(self, req: CacheRequest) -> Callable[[], Any]:
+        async def compute() -> list[Tensor]:
+            self.runs += 1
+            if self.delay_s:
+                await asyncio.sleep(self.delay_s)
+            if self.fail:
+                raise RuntimeError("model failed")
+            doubled = req.inputs[0].to_numpy() * 2
+            return [Tensor.from_numpy("OUTPUT0", doubled)]
+
+        return compute
+
+
+async def ask(
+    cache: TieredCache, req: CacheRequest, model: Model, directives: CacheDirectives = DEFAULT
+) -> tuple[list[Tensor], CacheStatus]:
+    return await cache.get_or_compute(req, directives, model.for_request(req))
+
+
+def metric(metrics: RuntimeMetrics, name: str, **labels: str) -> float:
+    return metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+@pytest.fixture
+async def caches(
+    redis_server: RedisProcess,
+) -> AsyncIterator[Callable[..., Any]]:
+    started: list[TieredCache] = []
+
+    async def make(mode: str = "tiered", **cache: Any) -> tuple[TieredCache, RuntimeMetrics]:
+        metrics = RuntimeMetrics()
+        built = build_cache(settings(mode, redis_server.url, **cache), metrics)
+        assert isinstance(built, TieredCache)
+        await built.start()
+        started.append(built)
+        return built, metrics
+
+    yield make
+    for cache in started:
+        await cache.close()
+
+
+async def test_local_mode_misses_then_hits_locally(caches: Callable[..., Any]) -> None:
+    cache, metrics = await caches("local")
+    model = Model()
+    first = await ask(cache, request(1), model)
+    second = await ask(cache, request(1), model)
+    assert first[1] is CacheStatus.MISS
+    assert second == (first[0], CacheStatus.HIT_LOCAL)
+    assert model.runs == 1
+    assert metric(metrics, "cachefleet_cache_hits_total", model="simple", version="1", tier="local")
+    assert metric(metrics, "cachefleet_cache_misses_total", model="simple", version="1") == 1
+    assert metric(metrics, "nv_cache_num_hits_per_model", model="simple", version="1") == 1
+    assert metric(metrics, "cachefleet_cache_local_bytes") > 0
+
+
+async def test_tiered_replicas_share_redis_and_promote_hits(caches: Callable[..., Any]) -> None:
+    first, _ = await caches("tiered")
+    second, metrics = await caches("tiered")
+    model = Model()
+    answer, status = await ask(first, request(7), model)
+    assert status is CacheStatus.MISS
+    await first.writes.join()
+    assert await ask(second, request(7), model) == (answer, CacheStatus.HIT_REDIS)
+    assert await ask(second, request(7), model) == (answer, CacheStatus.HIT_LOCAL)
+    assert model.runs == 1
+    labels = {"model": "simple", "version": "1"}
+    assert metric(metrics, "cachefleet_cache_hits_total", **labels, tier="redis") == 1
+    assert metric(metrics, "cachefleet_cache_inserts_total", **labels, tier="local") == 1
+
+
+async def test_redis_mode_hits_redis_only(caches: Callable[..., Any]) -> None:
+    cache, metrics = await caches("redis")
+    model = Model()
+    answer, _ = await ask(cache, request(3), model)
+    await cache.writes.join()
+    assert await ask(cache, request(3), model) == (answer, CacheStatus.HIT_REDIS)
+    assert metric(metrics, "cachefleet_cache_inserts_total", model="simple", version="1",
+                  tier="redis") == 1  # fmt: skip
+
+
+async def test_redis_entries_carry_the_ttl(
+    caches: Callable[..., Any], redis_server: RedisProcess
+) -> None:
+    cache, _ = await caches("redis")
+    req = request(4)
+    await ask(cache, req, Model())
+    await cache.writes.join()
+    key = compute_key(req.model, req.version, req.inputs, req.parameters)
+    ttl_ms = redis_server.client().pttl(key.redis_key)
+    assert 0 < ttl_ms <= 60_000
+
+
+async def test_models_without_caching_bypass_and_store_nothing(caches: Callable[..., Any]) -> None:
+    cache, metrics = await caches("tiered")
+    model = Model()
+    for _ in range(2):
+        _, status = await ask(cache, request(1, enabled=False), model)
+        assert status is CacheStatus.BYPASS
+    assert model.runs == 2
+    assert cache.local is not None and len(cache.local) == 0
+    assert metric(metrics, "cachefleet_cache_bypass_total", model="simple", version="1") == 2
+
+
+async def test_no_cache_skips_the_lookup_but_stores(caches: Callable[..., Any]) -> None:
+    cache, _ = await caches("tiered")
+    model = Model()
+    await ask(cache, request(1), model)
+    no_cache = CacheDirectives(lookup=False, store=True)
+    assert (await ask(cache, request(1), model, no_cache))[1] is CacheStatus.BYPASS
+    assert (await ask(cache, request(2), model, no_cache))[1] is CacheStatus.BYPASS
+    assert (await ask(cache, request(2), model))[1] is CacheStatus.HIT_LOCAL
+    assert model.runs == 3
+
+
+async def test_no_store_skips_lookup_and_store(caches: Callable[..., Any]) -> None:
+    cache, _ = await caches("tiered")
+    model = Model()
+    no_store = CacheDirectives(lookup=False, store=False)
+    assert (await ask(cache, request(5), model, no_store))[1] is CacheStatus.BYPASS
+    await cache.writes.join()
+    assert (await ask(cache, request(5), model))[1] is CacheStatus.MISS
+
+
+async def test_failed_compute_propagates_and_stores_nothing(caches: Callable[..., Any]) -> None:
+    cache, _ = await caches("tiered")
+    with pytest.raises(RuntimeError, match="model failed"):
+        await ask(cache, request(1), Model(fail=True))
+    await cache.writes.join()
+    model = Model()
+    assert (await ask(cache, request(1), model))[1] is CacheStatus.MISS
+    assert model.runs == 1
+
+
+async def test_concurrent_identical_misses_run_the_model_once(caches: Callable[..., Any]) -> None:
+    cache, _ = await caches("tiered")
+    model = Model(delay_s=0.2)
+    results = await asyncio.gather(*(ask(cache, request(9), model) for _ in range(20)))
+    assert model.runs == 1
+    assert {status for _, status in results} == {CacheStatus.MISS}
+    assert all(outputs == results[0][0] for outputs, _ in results)
+
+
+async def test_coalesced_failure_reaches_every_caller(caches: Callable[..., Any]) -> None:
+    cache, _ = await caches("tiered")
+    model = Model(delay_s=0.1, fail=True)
+    results = await asyncio.gather(
+        *(ask(cache, request(9), model) for _ in range(10)), return_exceptions=True
+    )
+    assert model.runs == 1
+    assert all(isinstance(result, RuntimeError) for result in results)
+    assert (await ask(cache, request(9), Model()))[1] is CacheStatus.MISS
+
+
+async def test_a_cancelled_caller_does_not_cancel_the_others(caches: Callable[..., Any]) -> None:
+    cache, _ = await caches("local")
+    model = Model(delay_s=0.2)
+    impatient = asyncio.ensure_future(ask(cache, request(2), model))
+    patient = asyncio.ensure_future(ask(cache, request(2), model))
+    await asyncio.sleep(0.05)
+    impatient.cancel()
+    assert (await patient)[1] is CacheStatus.MISS
+    assert (await ask(cache, request(2), model))[1] is CacheStatus.HIT_LOCAL
+    assert model.runs == 1
+
+
+async def test_full_write_behind_queue_drops_and_counts(redis_server: RedisProcess) -> None:
+    metrics = RuntimeMetrics()
+    cache = build_cache(settings("redis", redis_server.url, insert_queue_size=2), metrics)
+    assert isinstance(cache, TieredCache)
+    assert cache.redis is not None
+    await cache.redis.start()  # the tier, but not the write-behind workers: the queue fills
+    try:
+        for value in range(5):
+            assert (await ask(cache, request(value), Model()))[1] is CacheStatus.MISS
+        dropped = metric(metrics, "cachefleet_cache_insert_dropped_total", model="simple",
+                         version="1")  # fmt: skip
+        assert dropped == 3
+        await cache.writes.start()
+        await cache.writes.join()
+        assert (await ask(cache, request(0), Model()))[1] is CacheStatus.HIT_REDIS
+        assert (await ask(cache, request(4), Model()))[1] is CacheStatus.MISS
+    finally:
+        await cache.close()
+
+
+async def test_write_behind_runs_jobs_and_refuses_when_full() -> None:
+    ran: list[int] = []
+    writes = WriteBehind(max_size=1, workers=1)
+
+    def job(index: int) -> Callable[[], Any]:
+        async def run() -> None:
+            ran.append(index)
+
+        return run
+
+    assert writes.submit(job(1))
+    assert not writes.submit(job(2))
+    await writes.start()
+    await writes.join()
+    assert writes.submit(job(3))
+    await writes.close()
+    assert ran == [1, 3]
+
+
+def test_build_cache_needs_a_redis_url_for_redis_modes() -> None:
+    from cachefleet.runtime.cache.api import NullCache
+    from cachefleet.runtime.cache.errors import CacheConfigError
+
+    assert isinstance(build_cache(settings("none"), RuntimeMetrics()), NullCache)
+    assert isinstance(build_cache(settings("local"), RuntimeMetrics()), TieredCache)
+    with pytest.raises(CacheConfigError, match="redis-url"):
+        build_cache(settings("tiered"), RuntimeMetrics())
