@@ -1,15 +1,70 @@
-"""`cachefleet serve`: run the inference server."""
+"""`cachefleet serve`: run the inference server.
+
+Every flag also reads ``CACHEFLEET_<FLAG>`` and the ``--config`` YAML file (see
+``cachefleet.runtime.config``). With ``--workers N`` each worker process loads every model and
+keeps its own metrics registry, so ``/metrics`` shows the figures of the worker that answered.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
+import sys
+from typing import Any
 
 HELP = "run the inference server."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    return None
+    from cachefleet.runtime.config import add_flags
+
+    add_flags(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise SystemExit("cachefleet serve: not implemented yet")
+    import uvicorn
+
+    from cachefleet.runtime.config import SettingsError, load_settings
+    from cachefleet.runtime.http.app import create_app
+    from cachefleet.runtime.http.environment import configure_logging, export_settings
+
+    try:
+        settings = load_settings(args)
+    except SettingsError as error:
+        print(f"cachefleet serve: {error}", file=sys.stderr)
+        return 2
+    repository = settings.models.repository
+    if repository is None:
+        print(
+            "cachefleet serve: --model-repository is required "
+            "(or CACHEFLEET_MODEL_REPOSITORY, or model-repository in the --config file)",
+            file=sys.stderr,
+        )
+        return 2
+    if not repository.is_dir():
+        print(f"cachefleet serve: model repository {repository} is not a folder", file=sys.stderr)
+        return 2
+    server = settings.server
+    configure_logging(server.log_level)
+    app: Any
+    if server.workers > 1:
+        export_settings(settings, os.environ)
+        app = "cachefleet.runtime.http.environment:create_app_from_environment"
+    else:
+        app = create_app(settings)
+    uvicorn.run(
+        app,
+        factory=server.workers > 1,
+        workers=server.workers,
+        host=server.host,
+        port=server.port,
+        log_level=server.log_level,
+        log_config=None,
+        access_log=False,
+        server_header=False,
+        loop="uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
+        http="httptools" if importlib.util.find_spec("httptools") else "h11",
+        timeout_graceful_shutdown=10,
+    )
+    return 0

@@ -2,3 +2,7 @@
 
 Layer rule: used by ``http``; uses ``protocol``, ``cache`` and ``models``; knows nothing of HTTP.
 """
+
+from cachefleet.runtime.service.inference import InferenceService, InferOutcome
+
+__all__ = ["InferOutcome", "InferenceService"]

@@ -1,0 +1,89 @@
+"""The FastAPI application: built on demand, loaded and closed by its lifespan.
+
+``create_app`` does no work: the lifespan loads the repository (off the event loop), builds the
+metrics registry and the cache, and closes all of it on shutdown. Each app, and so each worker
+process, has its own metrics registry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from starlette.exceptions import HTTPException
+
+from cachefleet.runtime.cache.factory import build_cache
+from cachefleet.runtime.config import RuntimeSettings
+from cachefleet.runtime.errors import CachefleetError, NotReadyError
+from cachefleet.runtime.http.errors import handle_error
+from cachefleet.runtime.http.routes import ServerState, build_routes
+from cachefleet.runtime.metrics import RuntimeMetrics
+from cachefleet.runtime.models.repository import load_repository
+from cachefleet.runtime.service import InferenceService
+
+log = logging.getLogger(__name__)
+
+
+def create_app(settings: RuntimeSettings) -> FastAPI:
+    """The server for ``settings``; models load when the app starts, not here."""
+    state = ServerState(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with _serving(state):
+            yield
+
+    app = FastAPI(
+        title="cachefleet",
+        version=state.version,
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        routes=build_routes(state),
+    )
+    for error_type in (CachefleetError, HTTPException, Exception):
+        app.add_exception_handler(error_type, handle_error)
+    app.state.cachefleet = state
+    return app
+
+
+@asynccontextmanager
+async def _serving(state: ServerState) -> AsyncIterator[None]:
+    settings = state.settings
+    if settings.models.repository is None:
+        raise NotReadyError("no model repository configured (--model-repository)")
+    metrics = RuntimeMetrics()
+    state.metrics = metrics
+    repository = await asyncio.to_thread(
+        load_repository, settings.models.repository, settings.models
+    )
+    executor = ThreadPoolExecutor(
+        max_workers=_model_threads(), thread_name_prefix="cachefleet-model"
+    )
+    cache = build_cache(settings, metrics)
+    try:
+        await cache.start()
+        state.service = InferenceService(repository, cache, metrics, settings, executor)
+        log.info(
+            "serving %d model version(s) from %s, cache %s",
+            len(repository.index()),
+            settings.models.repository,
+            settings.cache.mode,
+        )
+        yield
+    finally:
+        state.service = None
+        await cache.close()
+        executor.shutdown(wait=True, cancel_futures=True)
+        repository.close()
+
+
+def _model_threads() -> int:
+    """Concurrent model runs: one per core, so inference never starves the event loop."""
+    return max(2, os.cpu_count() or 1)

@@ -1,0 +1,75 @@
+"""Reading request bodies within the size limit, and the binary extension's header length.
+
+The limit is checked twice: against ``Content-Length`` before reading anything, and against the
+bytes actually received (chunked bodies have no length; a compressed body is limited after
+decompression too), so an oversized body is refused without ever being held in memory.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+from starlette.requests import Request
+
+from cachefleet.runtime.errors import BadRequestError, PayloadTooLargeError
+
+#: zlib ``wbits`` per Content-Encoding: gzip framing, or zlib framing for "deflate".
+_DECOMPRESSORS = {"gzip": zlib.MAX_WBITS | 16, "deflate": zlib.MAX_WBITS}
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The (decompressed) body, or PayloadTooLargeError past ``limit`` bytes."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _too_large(int(declared), limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(size, limit, at_least=True)
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    encoding = request.headers.get("content-encoding")
+    if encoding is None or encoding == "identity":
+        return body
+    return _decompress(body, encoding, limit)
+
+
+def header_length(request: Request) -> int | None:
+    """``Inference-Header-Content-Length`` as an int, None when the body is pure JSON."""
+    value = request.headers.get("inference-header-content-length")
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise BadRequestError(
+            f"Inference-Header-Content-Length must be an integer, got {value!r}"
+        ) from None
+
+
+def _decompress(body: bytes, encoding: str, limit: int) -> bytes:
+    wbits = _DECOMPRESSORS.get(encoding.strip().lower())
+    if wbits is None:
+        raise BadRequestError(
+            f"unsupported Content-Encoding {encoding!r} (use gzip, deflate or identity)"
+        )
+    decompressor = zlib.decompressobj(wbits)
+    try:
+        data = decompressor.decompress(body, limit + 1)
+    except zlib.error as error:
+        raise BadRequestError(f"cannot decompress the {encoding} body: {error}") from None
+    if len(data) > limit:
+        raise _too_large(len(data), limit, at_least=True)
+    if not decompressor.eof:
+        raise BadRequestError(f"the {encoding} body is truncated")
+    return data
+
+
+def _too_large(size: int, limit: int, *, at_least: bool = False) -> PayloadTooLargeError:
+    more = "more than " if at_least else ""
+    return PayloadTooLargeError(
+        f"request body of {more}{size} bytes is over the limit of {limit} bytes "
+        "(--max-request-size)"
+    )

@@ -1,0 +1,22 @@
+"""The client's cache directives, from ``Cache-Control`` (the request parameter
+``"cache": false`` is read by the service, which sees the body)."""
+
+from __future__ import annotations
+
+from cachefleet.runtime.cache.api import CacheDirectives
+
+_DEFAULT = CacheDirectives()
+_NO_CACHE = CacheDirectives(lookup=False, store=True)
+_NO_STORE = CacheDirectives(lookup=False, store=False)
+
+
+def directives_from(cache_control: str | None) -> CacheDirectives:
+    """``no-store`` skips lookup and insert; ``no-cache`` skips only the lookup."""
+    if not cache_control:
+        return _DEFAULT
+    tokens = {token.strip().lower() for token in cache_control.split(",")}
+    if "no-store" in tokens:
+        return _NO_STORE
+    if "no-cache" in tokens:
+        return _NO_CACHE
+    return _DEFAULT

@@ -1,0 +1,148 @@
+"""The inference service: one request from body bytes to rendered response bytes.
+
+Per request: resolve the model, decode and validate the body, ask the cache for the outputs
+(computing them off the event loop on a miss), then render them as this client asked. The cache
+sees only the raw output tensors, never the rendering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Any
+
+from cachefleet.runtime.cache.api import CacheDirectives, CacheRequest, CacheStatus, ResponseCache
+from cachefleet.runtime.config import RuntimeSettings
+from cachefleet.runtime.errors import CachefleetError, ModelExecutionError
+from cachefleet.runtime.metrics import RuntimeMetrics
+from cachefleet.runtime.models.types import Model, ModelRepository
+from cachefleet.runtime.protocol import (
+    decode_request,
+    encode_response,
+    model_metadata,
+    repository_index,
+)
+from cachefleet.runtime.tensor import Tensor
+
+_NO_CACHE = CacheDirectives(lookup=False, store=False)
+
+
+@dataclass(frozen=True, slots=True)
+class InferOutcome:
+    """A rendered response and how the cache answered it."""
+
+    body: bytes
+    #: JSON header length when binary outputs follow the header, else None.
+    header_length: int | None
+    cache_status: CacheStatus
+
+
+class InferenceService:
+    """Serves inference and metadata for a loaded repository through a response cache."""
+
+    def __init__(
+        self,
+        repository: ModelRepository,
+        cache: ResponseCache,
+        metrics: RuntimeMetrics,
+        settings: RuntimeSettings,
+        executor: Executor,
+    ) -> None:
+        self._repository = repository
+        self._cache = cache
+        self._metrics = metrics
+        self._executor = executor
+        self._cache_all = settings.models.cache_all_models
+        self._default_ttl_s = settings.cache.ttl_s
+
+    async def infer(
+        self,
+        model_name: str,
+        version: str | None,
+        body: bytes,
+        header_length: int | None,
+        directives: CacheDirectives,
+    ) -> InferOutcome:
+        """Answer one inference request; raises CachefleetError subclasses for the client."""
+        started = time.perf_counter()
+        model = self._repository.get(model_name, version)
+        code = "200"
+        try:
+            return await self._infer(model, body, header_length, directives)
+        except CachefleetError as error:
+            code = str(error.status_code)
+            raise
+        finally:
+            labels = (model.name, model.version)
+            self._metrics.request_seconds.labels(*labels).observe(time.perf_counter() - started)
+            self._metrics.requests.labels(*labels, code).inc()
+
+    async def _infer(
+        self, model: Model, body: bytes, header_length: int | None, directives: CacheDirectives
+    ) -> InferOutcome:
+        config = model.config
+        request = decode_request(body, header_length, config)
+        cache_request = CacheRequest(
+            model=model.name,
+            version=model.version,
+            inputs=request.inputs,
+            parameters=request.keyed_parameters(),
+            enabled=config.response_cache or self._cache_all,
+            ttl_s=self._default_ttl_s if config.cache_ttl_s is None else config.cache_ttl_s,
+        )
+
+        async def compute() -> list[Tensor]:
+            return await self._run(model, request.inputs)
+
+        outputs, status = await self._cache.get_or_compute(
+            cache_request, directives if request.use_cache else _NO_CACHE, compute
+        )
+        encoded = encode_response(
+            request,
+            outputs,
+            model_name=model.name,
+            model_version=model.version,
+            labels=model.labels,
+            batched=config.max_batch_size > 0,
+        )
+        return InferOutcome(encoded.body, encoded.header_length, status)
+
+    async def _run(self, model: Model, inputs: Sequence[Tensor]) -> list[Tensor]:
+        """Run the model in the bounded executor; other failures become ModelExecutionError."""
+        started = time.perf_counter()
+        loop = asyncio.get_running_loop()
+        try:
+            outputs = await loop.run_in_executor(self._executor, model.run, inputs)
+        except CachefleetError:
+            raise
+        except Exception as error:
+            raise ModelExecutionError(
+                f"model {model.name!r} version {model.version} failed: {error}"
+            ) from error
+        self._metrics.inference_seconds.labels(model.name, model.version).observe(
+            time.perf_counter() - started
+        )
+        return outputs
+
+    def model_metadata(self, name: str, version: str | None) -> dict[str, Any]:
+        model = self._repository.get(name, version)
+        versions = [version] if version is not None else self._repository.versions(name)
+        return model_metadata(model, versions)
+
+    def model_config(self, name: str, version: str | None) -> dict[str, Any]:
+        return dict(self._repository.get(name, version).config.document)
+
+    def check_model(self, name: str, version: str | None) -> None:
+        """Raise ModelNotFoundError unless the model (at ``version``) is loaded."""
+        self._repository.get(name, version)
+
+    def index(self, *, ready_only: bool) -> list[Any]:
+        return repository_index(self._repository.index(), ready_only=ready_only)
+
+    async def flush(self, name: str) -> int:
+        """Remove a loaded model's entries from every cache tier; returns how many went."""
+        self._repository.versions(name)
+        return await self._cache.flush(name)
