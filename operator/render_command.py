@@ -1,15 +1,73 @@
-"""`cachefleet render`: print every object the operator would apply for a CachedInferenceService."""
+"""`cachefleet render FILE`: print every object the operator would apply, without a cluster."""
 
 from __future__ import annotations
 
 import argparse
+import secrets
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cachefleet.operator.manifests.errors import SpecError
 
 HELP = "print every object the operator would apply for a CachedInferenceService."
 
 
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (redis.conf, config.yaml) as readable literal blocks."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _represent_str)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    return None
+    parser.add_argument("file", type=Path, help="YAML file with one CachedInferenceService")
+    parser.add_argument("--namespace", help="namespace when the file names none (default: default)")
 
 
 def run(args: argparse.Namespace) -> int:
-    raise SystemExit("cachefleet render: not implemented yet")
+    try:
+        children = render_file(args.file, namespace=args.namespace)
+    except SpecError as error:
+        print(f"cachefleet render: {args.file}: {error}", file=sys.stderr)
+        return 1
+    sys.stdout.write(yaml.dump_all(children, Dumper=_Dumper, sort_keys=False))
+    return 0
+
+
+def render_file(path: Path, *, namespace: str | None = None) -> list[dict[str, Any]]:
+    """The children for the object in ``path``; a generated password stands in for the Secret's."""
+    # Imported here: the builders pull in pydantic and Jinja2, which `cachefleet --help` skips.
+    from cachefleet.operator.manifests.children import build_children, needs_generated_password
+    from cachefleet.operator.manifests.meta import Owner
+    from cachefleet.operator.manifests.spec import parse_spec
+
+    body = _read(path)
+    if namespace and not body["metadata"].get("namespace"):
+        body["metadata"]["namespace"] = namespace
+    spec = parse_spec(body.get("spec") or {})
+    password = secrets.token_urlsafe(32) if needs_generated_password(spec) else None
+    return build_children(spec, owner=Owner.from_body(body), redis_password=password)
+
+
+def _read(path: Path) -> dict[str, Any]:
+    from cachefleet.operator.manifests.meta import GROUP, KIND, VERSION
+
+    try:
+        body = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise SpecError(f"cannot read: {error}") from None
+    if not isinstance(body, dict) or body.get("kind") != KIND:
+        raise SpecError(f"expected one {KIND} object ({GROUP}/{VERSION})")
+    if not isinstance(body.get("metadata"), dict) or not body["metadata"].get("name"):
+        raise SpecError("metadata.name is required")
+    if not isinstance(body.get("spec"), dict):
+        raise SpecError("spec is required")
+    return body

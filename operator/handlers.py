@@ -1,0 +1,103 @@
+"""kopf handlers: tiny adapters from kopf's callbacks to the reconciler.
+
+Loaded by ``cachefleet operator`` (``kopf run -m cachefleet.operator.handlers``). Importing this
+module only registers handlers; clients are made in the startup handler.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from typing import Any
+
+import kopf
+
+from cachefleet.operator.manifests.children import CHILD_KINDS
+from cachefleet.operator.manifests.meta import GROUP, KIND, MANAGER, PLURAL, VERSION
+from cachefleet.operator.reconcile.kube import PLURALS, Kube, KubeError
+from cachefleet.operator.reconcile.locks import KeyedLocks
+from cachefleet.operator.reconcile.reconciler import Outcome, Reconciler, restore_child
+from cachefleet.operator.reconcile.redis_live import RedisLiveError
+from cachefleet.operator.reconcile.settings import OperatorSettings
+
+RESYNC_INTERVAL_S = 60.0
+CACHE_FIGURES_INTERVAL_S = 30.0
+RETRY_DELAY_S = 15.0
+MANAGED = {"app.kubernetes.io/managed-by": MANAGER}
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    # Keep kopf's bookkeeping in annotations: the status holds only the documented fields.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
+    settings.posting.level = logging.WARNING
+    memo.reconciler = Reconciler(Kube(), OperatorSettings.from_environ())
+    memo.locks = KeyedLocks()
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.update(GROUP, VERSION, PLURAL)
+@kopf.timer(
+    GROUP, VERSION, PLURAL, id="resync", interval=RESYNC_INTERVAL_S, initial_delay=RESYNC_INTERVAL_S
+)
+def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+    with memo.locks(_key(body)):
+        try:
+            outcome = memo.reconciler.reconcile(body)
+        except KubeError as error:
+            raise kopf.TemporaryError(f"Kubernetes API: {error}", delay=RETRY_DELAY_S) from None
+    _report(body, patch, outcome)
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=CACHE_FIGURES_INTERVAL_S, idle=None)
+def refresh_cache_figures(
+    body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger, **_: Any
+) -> None:
+    try:
+        figures = memo.reconciler.cache_figures(body)
+    except (RedisLiveError, KubeError) as error:
+        logger.info(f"cache figures not refreshed: {error}")
+        return
+    if figures is not None:
+        patch.status["cache"] = {**figures, "updatedAt": _now()}
+
+
+def restore(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """A child was deleted or edited: re-apply it from its owner's spec."""
+    if event["type"] not in ("DELETED", "MODIFIED"):
+        return
+    owners = [r for r in body.metadata.get("ownerReferences", []) if r.get("kind") == KIND]
+    if not owners:
+        return
+    api_version = f"{GROUP}/{VERSION}"
+    owner = memo.reconciler.kube.get(api_version, KIND, body.metadata.namespace, owners[0]["name"])
+    if owner is None or owner["metadata"].get("deletionTimestamp"):
+        return  # the owner is gone: garbage collection takes the children
+    with memo.locks(_key(owner)):
+        written = restore_child(memo.reconciler, owner, body["kind"], body.metadata.name)
+    for what in written:
+        kopf.info(owner, reason="Restored", message=f"restored {what}")
+
+
+for _api_version, _kind in CHILD_KINDS:
+    kopf.on.event(_api_version, PLURALS[_kind], labels=MANAGED)(restore)
+
+
+def _report(body: kopf.Body, patch: kopf.Patch, outcome: Outcome) -> None:
+    for key, value in outcome.status.items():
+        patch.status[key] = value
+    for event in outcome.events:
+        post = kopf.warn if event.warning else kopf.info
+        post(body, reason=event.reason, message=event.message)
+    if outcome.retry is not None:
+        raise kopf.TemporaryError(outcome.retry, delay=RETRY_DELAY_S)
+
+
+def _key(body: Any) -> str:
+    return f"{body['metadata'].get('namespace')}/{body['metadata']['name']}"
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

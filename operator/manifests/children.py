@@ -1,0 +1,61 @@
+"""Every child object of a CachedInferenceService, in the order they should be applied."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cachefleet.operator.manifests import redis, runtime
+from cachefleet.operator.manifests.meta import Owner
+from cachefleet.operator.manifests.spec import ServiceSpec
+
+# Every kind a CachedInferenceService may own: (apiVersion, kind). Pruning looks at these.
+CHILD_KINDS: tuple[tuple[str, str], ...] = (
+    ("v1", "Secret"),
+    ("v1", "ConfigMap"),
+    ("v1", "Service"),
+    ("apps/v1", "StatefulSet"),
+    ("apps/v1", "Deployment"),
+    ("policy/v1", "PodDisruptionBudget"),
+    ("networking.k8s.io/v1", "NetworkPolicy"),
+    ("autoscaling/v2", "HorizontalPodAutoscaler"),
+)
+
+
+def needs_generated_password(spec: ServiceSpec) -> bool:
+    """Whether the operator must keep a generated Redis password in a Secret of its own."""
+    auth = spec.cache.redis.auth_or_default
+    return spec.cache.managed_redis and auth.enabled and auth.password_secret_ref is None
+
+
+def build_children(
+    spec: ServiceSpec, *, owner: Owner, redis_password: str | None = None
+) -> list[dict[str, Any]]:
+    """All children; ``redis_password`` is required when :func:`needs_generated_password`."""
+    children: list[dict[str, Any]] = []
+    if spec.cache.managed_redis:
+        children += _redis_children(spec, owner, redis_password)
+    children.append(runtime.build_runtime_configmap(spec, owner=owner))
+    children.append(runtime.build_runtime_service(spec, owner=owner))
+    children.append(runtime.build_runtime_deployment(spec, owner=owner))
+    if spec.autoscaling is not None:
+        children.append(runtime.build_runtime_hpa(spec, owner=owner))
+    return children
+
+
+def _redis_children(spec: ServiceSpec, owner: Owner, password: str | None) -> list[dict[str, Any]]:
+    children: list[dict[str, Any]] = []
+    if needs_generated_password(spec):
+        if password is None:
+            raise ValueError("a generated Redis password must be passed in")
+        children.append(redis.build_redis_secret(spec, owner=owner, password=password))
+    children += [
+        redis.build_redis_configmap(spec, owner=owner),
+        redis.build_redis_headless_service(spec, owner=owner),
+        redis.build_redis_service(spec, owner=owner),
+        redis.build_redis_statefulset(spec, owner=owner),
+    ]
+    if spec.cache.redis.disruption_budget.enabled:
+        children.append(redis.build_redis_pdb(spec, owner=owner))
+    if spec.cache.redis.network_policy.enabled:
+        children.append(redis.build_redis_networkpolicy(spec, owner=owner))
+    return children

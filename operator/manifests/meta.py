@@ -1,0 +1,94 @@
+"""Names, labels, owner references and config hashes shared by every child object."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+GROUP = "cachefleet.io"
+VERSION = "v1alpha1"
+KIND = "CachedInferenceService"
+PLURAL = "cachedinferenceservices"
+MANAGER = "cachefleet-operator"
+APP_NAME = "cachefleet"
+CONFIG_HASH_ANNOTATION = "cachefleet.io/config-hash"
+REDIS_PORT = 6379
+RUNTIME_PORT = 8000
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The CachedInferenceService that owns the children; uid is None when rendering a file."""
+
+    name: str
+    namespace: str
+    uid: str | None = None
+
+    @classmethod
+    def from_body(cls, body: Any) -> Owner:
+        meta = body.get("metadata", {})
+        return cls(meta["name"], meta.get("namespace") or "default", meta.get("uid"))
+
+    def reference(self) -> dict[str, Any]:
+        assert self.uid is not None
+        return {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": KIND,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+
+def selector_labels(owner: Owner, component: str) -> dict[str, str]:
+    """The labels that select one component's pods; never change them (selectors are immutable)."""
+    return {
+        "app.kubernetes.io/name": APP_NAME,
+        "app.kubernetes.io/instance": owner.name,
+        "app.kubernetes.io/component": component,
+    }
+
+
+def labels(owner: Owner, component: str) -> dict[str, str]:
+    return {**selector_labels(owner, component), "app.kubernetes.io/managed-by": MANAGER}
+
+
+def metadata(owner: Owner, name: str, component: str) -> dict[str, Any]:
+    """Child metadata: namespace, labels and, when the owner is known, the controller reference."""
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": owner.namespace,
+        "labels": labels(owner, component),
+    }
+    if owner.uid is not None:
+        meta["ownerReferences"] = [owner.reference()]
+    return meta
+
+
+def label_selector(owner: Owner, component: str) -> str:
+    return ",".join(f"{k}={v}" for k, v in selector_labels(owner, component).items())
+
+
+def config_hash(*parts: Any) -> str:
+    """A stable digest of configuration; put in pod annotations so a change rolls the pods."""
+    canonical = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def redis_name(owner: Owner) -> str:
+    return f"{owner.name}-redis"
+
+
+def redis_auth_secret_name(owner: Owner) -> str:
+    return f"{owner.name}-redis-auth"
+
+
+def service_url(owner: Owner) -> str:
+    return f"http://{owner.name}.{owner.namespace}.svc:{RUNTIME_PORT}"
+
+
+def managed_redis_url(owner: Owner) -> str:
+    return f"redis://{redis_name(owner)}.{owner.namespace}.svc:{REDIS_PORT}/0"

@@ -1,0 +1,223 @@
+"""The managed Redis: StatefulSet, Services, ConfigMap, auth Secret, PDB and NetworkPolicy."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from cachefleet.operator.manifests import meta
+from cachefleet.operator.manifests.meta import REDIS_PORT, Owner
+from cachefleet.operator.manifests.redis_conf import render_redis_conf, restart_relevant
+from cachefleet.operator.manifests.security import container_security, pod_security
+from cachefleet.operator.manifests.spec import SecretKeyRef, ServiceSpec
+
+COMPONENT = "redis"
+REDIS_USER_ID = 999  # the redis user of the official images
+CONF_DIR = "/etc/redis"
+PASSWORD_ENV = "REDIS_PASSWORD"
+
+
+def password_ref(spec: ServiceSpec, owner: Owner) -> SecretKeyRef | None:
+    """Where the managed Redis password lives, or None when auth is off."""
+    auth = spec.cache.redis.auth_or_default
+    if not auth.enabled:
+        return None
+    return auth.password_secret_ref or SecretKeyRef(name=meta.redis_auth_secret_name(owner))
+
+
+def build_redis_configmap(spec: ServiceSpec, *, owner: Owner) -> dict[str, Any]:
+    conf = render_redis_conf(spec.cache.redis, name=owner.name)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": meta.metadata(owner, f"{meta.redis_name(owner)}-config", COMPONENT),
+        "data": {"redis.conf": conf},
+    }
+
+
+def build_redis_secret(spec: ServiceSpec, *, owner: Owner, password: str) -> dict[str, Any]:
+    """The generated-password Secret; the caller keeps an existing password across reconciles."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": meta.metadata(owner, meta.redis_auth_secret_name(owner), COMPONENT),
+        "type": "Opaque",
+        "data": {"password": base64.b64encode(password.encode()).decode()},
+    }
+
+
+def build_redis_headless_service(spec: ServiceSpec, *, owner: Owner) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": meta.metadata(owner, f"{meta.redis_name(owner)}-headless", COMPONENT),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": meta.selector_labels(owner, COMPONENT),
+            "ports": [{"name": "redis", "port": REDIS_PORT, "targetPort": "redis"}],
+        },
+    }
+
+
+def build_redis_service(spec: ServiceSpec, *, owner: Owner) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": meta.metadata(owner, meta.redis_name(owner), COMPONENT),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": meta.selector_labels(owner, COMPONENT),
+            "ports": [{"name": "redis", "port": REDIS_PORT, "targetPort": "redis"}],
+        },
+    }
+
+
+def build_redis_pdb(spec: ServiceSpec, *, owner: Owner) -> dict[str, Any]:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": meta.metadata(owner, meta.redis_name(owner), COMPONENT),
+        "spec": {
+            "minAvailable": 1,
+            "selector": {"matchLabels": meta.selector_labels(owner, COMPONENT)},
+        },
+    }
+
+
+def build_redis_networkpolicy(spec: ServiceSpec, *, owner: Owner) -> dict[str, Any]:
+    """Only this service's runtime pods and the operator's pods may open a connection to Redis."""
+    operator_namespace = spec.cache.redis.network_policy.operator_namespace
+    runtime_pods = {"podSelector": {"matchLabels": meta.selector_labels(owner, "runtime")}}
+    operator_pods = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": operator_namespace}},
+        "podSelector": {
+            "matchLabels": {
+                "app.kubernetes.io/name": meta.APP_NAME,
+                "app.kubernetes.io/component": "operator",
+            }
+        },
+    }
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": meta.metadata(owner, meta.redis_name(owner), COMPONENT),
+        "spec": {
+            "podSelector": {"matchLabels": meta.selector_labels(owner, COMPONENT)},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {
+                    "from": [runtime_pods, operator_pods],
+                    "ports": [{"protocol": "TCP", "port": REDIS_PORT}],
+                }
+            ],
+        },
+    }
+
+
+def build_redis_statefulset(spec: ServiceSpec, *, owner: Owner) -> dict[str, Any]:
+    redis = spec.cache.redis
+    persistence = redis.persistence_or_default
+    conf = render_redis_conf(redis, name=owner.name)
+    pod_labels = meta.labels(owner, COMPONENT)
+    stateful_spec: dict[str, Any] = {
+        "serviceName": f"{meta.redis_name(owner)}-headless",
+        "replicas": 1,
+        "selector": {"matchLabels": meta.selector_labels(owner, COMPONENT)},
+        "persistentVolumeClaimRetentionPolicy": {
+            "whenDeleted": "Retain" if persistence.retain_on_delete else "Delete",
+            "whenScaled": "Retain",
+        },
+        "template": {
+            "metadata": {
+                "labels": pod_labels,
+                "annotations": {
+                    # maxmemory and its policy are left out: they are applied live (CONFIG SET).
+                    meta.CONFIG_HASH_ANNOTATION: meta.config_hash(
+                        restart_relevant(conf), redis.image_or_default, persistence.mode
+                    ),
+                },
+            },
+            "spec": _redis_pod_spec(spec, owner),
+        },
+    }
+    if persistence.enabled:
+        stateful_spec["volumeClaimTemplates"] = [_claim_template(spec, owner)]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": meta.metadata(owner, meta.redis_name(owner), COMPONENT),
+        "spec": stateful_spec,
+    }
+
+
+def _redis_pod_spec(spec: ServiceSpec, owner: Owner) -> dict[str, Any]:
+    redis = spec.cache.redis
+    volumes: list[dict[str, Any]] = [
+        {"name": "config", "configMap": {"name": f"{meta.redis_name(owner)}-config"}},
+        {"name": "tmp", "emptyDir": {}},
+    ]
+    if not redis.persistence_or_default.enabled:
+        volumes.append({"name": "data", "emptyDir": {}})
+    return {
+        "securityContext": pod_security(REDIS_USER_ID),
+        "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": 30,
+        "containers": [_redis_container(spec, owner)],
+        "volumes": volumes,
+    }
+
+
+def _redis_container(spec: ServiceSpec, owner: Owner) -> dict[str, Any]:
+    redis = spec.cache.redis
+    ref = password_ref(spec, owner)
+    env: list[dict[str, Any]] = []
+    start = f"exec redis-server {CONF_DIR}/redis.conf"
+    if ref is not None:
+        secret = {"secretKeyRef": {"name": ref.name, "key": ref.key}}
+        env = [
+            {"name": PASSWORD_ENV, "valueFrom": secret},
+            {"name": "REDISCLI_AUTH", "valueFrom": secret},  # redis-cli in the probes logs in
+        ]
+        start += f' --requirepass "${PASSWORD_ENV}"'
+    return {
+        "name": "redis",
+        "image": redis.image_or_default,
+        "command": ["sh", "-c", start],
+        "env": env,
+        "ports": [{"name": "redis", "containerPort": REDIS_PORT, "protocol": "TCP"}],
+        "resources": redis.resources_or_default.as_dict(),
+        "securityContext": container_security(),
+        "readinessProbe": _probe("redis-cli ping | grep -q PONG", period_s=5),
+        # LOADING means Redis is reading its persistence files: alive, just not ready.
+        "livenessProbe": _probe("redis-cli ping | grep -qE 'PONG|LOADING'", period_s=10),
+        "volumeMounts": [
+            {"name": "config", "mountPath": CONF_DIR, "readOnly": True},
+            {"name": "data", "mountPath": "/data"},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+    }
+
+
+def _probe(script: str, *, period_s: int) -> dict[str, Any]:
+    return {
+        "exec": {"command": ["sh", "-c", script]},
+        "initialDelaySeconds": 5,
+        "periodSeconds": period_s,
+        "timeoutSeconds": 3,
+        "failureThreshold": 3,
+    }
+
+
+def _claim_template(spec: ServiceSpec, owner: Owner) -> dict[str, Any]:
+    persistence = spec.cache.redis.persistence_or_default
+    claim_spec: dict[str, Any] = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": str(persistence.size)}},
+    }
+    if persistence.storage_class_name is not None:
+        claim_spec["storageClassName"] = persistence.storage_class_name
+    return {
+        "metadata": {"name": "data", "labels": meta.labels(owner, COMPONENT)},
+        "spec": claim_spec,
+    }

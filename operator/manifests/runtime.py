@@ -1,0 +1,246 @@
+"""The runtime fleet: Deployment, Service, ConfigMap with the runtime settings, optional HPA."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cachefleet.operator.manifests import meta
+from cachefleet.operator.manifests.errors import SpecError
+from cachefleet.operator.manifests.meta import RUNTIME_PORT, Owner
+from cachefleet.operator.manifests.redis import password_ref
+from cachefleet.operator.manifests.security import container_security, pod_security
+from cachefleet.operator.manifests.spec import SecretKeyRef, ServiceSpec
+from cachefleet.runtime.config import (
+    CacheSettings,
+    ModelSettings,
+    QuantityError,
+    RedisSettings,
+    RuntimeSettings,
+    ServerSettings,
+    parse_bytes,
+    parse_duration_s,
+)
+
+COMPONENT = "runtime"
+RUNTIME_USER_ID = 1000
+CONFIG_DIR = "/etc/cachefleet"
+MODEL_DIR = "/models"
+PASSWORD_ENV = "CACHEFLEET_REDIS_PASSWORD"
+
+
+def runtime_settings(spec: ServiceSpec, *, owner: Owner) -> RuntimeSettings:
+    """The settings `cachefleet serve` reads from the ConfigMap (never a password)."""
+    cache = spec.cache
+    try:
+        cache_settings = CacheSettings(
+            mode=cache.mode,
+            local_size_bytes=parse_bytes(cache.local.size),
+            ttl_s=parse_duration_s(cache.ttl),
+        )
+    except QuantityError as error:
+        raise SpecError(f"spec.cache: {error}") from None
+    return RuntimeSettings(
+        server=ServerSettings(
+            port=RUNTIME_PORT, workers=spec.runtime.workers, log_level=spec.runtime.log_level
+        ),
+        models=ModelSettings(
+            repository=Path(MODEL_DIR),
+            cache_all_models=spec.model.cache_all_models,
+            execution_provider=spec.runtime.execution_provider,
+        ),
+        cache=cache_settings,
+        redis=RedisSettings(url=redis_url(spec, owner=owner)),
+    )
+
+
+def redis_url(spec: ServiceSpec, *, owner: Owner) -> str | None:
+    if not spec.cache.uses_redis:
+        return None
+    external = spec.cache.redis.external
+    return external.url if external is not None else meta.managed_redis_url(owner)
+
+
+def redis_password_ref(spec: ServiceSpec, *, owner: Owner) -> SecretKeyRef | None:
+    if not spec.cache.uses_redis:
+        return None
+    external = spec.cache.redis.external
+    return external.password_secret_ref if external is not None else password_ref(spec, owner)
+
+
+def build_runtime_configmap(spec: ServiceSpec, *, owner: Owner) -> dict[str, Any]:
+    document = runtime_settings(spec, owner=owner).to_document()
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": meta.metadata(owner, f"{owner.name}-config", COMPONENT),
+        "data": {"config.yaml": yaml.safe_dump(document, sort_keys=True)},
+    }
+
+
+def build_runtime_service(spec: ServiceSpec, *, owner: Owner) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": meta.metadata(owner, owner.name, COMPONENT),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": meta.selector_labels(owner, COMPONENT),
+            "ports": [{"name": "http", "port": RUNTIME_PORT, "targetPort": "http"}],
+        },
+    }
+
+
+def build_runtime_hpa(spec: ServiceSpec, *, owner: Owner) -> dict[str, Any]:
+    assert spec.autoscaling is not None
+    scaling = spec.autoscaling
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": meta.metadata(owner, owner.name, COMPONENT),
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": owner.name},
+            "minReplicas": scaling.min_replicas,
+            "maxReplicas": scaling.max_replicas,
+            "metrics": [
+                {
+                    "type": "Resource",
+                    "resource": {
+                        "name": "cpu",
+                        "target": {
+                            "type": "Utilization",
+                            "averageUtilization": scaling.target_cpu_utilization_percentage,
+                        },
+                    },
+                }
+            ],
+        },
+    }
+
+
+def build_runtime_deployment(spec: ServiceSpec, *, owner: Owner) -> dict[str, Any]:
+    configmap = build_runtime_configmap(spec, owner=owner)
+    deployment_spec: dict[str, Any] = {
+        "selector": {"matchLabels": meta.selector_labels(owner, COMPONENT)},
+        "template": {
+            "metadata": {
+                "labels": meta.labels(owner, COMPONENT),
+                "annotations": {
+                    meta.CONFIG_HASH_ANNOTATION: meta.config_hash(configmap["data"]),
+                    "prometheus.io/scrape": "true",
+                    "prometheus.io/port": str(RUNTIME_PORT),
+                    "prometheus.io/path": "/metrics",
+                },
+            },
+            "spec": _pod_spec(spec, owner),
+        },
+    }
+    if spec.autoscaling is None:  # with an HPA, the HPA owns the replica count
+        deployment_spec["replicas"] = spec.replicas
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": meta.metadata(owner, owner.name, COMPONENT),
+        "spec": deployment_spec,
+    }
+
+
+def _pod_spec(spec: ServiceSpec, owner: Owner) -> dict[str, Any]:
+    runtime = spec.runtime
+    pod: dict[str, Any] = {
+        "securityContext": pod_security(RUNTIME_USER_ID),
+        "automountServiceAccountToken": False,
+        "containers": [_server_container(spec, owner)],
+        "volumes": [
+            {"name": "config", "configMap": {"name": f"{owner.name}-config"}},
+            {"name": "tmp", "emptyDir": {}},
+            _model_volume(spec),
+        ],
+    }
+    image_source = spec.model.repository.image
+    if image_source is not None:
+        pod["initContainers"] = [
+            {
+                "name": "copy-models",
+                "image": image_source.image,
+                "imagePullPolicy": image_source.pull_policy,
+                "command": ["sh", "-c", f'cp -R "{image_source.path.rstrip("/")}/." {MODEL_DIR}/'],
+                "securityContext": container_security(),
+                "volumeMounts": [{"name": "models", "mountPath": MODEL_DIR}],
+            }
+        ]
+    if runtime.node_selector:
+        pod["nodeSelector"] = dict(runtime.node_selector)
+    if runtime.tolerations:
+        pod["tolerations"] = [dict(t) for t in runtime.tolerations]
+    if runtime.affinity:
+        pod["affinity"] = dict(runtime.affinity)
+    return pod
+
+
+def _model_volume(spec: ServiceSpec) -> dict[str, Any]:
+    pvc = spec.model.repository.pvc
+    if pvc is not None:
+        return {
+            "name": "models",
+            "persistentVolumeClaim": {"claimName": pvc.claim_name, "readOnly": True},
+        }
+    return {"name": "models", "emptyDir": {}}
+
+
+def _server_container(spec: ServiceSpec, owner: Owner) -> dict[str, Any]:
+    runtime = spec.runtime
+    resources = runtime.resources.as_dict()
+    if runtime.gpus:
+        resources.setdefault("limits", {})["nvidia.com/gpu"] = runtime.gpus
+    models_mount: dict[str, Any] = {"name": "models", "mountPath": MODEL_DIR}
+    pvc = spec.model.repository.pvc
+    if pvc is not None:
+        models_mount["readOnly"] = True
+        if pvc.sub_path:
+            models_mount["subPath"] = pvc.sub_path
+    ref = redis_password_ref(spec, owner=owner)
+    env = []
+    if ref is not None:
+        env.append(
+            {
+                "name": PASSWORD_ENV,
+                "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}},
+            }
+        )
+    return {
+        "name": "server",
+        "image": runtime.image,
+        "imagePullPolicy": runtime.image_pull_policy,
+        "command": [
+            "cachefleet",
+            "serve",
+            "--config",
+            f"{CONFIG_DIR}/config.yaml",
+            "--model-repository",
+            MODEL_DIR,
+        ],
+        "env": env,
+        "ports": [{"name": "http", "containerPort": RUNTIME_PORT, "protocol": "TCP"}],
+        "resources": resources,
+        "securityContext": container_security(),
+        "readinessProbe": _http_probe("/v2/health/ready", period_s=5, failures=3),
+        "livenessProbe": _http_probe("/v2/health/live", period_s=10, failures=6),
+        "startupProbe": _http_probe("/v2/health/live", period_s=5, failures=60),
+        "volumeMounts": [
+            {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+            {"name": "tmp", "mountPath": "/tmp"},
+            models_mount,
+        ],
+    }
+
+
+def _http_probe(path: str, *, period_s: int, failures: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": path, "port": "http"},
+        "periodSeconds": period_s,
+        "timeoutSeconds": 3,
+        "failureThreshold": failures,
+    }

@@ -1,0 +1,252 @@
+"""The CachedInferenceService spec as typed, defaulted settings.
+
+The CRD's schema does the same defaulting on the server; repeating it here means ``render`` on a
+file and the operator on a stored object see the same values. Field names follow the CRD
+(camelCase aliases).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+from cachefleet.operator.manifests.errors import SpecError
+
+PullPolicy = Literal["Always", "IfNotPresent", "Never"]
+MaxmemoryPolicy = Literal[
+    "noeviction",
+    "allkeys-lru",
+    "allkeys-lfu",
+    "allkeys-random",
+    "volatile-lru",
+    "volatile-lfu",
+    "volatile-random",
+    "volatile-ttl",
+]
+PersistenceMode = Literal["none", "rdb", "aof", "rdb+aof"]
+Quantity = str | int
+
+DEFAULT_RUNTIME_IMAGE = "ghcr.io/cachefleet/cachefleet:0.1.0"
+DEFAULT_REDIS_IMAGE = "redis:7.4-alpine"
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True
+    )
+
+
+class SecretKeyRef(_Spec):
+    """A key of a Secret in the service's namespace."""
+
+    name: str = Field(min_length=1)
+    key: str = "password"
+
+
+class PvcSource(_Spec):
+    claim_name: str = Field(min_length=1)
+    sub_path: str = ""
+
+    @model_validator(mode="after")
+    def _relative(self) -> PvcSource:
+        if self.sub_path.startswith("/") or ".." in self.sub_path.split("/"):
+            raise ValueError("model.repository.pvc.subPath must be a relative path without '..'")
+        return self
+
+
+class ImageSource(_Spec):
+    image: str = Field(min_length=1)
+    path: str = "/models"
+    pull_policy: PullPolicy = "IfNotPresent"
+
+
+class Repository(_Spec):
+    pvc: PvcSource | None = None
+    image: ImageSource | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Repository:
+        if (self.pvc is None) == (self.image is None):
+            raise ValueError("set exactly one of model.repository.pvc or model.repository.image")
+        return self
+
+
+class Model(_Spec):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    cache_all_models: bool = False
+    repository: Repository
+
+
+class Resources(_Spec):
+    requests: dict[str, Quantity] = {}
+    limits: dict[str, Quantity] = {}
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: dict(v) for k, v in (("requests", self.requests), ("limits", self.limits)) if v}
+
+
+class Runtime(_Spec):
+    image: str = DEFAULT_RUNTIME_IMAGE
+    image_pull_policy: PullPolicy = "IfNotPresent"
+    gpus: int = Field(0, ge=0)
+    execution_provider: Literal["auto", "cpu", "cuda", "tensorrt"] = "auto"
+    workers: int = Field(1, ge=1)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    resources: Resources = Resources()
+    node_selector: dict[str, str] = {}
+    tolerations: list[dict[str, Any]] = []
+    affinity: dict[str, Any] = {}
+
+
+class Persistence(_Spec):
+    mode: PersistenceMode = "none"
+    size: Quantity | None = None
+    storage_class_name: str | None = None
+    save: str = "3600 1 300 100 60 10000"
+    appendfsync: Literal["always", "everysec", "no"] = "everysec"
+    retain_on_delete: bool = False
+
+    @property
+    def enabled(self) -> bool:
+        return self.mode != "none"
+
+    @model_validator(mode="after")
+    def _size_when_on(self) -> Persistence:
+        if self.enabled and self.size is None:
+            raise ValueError(
+                "cache.redis.persistence.size is required when persistence.mode is not none"
+            )
+        return self
+
+
+class Auth(_Spec):
+    enabled: bool = True
+    password_secret_ref: SecretKeyRef | None = None
+
+
+class ExternalRedis(_Spec):
+    url: str = Field(pattern=r"^(redis|rediss|unix)://.+")
+    password_secret_ref: SecretKeyRef | None = None
+
+
+class Switch(_Spec):
+    enabled: bool = True
+
+
+class NetworkPolicySwitch(Switch):
+    operator_namespace: str = "cachefleet-system"
+
+
+DEFAULT_REDIS_RESOURCES = Resources(
+    requests={"cpu": "100m", "memory": "1Gi"}, limits={"memory": "1Gi"}
+)
+
+
+class Redis(_Spec):
+    external: ExternalRedis | None = None
+    image: str | None = None
+    resources: Resources | None = None
+    maxmemory: Quantity | None = None
+    maxmemory_policy: MaxmemoryPolicy = "allkeys-lru"
+    persistence: Persistence | None = None
+    auth: Auth | None = None
+    network_policy: NetworkPolicySwitch = NetworkPolicySwitch()
+    disruption_budget: Switch = Switch()
+
+    @model_validator(mode="after")
+    def _external_or_managed(self) -> Redis:
+        managed = ("image", "resources", "maxmemory", "persistence", "auth")
+        if self.external is not None and any(getattr(self, f) is not None for f in managed):
+            raise ValueError(
+                "cache.redis.external cannot be combined with managed-Redis settings "
+                "(image, resources, maxmemory, persistence, auth): remove them, or remove external"
+            )
+        return self
+
+    @property
+    def image_or_default(self) -> str:
+        return self.image or DEFAULT_REDIS_IMAGE
+
+    @property
+    def resources_or_default(self) -> Resources:
+        return self.resources or DEFAULT_REDIS_RESOURCES
+
+    @property
+    def persistence_or_default(self) -> Persistence:
+        return self.persistence or Persistence()
+
+    @property
+    def auth_or_default(self) -> Auth:
+        return self.auth or Auth()
+
+
+class LocalCache(_Spec):
+    size: Quantity = "256Mi"
+
+
+class Cache(_Spec):
+    mode: Literal["none", "local", "redis", "tiered"] = "tiered"
+    ttl: Quantity = "1h"
+    local: LocalCache = LocalCache()
+    redis: Redis = Redis()
+
+    @property
+    def uses_redis(self) -> bool:
+        return self.mode in ("redis", "tiered")
+
+    @property
+    def managed_redis(self) -> bool:
+        """True when the operator runs Redis itself (a Redis mode without an external URL)."""
+        return self.uses_redis and self.redis.external is None
+
+
+class Autoscaling(_Spec):
+    min_replicas: int = Field(1, ge=1)
+    max_replicas: int = Field(ge=1)
+    target_cpu_utilization_percentage: int = Field(
+        70, ge=1, le=100, alias="targetCPUUtilizationPercentage"
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Autoscaling:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError("autoscaling.minReplicas must not exceed autoscaling.maxReplicas")
+        return self
+
+
+class ServiceSpec(_Spec):
+    """The whole spec of a CachedInferenceService."""
+
+    replicas: int = Field(1, ge=0)
+    model: Model
+    runtime: Runtime = Runtime()
+    cache: Cache = Cache()
+    autoscaling: Autoscaling | None = None
+
+    @model_validator(mode="after")
+    def _cpu_request_for_autoscaling(self) -> ServiceSpec:
+        if self.autoscaling is not None and "cpu" not in self.runtime.resources.requests:
+            raise ValueError(
+                "autoscaling scales on CPU utilisation, so it needs runtime.resources.requests.cpu"
+            )
+        return self
+
+
+def parse_spec(spec: Mapping[str, Any]) -> ServiceSpec:
+    """Validate and default a spec, or raise SpecError naming every wrong field."""
+    try:
+        return ServiceSpec.model_validate(dict(spec))
+    except ValidationError as error:
+        raise SpecError(_describe(error)) from None
+
+
+def _describe(error: ValidationError) -> str:
+    problems = []
+    for item in error.errors():
+        where = ".".join(str(part) for part in item["loc"])
+        message = str(item["msg"]).removeprefix("Value error, ")
+        problems.append(f"spec.{where}: {message}" if where else message)
+    return "; ".join(problems)

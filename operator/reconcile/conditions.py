@@ -1,0 +1,79 @@
+"""kstatus-compatible conditions: Ready, Reconciling, Stalled, RedisReady and RuntimeReady.
+
+A condition keeps its lastTransitionTime while its status stays the same, so watchers see real
+transitions only.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Condition:
+    type: str
+    status: bool
+    reason: str
+    message: str
+
+    def render(self, generation: int | None, previous: Mapping[str, Any] | None) -> dict[str, Any]:
+        status = "True" if self.status else "False"
+        unchanged = previous is not None and previous.get("status") == status
+        since = previous.get("lastTransitionTime") if unchanged and previous else None
+        rendered: dict[str, Any] = {
+            "type": self.type,
+            "status": status,
+            "reason": self.reason,
+            "message": self.message,
+            "lastTransitionTime": since or _now(),
+        }
+        if generation is not None:
+            rendered["observedGeneration"] = generation
+        return rendered
+
+
+def render_conditions(
+    conditions: Iterable[Condition],
+    *,
+    generation: int | None,
+    previous: Iterable[Mapping[str, Any]] | None,
+) -> list[dict[str, Any]]:
+    by_type = {str(c.get("type")): c for c in previous or ()}
+    return [c.render(generation, by_type.get(c.type)) for c in conditions]
+
+
+def summary_conditions(
+    redis: Condition, runtime: Condition, *, problem: str | None
+) -> list[Condition]:
+    """Ready, Reconciling and Stalled from the two component conditions and a transient problem."""
+    ready = redis.status and runtime.status and problem is None
+    if ready:
+        message = "Redis and every runtime pod are ready"
+    else:
+        message = problem or "; ".join(c.message for c in (redis, runtime) if not c.status)
+    reason = "Ready" if ready else ("ReconcileFailed" if problem else "Progressing")
+    return [
+        Condition("Ready", ready, reason, message),
+        Condition("Reconciling", not ready, reason, message),
+        Condition("Stalled", False, "Reconciled", "the spec is valid"),
+        redis,
+        runtime,
+    ]
+
+
+def stalled_conditions(message: str) -> list[Condition]:
+    """A spec that cannot be reconciled until someone edits it."""
+    return [
+        Condition("Ready", False, "InvalidSpec", message),
+        Condition("Reconciling", False, "InvalidSpec", "waiting for the spec to be fixed"),
+        Condition("Stalled", True, "InvalidSpec", message),
+        Condition("RedisReady", False, "InvalidSpec", "not reconciled: the spec is invalid"),
+        Condition("RuntimeReady", False, "InvalidSpec", "not reconciled: the spec is invalid"),
+    ]
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,141 @@
+"""A small Kubernetes API adapter: get, list, server-side apply and delete of child objects.
+
+Built on the official client's ``ApiClient`` (kopf's login configures it), with the URL derived
+from ``apiVersion`` and ``kind`` so one code path serves every child kind. Client errors are
+translated to :class:`KubeError` here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import urllib3
+from kubernetes import client as k8s_client
+
+from cachefleet.operator.manifests.meta import MANAGER
+
+PLURALS: dict[str, str] = {
+    "Secret": "secrets",
+    "ConfigMap": "configmaps",
+    "Service": "services",
+    "StatefulSet": "statefulsets",
+    "Deployment": "deployments",
+    "PodDisruptionBudget": "poddisruptionbudgets",
+    "NetworkPolicy": "networkpolicies",
+    "HorizontalPodAutoscaler": "horizontalpodautoscalers",
+    "CachedInferenceService": "cachedinferenceservices",
+}
+APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
+TIMEOUT_S = 10.0
+
+
+class KubeError(Exception):
+    """A failed Kubernetes API call; ``status`` is the HTTP status (0 when none came back)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def invalid(self) -> bool:
+        return self.status == 422
+
+
+def collection_path(api_version: str, kind: str, namespace: str) -> str:
+    prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    return f"{prefix}/namespaces/{namespace}/{PLURALS[kind]}"
+
+
+def object_path(obj: Mapping[str, Any]) -> str:
+    meta = obj["metadata"]
+    return f"{collection_path(obj['apiVersion'], obj['kind'], meta['namespace'])}/{meta['name']}"
+
+
+class Kube:
+    """The calls the operator makes; one instance per process, shared by handler threads."""
+
+    def __init__(self, api_client: k8s_client.ApiClient | None = None) -> None:
+        self._client = api_client
+
+    @property
+    def _api(self) -> k8s_client.ApiClient:
+        # Made on first use: kopf's login configures the client after startup handlers ran.
+        if self._client is None:
+            self._client = k8s_client.ApiClient()
+        return self._client
+
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self._call("GET", f"{collection_path(api_version, kind, namespace)}/{name}")
+        except KubeError as error:
+            if error.not_found:
+                return None
+            raise
+
+    def list_labelled(
+        self, api_version: str, kind: str, namespace: str, labels: Mapping[str, str]
+    ) -> list[dict[str, Any]]:
+        """Objects carrying all ``labels`` (filtered here too, in case the server ignores it)."""
+        selector = ",".join(f"{k}={v}" for k, v in labels.items())
+        path = collection_path(api_version, kind, namespace)
+        items = self._call("GET", path, query=[("labelSelector", selector)]).get("items") or []
+        return [
+            item
+            for item in items
+            if labels.items() <= (item.get("metadata", {}).get("labels") or {}).items()
+        ]
+
+    def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Server-side apply with the operator's one field manager, taking over conflicts."""
+        query = [("fieldManager", MANAGER), ("force", "true")]
+        return self._call("PATCH", object_path(obj), query=query, body=dict(obj),
+                          content_type=APPLY_CONTENT_TYPE)  # fmt: skip
+
+    def delete(self, obj: Mapping[str, Any], *, orphan: bool = False) -> None:
+        """Delete; ``orphan`` keeps the dependents (pods, claims) for a replacement to adopt."""
+        body = {"propagationPolicy": "Orphan" if orphan else "Background"}
+        try:
+            self._call("DELETE", object_path(obj), body=body)
+        except KubeError as error:
+            if not error.not_found:
+                raise
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: list[tuple[str, str]] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        try:
+            request = self._api.param_serialize(
+                method, path, query_params=query or [], header_params=headers, body=body,
+                auth_settings=["BearerToken"],
+            )  # fmt: skip
+            response = self._api.call_api(*request, _request_timeout=TIMEOUT_S)
+            response.read()  # type: ignore[no-untyped-call]
+        except k8s_client.ApiException as error:
+            raise KubeError(error.status or 0, f"{method} {path}: {error.reason}") from None
+        except (OSError, urllib3.exceptions.HTTPError) as error:  # refused, reset, timed out
+            raise KubeError(0, f"{method} {path}: {error}") from None
+        data = response.data or b"{}"
+        if not 200 <= response.status < 300:
+            raise KubeError(response.status, f"{method} {path}: {_message(data)}")
+        result: dict[str, Any] = json.loads(data)
+        return result
+
+
+def _message(data: bytes) -> str:
+    try:
+        return str(json.loads(data).get("message") or data[:300].decode(errors="replace"))
+    except (ValueError, AttributeError):
+        return data[:300].decode(errors="replace")

@@ -1,0 +1,44 @@
+"""RedisReady and RuntimeReady, read from the StatefulSet's and the Deployment's status."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from cachefleet.operator.reconcile.conditions import Condition
+
+
+def redis_condition(statefulset: Mapping[str, Any] | None, *, managed: bool) -> Condition:
+    if not managed:
+        return Condition("RedisReady", True, "NotManaged", "Redis is external or not used")
+    if statefulset is None:
+        return Condition("RedisReady", False, "Missing", "the Redis StatefulSet does not exist yet")
+    status = statefulset.get("status") or {}
+    ready = int(status.get("readyReplicas") or 0)
+    if ready >= 1 and _observed(statefulset):
+        return Condition("RedisReady", True, "Ready", "Redis is ready")
+    return Condition("RedisReady", False, "Starting", "waiting for the Redis pod to become ready")
+
+
+def runtime_condition(deployment: Mapping[str, Any] | None) -> Condition:
+    if deployment is None:
+        return Condition("RuntimeReady", False, "Missing", "the Deployment does not exist yet")
+    spec = deployment.get("spec") or {}
+    status = deployment.get("status") or {}
+    wanted = int(spec.get("replicas", status.get("replicas") or 1))
+    ready = int(status.get("readyReplicas") or 0)
+    updated = int(status.get("updatedReplicas") or 0)
+    if ready >= wanted and updated >= wanted and _observed(deployment):
+        return Condition("RuntimeReady", True, "Ready", f"{ready}/{wanted} runtime pods ready")
+    return Condition("RuntimeReady", False, "Progressing", f"{ready}/{wanted} runtime pods ready")
+
+
+def replica_counts(deployment: Mapping[str, Any] | None) -> tuple[int, int]:
+    status = (deployment or {}).get("status") or {}
+    return int(status.get("replicas") or 0), int(status.get("readyReplicas") or 0)
+
+
+def _observed(obj: Mapping[str, Any]) -> bool:
+    generation = (obj.get("metadata") or {}).get("generation")
+    observed = (obj.get("status") or {}).get("observedGeneration")
+    return generation is None or observed is None or int(observed) >= int(generation)
