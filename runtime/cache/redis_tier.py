@@ -60,7 +60,7 @@ def error_kind(error: BaseException) -> ErrorKind:
         return "timeout"  # the pool stayed saturated for its whole wait
     if isinstance(error, rexc.ConnectionError | OSError):
         return "connection"
-    if isinstance(error, rexc.ResponseError) and str(error).startswith("OOM"):
+    if isinstance(error, rexc.OutOfMemoryError) or str(error).startswith("OOM"):
         return "oom"
     return "other"
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import RedisProcess
 
 from cachefleet.runtime.cache.api import CacheDirectives, CacheRequest, CacheStatus
 from cachefleet.runtime.cache.factory import build_cache
@@ -18,7 +19,6 @@ from cachefleet.runtime.cache.writebehind import WriteBehind
 from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.tensor import Tensor
-from conftest import RedisProcess
 
 DEFAULT = CacheDirectives()
 
@@ -142,7 +142,8 @@ async def test_models_without_caching_bypass_and_store_nothing(caches: Callable[
         _, status = await ask(cache, request(1, enabled=False), model)
         assert status is CacheStatus.BYPASS
     assert model.runs == 2
-    assert cache.local is not None and len(cache.local) == 0
+    assert cache.local is not None
+    assert len(cache.local) == 0
     assert metric(metrics, "cachefleet_cache_bypass_total", model="simple", version="1") == 2
 
 
