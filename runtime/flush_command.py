@@ -1,15 +1,101 @@
-"""`cachefleet flush`: remove one model's entries from the response cache."""
+"""`cachefleet flush`: remove one model's entries from the response cache.
+
+Straight from Redis (``--redis-url``, or ``CACHEFLEET_REDIS_URL`` and the other Redis flags
+of ``cachefleet serve``): the model's keys are SCANned and UNLINKed, and a flush message on
+the invalidation channel makes every running server drop its in-process copies. And/or through
+servers (``--server``, repeatable), which flush both tiers themselves.
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cachefleet.runtime.config import RedisSettings
 
 HELP = "remove one model's entries from the response cache."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    return None
+    from cachefleet.runtime.config.flags import FLAGS
+
+    parser.add_argument("--model", required=True, help="model whose entries are removed")
+    parser.add_argument(
+        "--server",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="also POST /v2/models/MODEL/cache/flush to this server, e.g. http://host:8000",
+    )
+    parser.add_argument("--config", help="YAML settings file, as for cachefleet serve")
+    for flag in FLAGS:
+        if flag.group == "redis":
+            parser.add_argument(f"--{flag.name}", help=f"{flag.help} [env {flag.env_var}]")
 
 
 def run(args: argparse.Namespace) -> int:
-    raise SystemExit("cachefleet flush: not implemented yet")
+    from cachefleet.runtime.config import SettingsError, load_settings
+
+    try:
+        settings = load_settings(args)
+    except SettingsError as error:
+        print(f"cachefleet flush: {error}", file=sys.stderr)
+        return 2
+    if settings.redis.url is None and not args.server:
+        print("cachefleet flush: give --redis-url and/or --server", file=sys.stderr)
+        return 2
+    status = 0
+    for server in args.server:
+        status |= _flush_server(server, args.model)
+    if settings.redis.url is not None:
+        status |= _flush_redis(settings.redis, args.model)
+    return status
+
+
+def _flush_server(server: str, model: str) -> int:
+    base = server if "://" in server else f"http://{server}"
+    url = f"{base.rstrip('/')}/v2/models/{urllib.parse.quote(model, safe='')}/cache/flush"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method="POST"), timeout=30) as r:
+            print(f"{base}: {r.read().decode(errors='replace')}")
+    except urllib.error.HTTPError as error:
+        detail = error.read().decode(errors="replace")
+        print(f"cachefleet flush: {base}: HTTP {error.code} {detail}", file=sys.stderr)
+        return 1
+    except OSError as error:
+        print(f"cachefleet flush: {base}: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _flush_redis(settings: RedisSettings, model: str) -> int:
+    import asyncio
+
+    from cachefleet.runtime.cache.errors import CacheTierError
+    from cachefleet.runtime.cache.invalidation import CHANNEL
+    from cachefleet.runtime.cache.redis_tier import RedisTier
+
+    # An admin command may wait longer than a request would.
+    tier = RedisTier(settings.model_copy(update={"socket_timeout_s": 10.0, "pool_size": 2}))
+
+    async def flush() -> int:
+        await tier.start()
+        try:
+            removed = await tier.flush_model(model)
+            await tier.publish(CHANNEL, model)
+            return removed
+        finally:
+            await tier.close()
+
+    try:
+        removed = asyncio.run(flush())
+    except CacheTierError as error:
+        print(f"cachefleet flush: {error.message}", file=sys.stderr)
+        return 1
+    print(f"{tier.where}: removed {removed} entries of model {model!r}; servers notified")
+    return 0

@@ -1,0 +1,131 @@
+"""Flush: one model's entries leave both tiers, on every replica, from the API or the CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import RedisProcess
+from test_cache_tiered import Model, ask, request, settings
+
+from cachefleet.runtime.cache.api import CacheStatus
+from cachefleet.runtime.cache.errors import CacheTierError
+from cachefleet.runtime.cache.factory import build_cache
+from cachefleet.runtime.cache.tiered import TieredCache
+from cachefleet.runtime.metrics import RuntimeMetrics
+
+
+async def started(mode: str, redis: RedisProcess) -> TieredCache:
+    cache = build_cache(settings(mode, redis.url), RuntimeMetrics())
+    assert isinstance(cache, TieredCache)
+    await cache.start()
+    if cache.listener is not None:
+        await asyncio.wait_for(cache.listener.subscribed.wait(), 5)
+    return cache
+
+
+async def fill(cache: TieredCache, model: str, values: range) -> None:
+    for value in values:
+        await ask(cache, request(value, model=model), Model())
+    await cache.writes.join()
+
+
+def redis_keys(redis: RedisProcess, model: str) -> list[bytes]:
+    return list(redis.client().scan_iter(match=f"cachefleet:v1:{model}:*"))
+
+
+async def eventually_miss(cache: TieredCache, value: int, model: str) -> None:
+    deadline = time.monotonic() + 5
+    assert cache.local is not None
+    while cache.local.get(cache._key(request(value, model=model))) is not None:
+        assert time.monotonic() < deadline, "the flush never reached this replica"
+        await asyncio.sleep(0.02)
+
+
+async def test_flush_removes_one_model_from_both_tiers(redis_server: RedisProcess) -> None:
+    cache = await started("tiered", redis_server)
+    try:
+        await fill(cache, "simple", range(5))
+        await fill(cache, "other", range(3))
+        removed = await cache.flush("simple")
+        assert removed == 10  # 5 local copies + 5 Redis entries
+        assert redis_keys(redis_server, "simple") == []
+        assert len(redis_keys(redis_server, "other")) == 3
+        assert (await ask(cache, request(0, model="simple"), Model()))[1] is CacheStatus.MISS
+        assert (await ask(cache, request(0, model="other"), Model()))[1] is CacheStatus.HIT_LOCAL
+    finally:
+        await cache.close()
+
+
+async def test_flush_reaches_every_replicas_local_tier(redis_server: RedisProcess) -> None:
+    first = await started("tiered", redis_server)
+    second = await started("tiered", redis_server)
+    try:
+        await fill(first, "simple", range(3))
+        for value in range(3):  # promoted into the second replica's local tier
+            assert (await ask(second, request(value), Model()))[1] is CacheStatus.HIT_REDIS
+        await first.flush("simple")
+        for value in range(3):
+            await eventually_miss(second, value, "simple")
+        assert (await ask(second, request(0), Model()))[1] is CacheStatus.MISS
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_answers_computed_before_a_flush_are_not_stored(redis_server: RedisProcess) -> None:
+    cache = await started("tiered", redis_server)
+    try:
+        slow = asyncio.ensure_future(ask(cache, request(1), Model(delay_s=0.3)))
+        await asyncio.sleep(0.1)
+        await cache.flush("simple")
+        assert (await slow)[1] is CacheStatus.MISS
+        await cache.writes.join()
+        assert (await ask(cache, request(1), Model()))[1] is CacheStatus.MISS
+    finally:
+        await cache.close()
+
+
+async def test_flush_with_redis_down_says_so(redis_server: RedisProcess) -> None:
+    cache = await started("redis", redis_server)
+    try:
+        redis_server.kill()
+        with pytest.raises(CacheTierError) as raised:
+            await cache.flush("simple")
+        assert raised.value.status_code == 503
+    finally:
+        await cache.close()
+
+
+async def test_cli_flush_empties_redis_and_notifies_servers(redis_server: RedisProcess) -> None:
+    cache = await started("tiered", redis_server)
+    try:
+        await fill(cache, "simple", range(4))
+        await fill(cache, "other", range(2))
+        command = [sys.executable, "-m", "cachefleet.cli.main", "flush", "--model", "simple",
+                   "--redis-url", redis_server.url]  # fmt: skip
+        result = await asyncio.to_thread(
+            subprocess.run, command, capture_output=True, text=True, timeout=60
+        )
+        assert result.returncode == 0, result.stderr
+        assert "removed 4 entries" in result.stdout
+        assert redis_keys(redis_server, "simple") == []
+        assert len(redis_keys(redis_server, "other")) == 2
+        await eventually_miss(cache, 0, "simple")
+    finally:
+        await cache.close()
+
+
+def test_cli_flush_needs_somewhere_to_flush() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "cachefleet.cli.main", "flush", "--model", "simple"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    assert result.returncode == 2
+    assert "--redis-url" in result.stderr
