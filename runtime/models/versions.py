@@ -9,12 +9,11 @@ from cachefleet.runtime.models.schema import ConfigMessage
 
 
 def version_folders(model_folder: Path) -> list[int]:
-    """The numeric subfolders, ascending; other folders (and files) are not versions."""
+    """The subfolders named by a plain number (``1``, ``12``), ascending; others are ignored."""
     return sorted(
         int(child.name)
         for child in model_folder.iterdir()
-        if (child.is_dir() and child.name.isdigit() and not child.name.startswith("0"))
-        or (child.is_dir() and child.name == "0")
+        if child.is_dir() and child.name.isdigit() and str(int(child.name)) == child.name
     )
 
 
