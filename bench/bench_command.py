@@ -1,15 +1,97 @@
-"""`cachefleet bench`: the benchmark harness."""
+"""`cachefleet bench`: the benchmark harness.
+
+Runs every scenario of design section 9 in one go (no cache, local, redis, tiered; ``simple``
+and ``densenet_onnx``; 100% hits, a hit-ratio sweep, 0% hits; our JSON path against KServe's
+Python server) with ``wrk`` as the load generator, and writes ``bench/results/<date>-<machine>``
+``.md`` (tables and the targets) and ``.png`` (throughput and p99 per scenario).
+"""
 
 from __future__ import annotations
 
 import argparse
+import shlex
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
 
-HELP = "the benchmark harness."
+HELP = "the benchmark harness: every cache mode side by side under wrk, written to bench/results/."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    return None
+    parser.add_argument(
+        "--quick", action="store_true",
+        help="smoke run: simple only, one sweep point, 2 s per scenario, no warm-up, no peer.",
+    )  # fmt: skip
+    parser.add_argument(
+        "--models", nargs="+", help="models to load (default: simple densenet_onnx)"
+    )
+    parser.add_argument(
+        "--caches", nargs="+", choices=("none", "local", "redis", "tiered"),
+        help="cache modes (default: all four)",
+    )  # fmt: skip
+    parser.add_argument("--sweep", nargs="*", type=float, help="hit ratios between 0 and 1")
+    parser.add_argument("--connections", type=int, default=8, help="concurrent connections (8)")
+    parser.add_argument("--duration", type=float, help="seconds per scenario (5; quick: 2)")
+    parser.add_argument("--warmup", type=float, help="unmeasured seconds first (1; quick: 0)")
+    parser.add_argument(
+        "--generator", choices=("wrk", "python"), default="wrk",
+        help="load generator: wrk (default; the Python senders if wrk is missing) or python",
+    )  # fmt: skip
+    parser.add_argument("--wrk-threads", type=int, default=2, help="wrk threads (2)")
+    parser.add_argument("--no-pin", action="store_true", help="do not pin CPUs with taskset")
+    parser.add_argument(
+        "--peer", action=argparse.BooleanOptionalAction, default=None,
+        help="compare with KServe's Python server (default: on unless --quick)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--peer-python", type=Path,
+        help="python of the KServe peer venv (default .cache/kserve-peer/bin/python)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--output", type=Path, default=Path("bench/results"), help="folder for the .md and .png"
+    )
+    parser.add_argument("--name", help="file name stem (default <date>-<machine>)")
 
 
 def run(args: argparse.Namespace) -> int:
-    raise SystemExit("cachefleet bench: not implemented yet")
+    from cachefleet.bench import chart, harness, pinning, report, scenarios, targets
+    from cachefleet.bench.errors import BenchError
+
+    quick = bool(args.quick)
+    options = harness.BenchOptions(
+        connections=args.connections,
+        duration_s=args.duration if args.duration is not None else (2.0 if quick else 5.0),
+        warmup_s=args.warmup if args.warmup is not None else (0.0 if quick else 1.0),
+        generator=args.generator,
+        wrk_threads=args.wrk_threads,
+        cpus=pinning.plan(not args.no_pin),
+        peer_python=args.peer_python,
+    )
+    plan = scenarios.build_plan(
+        models=args.models or (("simple",) if quick else scenarios.MODELS),
+        caches=args.caches or scenarios.CACHE_MODES,
+        sweep=args.sweep if args.sweep is not None else (
+            scenarios.QUICK_SWEEP if quick else scenarios.SWEEP
+        ),
+        peer=args.peer if args.peer is not None else not quick,
+    )  # fmt: skip
+    print(f"cachefleet bench: {len(plan)} scenarios, {options.duration_s:g} s each; "
+          f"{options.cpus.description}", flush=True)  # fmt: skip
+    try:
+        record = harness.run_plan(plan, options, lambda line: print(line, flush=True))
+    except BenchError as error:
+        print(f"cachefleet bench: {error.message}", file=sys.stderr)
+        return 1
+    name = args.name or f"{datetime.now(UTC):%Y-%m-%d}-{record.machine}"
+    command = "cachefleet bench " + shlex.join(sys.argv[2:] if len(sys.argv) > 1 else [])
+    markdown = report.write(record, command, args.output, name)
+    print(f"wrote {markdown}")
+    if chart.available() and record.measurements:
+        png = chart.draw(record.measurements, args.output / f"{name}.png", markdown.stem)
+        print(f"wrote {png}")
+    elif not chart.available():
+        print("matplotlib is not installed: no chart (pip install 'cachefleet[bench]')")
+    for target in targets.check(record.measurements):
+        verdict = "n/a" if target.met is None else ("met" if target.met else "MISSED")
+        print(f"  [{verdict:>6}] {target.target}: {target.measured}")
+    return 0 if not record.failures else 2

@@ -1,0 +1,181 @@
+"""Run a plan of scenarios: samples, Redis, one server per cache mode, the peer, in order.
+
+Everything started here is registered with an ExitStack, so a failure or Ctrl-C stops it all.
+A scenario that fails (a server error, a missing tool) becomes a row that says why, and the
+run goes on: a partial table with reasons beats no table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from cachefleet.bench import peer, processes, pyload, wrk
+from cachefleet.bench.errors import BenchError
+from cachefleet.bench.load import LoadResult, LoadSpec
+from cachefleet.bench.measure import Measurement, Target, measure, request_set
+from cachefleet.bench.pinning import CpuPlan
+from cachefleet.bench.scenarios import Scenario
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """How hard and how long to load, with which generator, pinned or not."""
+
+    connections: int = 8
+    duration_s: float = 5.0
+    warmup_s: float = 1.0
+    generator: str = "wrk"
+    wrk_threads: int = 2
+    cpus: CpuPlan = field(default_factory=lambda: CpuPlan(None, None))
+    peer_python: Path | None = None
+
+
+@dataclass
+class Failure:
+    scenario: Scenario
+    reason: str
+
+
+@dataclass
+class RunRecord:
+    """Everything a report needs: figures, failures and the conditions of the run."""
+
+    options: BenchOptions
+    started: datetime
+    measurements: list[Measurement] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    generator_name: str = ""
+
+    @property
+    def machine(self) -> str:
+        return f"{len(os.sched_getaffinity(0))}cpu-{platform.machine()}"
+
+
+def load_runner(options: BenchOptions) -> Callable[[LoadSpec], LoadResult]:
+    """The generator asked for; wrk unless it is missing, then the Python senders."""
+    if options.generator == "wrk" and wrk.available():
+        return lambda spec: wrk.run(spec, options.wrk_threads)
+    return pyload.run
+
+
+def run_plan(plan: list[Scenario], options: BenchOptions, log: Log) -> RunRecord:
+    record = RunRecord(options, datetime.now(UTC))
+    if options.generator == "wrk" and not wrk.available():
+        record.notes.append("wrk is not installed: the Python load generator ran instead.")
+    record.generator_name = (
+        f"wrk -t{options.wrk_threads} -c{options.connections} (infer.lua)"
+        if options.generator == "wrk" and wrk.available()
+        else f"Python http.client, {options.connections} processes"
+    )
+    with contextlib.ExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="cachefleet-bench-")))
+        repository = write_samples(workdir / "models")
+        redis_url = _redis(plan, workdir, options, stack, record, log)
+        for (server, cache), group in itertools.groupby(plan, lambda s: (s.server, s.cache)):
+            scenarios = list(group)
+            try:
+                with contextlib.ExitStack() as server_stack:
+                    target = _start_target(
+                        server, cache, repository, redis_url, workdir, options, server_stack, log
+                    )
+                    _run_scenarios(target, scenarios, options, record, log)
+            except BenchError as error:
+                log(f"  skipped: {error.message.splitlines()[0]}")
+                record.failures += [Failure(s, error.message.splitlines()[0]) for s in scenarios]
+    return record
+
+
+def write_samples(folder: Path) -> Path:
+    """The sample repository, written by ``cachefleet samples`` as a user would."""
+    command = [sys.executable, "-P", "-m", "cachefleet.cli.main", "samples", str(folder)]
+    completed = subprocess.run(command, capture_output=True, text=True, check=False)
+    if completed.returncode != 0:
+        raise BenchError(f"cachefleet samples failed:\n{completed.stderr[-2000:]}")
+    return folder
+
+
+def _redis(
+    plan: Iterable[Scenario],
+    workdir: Path,
+    options: BenchOptions,
+    stack: contextlib.ExitStack,
+    record: RunRecord,
+    log: Log,
+) -> str | None:
+    if not any(s.cache in ("redis", "tiered") for s in plan):
+        return None
+    started = processes.start_redis(workdir, options.cpus.client)
+    if started is None:
+        record.notes.append("redis-server is not installed: redis and tiered scenarios failed.")
+        return None
+    redis, url = started
+    stack.callback(redis.stop)
+    log(f"redis-server at {url}")
+    return url
+
+
+def _start_target(
+    server: str,
+    cache: str,
+    repository: Path,
+    redis_url: str | None,
+    workdir: Path,
+    options: BenchOptions,
+    stack: contextlib.ExitStack,
+    log: Log,
+) -> Target:
+    if server == "kserve":
+        process, base_url = peer.start(
+            repository, "simple", options.peer_python, workdir, options.cpus.server
+        )
+    else:
+        if cache in ("redis", "tiered") and redis_url is None:
+            raise BenchError("no Redis for this cache mode (redis-server is not installed)")
+        process, base_url = processes.start_server(
+            repository, cache, redis_url, workdir, options.cpus.server
+        )
+    stack.callback(process.stop)
+    log(f"{process.name} at {base_url}")
+    return Target(base_url, process.pid)
+
+
+def _run_scenarios(
+    target: Target,
+    scenarios: list[Scenario],
+    options: BenchOptions,
+    record: RunRecord,
+    log: Log,
+) -> None:
+    runner = load_runner(options)
+    for scenario in scenarios:
+        try:
+            requests = request_set(target.base_url, scenario)
+            result = measure(
+                target, scenario, requests, run_load=runner,
+                connections=options.connections, duration_s=options.duration_s,
+                warmup_s=options.warmup_s, client_cpus=options.cpus.client,
+            )  # fmt: skip
+        except BenchError as error:
+            reason = error.message.splitlines()[0]
+            log(f"  {scenario.label:<38} failed: {reason}")
+            record.failures.append(Failure(scenario, reason))
+            continue
+        record.measurements.append(result)
+        load = result.load
+        log(
+            f"  {scenario.label:<38} {load.throughput:9.0f} req/s  p50 {load.p50_ms:7.2f} ms"
+            f"  p99 {load.p99_ms:7.2f} ms  errors {load.errors}"
+        )

@@ -1,0 +1,50 @@
+"""What a load generator is asked to do and what it reports, whichever generator runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cachefleet.bench.bodies import RequestSet
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    """One timed load: ``connections`` keep-alive connections posting for ``duration_s``."""
+
+    base_url: str
+    requests: RequestSet
+    connections: int
+    duration_s: float
+    hit_ratio: float
+    nonce: int
+    #: CPUs the generator is pinned to (``taskset -c``), or None to let it float.
+    cpus: str | None = None
+
+    @property
+    def miss_per_10000(self) -> int:
+        """Misses per 10,000 requests, an integer so that every sender counts exactly."""
+        return round((1.0 - self.hit_ratio) * 10_000)
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """What the client saw. Latencies in milliseconds; errors are non-2xx plus socket errors."""
+
+    requests: int
+    duration_s: float
+    errors: int
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    sent_hits: int
+    sent_misses: int
+    generator: str
+
+    @property
+    def throughput(self) -> float:
+        return self.requests / self.duration_s if self.duration_s > 0 else 0.0
+
+
+def is_miss(index: int, miss_per_10000: int) -> bool:
+    """Whether request ``index`` (1-based) of a sender is a miss: exact, evenly spread."""
+    return index * miss_per_10000 // 10_000 > (index - 1) * miss_per_10000 // 10_000

@@ -1,0 +1,149 @@
+"""Measure one scenario against a running server: warm the cache, load it, read the counters."""
+
+from __future__ import annotations
+
+import http.client
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import orjson
+
+from cachefleet.bench import server_metrics
+from cachefleet.bench.bodies import RequestSet, build_request_set, inputs_from_metadata, new_nonce
+from cachefleet.bench.errors import BenchError
+from cachefleet.bench.load import LoadResult, LoadSpec
+from cachefleet.bench.processes import cpu_seconds
+from cachefleet.bench.scenarios import Scenario
+
+LoadRunner = Callable[[LoadSpec], LoadResult]
+_WANTED_HIT = {"local": "hit-local", "tiered": "hit-local", "redis": "hit-redis"}
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """A scenario's figures: the client's view plus the server's CPU and cache counters."""
+
+    scenario: Scenario
+    load: LoadResult
+    server_cpu_s: float
+    measured_hit_ratio: float | None
+    hits_by_tier: Mapping[str, float]
+    warm_status: str
+
+    @property
+    def cpu_ms_per_request(self) -> float:
+        return 1000 * self.server_cpu_s / self.load.requests if self.load.requests else 0.0
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the load goes: the server's URL and the pid whose CPU time is charged."""
+
+    base_url: str
+    pid: int
+
+
+def request_set(base_url: str, scenario: Scenario) -> RequestSet:
+    """Bodies for the scenario's model, shaped from the server's own model metadata."""
+    metadata = get_json(base_url, f"/v2/models/{scenario.model}")
+    outputs = [str(entry["name"]) for entry in metadata.get("outputs", [])]
+    return build_request_set(
+        scenario.model, inputs_from_metadata(metadata), outputs, scenario.encoding
+    )
+
+
+def measure(
+    target: Target,
+    scenario: Scenario,
+    requests: RequestSet,
+    *,
+    run_load: LoadRunner,
+    connections: int,
+    duration_s: float,
+    warmup_s: float,
+    client_cpus: str | None,
+) -> Measurement:
+    """Warm the cache with the hit set, run an unmeasured warm-up, then the measured load."""
+    warm_status = warm(target.base_url, requests, scenario) if scenario.hit_ratio > 0 else "-"
+
+    def spec(seconds: float) -> LoadSpec:
+        return LoadSpec(
+            target.base_url, requests, connections, seconds, scenario.hit_ratio, new_nonce(),
+            client_cpus,
+        )  # fmt: skip
+
+    if warmup_s > 0:
+        run_load(spec(warmup_s))
+    counters_before = server_metrics.read(target.base_url, scenario.model)
+    cpu_before = cpu_seconds(target.pid)
+    load = run_load(spec(duration_s))
+    cpu_after = cpu_seconds(target.pid)
+    counters = server_metrics.read(target.base_url, scenario.model).minus(counters_before)
+    return Measurement(
+        scenario=scenario,
+        load=load,
+        server_cpu_s=cpu_after - cpu_before,
+        measured_hit_ratio=counters.hit_ratio,
+        hits_by_tier=counters.hits_by_tier,
+        warm_status=warm_status,
+    )
+
+
+def warm(base_url: str, requests: RequestSet, scenario: Scenario, passes: int = 4) -> str:
+    """Post every hit body until the server answers them from the tier the scenario measures.
+
+    Inserts are write-behind, so a pass can come back before the previous pass's entries
+    landed; a few passes with a short pause settle it. Returns the X-Cache values last seen.
+    """
+    wanted = _WANTED_HIT.get(scenario.cache) if scenario.server == "cachefleet" else None
+    seen: set[str] = set()
+    for attempt in range(passes):
+        seen = {post(base_url, requests, body) for body in requests.hit_bodies}
+        if wanted is None or seen == {wanted}:
+            break
+        time.sleep(0.2 * (attempt + 1))
+    return ",".join(sorted(seen))
+
+
+def post(base_url: str, requests: RequestSet, body: bytes) -> str:
+    """POST one body; returns its X-Cache header (``-`` when absent). Non-2xx raises."""
+    connection = _connection(base_url)
+    try:
+        connection.request("POST", requests.path, body=body, headers=dict(requests.headers))
+        response = connection.getresponse()
+        payload = response.read()
+    except (OSError, http.client.HTTPException) as error:
+        raise BenchError(f"POST {base_url}{requests.path} failed: {error}") from None
+    finally:
+        connection.close()
+    if not 200 <= response.status < 300:
+        raise BenchError(
+            f"POST {base_url}{requests.path} answered {response.status}: {payload[:500]!r}"
+        )
+    return response.getheader("X-Cache") or "-"
+
+
+def get_json(base_url: str, path: str) -> dict[str, Any]:
+    connection = _connection(base_url)
+    try:
+        connection.request("GET", path)
+        response = connection.getresponse()
+        payload = response.read()
+    except (OSError, http.client.HTTPException) as error:
+        raise BenchError(f"GET {base_url}{path} failed: {error}") from None
+    finally:
+        connection.close()
+    if response.status != 200:
+        raise BenchError(f"GET {base_url}{path} answered {response.status}: {payload[:500]!r}")
+    document = orjson.loads(payload)
+    if not isinstance(document, dict):
+        raise BenchError(f"GET {base_url}{path} did not return a JSON object")
+    return document
+
+
+def _connection(base_url: str) -> http.client.HTTPConnection:
+    parts = urlsplit(base_url)
+    return http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80, timeout=60)

@@ -1,0 +1,191 @@
+"""The processes a benchmark starts (Redis, our server, the peer) and how they are stopped.
+
+Every process runs in its own session, so a Ctrl-C reaches only the harness, which then stops
+them in order: SIGINT (our server drains), SIGTERM, then SIGKILL. Callers register each process
+with an :class:`contextlib.ExitStack`, so errors and interrupts clean up too.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+from cachefleet.bench.errors import BenchError
+from cachefleet.bench.pinning import pinned
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    """A port free on loopback right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ManagedProcess:
+    """A child process with a log file, stopped by :meth:`stop` (idempotent)."""
+
+    def __init__(self, name: str, command: list[str], log_path: Path, env: dict[str, str]) -> None:
+        self.name = name
+        self.log_path = log_path
+        self._log: IO[bytes] = log_path.open("ab")
+        self.process = subprocess.Popen(
+            command,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def log_tail(self, characters: int = 3000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-characters:]
+        except OSError:
+            return ""
+
+    def wait_until(self, predicate: Callable[[], bool], timeout_s: float) -> None:
+        """Poll ``predicate``; raise with the log's tail if the process dies or time runs out."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise BenchError(
+                    f"{self.name} exited with {self.process.returncode}:\n{self.log_tail()}"
+                )
+            if predicate():
+                return
+            time.sleep(0.1)
+        raise BenchError(f"{self.name} not ready after {timeout_s:g}s:\n{self.log_tail()}")
+
+    def stop(self) -> None:
+        for sig, wait_s in ((signal.SIGINT, 10.0), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+            if self.process.poll() is not None:
+                break
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(wait_s)
+            except subprocess.TimeoutExpired:
+                continue
+        self._log.close()
+
+
+def http_ok(url: str) -> Callable[[], bool]:
+    """A readiness probe: ``GET url`` answers 200."""
+
+    def probe() -> bool:
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:
+                return bool(response.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    return probe
+
+
+def start_redis(workdir: Path, cpus: str | None) -> tuple[ManagedProcess, str] | None:
+    """A throwaway ``redis-server`` on a free loopback port without persistence, or None."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        return None
+    port = free_port()
+    command = [
+        binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+        "--dir", str(workdir), "--protected-mode", "yes",
+    ]  # fmt: skip
+    redis = ManagedProcess(
+        "redis-server", pinned(command, cpus), workdir / "redis.log", dict(os.environ)
+    )
+    redis.wait_until(lambda: _redis_answers(port), 15)
+    return redis, f"redis://127.0.0.1:{port}/0"
+
+
+def redis_flushall(url: str) -> None:
+    """Empty the benchmark's own Redis between scenarios (it is ours and throwaway)."""
+    host, port = url.removeprefix("redis://").split("/")[0].split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(b"FLUSHALL\r\n")
+        sock.recv(64)
+
+
+def _redis_answers(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.3) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def start_server(
+    repository: Path,
+    cache: str,
+    redis_url: str | None,
+    logdir: Path,
+    cpus: str | None,
+    extra_args: list[str] | None = None,
+) -> tuple[ManagedProcess, str]:
+    """``cachefleet serve`` with ``--cache cache`` on a free port; returns it and its base URL."""
+    port = free_port()
+    command = [
+        sys.executable, "-P", "-m", "cachefleet.cli.main", "serve", "--model-repository",
+        str(repository), "--host", "127.0.0.1", "--port", str(port), "--cache", cache,
+        "--log-level", "warning", *(extra_args or []),
+    ]  # fmt: skip
+    if redis_url and cache in ("redis", "tiered"):
+        command += ["--redis-url", redis_url]
+    server = ManagedProcess(
+        f"cachefleet serve --cache {cache}",
+        pinned(command, cpus),
+        logdir / f"server-{cache}-{port}.log",
+        dict(os.environ),
+    )
+    base_url = f"http://127.0.0.1:{port}"
+    server.wait_until(http_ok(f"{base_url}/v2/health/ready"), 180)
+    return server, base_url
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of ``pid`` and its live descendants, from ``/proc``."""
+    total = 0.0
+    for process_id in _tree(pid):
+        try:
+            fields = Path(f"/proc/{process_id}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        # After the ")" closing the command name: state is field 0, utime 11, stime 12.
+        total += (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+    return total
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (a taskset wrapper execs, so the pid is the server's)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(entry.name))
+    tree, pending = [], [pid]
+    while pending:
+        current = pending.pop()
+        tree.append(current)
+        pending.extend(children.get(current, []))
+    return tree

@@ -1,0 +1,110 @@
+"""The Markdown report of a run: conditions, targets, and one table per scenario group."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+from pathlib import Path
+
+from cachefleet.bench.harness import RunRecord
+from cachefleet.bench.measure import Measurement
+from cachefleet.bench.scenarios import GROUP_TITLES, Scenario
+from cachefleet.bench.targets import check
+
+_COLUMNS = (
+    "model", "body", "server", "cache", "hit ratio asked", "measured", "req/s",
+    "p50 ms", "p90 ms", "p99 ms", "server CPU ms/req", "errors",
+)  # fmt: skip
+
+
+def render(record: RunRecord, command: str) -> str:
+    options = record.options
+    lines = [
+        f"# cachefleet benchmark, {record.started:%Y-%m-%d %H:%M} UTC, {record.machine}",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"- Machine: {_cpu_model()}, {len(_cpus())} CPUs, Python {platform.python_version()}, "
+        f"onnxruntime {_version('onnxruntime')}",
+        f"- Load: {record.generator_name}, {options.duration_s:g} s per scenario after a "
+        f"{options.warmup_s:g} s unmeasured warm-up; hits cycle through 16 warmed inputs, "
+        "misses are unique inputs",
+        f"- CPU pinning (taskset): {options.cpus.description}",
+        "- Server CPU ms/req: utime+stime of the server process tree (/proc/PID/stat) over the "
+        "measured window, divided by the requests served",
+        "- Measured hit ratio: from the server's own cache counters (/metrics)",
+        *[f"- Note: {note}" for note in record.notes],
+        "",
+        "## Targets",
+        "",
+        "| target | measured | met |",
+        "|---|---|---|",
+    ]
+    for target in check(record.measurements):
+        met = "n/a" if target.met is None else ("yes" if target.met else "**no**")
+        lines.append(f"| {target.target} | {target.measured} | {met} |")
+    for group, title in GROUP_TITLES.items():
+        rows = [m for m in record.measurements if m.scenario.group == group]
+        if rows:
+            lines += ["", f"## {title}", "", _header(), _rule(), *(_row(m) for m in rows)]
+    if record.failures:
+        lines += ["", "## Failed scenarios", ""]
+        lines += [f"- {f.scenario.label}: {f.reason}" for f in record.failures]
+    return "\n".join(lines) + "\n"
+
+
+def write(record: RunRecord, command: str, folder: Path, name: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.md"
+    path.write_text(render(record, command))
+    return path
+
+
+def scenario_cells(scenario: Scenario) -> list[str]:
+    return [
+        scenario.model, scenario.encoding, scenario.server,
+        scenario.cache if scenario.server == "cachefleet" else "-", f"{scenario.hit_ratio:.0%}",
+    ]  # fmt: skip
+
+
+def _header() -> str:
+    return "| " + " | ".join(_COLUMNS) + " |"
+
+
+def _rule() -> str:
+    return "|" + "---|" * len(_COLUMNS)
+
+
+def _row(measurement: Measurement) -> str:
+    load = measurement.load
+    measured = measurement.measured_hit_ratio
+    cells = [
+        *scenario_cells(measurement.scenario),
+        "-" if measured is None else f"{measured:.1%}",
+        f"{load.throughput:.0f}" if load.throughput >= 100 else f"{load.throughput:.1f}",
+        f"{load.p50_ms:.2f}", f"{load.p90_ms:.2f}", f"{load.p99_ms:.2f}",
+        f"{measurement.cpu_ms_per_request:.3f}", str(load.errors),
+    ]  # fmt: skip
+    return "| " + " | ".join(cells) + " |"
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _cpus() -> set[int]:
+    return os.sched_getaffinity(0)
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"

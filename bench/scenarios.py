@@ -1,0 +1,63 @@
+"""The scenarios of one benchmark run, side by side: cache modes, models, hit ratios, the peer."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from cachefleet.bench.bodies import Encoding
+
+CACHE_MODES: tuple[str, ...] = ("none", "local", "redis", "tiered")
+MODELS: tuple[str, ...] = ("simple", "densenet_onnx")
+SWEEP: tuple[float, ...] = (0.5, 0.9, 0.99)
+QUICK_SWEEP: tuple[float, ...] = (0.9,)
+#: The model and encoding on which our no-cache path is compared with KServe's server.
+PEER_MODEL = "simple"
+
+Server = Literal["cachefleet", "kserve"]
+Group = Literal["hits", "sweep", "misses", "peer"]
+GROUP_TITLES: dict[Group, str] = {
+    "hits": "100% hits",
+    "sweep": "hit-ratio sweep",
+    "misses": "0% hits (miss-path cost)",
+    "peer": "JSON, no cache, vs KServe",
+}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One timed load against one server configuration."""
+
+    group: Group
+    model: str
+    cache: str
+    hit_ratio: float
+    encoding: Encoding = "binary"
+    server: Server = "cachefleet"
+
+    @property
+    def label(self) -> str:
+        who = "kserve" if self.server == "kserve" else self.cache
+        return f"{self.model} {self.encoding} {who} {self.hit_ratio:.0%}"
+
+
+def build_plan(
+    models: Sequence[str] = MODELS,
+    caches: Sequence[str] = CACHE_MODES,
+    sweep: Sequence[float] = SWEEP,
+    peer: bool = True,
+) -> list[Scenario]:
+    """Every scenario, ordered so that each server configuration is started once."""
+    plan: list[Scenario] = []
+    for cache in caches:
+        for model in models:
+            plan.append(Scenario("hits", model, cache, 1.0))
+            if cache != "none":
+                plan += [Scenario("sweep", model, cache, ratio) for ratio in sweep]
+            plan.append(Scenario("misses", model, cache, 0.0))
+        if cache == "none" and peer and PEER_MODEL in models:
+            plan.append(Scenario("peer", PEER_MODEL, "none", 1.0, "json"))
+    if peer and PEER_MODEL in models:
+        plan.append(Scenario("peer", PEER_MODEL, "none", 1.0, "json", "kserve"))
+    return plan

@@ -1,0 +1,59 @@
+"""The server's own view of a run: cache hits by tier and misses, from ``/metrics``.
+
+The load generator only knows what it sent; the server's counters say what the cache did, so
+the report shows the measured hit ratio next to the asked one.
+"""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+
+from prometheus_client.parser import text_string_to_metric_families
+
+
+@dataclass(frozen=True)
+class CacheCounters:
+    """Cumulative counters of one model; empty when the server exports none (yet)."""
+
+    hits_by_tier: dict[str, float] = field(default_factory=dict)
+    misses: float = 0.0
+    available: bool = False
+
+    def minus(self, before: CacheCounters) -> CacheCounters:
+        tiers = set(self.hits_by_tier) | set(before.hits_by_tier)
+        return CacheCounters(
+            {t: self.hits_by_tier.get(t, 0.0) - before.hits_by_tier.get(t, 0.0) for t in tiers},
+            self.misses - before.misses,
+            self.available and before.available,
+        )
+
+    @property
+    def hit_ratio(self) -> float | None:
+        hits = sum(self.hits_by_tier.values())
+        total = hits + self.misses
+        return hits / total if self.available and total > 0 else None
+
+
+def read(base_url: str, model: str) -> CacheCounters:
+    """Scrape ``base_url/metrics`` for ``model``'s cache counters."""
+    try:
+        with urllib.request.urlopen(f"{base_url}/metrics", timeout=5) as response:
+            text = response.read().decode()
+    except (urllib.error.URLError, OSError):
+        return CacheCounters()
+    hits: dict[str, float] = {}
+    misses = 0.0
+    found = False
+    for family in text_string_to_metric_families(text):
+        found = found or family.name in ("cachefleet_cache_hits", "cachefleet_cache_misses")
+        for sample in family.samples:
+            if sample.labels.get("model") != model:
+                continue
+            if sample.name == "cachefleet_cache_hits_total":
+                tier = sample.labels.get("tier", "?")
+                hits[tier] = hits.get(tier, 0.0) + sample.value
+            elif sample.name == "cachefleet_cache_misses_total":
+                misses += sample.value
+    return CacheCounters(hits, misses, found)

@@ -1,0 +1,121 @@
+"""The performance targets, checked against a run's figures: what we got, not what we hoped."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cachefleet.bench.measure import Measurement
+
+
+@dataclass(frozen=True)
+class TargetCheck:
+    """One target: what it asks, what was measured, and whether that meets it."""
+
+    target: str
+    measured: str
+    met: bool | None  # None: not measured in this run
+
+
+def check(measurements: Sequence[Measurement]) -> list[TargetCheck]:
+    find = _Finder(measurements)
+    checks = [_densenet_speedup(find), _redis_vs_local_p50(find)]
+    checks += _simple_hits_never_slower(find)
+    checks += _simple_miss_overhead(find)
+    checks.append(_peer(find))
+    return checks
+
+
+class _Finder:
+    def __init__(self, measurements: Sequence[Measurement]) -> None:
+        self._measurements = measurements
+
+    def __call__(
+        self,
+        model: str,
+        cache: str,
+        hit_ratio: float,
+        encoding: str = "binary",
+        server: str = "cachefleet",
+    ) -> Measurement | None:
+        for measurement in self._measurements:
+            s = measurement.scenario
+            if (s.model, s.cache, s.hit_ratio, s.encoding, s.server) == (
+                model, cache, hit_ratio, encoding, server
+            ):  # fmt: skip
+                return measurement
+        return None
+
+
+def _unmeasured(target: str) -> TargetCheck:
+    return TargetCheck(target, "not measured", None)
+
+
+def _densenet_speedup(find: _Finder) -> TargetCheck:
+    target = "densenet_onnx, 100% hits: tiered >= 20x no-cache throughput"
+    tiered, none = find("densenet_onnx", "tiered", 1.0), find("densenet_onnx", "none", 1.0)
+    if tiered is None or none is None or none.load.throughput == 0:
+        return _unmeasured(target)
+    ratio = tiered.load.throughput / none.load.throughput
+    return TargetCheck(
+        target,
+        f"{ratio:.1f}x ({tiered.load.throughput:.0f} vs {none.load.throughput:.1f} req/s)",
+        ratio >= 20,
+    )
+
+
+def _redis_vs_local_p50(find: _Finder) -> TargetCheck:
+    target = "densenet_onnx, 100% hits: Redis hit p50 within 1 ms of a local hit's"
+    redis, local = find("densenet_onnx", "redis", 1.0), find("densenet_onnx", "local", 1.0)
+    if redis is None or local is None:
+        return _unmeasured(target)
+    gap = redis.load.p50_ms - local.load.p50_ms
+    return TargetCheck(
+        target,
+        f"{gap:+.2f} ms ({redis.load.p50_ms:.2f} vs {local.load.p50_ms:.2f} ms)",
+        gap <= 1.0,
+    )
+
+
+def _simple_hits_never_slower(find: _Finder) -> list[TargetCheck]:
+    checks = []
+    none = find("simple", "none", 1.0)
+    for cache in ("local", "redis", "tiered"):
+        target = f"simple, 100% hits: {cache} not slower than no cache"
+        cached = find("simple", cache, 1.0)
+        if cached is None or none is None or none.load.throughput == 0:
+            checks.append(_unmeasured(target))
+            continue
+        ratio = cached.load.throughput / none.load.throughput
+        checks.append(TargetCheck(target, f"{ratio:.2f}x no-cache throughput", ratio >= 1.0))
+    return checks
+
+
+def _simple_miss_overhead(find: _Finder) -> list[TargetCheck]:
+    checks = []
+    none = find("simple", "none", 0.0)
+    for cache in ("local", "redis", "tiered"):
+        target = f"simple, 0% hits: {cache} miss path costs <= 10% throughput"
+        cached = find("simple", cache, 0.0)
+        if cached is None or none is None or none.load.throughput == 0:
+            checks.append(_unmeasured(target))
+            continue
+        cost = 1 - cached.load.throughput / none.load.throughput
+        checks.append(TargetCheck(target, f"{cost:+.1%} throughput cost", cost <= 0.10))
+    return checks
+
+
+def _peer(find: _Finder) -> TargetCheck:
+    target = "simple, JSON, no cache: >= 2x KServe's Python server"
+    ours, theirs = (
+        find("simple", "none", 1.0, "json"),
+        find("simple", "none", 1.0, "json", "kserve"),
+    )
+    if ours is None or theirs is None or theirs.load.throughput == 0:
+        return _unmeasured(target)
+    ratio = ours.load.throughput / theirs.load.throughput
+    return TargetCheck(
+        target,
+        f"{ratio:.2f}x ({ours.load.throughput:.0f} vs {theirs.load.throughput:.0f} req/s)",
+        ratio >= 2.0,
+    )
