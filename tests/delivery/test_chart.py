@@ -1,0 +1,215 @@
+"""The Helm chart, rendered by the real helm binary and checked against Kubernetes' own schemas."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from delivery_support import CHART, NAMESPACE, RELEASE, REPO, Helm, Manifest, find, only
+
+#: The Kubernetes version the rendered objects are validated against.
+KUBERNETES = "1.35"
+#: Kinds from CRDs that kubernetes-validate has no schema for; checked field by field below.
+CUSTOM_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor")}
+OPERATOR = f"{RELEASE}-operator"
+
+
+def operator_rules() -> list[dict[str, Any]]:
+    rules: list[dict[str, Any]] = yaml.safe_load((REPO / "operator" / "rbac.yaml").read_text())
+    return rules
+
+
+def container(objects: list[Manifest]) -> dict[str, Any]:
+    pod = only(objects, "Deployment", OPERATOR)["spec"]["template"]["spec"]
+    found: dict[str, Any] = only_item(pod["containers"])
+    return found
+
+
+def only_item(items: list[dict[str, Any]]) -> dict[str, Any]:
+    assert len(items) == 1
+    return items[0]
+
+
+@pytest.mark.parametrize("with_custom_values", [False, True], ids=["default", "custom"])
+def test_helm_lint_is_clean(helm: Helm, custom_values: Path, with_custom_values: bool) -> None:
+    args = ["lint", str(CHART), "--strict"]
+    if with_custom_values:
+        args += ["--values", str(custom_values)]
+    result = helm.run(*args)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "[WARNING]" not in result.stdout, result.stdout
+    assert "[ERROR]" not in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize("values", ["default", "custom"])
+def test_every_rendered_object_is_valid_kubernetes(
+    values: str, default_objects: list[Manifest], custom_objects: list[Manifest]
+) -> None:
+    objects = default_objects if values == "default" else custom_objects
+    checked = 0
+    for obj in objects:
+        if (obj["apiVersion"], obj["kind"]) in CUSTOM_KINDS:
+            continue  # no OpenAPI schema ships for CRD kinds; test_service_monitor checks it
+        kubernetes_validate.validate(obj, KUBERNETES, strict=True)
+        checked += 1
+    assert checked >= 5
+
+
+def test_default_install_watches_every_namespace_with_the_operator_rules(
+    default_objects: list[Manifest],
+) -> None:
+    kinds = sorted(obj["kind"] for obj in default_objects)
+    assert kinds == sorted(
+        [
+            "CustomResourceDefinition",
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Deployment",
+        ]
+    )
+    assert only(default_objects, "ClusterRole", OPERATOR)["rules"] == operator_rules()
+    binding = only(default_objects, "ClusterRoleBinding", OPERATOR)
+    assert binding["roleRef"]["name"] == OPERATOR
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": OPERATOR, "namespace": NAMESPACE}
+    ]
+    operator = container(default_objects)
+    assert operator["command"] == ["cachefleet"]
+    assert operator["args"] == [
+        "operator",
+        "--liveness=http://0.0.0.0:8080/healthz",
+        "--all-namespaces",
+    ]
+
+
+def test_watch_namespaces_get_a_role_each_and_keep_only_discovery_cluster_wide(
+    custom_objects: list[Manifest],
+) -> None:
+    roles = {obj["metadata"]["namespace"]: obj for obj in find(custom_objects, "Role")}
+    bindings = {obj["metadata"]["namespace"]: obj for obj in find(custom_objects, "RoleBinding")}
+    assert sorted(roles) == sorted(bindings) == ["team-a", "team-b"]
+    for namespace, binding in bindings.items():
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": roles[namespace]["metadata"]["name"],
+        }
+        assert binding["subjects"][0]["namespace"] == NAMESPACE
+    cluster_rules = only(custom_objects, "ClusterRole", OPERATOR)["rules"]
+    cluster_resources = {r for rule in cluster_rules for r in rule["resources"]}
+    assert cluster_resources == {"namespaces", "customresourcedefinitions"}
+    # Together the Role and the ClusterRole grant exactly operator/rbac.yaml, nothing more.
+    role_rules = roles["team-a"]["rules"]
+    assert sorted(map(repr, role_rules + cluster_rules)) == sorted(map(repr, operator_rules()))
+    assert roles["team-a"]["rules"] == roles["team-b"]["rules"]
+
+    args = container(custom_objects)["args"]
+    assert "--all-namespaces" not in args
+    assert [a for a in args if a.startswith("--namespace")] == [
+        "--namespace=team-a",
+        "--namespace=team-b",
+    ]
+    assert args[-1] == "--verbose"
+
+
+@pytest.mark.parametrize("values", ["default", "custom"])
+def test_operator_pod_is_locked_down(
+    values: str, default_objects: list[Manifest], custom_objects: list[Manifest]
+) -> None:
+    objects = default_objects if values == "default" else custom_objects
+    pod = only(objects, "Deployment", OPERATOR)["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    operator = container(objects)
+    security = operator["securityContext"]
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["capabilities"]["drop"] == ["ALL"]
+    # With a read-only root, /tmp is the one writable place.
+    assert {m["mountPath"] for m in operator["volumeMounts"]} == {"/tmp"}
+    # The kubelet probes the endpoint kopf serves.
+    probe = operator["livenessProbe"]["httpGet"]
+    port = next(p for p in operator["ports"] if p["name"] == probe["port"])
+    assert probe["path"] == "/healthz"
+    assert f"--liveness=http://0.0.0.0:{port['containerPort']}/healthz" in operator["args"]
+    assert operator["resources"]["limits"]["memory"]
+
+
+def test_custom_values_reach_the_deployment(custom_objects: list[Manifest]) -> None:
+    deployment = only(custom_objects, "Deployment", OPERATOR)
+    pod = deployment["spec"]["template"]
+    operator = container(custom_objects)
+    assert operator["image"] == (
+        "registry.example.com/ml/cachefleet-operator@sha256:"
+        "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+    )
+    assert operator["resources"] == {
+        "requests": {"cpu": "200m", "memory": "256Mi"},
+        "limits": {"cpu": "1", "memory": "512Mi"},
+    }
+    assert {"name": "TZ", "value": "UTC"} in operator["env"]
+    assert pod["metadata"]["annotations"]["example.com/team"] == "ml-platform"
+    assert pod["metadata"]["labels"]["example.com/cost-center"] == "4711"
+    assert pod["spec"]["imagePullSecrets"] == [{"name": "registry-credentials"}]
+    assert pod["spec"]["tolerations"][0]["key"] == "dedicated"
+    assert pod["spec"]["priorityClassName"] == "system-cluster-critical"
+    account = only(custom_objects, "ServiceAccount", OPERATOR)
+    assert account["metadata"]["annotations"] == {"iam.example.com/role": "cachefleet-operator"}
+
+
+def test_service_monitor_scrapes_the_runtime_services_of_the_watched_namespaces(
+    custom_objects: list[Manifest], default_objects: list[Manifest]
+) -> None:
+    assert not list(find(default_objects, "ServiceMonitor"))
+    monitor = only(custom_objects, "ServiceMonitor")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["namespace"] == NAMESPACE
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    spec = monitor["spec"]
+    assert spec["namespaceSelector"] == {"matchNames": ["team-a", "team-b"]}
+    assert spec["selector"]["matchLabels"]["app.kubernetes.io/component"] == "runtime"
+    assert spec["endpoints"] == [
+        {"port": "http", "path": "/metrics", "interval": "15s", "scrapeTimeout": "10s"}
+    ]
+
+
+def test_dashboard_config_map_is_labelled_for_the_grafana_sidecar(
+    custom_objects: list[Manifest], default_objects: list[Manifest]
+) -> None:
+    assert not [o for o in find(default_objects, "ConfigMap") if "dashboard" in str(o)]
+    config_map = only(custom_objects, "ConfigMap", f"{RELEASE}-dashboard")
+    assert config_map["metadata"]["namespace"] == "monitoring"
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert config_map["metadata"]["annotations"] == {"grafana_folder": "Inference"}
+    assert list(config_map["data"]) == ["cachefleet-cache.json"]
+
+
+@pytest.mark.parametrize(
+    ("setting", "complaint"),
+    [
+        ("imagee.tag=1", "additional properties 'imagee' not allowed"),
+        ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
+        ("watchNamespaces={Team_A}", "/watchNamespaces/0"),
+        ("resources.limits.memory=lots", "/resources/limits/memory"),
+        ("serviceMonitor.interval=often", "/serviceMonitor/interval"),
+        ("liveness.port=0", "/liveness/port"),
+    ],
+)
+def test_values_schema_rejects_wrong_values(helm: Helm, setting: str, complaint: str) -> None:
+    result = helm.run("template", RELEASE, str(CHART), "--set", setting)
+    assert result.returncode != 0
+    assert complaint in result.stderr
+
+
+def test_install_notes_tell_the_next_step(helm: Helm) -> None:
+    result = helm.run("install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--dry-run=client")
+    assert result.returncode == 0, result.stderr
+    notes = result.stdout.split("NOTES:", 1)[1]
+    assert "kubectl apply -f examples/" in notes
+    assert "kubectl get cis" in notes
+    assert f"rollout status deployment/{OPERATOR}" in notes

