@@ -38,6 +38,7 @@ ACTED_ON = frozenset(
         "default_model_filename",
         "parameters",
         "response_cache",
+        "instance_group",  # only its kind: all KIND_CPU keeps the model on the CPU
     }
 )
 

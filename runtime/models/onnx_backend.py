@@ -14,11 +14,10 @@ import numpy as np
 import onnxruntime as ort
 from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
-from cachefleet.runtime.config import ModelSettings
 from cachefleet.runtime.errors import BadRequestError, ModelExecutionError
 from cachefleet.runtime.models.errors import ModelLoadError
 from cachefleet.runtime.models.graph import GraphSignature, GraphTensor
-from cachefleet.runtime.models.providers import ProviderChoice
+from cachefleet.runtime.models.providers import ExecutionPlan
 from cachefleet.runtime.models.types import ModelConfig, TensorSpec
 from cachefleet.runtime.tensor import Tensor
 
@@ -44,21 +43,19 @@ ORT_ERRORS: tuple[type[Exception], ...] = (
 _QUIET = 3  # ONNX Runtime log severity: errors only; run failures are reported by us instead.
 
 
-def open_session(
-    path: Path, choice: ProviderChoice, settings: ModelSettings
-) -> ort.InferenceSession:
+def open_session(path: Path, plan: ExecutionPlan) -> ort.InferenceSession:
     options = ort.SessionOptions()
     options.log_severity_level = _QUIET
-    if settings.intra_op_threads:
-        options.intra_op_num_threads = settings.intra_op_threads
-    if settings.inter_op_threads:
-        options.inter_op_num_threads = settings.inter_op_threads
+    if plan.intra_op_threads:
+        options.intra_op_num_threads = plan.intra_op_threads
+    if plan.inter_op_threads:
+        options.inter_op_num_threads = plan.inter_op_threads
     try:
         return ort.InferenceSession(
             str(path),
             sess_options=options,
-            providers=list(choice.names),
-            provider_options=list(choice.options),
+            providers=list(plan.providers.names),
+            provider_options=list(plan.providers.options),
         )
     except ORT_ERRORS as error:
         raise ModelLoadError(f"{path}: onnxruntime cannot load it: {error}") from None

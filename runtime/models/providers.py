@@ -1,8 +1,11 @@
-"""Which ONNX Runtime execution providers a model runs on.
+"""Where and how a model runs: ONNX Runtime execution providers and thread counts.
 
 CUDA is used when present (``auto``), TensorRT only when asked for, by the settings or by the
-config's ``tensorrt`` GPU execution accelerator (as in Triton). A provider that is asked for but
-not installed is left out with a warning, so the same settings work on GPU and CPU-only nodes.
+config's ``tensorrt`` GPU execution accelerator (as in Triton); a config whose instance groups
+are all ``KIND_CPU`` runs on the CPU, as in Triton. A provider that is asked for but not
+installed is left out with a warning, so the same settings work on GPU and CPU-only nodes.
+Thread counts come from the settings, or from the config parameters ``intra_op_thread_count``
+and ``inter_op_thread_count`` (the names Triton's onnxruntime backend reads).
 """
 
 from __future__ import annotations
@@ -12,7 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from cachefleet.runtime.config import ModelSettings
 from cachefleet.runtime.config.settings import ExecutionProvider
+from cachefleet.runtime.models.errors import ModelLoadError
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +42,40 @@ class ProviderChoice:
 
     names: tuple[str, ...]
     options: tuple[dict[str, str], ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class ExecutionPlan:
+    """How to open a model's sessions. Thread counts of 0 leave ONNX Runtime's defaults."""
+
+    providers: ProviderChoice
+    intra_op_threads: int = 0
+    inter_op_threads: int = 0
+
+
+def plan_execution(
+    config: Mapping[str, Any], settings: ModelSettings, available: Sequence[str]
+) -> ExecutionPlan:
+    """The plan for one model from its config document (Triton's JSON form) and the settings."""
+    groups = config.get("instance_group", [])
+    cpu_only = bool(groups) and all(group.get("kind") == "KIND_CPU" for group in groups)
+    requested: ExecutionProvider = "cpu" if cpu_only else settings.execution_provider
+    return ExecutionPlan(
+        choose_providers(requested, available, tensorrt_accelerator(config)),
+        _thread_count(config, "intra_op_thread_count", settings.intra_op_threads),
+        _thread_count(config, "inter_op_thread_count", settings.inter_op_threads),
+    )
+
+
+def _thread_count(config: Mapping[str, Any], key: str, default: int) -> int:
+    text = config.get("parameters", {}).get(key, {}).get("string_value")
+    if text is None:
+        return default
+    if not text.strip().isdigit():
+        raise ModelLoadError(
+            f"model {config.get('name')!r}: parameter {key} must be a whole number, not {text!r}"
+        )
+    return int(text)
 
 
 def tensorrt_accelerator(config: Mapping[str, Any]) -> dict[str, str] | None:

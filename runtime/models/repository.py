@@ -25,7 +25,7 @@ from cachefleet.runtime.models.config import (
 from cachefleet.runtime.models.errors import ModelLoadError
 from cachefleet.runtime.models.graph import GraphSignature, check_config, derive_config
 from cachefleet.runtime.models.onnx_backend import OnnxModel, open_session, signature_of
-from cachefleet.runtime.models.providers import choose_providers, tensorrt_accelerator
+from cachefleet.runtime.models.providers import plan_execution
 from cachefleet.runtime.models.schema import ConfigMessage, new_model_config
 from cachefleet.runtime.models.types import Model, ModelConfig, ModelIndexEntry
 from cachefleet.runtime.models.versions import select_versions, version_folders
@@ -125,7 +125,11 @@ def _load_model(folder: Path, settings: ModelSettings) -> _ModelState:
         return state
     for version in missing:
         state.failed[version] = f"version folder {version}/ named by version_policy is missing"
-    trt_parameters = tensorrt_accelerator(config_document(message))
+    try:
+        plan = plan_execution(config_document(message), settings, ort.get_available_providers())
+    except ModelLoadError as error:
+        state.failed[None] = error.message
+        return state
     config: ModelConfig | None = None
     labels: Mapping[str, Sequence[str]] = {}
     for version in chosen:
@@ -133,10 +137,7 @@ def _load_model(folder: Path, settings: ModelSettings) -> _ModelState:
             model_file = folder / str(version) / message.default_model_filename
             if not model_file.is_file():
                 raise ModelLoadError(f"{model_file.name} not found in version folder {version}/")
-            choice = choose_providers(
-                settings.execution_provider, ort.get_available_providers(), trt_parameters
-            )
-            session = open_session(model_file, choice, settings)
+            session = open_session(model_file, plan)
             if config is None:
                 if not message.input and not message.output:
                     _complete_tensors(message, signature_of(session))

@@ -1,0 +1,146 @@
+"""The ONNX Runtime backend: providers, threads, tensor conversion and error translation."""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cachefleet.runtime.config import ModelSettings
+from cachefleet.runtime.errors import BadRequestError, ModelExecutionError
+from cachefleet.runtime.models.errors import ModelLoadError
+from cachefleet.runtime.models.providers import (
+    CPU,
+    CUDA,
+    TENSORRT,
+    choose_providers,
+    plan_execution,
+)
+from cachefleet.runtime.models.repository import LocalModelRepository, load_repository
+from cachefleet.runtime.tensor import Tensor
+
+GPU_HOST = [TENSORRT, CUDA, CPU]
+
+
+@pytest.fixture(scope="module")
+def repository(model_repository: Path) -> LocalModelRepository:
+    return load_repository(model_repository, ModelSettings())
+
+
+def strings(values: np.ndarray) -> Tensor:
+    array = np.vectorize(lambda value: str(value).encode(), otypes=[object])(values)
+    return Tensor.from_numpy("INPUT0", array, "BYTES")
+
+
+@pytest.mark.parametrize(
+    ("requested", "available", "expected"),
+    [
+        ("cpu", GPU_HOST, (CPU,)),
+        ("auto", GPU_HOST, (CUDA, CPU)),
+        ("auto", [CPU], (CPU,)),
+        ("cuda", GPU_HOST, (CUDA, CPU)),
+        ("tensorrt", GPU_HOST, (TENSORRT, CUDA, CPU)),
+        ("tensorrt", [CPU], (CPU,)),
+    ],
+)
+def test_provider_choice(requested: str, available: list[str], expected: tuple[str, ...]) -> None:
+    assert choose_providers(requested, available).names == expected  # type: ignore[arg-type]
+
+
+def test_config_tensorrt_accelerator_asks_for_tensorrt_with_its_options() -> None:
+    config = {
+        "optimization": {
+            "execution_accelerators": {
+                "gpu_execution_accelerator": [
+                    {"name": "tensorrt", "parameters": {"precision_mode": "FP16"}}
+                ]
+            }
+        }
+    }
+    plan = plan_execution(config, ModelSettings(), GPU_HOST)
+    assert plan.providers.names == (TENSORRT, CUDA, CPU)
+    assert plan.providers.options[0] == {"trt_fp16_enable": "True"}
+
+
+def test_cpu_instance_groups_keep_a_model_on_the_cpu() -> None:
+    config = {"instance_group": [{"kind": "KIND_CPU", "count": 2}]}
+    assert plan_execution(config, ModelSettings(), GPU_HOST).providers.names == (CPU,)
+
+
+def test_thread_counts_come_from_settings_or_config_parameters() -> None:
+    settings = ModelSettings(intra_op_threads=2, inter_op_threads=1)
+    plan = plan_execution({}, settings, [CPU])
+    assert (plan.intra_op_threads, plan.inter_op_threads) == (2, 1)
+    config = {"parameters": {"intra_op_thread_count": {"string_value": "3"}}}
+    assert plan_execution(config, settings, [CPU]).intra_op_threads == 3
+    config = {"parameters": {"intra_op_thread_count": {"string_value": "many"}}}
+    with pytest.raises(ModelLoadError, match="whole number"):
+        plan_execution(config, settings, [CPU])
+
+
+@pytest.mark.parametrize("provider", ["cuda", "tensorrt"])
+def test_gpu_settings_still_load_on_a_cpu_only_host(
+    model_repository: Path, provider: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = ModelSettings(execution_provider=provider, intra_op_threads=1)
+    with caplog.at_level(logging.INFO):
+        loaded = load_repository(model_repository, settings)
+    assert {entry.state for entry in loaded.index()} == {"READY"}
+    assert "asked for but not in this onnxruntime" in caplog.text
+    assert "READY on ['CPUExecutionProvider']" in caplog.text
+
+
+def test_concurrent_runs_get_their_own_results(repository: LocalModelRepository) -> None:
+    model = repository.get("simple")
+
+    def run(seed: int) -> None:
+        for offset in range(25):
+            a = np.full((2, 16), seed * 100 + offset, dtype=np.int32)
+            b = np.arange(32, dtype=np.int32).reshape(2, 16)
+            total, difference = model.run(
+                [Tensor.from_numpy("INPUT0", a), Tensor.from_numpy("INPUT1", b)]
+            )
+            np.testing.assert_array_equal(total.to_numpy(), a + b)
+            np.testing.assert_array_equal(difference.to_numpy(), a - b)
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(run, range(8)))
+
+
+def test_bytes_tensors_round_trip_as_bytes(repository: LocalModelRepository) -> None:
+    a = np.array([[-5, 7, 123456, 0] * 4], dtype=np.int32)
+    second = strings(a * 2)
+    inputs = [strings(a), Tensor("INPUT1", "BYTES", second.shape, second.data)]
+    total, difference = repository.get("simple_string").run(inputs)
+    assert (total.datatype, total.shape) == ("BYTES", (1, 16))
+    assert total.to_numpy().tolist() == [[str(v).encode() for v in row] for row in a * 3]
+    assert difference.to_numpy().tolist() == [[str(v).encode() for v in row] for row in -a]
+
+
+def test_model_failure_is_a_model_execution_error(repository: LocalModelRepository) -> None:
+    words = strings(np.array([["not a number"] * 16], dtype=object))
+    inputs = [words, Tensor("INPUT1", "BYTES", words.shape, words.data)]
+    with pytest.raises(ModelExecutionError, match="'simple_string' version 1 failed") as error:
+        repository.get("simple_string").run(inputs)
+    assert error.value.status_code == 500
+
+
+def test_non_utf8_bytes_are_a_bad_request(repository: LocalModelRepository) -> None:
+    raw = np.empty((1, 16), dtype=object)
+    raw[:] = [[b"\xff\xfe"] * 16]
+    tensor = Tensor.from_numpy("INPUT0", raw, "BYTES")
+    other = Tensor("INPUT1", "BYTES", tensor.shape, tensor.data)
+    with pytest.raises(BadRequestError, match="UTF-8"):
+        repository.get("simple_string").run([tensor, other])
+
+
+def test_densenet_output_has_the_config_datatype_and_shape(
+    repository: LocalModelRepository,
+) -> None:
+    image = np.random.default_rng(1).random((3, 224, 224), dtype=np.float32)
+    (scores,) = repository.get("densenet_onnx").run([Tensor.from_numpy("data_0", image)])
+    assert (scores.name, scores.datatype, scores.shape) == ("fc6_1", "FP32", (1000, 1, 1))
+    assert np.isfinite(scores.to_numpy()).all()
