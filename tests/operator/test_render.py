@@ -1,0 +1,260 @@
+"""`cachefleet render` and the builders behind it: valid objects, owned, labelled, hashed."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from crd_schema import EXAMPLES
+
+from cachefleet.operator.manifests.children import build_children
+from cachefleet.operator.manifests.errors import SpecError
+from cachefleet.operator.manifests.meta import CONFIG_HASH_ANNOTATION, Owner
+from cachefleet.operator.manifests.spec import parse_spec
+from cachefleet.runtime.config import load_settings
+
+KUBERNETES_VERSION = "1.32"
+OWNER = Owner("svc", "ml", "0b7c7a5e-1b8d-4a57-9f43-5c0f5d1e9a11")
+BASE: dict[str, Any] = {
+    "replicas": 2,
+    "model": {"name": "simple", "repository": {"pvc": {"claimName": "models", "subPath": "repo"}}},
+}
+SPECS: dict[str, dict[str, Any]] = {
+    "cpu-local": {"cache": {"mode": "local"}},
+    "gpu-tiered": {
+        "runtime": {
+            "gpus": 2,
+            "nodeSelector": {"gpu": "a100"},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+        }
+    },
+    "persistence": {
+        "cache": {
+            "redis": {
+                "persistence": {
+                    "mode": "rdb+aof",
+                    "size": "20Gi",
+                    "storageClassName": "fast",
+                    "retainOnDelete": True,
+                }
+            }
+        }
+    },
+    "external": {
+        "cache": {
+            "mode": "redis",
+            "redis": {
+                "external": {
+                    "url": "redis://shared:6379/0",
+                    "passwordSecretRef": {"name": "shared"},
+                }
+            },
+        }
+    },
+    "autoscaling": {
+        "runtime": {"resources": {"requests": {"cpu": "1"}}},
+        "autoscaling": {"minReplicas": 1, "maxReplicas": 5},
+    },
+    "image-models": {"model": {"name": "m", "repository": {"image": {"image": "models:1"}}}},
+    "no-auth": {
+        "cache": {"redis": {"auth": {"enabled": False}, "networkPolicy": {"enabled": False}}}
+    },
+}
+
+
+def render(extra: dict[str, Any], password: str | None = "s3cret") -> list[dict[str, Any]]:
+    spec = parse_spec({**copy.deepcopy(BASE), **copy.deepcopy(extra)})
+    return build_children(spec, owner=OWNER, redis_password=password)
+
+
+def by_kind(children: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    matches = [c for c in children if c["kind"] == kind and name in (None, c["metadata"]["name"])]
+    assert len(matches) == 1, [c["metadata"]["name"] for c in matches]
+    return matches[0]
+
+
+def kinds(children: list[dict[str, Any]]) -> set[str]:
+    return {c["kind"] for c in children}
+
+
+def pod_hash(children: list[dict[str, Any]], kind: str) -> str:
+    annotations = by_kind(children, kind)["spec"]["template"]["metadata"]["annotations"]
+    return str(annotations[CONFIG_HASH_ANNOTATION])
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_every_child_is_valid_owned_and_labelled(name: str) -> None:
+    for child in render(SPECS[name]):
+        kubernetes_validate.validate(child, KUBERNETES_VERSION, strict=True)
+        meta = child["metadata"]
+        assert meta["namespace"] == "ml"
+        [reference] = meta["ownerReferences"]
+        assert reference["controller"] is True
+        assert reference["uid"] == OWNER.uid
+        assert reference["kind"] == "CachedInferenceService"
+        for label in ("name", "instance", "component", "managed-by"):
+            assert f"app.kubernetes.io/{label}" in meta["labels"]
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_render_command_prints_valid_objects_for_every_example(path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "cachefleet.cli.main", "render", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    documents = [d for d in yaml.safe_load_all(result.stdout) if d]
+    assert {"Deployment", "Service", "ConfigMap"} <= kinds(documents)
+    for document in documents:
+        kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
+
+
+def test_render_command_explains_a_bad_spec(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "cachefleet.io/v1alpha1",
+                "kind": "CachedInferenceService",
+                "metadata": {"name": "bad"},
+                "spec": {"model": {"name": "m", "repository": {}}},
+            }
+        )
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "cachefleet.cli.main", "render", str(bad)],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 1
+    assert "set exactly one of model.repository.pvc or model.repository.image" in result.stderr
+    assert result.stdout == ""
+
+
+def test_local_mode_creates_no_redis_and_external_only_points_at_it() -> None:
+    assert "StatefulSet" not in kinds(render(SPECS["cpu-local"]))
+    external = render(SPECS["external"])
+    assert "StatefulSet" not in kinds(external)
+    assert "Secret" not in kinds(external)
+    container = by_kind(external, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    [env] = container["env"]
+    assert env["name"] == "CACHEFLEET_REDIS_PASSWORD"
+    assert env["valueFrom"]["secretKeyRef"] == {"name": "shared", "key": "password"}
+
+
+def test_runtime_configmap_is_loadable_settings_without_the_password(tmp_path: Path) -> None:
+    children = render({})
+    config = by_kind(children, "ConfigMap", "svc-config")["data"]["config.yaml"]
+    assert "s3cret" not in config
+    path = tmp_path / "config.yaml"
+    path.write_text(config)
+    import argparse
+
+    settings = load_settings(argparse.Namespace(config=path), environ={})
+    assert settings.cache.mode == "tiered"
+    assert settings.redis.url == "redis://svc-redis.ml.svc:6379/0"
+    assert settings.server.port == 8000
+    secret = by_kind(children, "Secret")
+    assert secret["data"]["password"] == "czNjcmV0"  # base64 of s3cret
+    assert "s3cret" not in by_kind(children, "ConfigMap", "svc-redis-config")["data"]["redis.conf"]
+
+
+def test_gpu_pods_ask_for_gpus_and_run_as_non_root_read_only() -> None:
+    pod = by_kind(render(SPECS["gpu-tiered"]), "Deployment")["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 2
+    assert pod["nodeSelector"] == {"gpu": "a100"}
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
+    assert container["command"][:2] == ["cachefleet", "serve"]
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "models")
+    assert mount["subPath"] == "repo"
+
+
+def test_image_repository_is_copied_by_an_init_container() -> None:
+    pod = by_kind(render(SPECS["image-models"]), "Deployment")["spec"]["template"]["spec"]
+    [init] = pod["initContainers"]
+    assert init["image"] == "models:1"
+    assert {"name": "models", "emptyDir": {}} in pod["volumes"]
+
+
+def test_redis_conf_carries_memory_and_persistence_settings() -> None:
+    conf = by_kind(render(SPECS["persistence"]), "ConfigMap", "svc-redis-config")["data"]
+    text = conf["redis.conf"]
+    assert "maxmemory 536870912\n" in text  # half of the 1Gi default limit, with persistence
+    assert "maxmemory-policy allkeys-lru" in text
+    assert "appendonly yes" in text
+    assert "save 3600 1 300 100 60 10000" in text
+    statefulset = by_kind(render(SPECS["persistence"]), "StatefulSet")["spec"]
+    [claim] = statefulset["volumeClaimTemplates"]
+    assert claim["spec"]["resources"]["requests"]["storage"] == "20Gi"
+    assert claim["spec"]["storageClassName"] == "fast"
+    assert statefulset["persistentVolumeClaimRetentionPolicy"]["whenDeleted"] == "Retain"
+    assert "volumeClaimTemplates" not in by_kind(render({}), "StatefulSet")["spec"]
+
+
+def test_live_settings_stay_out_of_the_redis_hash_but_persistence_does_not() -> None:
+    base = render({"cache": {"redis": {"maxmemory": "512Mi"}}})
+    resized = render({"cache": {"redis": {"maxmemory": "600Mi", "maxmemoryPolicy": "allkeys-lfu"}}})
+    persistent = render(
+        {"cache": {"redis": {"maxmemory": "512Mi", "persistence": {"mode": "aof", "size": "1Gi"}}}}
+    )
+    assert pod_hash(base, "StatefulSet") == pod_hash(resized, "StatefulSet")
+    conf = by_kind(resized, "ConfigMap", "svc-redis-config")["data"]["redis.conf"]
+    assert "maxmemory 629145600" in conf
+    assert "maxmemory-policy allkeys-lfu" in conf
+    assert pod_hash(base, "StatefulSet") != pod_hash(persistent, "StatefulSet")
+
+
+def test_a_runtime_config_change_rolls_the_runtime_pods() -> None:
+    assert pod_hash(render({}), "Deployment") != pod_hash(
+        render({"cache": {"ttl": "2h"}}), "Deployment"
+    )
+    assert pod_hash(render({}), "Deployment") == pod_hash(render({}), "Deployment")
+
+
+def test_maxmemory_defaults_to_a_share_of_the_limit_and_must_fit() -> None:
+    limits = {"resources": {"limits": {"memory": "4Gi"}}}
+    conf = by_kind(render({"cache": {"redis": limits}}), "ConfigMap", "svc-redis-config")
+    assert f"maxmemory {3 * 2**30}\n" in conf["data"]["redis.conf"]  # 75% of 4Gi
+    with pytest.raises(SpecError, match="does not fit in the Redis memory limit 4Gi"):
+        render({"cache": {"redis": {**limits, "maxmemory": "4Gi"}}})
+
+
+def test_autoscaling_adds_an_hpa_and_leaves_replicas_to_it() -> None:
+    children = render(SPECS["autoscaling"])
+    hpa = by_kind(children, "HorizontalPodAutoscaler")["spec"]
+    assert (hpa["minReplicas"], hpa["maxReplicas"]) == (1, 5)
+    assert "replicas" not in by_kind(children, "Deployment")["spec"]
+    assert by_kind(render({}), "Deployment")["spec"]["replicas"] == 2
+
+
+def test_network_policy_admits_only_runtime_and_operator_pods() -> None:
+    policy = by_kind(render({}), "NetworkPolicy")["spec"]
+    [rule] = policy["ingress"]
+    sources = rule["from"]
+    assert sources[0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "runtime"
+    assert sources[0]["podSelector"]["matchLabels"]["app.kubernetes.io/instance"] == "svc"
+    assert sources[1]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "operator"
+    assert "NetworkPolicy" not in kinds(render(SPECS["no-auth"]))
+
+
+def test_redis_probes_authenticate_and_the_container_is_locked_down() -> None:
+    pod = by_kind(render({}), "StatefulSet")["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["REDISCLI_AUTH"]["valueFrom"]["secretKeyRef"]["name"] == "svc-redis-auth"
+    assert "redis-cli ping" in container["readinessProbe"]["exec"]["command"][-1]
+    assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    no_auth = by_kind(render(SPECS["no-auth"], password=None), "StatefulSet")
+    assert no_auth["spec"]["template"]["spec"]["containers"][0]["env"] == []
