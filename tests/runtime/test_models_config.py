@@ -9,10 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 from cachefleet.runtime.config import ModelSettings
 from cachefleet.runtime.errors import ModelNotFoundError
 from cachefleet.runtime.models.repository import LocalModelRepository, load_repository
+from cachefleet.runtime.samples.onnx_build import make_model
 from cachefleet.runtime.tensor import Tensor
 
 SIMPLE_TENSORS = """
@@ -278,3 +280,28 @@ def test_repository_that_is_not_a_folder_fails_loudly(tmp_path: Path) -> None:
 
     with pytest.raises(ModelLoadError, match="not a directory"):
         load(tmp_path / "absent")
+
+
+def test_tritons_reshape_style_without_batching(tmp_path: Path) -> None:
+    """Triton's own densenet_onnx config: dims without the model's leading 1, via reshape."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["r"]),
+            helper.make_node("Unsqueeze", ["r", "axes"], ["y"]),
+        ],
+        "relu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 1])],
+        initializer=[numpy_helper.from_array(np.array([2], dtype=np.int64), "axes")],
+    )
+    (tmp_path / "relu" / "1").mkdir(parents=True)
+    (tmp_path / "relu" / "1" / "model.onnx").write_bytes(make_model(graph).SerializeToString())
+    (tmp_path / "relu" / "config.pbtxt").write_text(
+        'platform: "onnxruntime_onnx"\nmax_batch_size: 0\n'
+        'input [{ name: "x" data_type: TYPE_FP32 dims: [4] reshape: { shape: [1, 4] } }]\n'
+        'output [{ name: "y" data_type: TYPE_FP32 dims: [4] reshape: { shape: [1, 4, 1] } }]\n'
+    )
+    model = load(tmp_path).get("relu")
+    (y,) = model.run([Tensor.from_numpy("x", np.array([-1, 2, -3, 4], dtype=np.float32))])
+    assert y.shape == (4,)
+    assert y.to_numpy().tolist() == [0, 2, 0, 4]
