@@ -45,6 +45,8 @@ def create_app(settings: RuntimeSettings) -> FastAPI:
         docs_url=None,
         redoc_url=None,
         openapi_url=None,
+        # The server exports Prometheus metrics itself; skip FastAPI's per-request telemetry.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
         routes=build_routes(state),
     )
     for error_type in (CachefleetError, HTTPException, Exception):

@@ -25,7 +25,9 @@ from cachefleet.runtime.protocol.validate import (
 )
 from cachefleet.runtime.tensor import Tensor
 
-_SHARED_MEMORY = ("shared_memory_region", "shared_memory_byte_size", "shared_memory_offset")
+_SHARED_MEMORY = frozenset(
+    {"shared_memory_region", "shared_memory_byte_size", "shared_memory_offset"}
+)
 
 
 def decode_request(body: bytes, header_length: int | None, config: ModelConfig) -> InferRequest:
@@ -79,7 +81,7 @@ def _decode_inputs(items: Any, binary: memoryview, config: ModelConfig) -> tuple
             raise BadRequestError("each entry of 'inputs' must be a JSON object")
         name, datatype, shape = check_input(item, config, tensors)
         parameters = _mapping(item.get("parameters"), f"input {name!r} 'parameters'")
-        if any(key in parameters for key in _SHARED_MEMORY):
+        if parameters and not _SHARED_MEMORY.isdisjoint(parameters):
             raise BadRequestError(f"input {name!r}: shared memory is not supported over HTTP")
         size = parameters.get("binary_data_size")
         if size is None:
@@ -120,7 +122,7 @@ def _decode_output(item: Any, config: ModelConfig) -> RequestedOutput:
         raise BadRequestError("each entry of 'outputs' must be a JSON object")
     name = item.get("name")
     parameters = _mapping(item.get("parameters"), f"output {name!r} 'parameters'")
-    if any(key in parameters for key in _SHARED_MEMORY):
+    if parameters and not _SHARED_MEMORY.isdisjoint(parameters):
         raise BadRequestError(f"output {name!r}: shared memory is not supported over HTTP")
     binary = parameters.get("binary_data")
     if binary is not None and not isinstance(binary, bool):

@@ -53,29 +53,26 @@ def json_data(tensor: Tensor) -> Any:
 
 
 def _numeric_array(name: str, datatype: str, data: list[Any]) -> np.ndarray:
+    """Convert once to the target type (numpy refuses out-of-range integers), and once as
+    inferred, to refuse what the target would silently coerce (floats or strings into ints)."""
     dtype = NUMPY_DTYPES[datatype]
     try:
-        array = np.array(data)
-    except (ValueError, OverflowError):
+        array = np.array(data, dtype=dtype)
+        kind = np.array(data).dtype.kind if array.size else dtype.kind
+    except OverflowError:
         raise BadRequestError(
-            f"input {name!r}: 'data' must be a flat or evenly nested array of numbers"
+            f"input {name!r}: 'data' holds values out of range for {datatype}"
         ) from None
-    if array.size == 0:
-        return np.empty(0, dtype=dtype)
-    if array.dtype.kind not in _ACCEPTED_KINDS[dtype.kind]:
+    except (ValueError, TypeError):
         raise BadRequestError(
-            f"input {name!r}: 'data' holds {_describe_kind(array.dtype.kind)}, "
-            f"which {datatype} cannot hold"
+            f"input {name!r}: 'data' must be a flat or evenly nested array of numbers "
+            f"that {datatype} can hold"
+        ) from None
+    if kind not in _ACCEPTED_KINDS[dtype.kind]:
+        raise BadRequestError(
+            f"input {name!r}: 'data' holds {_describe_kind(kind)}, which {datatype} cannot hold"
         )
-    if dtype.kind in "iu":
-        info = np.iinfo(dtype)
-        low, high = array.min(), array.max()
-        if low < info.min or high > info.max:
-            raise BadRequestError(
-                f"input {name!r}: value {low if low < info.min else high} is out of "
-                f"range for {datatype}"
-            )
-    return array.astype(dtype, copy=False).ravel()
+    return array.ravel()
 
 
 def _flatten_strings(name: str, data: list[Any]) -> list[object]:
