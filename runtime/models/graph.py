@@ -33,8 +33,11 @@ class GraphTensor:
         return ORT_TO_KSERVE.get(self.onnx_type)
 
     @classmethod
-    def from_node_arg(cls, name: str, onnx_type: str, shape: Sequence[object]) -> GraphTensor:
-        dims = tuple(dim if isinstance(dim, int) and dim >= 0 else None for dim in shape)
+    def from_node_arg(
+        cls, name: str, onnx_type: str, shape: Sequence[object] | None
+    ) -> GraphTensor:
+        """From ONNX Runtime's NodeArg: symbolic dims are strings, unknown ones None."""
+        dims = tuple(dim if isinstance(dim, int) and dim >= 0 else None for dim in shape or ())
         return cls(name, onnx_type, dims)
 
 
@@ -49,9 +52,15 @@ class GraphSignature:
         return bool(tensors) and all(t.shape and t.shape[0] is None for t in tensors)
 
 
-def derive_config(name: str, signature: GraphSignature) -> ConfigMessage:
-    """A config for a model that has none, as Triton's auto-complete would write it."""
-    batching = signature.can_batch()
+def derive_config(
+    name: str, signature: GraphSignature, *, batching: bool | None = None
+) -> ConfigMessage:
+    """A config for a model that has none, as Triton's auto-complete would write it.
+
+    ``batching`` None lets the graph decide; True reads each first dimension as the batch.
+    """
+    if batching is None:
+        batching = signature.can_batch()
     config = new_model_config(name=name)
     config.max_batch_size = DERIVED_MAX_BATCH_SIZE if batching else 0
     for kind, tensors in (("input", signature.inputs), ("output", signature.outputs)):
@@ -101,6 +110,8 @@ def _check_tensor(config: ModelConfig, kind: str, spec: TensorSpec, tensor: Grap
         raise ModelLoadError(
             f"{where}: the config says {config_type} but the model has {tensor.onnx_type}"
         )
+    if not tensor.shape:
+        return  # a scalar, or a shape the graph does not state: ONNX Runtime checks at run time
     expected: tuple[int | None, ...] = spec.reshape if spec.reshape is not None else spec.dims
     if config.max_batch_size > 0:
         if not tensor.shape or tensor.shape[0] is not None:

@@ -23,7 +23,12 @@ from cachefleet.runtime.models.config import (
     to_model_config,
 )
 from cachefleet.runtime.models.errors import ModelLoadError
-from cachefleet.runtime.models.graph import GraphSignature, check_config, derive_config
+from cachefleet.runtime.models.graph import (
+    DERIVED_MAX_BATCH_SIZE,
+    GraphSignature,
+    check_config,
+    derive_config,
+)
 from cachefleet.runtime.models.onnx_backend import OnnxModel, open_session, signature_of
 from cachefleet.runtime.models.providers import plan_execution
 from cachefleet.runtime.models.schema import ConfigMessage, new_model_config
@@ -139,7 +144,7 @@ def _load_model(folder: Path, settings: ModelSettings) -> _ModelState:
                 raise ModelLoadError(f"{model_file.name} not found in version folder {version}/")
             session = open_session(model_file, plan)
             if config is None:
-                if not message.input and not message.output:
+                if not message.input or not message.output:
                     _complete_tensors(message, signature_of(session))
                 config = to_model_config(message)
                 labels = _read_labels(folder, config)
@@ -172,20 +177,18 @@ def _read_config(folder: Path) -> ConfigMessage:
 
 
 def _complete_tensors(message: ConfigMessage, signature: GraphSignature) -> None:
-    """Fill a config without inputs and outputs from the graph, as Triton's auto-complete does.
+    """Fill the inputs or outputs a config leaves out from the graph, as Triton's auto-complete.
 
-    A max_batch_size the config sets is kept; otherwise the graph decides (4 if it can batch).
+    A config that declares no tensors and no max_batch_size gets 4 if the graph can batch;
+    otherwise the config's max_batch_size decides how the derived dims are read.
     """
-    derived = derive_config(message.name, signature)
-    if message.max_batch_size == 0:
-        message.max_batch_size = derived.max_batch_size
-    elif not signature.can_batch():
-        raise ModelLoadError(
-            f"model {message.name!r}: max_batch_size is {message.max_batch_size} but the model "
-            "has no free batch dimension on every input and output"
-        )
-    message.input.extend(derived.input)
-    message.output.extend(derived.output)
+    if not message.input and not message.output and message.max_batch_size == 0:
+        message.max_batch_size = DERIVED_MAX_BATCH_SIZE if signature.can_batch() else 0
+    derived = derive_config(message.name, signature, batching=message.max_batch_size > 0)
+    if not message.input:
+        message.input.extend(derived.input)
+    if not message.output:
+        message.output.extend(derived.output)
 
 
 def _read_labels(folder: Path, config: ModelConfig) -> dict[str, list[str]]:

@@ -193,6 +193,14 @@ def test_missing_config_is_derived_from_the_graph(repo: RepositoryBuilder) -> No
     add_sub(repository, "derived")
 
 
+def test_config_without_outputs_gets_them_from_the_graph(repo: RepositoryBuilder) -> None:
+    inputs_only = SIMPLE_TENSORS[: SIMPLE_TENSORS.index("output [")]
+    repo.add("adder", simple_config(tensors=inputs_only))
+    config = load(repo.root).get("adder").config
+    assert config.max_batch_size == 8
+    assert [(s.name, s.dims) for s in config.outputs] == [("OUTPUT0", (16,)), ("OUTPUT1", (16,))]
+
+
 def test_derived_config_without_batch_dimension(model_repository: Path, tmp_path: Path) -> None:
     folder = tmp_path / "dense" / "1"
     folder.mkdir(parents=True)
