@@ -1,0 +1,124 @@
+"""The GitOps health checks, run against their own test cases.
+
+Argo CD's Lua check runs in Lua 5.1 (Argo CD embeds gopher-lua, a Lua 5.1), the way Argo CD's
+resource-customizations tests run it: ``obj`` set to the test object, the script's returned
+table compared with ``health_test.yaml``. Flux's ``healthCheckExprs`` run in a CEL interpreter
+on the same objects, in Flux's order, and must reach the same verdicts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import celpy
+import jsonschema
+import pytest
+import yaml
+from celpy.adapter import json_to_cel
+from celpy.evaluation import CELEvalError
+from delivery_support import REPO
+from lupa.lua51 import LuaRuntime
+
+GITOPS = REPO / "examples" / "gitops"
+CHECK = GITOPS / "argocd" / "resource_customizations" / "cachefleet.io" / "CachedInferenceService"
+CRD = REPO / "crds" / "cachedinferenceservices.cachefleet.io.yaml"
+#: Argo CD's verdicts and their kstatus counterparts, which Flux reports.
+KSTATUS = {"Healthy": "Current", "Progressing": "InProgress", "Degraded": "Failed"}
+
+Case = dict[str, Any]
+
+
+def cases() -> list[Case]:
+    tests: list[Case] = yaml.safe_load((CHECK / "health_test.yaml").read_text())["tests"]
+    return tests
+
+
+def load_object(case: Case) -> dict[str, Any]:
+    obj: dict[str, Any] = yaml.safe_load((CHECK / case["inputPath"]).read_text())
+    return obj
+
+
+def argo_health(obj: dict[str, Any]) -> dict[str, str]:
+    lua = LuaRuntime(unpack_returned_tuples=True)
+    lua.globals().obj = lua.table_from(obj, recursive=True)
+    result = lua.execute((CHECK / "health.lua").read_text())
+    return {"status": result["status"], "message": result["message"]}
+
+
+def flux_health(check: dict[str, str], obj: dict[str, Any]) -> str:
+    """kstatus verdict of Flux's CEL health check: generation first, then the expressions.
+
+    Flux cannot evaluate an expression that names a field the object lacks (no ``status`` at
+    all, before the operator first writes it): it keeps polling, which is InProgress here.
+    """
+    status = obj.get("status", {})
+    observed = status.get("observedGeneration")
+    if observed is not None and observed != obj["metadata"]["generation"]:
+        return "InProgress"
+    env = celpy.Environment()
+    activation = {key: json_to_cel(value) for key, value in obj.items()}
+    order = (("inProgress", "InProgress"), ("failed", "Failed"), ("current", "Current"))
+    for key, verdict in order:
+        if key not in check:
+            continue
+        program = env.program(env.compile(check[key]))
+        try:
+            if bool(program.evaluate(activation)):
+                return verdict
+        except CELEvalError:
+            return "InProgress"
+    return "InProgress"
+
+
+@pytest.fixture(scope="module")
+def flux_check() -> dict[str, str]:
+    documents = yaml.safe_load_all((GITOPS / "flux" / "services.yaml").read_text())
+    kustomization = next(d for d in documents if d["kind"] == "Kustomization")
+    (check,) = kustomization["spec"]["healthCheckExprs"]
+    assert (check["apiVersion"], check["kind"]) == (
+        "cachefleet.io/v1alpha1",
+        "CachedInferenceService",
+    )
+    return dict(check)
+
+
+def test_health_test_covers_every_verdict() -> None:
+    assert {case["healthStatus"]["status"] for case in cases()} == set(KSTATUS)
+
+
+@pytest.mark.parametrize("case", cases(), ids=lambda case: Path(case["inputPath"]).stem)
+def test_argo_cd_health_check_gives_the_expected_status(case: Case) -> None:
+    assert argo_health(load_object(case)) == case["healthStatus"]
+
+
+@pytest.mark.parametrize("case", cases(), ids=lambda case: Path(case["inputPath"]).stem)
+def test_flux_health_check_agrees_with_argo_cd(case: Case, flux_check: dict[str, str]) -> None:
+    assert flux_health(flux_check, load_object(case)) == KSTATUS[case["healthStatus"]["status"]]
+
+
+@pytest.fixture(scope="module")
+def crd_schema() -> tuple[str, jsonschema.protocols.Validator]:
+    """The CRD's apiVersion and a validator for its schema (the structural part; CEL aside)."""
+    crd = yaml.safe_load(CRD.read_text())
+    (version,) = crd["spec"]["versions"]
+    schema = version["schema"]["openAPIV3Schema"]
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    return f"{crd['spec']['group']}/{version['name']}", validator
+
+
+@pytest.mark.parametrize("case", cases(), ids=lambda case: Path(case["inputPath"]).stem)
+def test_test_objects_are_valid_cached_inference_services(
+    case: Case, crd_schema: tuple[str, jsonschema.protocols.Validator]
+) -> None:
+    api_version, validator = crd_schema
+    obj = load_object(case)
+    assert obj["apiVersion"] == api_version
+    validator.validate(obj)
+
+
+def test_argocd_cm_carries_the_tested_script() -> None:
+    config_map = yaml.safe_load((GITOPS / "argocd" / "argocd-cm.yaml").read_text())
+    key = "resource.customizations.health.cachefleet.io_CachedInferenceService"
+    script = config_map["data"][key]
+    assert script == (CHECK / "health.lua").read_text()
