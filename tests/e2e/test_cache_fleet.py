@@ -1,0 +1,154 @@
+"""The response cache across real servers sharing one real Redis, driven by tritonclient's own
+request encoding (sent with httpx, so the ``X-Cache`` header is visible)."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from conftest import RedisProcess, ServerProcess
+
+MakeServer = Callable[..., ServerProcess]
+
+
+def sample_request(model: str, seed: int = 0) -> dict[str, tuple[np.ndarray, str]]:
+    """Inputs for each sample model; ``seed`` varies the values (and so the key)."""
+    if model == "simple":
+        first = np.arange(16, dtype=np.int32).reshape(1, 16) + seed
+        return {"INPUT0": (first, "INT32"), "INPUT1": (np.ones_like(first), "INT32")}
+    if model == "simple_string":
+        values = np.array([str(n + seed).encode() for n in range(16)], dtype=np.object_)
+        threes = np.array([b"3"] * 16, dtype=np.object_)
+        return {
+            "INPUT0": (values.reshape(1, 16), "BYTES"),
+            "INPUT1": (threes.reshape(1, 16), "BYTES"),
+        }
+    image = np.random.default_rng(seed).random((3, 224, 224), dtype=np.float32)
+    return {"data_0": (image, "FP32")}
+
+
+def infer(
+    server: ServerProcess,
+    model: str,
+    seed: int = 0,
+    *,
+    headers: dict[str, str] | None = None,
+    parameters: dict[str, Any] | None = None,
+) -> tuple[httpx.Response, Any]:
+    """POST one request as tritonclient encodes it; returns the response and its parsed result."""
+    inputs = []
+    for name, (array, datatype) in sample_request(model, seed).items():
+        item = httpclient.InferInput(name, list(array.shape), datatype)
+        item.set_data_from_numpy(array, binary_data=True)
+        inputs.append(item)
+    body, json_size = httpclient.InferenceServerClient.generate_request_body(
+        inputs, request_id="r1", parameters=parameters
+    )
+    sent = {"Content-Type": "application/octet-stream", **(headers or {})}
+    if json_size is not None:
+        sent["Inference-Header-Content-Length"] = str(json_size)
+    response = httpx.post(
+        f"{server.base_url}/v2/models/{model}/infer", content=body, headers=sent, timeout=60
+    )
+    assert response.status_code == 200, response.text
+    length = response.headers.get("Inference-Header-Content-Length")
+    result = httpclient.InferResult.from_response_body(
+        response.content, header_length=int(length) if length else None
+    )
+    return response, result
+
+
+def x_cache(server: ServerProcess, model: str, seed: int = 0, **kwargs: Any) -> str:
+    return str(infer(server, model, seed, **kwargs)[0].headers["X-Cache"])
+
+
+def tiered(make_server: MakeServer, redis: RedisProcess, *extra: str) -> ServerProcess:
+    return make_server("--cache", "tiered", "--redis-url", redis.url, *extra)
+
+
+def test_second_replica_hits_redis_then_its_local_tier(
+    make_server: MakeServer, redis_server: RedisProcess
+) -> None:
+    first = tiered(make_server, redis_server)
+    second = tiered(make_server, redis_server)
+    assert x_cache(first, "simple", 1) == "miss"
+    assert x_cache(first, "simple", 1) == "hit-local"
+    assert x_cache(second, "simple", 1) == "hit-redis"
+    assert x_cache(second, "simple", 1) == "hit-local"
+    # A restarted server has an empty local tier but still finds the shared answer.
+    second.restart()
+    assert x_cache(second, "simple", 1) == "hit-redis"
+
+
+@pytest.mark.parametrize("model", ["simple", "simple_string", "densenet_onnx"])
+def test_cached_answers_are_byte_identical_to_computed_ones(
+    make_server: MakeServer, redis_server: RedisProcess, model: str
+) -> None:
+    first = tiered(make_server, redis_server)
+    uncached, _ = infer(first, model, 5, headers={"Cache-Control": "no-store"})
+    assert uncached.headers["X-Cache"] == "bypass"
+    miss, _ = infer(first, model, 5)
+    local, _ = infer(first, model, 5)
+    second = tiered(make_server, redis_server)
+    shared, _ = infer(second, model, 5)
+    statuses = [r.headers["X-Cache"] for r in (miss, local, shared)]
+    assert statuses == ["miss", "hit-local", "hit-redis"]
+    for response in (miss, local, shared):
+        assert response.content == uncached.content
+        assert (
+            response.headers["Inference-Header-Content-Length"]
+            == (uncached.headers["Inference-Header-Content-Length"])
+        )
+
+
+def test_client_opt_outs(make_server: MakeServer, redis_server: RedisProcess) -> None:
+    server = tiered(make_server, redis_server)
+    # no-store: neither looked up nor stored.
+    assert x_cache(server, "simple", 2, headers={"Cache-Control": "no-store"}) == "bypass"
+    assert x_cache(server, "simple", 2) == "miss"
+    # no-cache: not looked up, but stored.
+    assert x_cache(server, "simple", 3, headers={"Cache-Control": "no-cache"}) == "bypass"
+    assert x_cache(server, "simple", 3) == "hit-local"
+    assert x_cache(server, "simple", 3, headers={"Cache-Control": "no-cache"}) == "bypass"
+    # "cache": false in the request parameters: a bypass, and the key ignores the parameter.
+    assert x_cache(server, "simple", 4, parameters={"cache": False}) == "bypass"
+    assert x_cache(server, "simple", 4) == "miss"
+    assert x_cache(server, "simple", 4, parameters={"cache": False}) == "bypass"
+
+
+def test_flush_endpoint_clears_every_replica(
+    make_server: MakeServer, redis_server: RedisProcess
+) -> None:
+    first = tiered(make_server, redis_server)
+    second = tiered(make_server, redis_server)
+    for seed in range(3):
+        assert x_cache(first, "simple", seed) == "miss"
+        assert x_cache(second, "simple", seed) == "hit-redis"
+    x_cache(first, "simple_string", 0)
+    request = urllib.request.Request(
+        f"{first.base_url}/v2/models/simple/cache/flush", method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert json.load(response) == {"model": "simple", "removed": 6}
+    assert redis_server.client().keys("cachefleet:v1:simple:*") == []
+    assert len(redis_server.client().keys("cachefleet:v1:simple_string:*")) == 1
+    assert x_cache(first, "simple", 0) == "miss"
+    assert x_cache(second, "simple", 1) == "miss"  # its local copy went with the broadcast
+    assert x_cache(first, "simple_string", 0) == "hit-local"
+
+
+def test_cache_metrics_are_exported(make_server: MakeServer, redis_server: RedisProcess) -> None:
+    server = tiered(make_server, redis_server)
+    x_cache(server, "simple", 0)
+    x_cache(server, "simple", 0)
+    text = httpx.get(f"{server.base_url}/metrics").text
+    assert 'cachefleet_cache_hits_total{model="simple",tier="local",version="1"} 1.0' in text
+    assert 'cachefleet_cache_misses_total{model="simple",version="1"} 1.0' in text
+    assert 'nv_cache_num_hits_per_model{model="simple",version="1"} 1.0' in text
+    assert "cachefleet_redis_circuit_open 0.0" in text
