@@ -140,6 +140,16 @@ def test_operator_pod_is_locked_down(
     assert operator["resources"]["limits"]["memory"]
 
 
+@pytest.mark.parametrize("values", ["default", "custom"])
+def test_operator_pods_carry_the_labels_the_redis_network_policy_admits(
+    values: str, default_objects: list[Manifest], custom_objects: list[Manifest]
+) -> None:
+    objects = default_objects if values == "default" else custom_objects
+    labels = only(objects, "Deployment", OPERATOR)["spec"]["template"]["metadata"]["labels"]
+    assert labels["app.kubernetes.io/name"] == "cachefleet"
+    assert labels["app.kubernetes.io/component"] == "operator"
+
+
 def test_custom_values_reach_the_deployment(custom_objects: list[Manifest]) -> None:
     deployment = only(custom_objects, "Deployment", OPERATOR)
     pod = deployment["spec"]["template"]
@@ -210,6 +220,7 @@ def test_install_notes_tell_the_next_step(helm: Helm) -> None:
     result = helm.run("install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--dry-run=client")
     assert result.returncode == 0, result.stderr
     notes = result.stdout.split("NOTES:", 1)[1]
-    assert "kubectl apply -f examples/" in notes
+    assert "kubectl apply -f examples/simple-cpu.yaml" in notes
+    assert (REPO / "examples" / "simple-cpu.yaml").is_file()
     assert "kubectl get cis" in notes
     assert f"rollout status deployment/{OPERATOR}" in notes

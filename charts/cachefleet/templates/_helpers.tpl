@@ -29,9 +29,14 @@ contains it. Object names add a suffix ("-operator"), so this leaves room for it
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* Labels that select the operator's pods; they never change after install. */}}
+{{/*
+Labels that select the operator's pods; they never change after install. name and component are
+fixed, whatever nameOverride says: the NetworkPolicy the operator puts in front of each managed
+Redis admits pods labelled app.kubernetes.io/name=cachefleet, app.kubernetes.io/component=operator
+from the operator's namespace.
+*/}}
 {{- define "cachefleet.selectorLabels" -}}
-app.kubernetes.io/name: {{ include "cachefleet.name" . }}
+app.kubernetes.io/name: cachefleet
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: operator
 {{- end }}
