@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from delivery_support import HERE, Helm, Manifest, require_tool
+
+from delivery.support import HERE, Helm, Manifest, require_tool
 
 
 @pytest.fixture(scope="session")

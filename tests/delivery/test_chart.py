@@ -8,7 +8,8 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-from delivery_support import CHART, NAMESPACE, RELEASE, REPO, Helm, Manifest, find, only
+
+from delivery.support import CHART, NAMESPACE, RELEASE, REPO, Helm, Manifest, find, only
 
 #: The Kubernetes version the rendered objects are validated against.
 KUBERNETES = "1.35"

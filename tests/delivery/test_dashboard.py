@@ -7,9 +7,9 @@ import re
 from typing import Any
 
 import pytest
-from delivery_support import RELEASE, Manifest, only
 
 from cachefleet.runtime.metrics import RuntimeMetrics
+from delivery.support import RELEASE, Manifest, only
 
 #: What the dashboard must show (design: hit ratio per tier, lookup latency, circuit breaker,
 #: local bytes, insert drops), as the series names Prometheus stores.

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from delivery_support import REPO, require_tool
 from dockerfile_parse import DockerfileParser
+
+from delivery.support import REPO, require_tool
 
 #: Packages that would mean a compiler or build chain in an image.
 BUILD_TOOLS = re.compile(r"\b(build-essential|gcc|g\+\+|make|cmake|python3-dev|git)\b")

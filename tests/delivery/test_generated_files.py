@@ -7,7 +7,8 @@ import subprocess
 import sys
 
 import kubernetes_validate
-from delivery_support import CHART, NAMESPACE, REPO, TOOLS, Helm, load_all
+
+from delivery.support import CHART, NAMESPACE, REPO, TOOLS, Helm, load_all
 
 
 def run_script(*args: str) -> subprocess.CompletedProcess[str]:

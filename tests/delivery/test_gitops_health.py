@@ -17,8 +17,9 @@ import pytest
 import yaml
 from celpy.adapter import json_to_cel
 from celpy.evaluation import CELEvalError
-from delivery_support import REPO
 from lupa.lua51 import LuaRuntime
+
+from delivery.support import REPO
 
 GITOPS = REPO / "examples" / "gitops"
 CHECK = GITOPS / "argocd" / "resource_customizations" / "cachefleet.io" / "CachedInferenceService"

@@ -1,0 +1,1 @@
+"""Delivery checks: chart, generated manifests, Dockerfile, GitOps health checks, docs."""
