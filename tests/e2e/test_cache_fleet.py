@@ -10,7 +10,6 @@ from typing import Any
 
 import httpx
 import numpy as np
-import pytest
 import tritonclient.http as httpclient
 from conftest import RedisProcess, ServerProcess
 
@@ -86,25 +85,25 @@ def test_second_replica_hits_redis_then_its_local_tier(
     assert x_cache(second, "simple", 1) == "hit-redis"
 
 
-@pytest.mark.parametrize("model", ["simple", "simple_string", "densenet_onnx"])
 def test_cached_answers_are_byte_identical_to_computed_ones(
-    make_server: MakeServer, redis_server: RedisProcess, model: str
+    make_server: MakeServer, redis_server: RedisProcess
 ) -> None:
     first = tiered(make_server, redis_server)
-    uncached, _ = infer(first, model, 5, headers={"Cache-Control": "no-store"})
-    assert uncached.headers["X-Cache"] == "bypass"
-    miss, _ = infer(first, model, 5)
-    local, _ = infer(first, model, 5)
     second = tiered(make_server, redis_server)
-    shared, _ = infer(second, model, 5)
-    statuses = [r.headers["X-Cache"] for r in (miss, local, shared)]
-    assert statuses == ["miss", "hit-local", "hit-redis"]
-    for response in (miss, local, shared):
-        assert response.content == uncached.content
-        assert (
-            response.headers["Inference-Header-Content-Length"]
-            == (uncached.headers["Inference-Header-Content-Length"])
-        )
+    for model in ("simple", "simple_string", "densenet_onnx"):
+        uncached, _ = infer(first, model, 5, headers={"Cache-Control": "no-store"})
+        assert uncached.headers["X-Cache"] == "bypass"
+        miss, _ = infer(first, model, 5)
+        local, _ = infer(first, model, 5)
+        shared, _ = infer(second, model, 5)
+        statuses = [r.headers["X-Cache"] for r in (miss, local, shared)]
+        assert statuses == ["miss", "hit-local", "hit-redis"], model
+        for response in (miss, local, shared):
+            assert response.content == uncached.content, model
+            assert (
+                response.headers["Inference-Header-Content-Length"]
+                == (uncached.headers["Inference-Header-Content-Length"])
+            )
 
 
 def test_client_opt_outs(make_server: MakeServer, redis_server: RedisProcess) -> None:
