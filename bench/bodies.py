@@ -4,8 +4,9 @@ Hits must reuse a small set of inputs the server has already cached; misses must
 not within a run, not across load-generator threads and not across runs against the same Redis.
 So every miss body is the template with three 32-bit numbers written into the first input's
 data: a per-run nonce, the sender's id and the sender's own counter. Each number lies in
-[1e9, 2**31): ten decimal digits in JSON, and, read as FP32 bits, a finite float, so the bytes
-stay valid for every model. The same template serves the wrk Lua script and the Python senders.
+[1e9, 0x7F800000): ten decimal digits in JSON, a positive INT32, and, read as FP32 bits, a
+finite float (0x7F800000 is +inf), so the bytes stay valid for every model. The same template
+serves the wrk Lua script and the Python senders.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ SlotFormat = Literal["i32le", "dec"]
 
 #: The smallest value a miss slot holds; see the module docstring.
 SLOT_BASE = 1_000_000_000
-SLOT_LIMIT = 2**31
+#: FP32 +inf; everything below it (and at or above SLOT_BASE) is a finite positive float.
+SLOT_LIMIT = 0x7F800000
 _SLOTS = 3
 _SENTINEL = 1_111_111_111
 _DTYPES = {"INT32": np.dtype("<i4"), "FP32": np.dtype("<f4")}

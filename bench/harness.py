@@ -82,6 +82,7 @@ def run_plan(plan: list[Scenario], options: BenchOptions, log: Log) -> RunRecord
     )
     with contextlib.ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="cachefleet-bench-")))
+        log(f"working folder {workdir} (removed at the end)")
         repository = write_samples(workdir / "models")
         redis_url = _redis(plan, workdir, options, stack, record, log)
         for (server, cache), group in itertools.groupby(plan, lambda s: (s.server, s.cache)):
@@ -145,7 +146,7 @@ def _start_target(
         if cache in ("redis", "tiered") and redis_url is None:
             raise BenchError("no Redis for this cache mode (redis-server is not installed)")
         process, base_url = processes.start_server(
-            repository, cache, redis_url, workdir, options.cpus.server
+            repository, cache, redis_url, workdir, options.cpus.server, options.cpus.server_args
         )
     stack.callback(process.stop)
     log(f"{process.name} at {base_url}")

@@ -24,7 +24,15 @@ class CpuPlan:
     def description(self) -> str:
         if self.server is None:
             return "unpinned (taskset missing or fewer than 2 CPUs)"
-        return f"server on CPU {self.server}; load generator and Redis on CPU {self.client}"
+        return (
+            f"server on CPU {self.server} (ONNX Runtime with 1 intra-op thread); "
+            f"load generator and Redis on CPU {self.client}"
+        )
+
+    @property
+    def server_args(self) -> list[str]:
+        """One ONNX Runtime thread for a server pinned to one CPU: more would only contend."""
+        return ["--intra-op-threads", "1"] if self.server is not None else []
 
 
 def plan(enabled: bool = True) -> CpuPlan:

@@ -48,7 +48,8 @@ def run(spec: LoadSpec, threads: int = 2) -> LoadResult:
         script = resources.files("cachefleet.bench").joinpath("infer.lua")
         with resources.as_file(script) as script_path:
             command = [
-                "wrk", f"-t{threads}", f"-c{spec.connections}", f"-d{spec.duration_s:g}s",
+                "wrk", f"-t{threads}", f"-c{spec.connections}",
+                f"-d{whole_seconds(spec.duration_s)}s",
                 "--timeout", "30s", "-s", str(script_path), spec.base_url,
                 "--", folder, str(spec.miss_per_10000), str(spec.nonce),
             ]  # fmt: skip
@@ -62,11 +63,19 @@ def run(spec: LoadSpec, threads: int = 2) -> LoadResult:
     return parse_output(completed.stdout, completed.stderr, completed.returncode)
 
 
+def whole_seconds(duration_s: float) -> int:
+    """wrk takes whole seconds only: round, and run at least one."""
+    return max(1, round(duration_s))
+
+
 def parse_output(stdout: str, stderr: str, returncode: int) -> LoadResult:
     """The result line of ``infer.lua``'s ``done``, as a :class:`LoadResult`."""
     line = next((ln for ln in stdout.splitlines() if ln.startswith(_RESULT_PREFIX)), None)
     if returncode != 0 or line is None:
-        raise BenchError(f"wrk failed (exit {returncode}):\n{stdout[-2000:]}\n{stderr[-2000:]}")
+        last = (stderr.strip() or stdout.strip() or "no output").splitlines()[-1]
+        raise BenchError(
+            f"wrk failed (exit {returncode}): {last}\n{stdout[-2000:]}\n{stderr[-2000:]}"
+        )
     data = orjson.loads(line[len(_RESULT_PREFIX) :])
     latency = data["latency_us"]
     return LoadResult(

@@ -1,0 +1,75 @@
+"""`cachefleet demo` end to end, and its promise to stop every process it started."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+DEMO = [sys.executable, "-P", "-m", "cachefleet.cli.main", "demo"]
+
+
+def _working_folder(output: str) -> str:
+    match = re.search(r"working folder (\S+)", output)
+    assert match, output
+    return match.group(1)
+
+
+def _processes_using(folder: str) -> list[str]:
+    """Command lines of live processes that mention ``folder`` (servers and Redis do)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if folder in command:
+            found.append(command)
+    return found
+
+
+def test_demo_prints_no_cache_and_cache_figures_and_cleans_up(tmp_path: Path) -> None:
+    command = [*DEMO, "--duration", "1", "--models", "simple", "--output", str(tmp_path)]
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
+    output = completed.stdout + completed.stderr
+    assert completed.returncode == 0, output
+
+    rows = [line.split() for line in completed.stdout.splitlines() if line.startswith("simple ")]
+    assert [row[1] for row in rows] == ["none", "tiered"]
+    assert rows[0][-1] == "1.0x"
+    assert (tmp_path / "demo.md").exists()
+    assert _processes_using(_working_folder(output)) == []
+
+
+def test_demo_stops_everything_it_started_on_ctrl_c(tmp_path: Path) -> None:
+    process = subprocess.Popen(
+        [*DEMO, "--duration", "30", "--models", "simple", "--output", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert process.stdout is not None
+    seen = []
+    deadline = time.monotonic() + 120
+    for line in process.stdout:
+        seen.append(line)
+        if "cachefleet serve" in line or time.monotonic() > deadline:
+            break
+    folder = _working_folder("".join(seen))
+    assert _processes_using(folder), "the demo should be running a server now"
+
+    os.kill(process.pid, signal.SIGINT)
+    rest, _ = process.communicate(timeout=60)
+    assert process.returncode == 130, "".join(seen) + rest
+    assert "interrupted" in rest
+    assert _processes_using(folder) == []
