@@ -18,7 +18,7 @@ class Clock:
 
 
 def make() -> tuple[CircuitBreaker, Clock, list[BreakerState]]:
-    clock, changes = Clock(), []
+    clock, changes = Clock(), list[BreakerState]()
     breaker = CircuitBreaker("redis", 3, 1.0, on_change=changes.append, clock=clock)
     return breaker, clock, changes
 
@@ -42,10 +42,10 @@ def test_one_probe_after_reset_then_closes_on_success() -> None:
         breaker.record_failure("x")
     clock.now += 1.0
     assert breaker.allow()  # the probe
-    assert breaker.state is BreakerState.HALF_OPEN
+    assert changes == [BreakerState.OPEN, BreakerState.HALF_OPEN]
     assert not breaker.allow()  # nobody else while it is out
     breaker.record_success()
-    assert breaker.state is BreakerState.CLOSED
+    assert breaker.allow()
     assert changes == [BreakerState.OPEN, BreakerState.HALF_OPEN, BreakerState.CLOSED]
 
 
