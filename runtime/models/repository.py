@@ -30,7 +30,7 @@ from cachefleet.runtime.models.graph import (
     derive_config,
 )
 from cachefleet.runtime.models.onnx_backend import OnnxModel, open_session, signature_of
-from cachefleet.runtime.models.providers import plan_execution
+from cachefleet.runtime.models.providers import ExecutionPlan, plan_execution
 from cachefleet.runtime.models.schema import ConfigMessage, new_model_config
 from cachefleet.runtime.models.types import Model, ModelConfig, ModelIndexEntry
 from cachefleet.runtime.models.versions import select_versions, version_folders
@@ -125,39 +125,52 @@ def _load_model(folder: Path, settings: ModelSettings) -> _ModelState:
     try:
         message = _read_config(folder)
         chosen, missing = select_versions(message, version_folders(folder))
+        plan = plan_execution(config_document(message), settings, ort.get_available_providers())
     except ModelLoadError as error:
         state.failed[None] = error.message
         return state
     for version in missing:
         state.failed[version] = f"version folder {version}/ named by version_policy is missing"
-    try:
-        plan = plan_execution(config_document(message), settings, ort.get_available_providers())
-    except ModelLoadError as error:
-        state.failed[None] = error.message
-        return state
-    config: ModelConfig | None = None
-    labels: Mapping[str, Sequence[str]] = {}
+    loader = _VersionLoader(folder, message, plan)
     for version in chosen:
         try:
-            model_file = folder / str(version) / message.default_model_filename
-            if not model_file.is_file():
-                raise ModelLoadError(f"{model_file.name} not found in version folder {version}/")
-            session = open_session(model_file, plan)
-            if config is None:
-                if not message.input or not message.output:
-                    _complete_tensors(message, signature_of(session))
-                config = to_model_config(message)
-                labels = _read_labels(folder, config)
-                log_ignored_fields(message)
-            check_config(config, signature_of(session))
+            state.loaded[version] = loader.load(version)
         except ModelLoadError as error:
             state.failed[version] = error.message
-            continue
-        state.loaded[version] = OnnxModel(str(version), config, session, labels)
-        logger.info(
-            "model %r version %d: READY on %s", folder.name, version, session.get_providers()
-        )
     return state
+
+
+class _VersionLoader:
+    """Loads a model's versions; the config is settled by the first version that opens."""
+
+    def __init__(self, folder: Path, message: ConfigMessage, plan: ExecutionPlan) -> None:
+        self._folder = folder
+        self._message = message
+        self._plan = plan
+        self._config: ModelConfig | None = None
+        self._labels: Mapping[str, Sequence[str]] = {}
+
+    def load(self, version: int) -> OnnxModel:
+        model_file = self._folder / str(version) / self._message.default_model_filename
+        if not model_file.is_file():
+            raise ModelLoadError(f"{model_file.name} not found in version folder {version}/")
+        session = open_session(model_file, self._plan)
+        signature = signature_of(session)
+        config = self._config or self._settle_config(signature)
+        check_config(config, signature)
+        logger.info(
+            "model %r version %d: READY on %s", config.name, version, session.get_providers()
+        )
+        return OnnxModel(str(version), config, session, self._labels)
+
+    def _settle_config(self, signature: GraphSignature) -> ModelConfig:
+        if not self._message.input or not self._message.output:
+            _complete_tensors(self._message, signature)
+        config = to_model_config(self._message)
+        self._labels = _read_labels(self._folder, config)
+        log_ignored_fields(self._message)
+        self._config = config
+        return config
 
 
 def _read_config(folder: Path) -> ConfigMessage:
