@@ -58,6 +58,8 @@ class RunRecord:
     failures: list[Failure] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     generator_name: str = ""
+    #: 1-minute load average at the start and the end: other work on the machine shows here.
+    load_average: tuple[float, float] = (0.0, 0.0)
 
     @property
     def machine(self) -> str:
@@ -73,6 +75,7 @@ def load_runner(options: BenchOptions) -> Callable[[LoadSpec], LoadResult]:
 
 def run_plan(plan: list[Scenario], options: BenchOptions, log: Log) -> RunRecord:
     record = RunRecord(options, datetime.now(UTC))
+    started_load = os.getloadavg()[0]
     if options.generator == "wrk" and not wrk.available():
         record.notes.append("wrk is not installed: the Python load generator ran instead.")
     record.generator_name = (
@@ -90,12 +93,14 @@ def run_plan(plan: list[Scenario], options: BenchOptions, log: Log) -> RunRecord
             try:
                 with contextlib.ExitStack() as server_stack:
                     target = _start_target(
-                        server, cache, repository, redis_url, workdir, options, server_stack, log
-                    )
+                        server, cache, repository, redis_url, workdir, options, server_stack,
+                        record, log,
+                    )  # fmt: skip
                     _run_scenarios(target, scenarios, options, record, log)
             except BenchError as error:
                 log(f"  skipped: {error.message.splitlines()[0]}")
                 record.failures += [Failure(s, error.message.splitlines()[0]) for s in scenarios]
+    record.load_average = (started_load, os.getloadavg()[0])
     return record
 
 
@@ -136,12 +141,16 @@ def _start_target(
     workdir: Path,
     options: BenchOptions,
     stack: contextlib.ExitStack,
+    record: RunRecord,
     log: Log,
 ) -> Target:
     if server == "kserve":
         process, base_url = peer.start(
             repository, "simple", options.peer_python, workdir, options.cpus.server
         )
+        note = f"KServe peer: {peer.describe(options.peer_python)}"
+        if note not in record.notes:
+            record.notes.append(note)
     else:
         if cache in ("redis", "tiered") and redis_url is None:
             raise BenchError("no Redis for this cache mode (redis-server is not installed)")

@@ -4,6 +4,7 @@ Runs in the peer's own venv (``scripts/setup-bench-peer``), never in ours, so it
 from cachefleet: ``python -I kserve_peer_model.py --model-file F --name N --port P``. It is the
 straightforward KServe custom model, an ONNX Runtime session in ``load`` and ``session.run`` in
 ``predict``, with model metadata filled from the session so that clients can shape requests.
+Per-request access and latency logs are off unless ``--verbose``: ours logs none either.
 """
 
 from __future__ import annotations
@@ -76,13 +77,24 @@ def main() -> None:
     parser.add_argument("--model-file", required=True)
     parser.add_argument("--name", required=True)
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument(
+        "--verbose", action="store_true", help="keep KServe's per-request access and latency logs"
+    )
     args = parser.parse_args()
+
+    import logging
 
     import kserve
 
     model = build_model(args.name, args.model_file)
     model.load()
-    kserve.ModelServer(http_port=args.port, workers=1, enable_grpc=False).start([model])
+    server = kserve.ModelServer(
+        http_port=args.port, workers=1, enable_grpc=False, enable_latency_logging=args.verbose
+    )
+    if not args.verbose:
+        # Ours logs nothing per request either: a like-for-like comparison.
+        logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
+    server.start([model])
 
 
 if __name__ == "__main__":

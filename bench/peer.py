@@ -8,6 +8,7 @@ server, so the comparison is like for like.
 from __future__ import annotations
 
 import os
+import subprocess
 from importlib import resources
 from pathlib import Path
 
@@ -49,3 +50,18 @@ def start(
     base_url = f"http://127.0.0.1:{port}"
     process.wait_until(http_ok(f"{base_url}/v2/models/{model}/ready"), 120)
     return process, base_url
+
+
+def describe(python: Path | None) -> str:
+    """What the peer is, for the report: its kserve and onnxruntime versions."""
+    command = [
+        str(python or default_python()), "-I", "-c",
+        "import importlib.metadata as m; print(m.version('kserve'), m.version('onnxruntime'))",
+    ]  # fmt: skip
+    completed = subprocess.run(command, capture_output=True, text=True, check=False)
+    versions = completed.stdout.split() or ["?", "?"]
+    return (
+        f"kserve {versions[0]} ModelServer, 1 worker, a custom Model running an onnxruntime "
+        f"{versions[-1]} session on the same ONNX file; per-request access and latency logs "
+        "off, as ours has none"
+    )

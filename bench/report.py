@@ -34,6 +34,9 @@ def render(record: RunRecord, command: str) -> str:
         "- Server CPU ms/req: utime+stime of the server process tree (/proc/PID/stat) over the "
         "measured window, divided by the requests served",
         "- Measured hit ratio: from the server's own cache counters (/metrics)",
+        f"- Load average (1 min) at start / end: {record.load_average[0]:.2f} / "
+        f"{record.load_average[1]:.2f}; other work on the machine lowers req/s far more than "
+        "it changes server CPU ms/req",
         *[f"- Note: {note}" for note in record.notes],
         "",
         "## Targets",

@@ -47,6 +47,11 @@ class _Finder:
         return None
 
 
+def _cpu(ours: Measurement, reference: Measurement) -> str:
+    """Server CPU per request, which other load on the machine disturbs less than req/s."""
+    return f"server CPU {ours.cpu_ms_per_request:.3f} vs {reference.cpu_ms_per_request:.3f} ms/req"
+
+
 def _unmeasured(target: str) -> TargetCheck:
     return TargetCheck(target, "not measured", None)
 
@@ -59,7 +64,8 @@ def _densenet_speedup(find: _Finder) -> TargetCheck:
     ratio = tiered.load.throughput / none.load.throughput
     return TargetCheck(
         target,
-        f"{ratio:.1f}x ({tiered.load.throughput:.0f} vs {none.load.throughput:.1f} req/s)",
+        f"{ratio:.1f}x ({tiered.load.throughput:.0f} vs {none.load.throughput:.1f} req/s); "
+        f"{_cpu(tiered, none)}",
         ratio >= 20,
     )
 
@@ -87,7 +93,8 @@ def _simple_hits_never_slower(find: _Finder) -> list[TargetCheck]:
             checks.append(_unmeasured(target))
             continue
         ratio = cached.load.throughput / none.load.throughput
-        checks.append(TargetCheck(target, f"{ratio:.2f}x no-cache throughput", ratio >= 1.0))
+        measured = f"{ratio:.2f}x no-cache throughput; {_cpu(cached, none)}"
+        checks.append(TargetCheck(target, measured, ratio >= 1.0))
     return checks
 
 
@@ -101,7 +108,8 @@ def _simple_miss_overhead(find: _Finder) -> list[TargetCheck]:
             checks.append(_unmeasured(target))
             continue
         cost = 1 - cached.load.throughput / none.load.throughput
-        checks.append(TargetCheck(target, f"{cost:+.1%} throughput cost", cost <= 0.10))
+        measured = f"{cost:+.1%} throughput cost; {_cpu(cached, none)}"
+        checks.append(TargetCheck(target, measured, cost <= 0.10))
     return checks
 
 
@@ -116,6 +124,7 @@ def _peer(find: _Finder) -> TargetCheck:
     ratio = ours.load.throughput / theirs.load.throughput
     return TargetCheck(
         target,
-        f"{ratio:.2f}x ({ours.load.throughput:.0f} vs {theirs.load.throughput:.0f} req/s)",
+        f"{ratio:.2f}x ({ours.load.throughput:.0f} vs {theirs.load.throughput:.0f} req/s); "
+        f"{_cpu(ours, theirs)}",
         ratio >= 2.0,
     )
