@@ -129,7 +129,14 @@ class OnnxModel:
         if tensor.datatype == "BYTES":
             array = _as_strings(tensor.name, array)
         if spec.reshape is not None:
-            array = array.reshape(self._model_shape(spec.reshape, array.shape))
+            shape = self._model_shape(spec.reshape, array.shape)
+            try:
+                array = array.reshape(shape)
+            except ValueError:
+                raise BadRequestError(
+                    f"input {tensor.name!r}: shape {list(tensor.shape)} cannot be reshaped "
+                    f"to the model's {list(shape)}"
+                ) from None
         return array
 
     def _to_tensor(self, spec: TensorSpec, array: np.ndarray) -> Tensor:
