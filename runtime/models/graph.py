@@ -114,7 +114,9 @@ def _check_tensor(config: ModelConfig, kind: str, spec: TensorSpec, tensor: Grap
         return  # a scalar, or a shape the graph does not state: ONNX Runtime checks at run time
     expected: tuple[int | None, ...] = spec.reshape if spec.reshape is not None else spec.dims
     if config.max_batch_size > 0:
-        if not tensor.shape or tensor.shape[0] is not None:
+        # A fixed first dimension of 1 serves max_batch_size 1, as in Triton's densenet_onnx.
+        batch = tensor.shape[0]
+        if not (batch is None or batch == 1 == config.max_batch_size):
             raise ModelLoadError(
                 f"{where}: max_batch_size is {config.max_batch_size} but the model's first "
                 f"dimension is not a free batch dimension (model shape {_show(tensor.shape)})"

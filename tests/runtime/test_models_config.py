@@ -316,3 +316,26 @@ def test_tritons_reshape_style_without_batching(tmp_path: Path) -> None:
     (y,) = model.run([Tensor.from_numpy("x", np.array([-1, 2, -3, 4], dtype=np.float32))])
     assert y.shape == (4,)
     assert y.to_numpy().tolist() == [0, 2, 0, 4]
+
+
+def test_fixed_batch_of_one_serves_max_batch_size_one(tmp_path: Path) -> None:
+    """Triton's current densenet_onnx config: max_batch_size 1 over a model fixed at batch 1."""
+    graph = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["y"])],
+        "neg",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+    )
+    (tmp_path / "neg" / "1").mkdir(parents=True)
+    (tmp_path / "neg" / "1" / "model.onnx").write_bytes(make_model(graph).SerializeToString())
+    config = (
+        'platform: "onnxruntime_onnx"\nmax_batch_size: {}\n'
+        'input [{{ name: "x" data_type: TYPE_FP32 dims: [4] }}]\n'
+        'output [{{ name: "y" data_type: TYPE_FP32 dims: [2, 2] reshape {{ shape: [4] }} }}]\n'
+    )
+    (tmp_path / "neg" / "config.pbtxt").write_text(config.format(1))
+    model = load(tmp_path).get("neg")
+    (y,) = model.run([Tensor.from_numpy("x", np.ones((1, 4), dtype=np.float32))])
+    assert (y.shape, y.to_numpy().tolist()) == ((1, 2, 2), [[[-1, -1], [-1, -1]]])
+    (tmp_path / "neg" / "config.pbtxt").write_text(config.format(2))
+    assert "not a free batch dimension" in reason(load(tmp_path), "neg")
