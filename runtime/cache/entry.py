@@ -2,8 +2,11 @@
 
 Layout (all integers little-endian)::
 
-    magic "CFE1" | format u16 | reserved u16 | key digest 32B | header length u32 | header
-    | payload | checksum 32B  (BLAKE3 of everything before it)
+    magic "CFE1" | format u16 | reserved u16 | key digest 32B | expires at u64
+    | header length u32 | header | payload | checksum 32B  (BLAKE3 of everything before it)
+
+    expires at = Unix time in milliseconds when the entry stops being valid, 0 for never; a
+    replica that copies a Redis hit into its local tier keeps it only that long.
 
     header = count u32, then per output: name (u16 length + UTF-8), datatype (u8 length +
              ASCII), ndim u8, dims u64 x ndim, payload offset u64, payload length u64
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from blake3 import blake3
 
@@ -25,12 +29,21 @@ from cachefleet.runtime.tensor import Tensor, TensorDataError
 MAGIC = b"CFE1"
 FORMAT_VERSION = 1
 DIGEST_SIZE = 32
-_PREAMBLE = struct.Struct("<4sHH32sI")
+_PREAMBLE = struct.Struct("<4sHH32sQI")
 _U8, _U16, _U32, _U64 = (struct.Struct(f) for f in ("<B", "<H", "<I", "<Q"))
 _OFFSET_LENGTH = struct.Struct("<QQ")
 
 
-def encode_entry(digest: bytes, outputs: Sequence[Tensor]) -> bytes:
+@dataclass(frozen=True, slots=True)
+class StoredEntry:
+    outputs: list[Tensor]
+    #: Unix time (seconds) when the entry expires; None for never.
+    expires_at: float | None
+
+
+def encode_entry(
+    digest: bytes, outputs: Sequence[Tensor], expires_at: float | None = None
+) -> bytes:
     """Serialize ``outputs`` as the answer to the request whose key digest is ``digest``."""
     header = bytearray(_U32.pack(len(outputs)))
     offset = 0
@@ -41,7 +54,8 @@ def encode_entry(digest: bytes, outputs: Sequence[Tensor]) -> bytes:
         header += b"".join(_U64.pack(dim) for dim in tensor.shape)
         header += _OFFSET_LENGTH.pack(offset, len(tensor.data))
         offset += len(tensor.data)
-    preamble = _PREAMBLE.pack(MAGIC, FORMAT_VERSION, 0, digest, len(header))
+    expires_ms = 0 if expires_at is None else max(1, int(expires_at * 1000))
+    preamble = _PREAMBLE.pack(MAGIC, FORMAT_VERSION, 0, digest, expires_ms, len(header))
     hasher = blake3(preamble)
     hasher.update(header)
     for tensor in outputs:
@@ -51,16 +65,21 @@ def encode_entry(digest: bytes, outputs: Sequence[Tensor]) -> bytes:
 
 def decode_entry(blob: bytes, digest: bytes) -> list[Tensor]:
     """The outputs stored in ``blob``, or :class:`CorruptEntryError` if anything is off."""
+    return read_entry(blob, digest).outputs
+
+
+def read_entry(blob: bytes, digest: bytes) -> StoredEntry:
+    """The outputs and expiry stored in ``blob``, or :class:`CorruptEntryError`."""
     try:
         return _decode(memoryview(blob), digest)
     except (struct.error, UnicodeDecodeError, TensorDataError, IndexError) as error:
         raise CorruptEntryError(f"malformed cache entry: {error}") from None
 
 
-def _decode(view: memoryview, digest: bytes) -> list[Tensor]:
+def _decode(view: memoryview, digest: bytes) -> StoredEntry:
     if len(view) < _PREAMBLE.size + DIGEST_SIZE:
         raise CorruptEntryError(f"cache entry too short ({len(view)} bytes)")
-    magic, version, _, stored_digest, header_length = _PREAMBLE.unpack_from(view, 0)
+    magic, version, _, stored_digest, expires_ms, header_length = _PREAMBLE.unpack_from(view, 0)
     if magic != MAGIC or version != FORMAT_VERSION:
         raise CorruptEntryError(f"not a cache entry of format {FORMAT_VERSION}")
     if stored_digest != digest:
@@ -71,7 +90,8 @@ def _decode(view: memoryview, digest: bytes) -> list[Tensor]:
     header_end = _PREAMBLE.size + header_length
     if header_end > body_end:
         raise CorruptEntryError("cache entry header runs past the entry")
-    return _outputs(view, _PREAMBLE.size, header_end, body_end)
+    outputs = _outputs(view, _PREAMBLE.size, header_end, body_end)
+    return StoredEntry(outputs, expires_ms / 1000 if expires_ms else None)
 
 
 def _outputs(view: memoryview, position: int, payload_start: int, end: int) -> list[Tensor]:

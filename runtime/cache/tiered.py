@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 from cachefleet.runtime.cache.api import CacheDirectives, CacheRequest, CacheStatus, Compute
 from cachefleet.runtime.cache.breaker import CircuitBreaker
-from cachefleet.runtime.cache.entry import decode_entry, encode_entry
+from cachefleet.runtime.cache.entry import encode_entry, read_entry
 from cachefleet.runtime.cache.errors import CacheTierError, CorruptEntryError, ErrorKind
 from cachefleet.runtime.cache.invalidation import CHANNEL, InvalidationListener
 from cachefleet.runtime.cache.key import CacheKey, compute_key
@@ -173,16 +173,21 @@ class TieredCache:
         if blob is None:
             return None
         try:
-            outputs = decode_entry(blob, key.digest)
+            entry = read_entry(blob, key.digest)
         except CorruptEntryError as error:
             logger.warning("cache: dropping corrupt entry %s: %s", key.redis_key, error)
             self.metrics.cache_errors.labels("redis", "corrupt").inc()
             self._submit(key, self._delete_job(key))
             return None
         self.metrics.cache_hits.labels(*labels, "redis").inc()
-        if self.local is not None and self.local.put(key, outputs, request.ttl_s):
+        # A promoted copy lives no longer than the Redis entry it came from.
+        ttl_s = request.ttl_s  # 0: never expires
+        if entry.expires_at is not None:
+            ttl_s = entry.expires_at - time.time()
+        fresh = entry.expires_at is None or ttl_s > 0
+        if self.local is not None and fresh and self.local.put(key, entry.outputs, ttl_s):
             self.metrics.cache_inserts.labels(*labels, "local").inc()
-        return outputs
+        return entry.outputs
 
     def _store(self, key: CacheKey, outputs: Sequence[Tensor], ttl_s: float, since: float) -> None:
         """Insert a fresh answer: local at once (cheap), Redis behind the response."""
@@ -206,7 +211,9 @@ class TieredCache:
             if not self.breaker.allow():
                 return
             try:
-                await self.redis.set(key.redis_key, encode_entry(key.digest, outputs), ttl_s)
+                expires_at = time.time() + ttl_s if ttl_s > 0 else None
+                blob = encode_entry(key.digest, outputs, expires_at)
+                await self.redis.set(key.redis_key, blob, ttl_s)
             except CacheTierError as error:
                 self._fault("redis", error)
                 return

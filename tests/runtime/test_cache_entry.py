@@ -61,3 +61,12 @@ def test_other_format_version_is_rejected() -> None:
     struct.pack_into("<H", blob, 4, 2)
     with pytest.raises(CorruptEntryError, match="format"):
         decode_entry(bytes(blob), DIGEST)
+
+
+def test_expiry_travels_with_the_entry() -> None:
+    from cachefleet.runtime.cache.entry import read_entry
+
+    stored = read_entry(encode_entry(DIGEST, OUTPUTS, expires_at=1_900_000_000.25), DIGEST)
+    assert stored.expires_at == 1_900_000_000.25
+    assert stored.outputs == OUTPUTS
+    assert read_entry(encode_entry(DIGEST, OUTPUTS), DIGEST).expires_at is None

@@ -256,3 +256,18 @@ def test_build_cache_needs_a_redis_url_for_redis_modes() -> None:
     assert isinstance(build_cache(settings("local"), RuntimeMetrics()), TieredCache)
     with pytest.raises(CacheConfigError, match="redis-url"):
         build_cache(settings("tiered"), RuntimeMetrics())
+
+
+async def test_promoted_copy_expires_with_the_redis_entry(
+    caches: Callable[..., Any], redis_server: RedisProcess
+) -> None:
+    first, _ = await caches("tiered")
+    second, _ = await caches("tiered")
+    short = CacheRequest("simple", "1", request(8).inputs, {}, enabled=True, ttl_s=0.5)
+    await ask(first, short, Model())
+    await first.writes.join()
+    long = CacheRequest("simple", "1", short.inputs, {}, enabled=True, ttl_s=3600)
+    assert (await ask(second, long, Model()))[1] is CacheStatus.HIT_REDIS
+    await asyncio.sleep(0.6)
+    # The second replica asked for an hour, but the entry it copied had half a second left.
+    assert (await ask(second, long, Model()))[1] is CacheStatus.MISS
