@@ -107,7 +107,17 @@ def build_routes(state: ServerState) -> list[BaseRoute]:
         return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     model_paths = ("/v2/models/{model}", "/v2/models/{model}/versions/{version}")
+    # Inference first: routes are matched in order, and infer is the hot path.
     routes: list[BaseRoute] = [
+        Route(f"{base}/infer", infer, methods=["POST"]) for base in model_paths
+    ]
+    for base in model_paths:
+        routes += [
+            Route(base, model, methods=["GET"]),
+            Route(f"{base}/ready", model_ready, methods=["GET"]),
+            Route(f"{base}/config", model_config, methods=["GET"]),
+        ]
+    routes += [
         Route("/v2/health/live", live, methods=["GET"]),
         Route("/v2/health/ready", ready, methods=["GET"]),
         Route("/v2", server, methods=["GET"]),
@@ -115,13 +125,6 @@ def build_routes(state: ServerState) -> list[BaseRoute]:
         Route("/v2/models/{model}/cache/flush", flush, methods=["POST"]),
         Route("/metrics", metrics, methods=["GET"]),
     ]
-    for base in model_paths:
-        routes += [
-            Route(base, model, methods=["GET"]),
-            Route(f"{base}/ready", model_ready, methods=["GET"]),
-            Route(f"{base}/config", model_config, methods=["GET"]),
-            Route(f"{base}/infer", infer, methods=["POST"]),
-        ]
     return routes
 
 

@@ -14,6 +14,8 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
+from prometheus_client import Counter, Histogram
+
 from cachefleet.runtime.cache.api import CacheDirectives, CacheRequest, CacheStatus, ResponseCache
 from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.errors import CachefleetError, ModelExecutionError
@@ -40,6 +42,13 @@ class InferOutcome:
     cache_status: CacheStatus
 
 
+@dataclass(frozen=True, slots=True)
+class _ModelSeries:
+    request_seconds: Histogram
+    inference_seconds: Histogram
+    ok: Counter
+
+
 class InferenceService:
     """Serves inference and metadata for a loaded repository through a response cache."""
 
@@ -57,6 +66,7 @@ class InferenceService:
         self._executor = executor
         self._cache_all = settings.models.cache_all_models
         self._default_ttl_s = settings.cache.ttl_s
+        self._model_series: dict[tuple[str, str], _ModelSeries] = {}
 
     async def infer(
         self,
@@ -69,16 +79,16 @@ class InferenceService:
         """Answer one inference request; raises CachefleetError subclasses for the client."""
         started = time.perf_counter()
         model = self._repository.get(model_name, version)
-        code = "200"
+        series = self._series(model)
         try:
-            return await self._infer(model, body, header_length, directives)
+            outcome = await self._infer(model, body, header_length, directives)
         except CachefleetError as error:
-            code = str(error.status_code)
+            self._metrics.requests.labels(model.name, model.version, str(error.status_code)).inc()
+            series.request_seconds.observe(time.perf_counter() - started)
             raise
-        finally:
-            labels = (model.name, model.version)
-            self._metrics.request_seconds.labels(*labels).observe(time.perf_counter() - started)
-            self._metrics.requests.labels(*labels, code).inc()
+        series.ok.inc()
+        series.request_seconds.observe(time.perf_counter() - started)
+        return outcome
 
     async def _infer(
         self, model: Model, body: bytes, header_length: int | None, directives: CacheDirectives
@@ -122,10 +132,22 @@ class InferenceService:
             raise ModelExecutionError(
                 f"model {model.name!r} version {model.version} failed: {error}"
             ) from error
-        self._metrics.inference_seconds.labels(model.name, model.version).observe(
-            time.perf_counter() - started
-        )
+        self._series(model).inference_seconds.observe(time.perf_counter() - started)
         return outputs
+
+    def _series(self, model: Model) -> _ModelSeries:
+        """The model's labelled metric children, looked up once (``labels()`` takes a lock)."""
+        key = (model.name, model.version)
+        series = self._model_series.get(key)
+        if series is None:
+            metrics = self._metrics
+            series = _ModelSeries(
+                request_seconds=metrics.request_seconds.labels(*key),
+                inference_seconds=metrics.inference_seconds.labels(*key),
+                ok=metrics.requests.labels(*key, "200"),
+            )
+            self._model_series[key] = series
+        return series
 
     def model_metadata(self, name: str, version: str | None) -> dict[str, Any]:
         model = self._repository.get(name, version)
