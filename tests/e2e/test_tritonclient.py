@@ -76,6 +76,18 @@ def test_simple_without_requested_outputs_returns_all_in_binary(
     assert all("binary_data_size" in o["parameters"] for o in result.get_response()["outputs"])
 
 
+@pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
+def test_compressed_requests(client: httpclient.InferenceServerClient, algorithm: str) -> None:
+    first = np.arange(16, dtype=np.int32).reshape(1, 16)
+    result = client.infer(
+        "simple",
+        _inputs({"INPUT0": first, "INPUT1": first}, "INT32", True),
+        request_compression_algorithm=algorithm,
+        response_compression_algorithm=algorithm,
+    )
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), first * 2)
+
+
 def test_output_selection(client: httpclient.InferenceServerClient) -> None:
     first = np.arange(16, dtype=np.int32).reshape(1, 16)
     result = client.infer(

@@ -107,6 +107,11 @@ def _simple_json(**overrides: object) -> dict[str, object]:
         (_simple_json(data="nope"), "'data' must be a JSON array"),
         ({"inputs": [_simple_json()["inputs"][0]]}, "missing input 'INPUT1'"),  # type: ignore[index]
         ({"inputs": []}, "non-empty 'inputs'"),
+        ({"inputs": _simple_json()["inputs"] * 2}, "input 'INPUT0' appears more than once"),  # type: ignore[operator]
+        (
+            _simple_json(parameters={"shared_memory_region": "r"}),
+            "shared memory is not supported",
+        ),
         (
             {**_simple_json(), "outputs": [{"name": "OUT"}]},
             "unknown output 'OUT' for model 'simple'",
