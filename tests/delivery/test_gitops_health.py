@@ -3,7 +3,8 @@
 Argo CD's Lua check runs in Lua 5.1 (Argo CD embeds gopher-lua, a Lua 5.1), the way Argo CD's
 resource-customizations tests run it: ``obj`` set to the test object, the script's returned
 table compared with ``health_test.yaml``. Flux's ``healthCheckExprs`` run in a CEL interpreter
-on the same objects, in Flux's order, and must reach the same verdicts.
+on the same objects, in Flux's order, and must reach the same verdicts. Both also read statuses
+built by the operator's own condition code, so a change there that the checks misread fails here.
 """
 
 from __future__ import annotations
@@ -19,6 +20,12 @@ from celpy.adapter import json_to_cel
 from celpy.evaluation import CELEvalError
 from lupa.lua51 import LuaRuntime
 
+from cachefleet.operator.reconcile.conditions import (
+    Condition,
+    render_conditions,
+    stalled_conditions,
+    summary_conditions,
+)
 from delivery.support import REPO
 
 GITOPS = REPO / "examples" / "gitops"
@@ -123,3 +130,40 @@ def test_argocd_cm_carries_the_tested_script() -> None:
     key = "resource.customizations.health.cachefleet.io_CachedInferenceService"
     script = config_map["data"][key]
     assert script == (CHECK / "health.lua").read_text()
+
+
+def operator_status(conditions: list[Condition]) -> dict[str, Any]:
+    """A service at generation 2 whose status the operator wrote for that generation."""
+    return {
+        "apiVersion": "cachefleet.io/v1alpha1",
+        "kind": "CachedInferenceService",
+        "metadata": {"name": "simple", "namespace": "inference", "generation": 2},
+        "spec": {"model": {"name": "simple", "repository": {"pvc": {"claimName": "models"}}}},
+        "status": {
+            "observedGeneration": 2,
+            "conditions": render_conditions(conditions, generation=2, previous=None),
+        },
+    }
+
+
+REDIS_READY = Condition("RedisReady", True, "Ready", "Redis is ready")
+RUNTIME_READY = Condition("RuntimeReady", True, "Ready", "2 of 2 pods ready")
+RUNTIME_ROLLING = Condition("RuntimeReady", False, "Progressing", "1 of 2 pods ready")
+
+
+@pytest.mark.parametrize(
+    ("conditions", "expected"),
+    [
+        (summary_conditions(REDIS_READY, RUNTIME_READY, problem=None), "Healthy"),
+        (summary_conditions(REDIS_READY, RUNTIME_ROLLING, problem=None), "Progressing"),
+        (summary_conditions(REDIS_READY, RUNTIME_READY, problem="apply failed"), "Progressing"),
+        (stalled_conditions("set exactly one of model.repository.pvc or .image"), "Degraded"),
+    ],
+    ids=["ready", "rolling-out", "transient-problem", "invalid-spec"],
+)
+def test_health_checks_read_the_conditions_the_operator_writes(
+    conditions: list[Condition], expected: str, flux_check: dict[str, str]
+) -> None:
+    obj = operator_status(conditions)
+    assert argo_health(obj)["status"] == expected
+    assert flux_health(flux_check, obj) == KSTATUS[expected]
