@@ -59,9 +59,9 @@ def check_binary_size(name: str, datatype: str, shape: tuple[int, ...], data: by
 
 
 def check_inputs_complete(tensors: Sequence[Tensor], config: ModelConfig) -> None:
-    """Every input the model declares is present, with one batch size across inputs."""
+    """Every required input is present, with one batch size across inputs."""
     names = {tensor.name for tensor in tensors}
-    missing = [spec.name for spec in config.inputs if spec.name not in names]
+    missing = [s.name for s in config.inputs if s.name not in names and not s.optional]
     if missing:
         raise BadRequestError(
             f"missing input {', '.join(repr(m) for m in missing)} for model {config.name!r}"

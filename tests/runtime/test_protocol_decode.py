@@ -3,6 +3,8 @@ whose message names the problem."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from protocol_models import (
@@ -188,3 +190,11 @@ def test_classification_of_a_bytes_output_is_rejected() -> None:
     document["outputs"] = [{"name": "OUTPUT0", "parameters": {"classification": 2}}]
     with pytest.raises(BadRequestError, match="classification is not available for datatype BYTES"):
         decode_request(orjson.dumps(document), None, STRINGS)
+
+
+def test_optional_inputs_may_be_left_out() -> None:
+    optional = replace(SIMPLE, inputs=(SIMPLE.inputs[0], replace(SIMPLE.inputs[1], optional=True)))
+    document = _simple_json()
+    document["inputs"] = document["inputs"][:1]  # type: ignore[index]
+    request = decode_request(json_body(document), None, optional)
+    assert [tensor.name for tensor in request.inputs] == ["INPUT0"]
