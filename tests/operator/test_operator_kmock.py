@@ -1,0 +1,315 @@
+"""The operator (kopf, real HTTP) against the kmock Kubernetes API emulator.
+
+Behaviour a user sees: children appear with owner references, a resize is applied without
+rolling Redis while a persistence change rolls it, deleted or edited children come back, a bad
+object gets a condition without stopping the others, and the status is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import kmock
+import pytest
+import yaml
+from kmock_cluster import Cluster
+
+NS = "ml"
+CIS_PATH = f"/apis/cachefleet.io/v1alpha1/namespaces/{NS}/cachedinferenceservices"
+HASH = "cachefleet.io/config-hash"
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def service(name: str, **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "replicas": 2,
+        "model": {"name": "simple", "repository": {"pvc": {"claimName": "models"}}},
+    }
+    body.update(spec)
+    return {
+        "apiVersion": "cachefleet.io/v1alpha1",
+        "kind": "CachedInferenceService",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": body,
+    }
+
+
+class Api:
+    """The test's own client: plain HTTP, like kubectl."""
+
+    def __init__(self, session: aiohttp.ClientSession) -> None:
+        self.session = session
+
+    async def send(self, method: str, path: str, body: Any = None, patch: bool = False) -> Any:
+        headers = {"Content-Type": "application/merge-patch+json"} if patch else {}
+        async with self.session.request(method, path, json=body, headers=headers) as response:
+            assert response.status < 300, await response.text()
+            return await response.json()
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Cluster]:
+    import kubernetes.config.kube_config
+
+    async with Cluster() as emulator, kmock.Server(emulator):
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
+            "clusters": [{"name": "kmock", "cluster": {"server": str(emulator.url).rstrip("/")}}],
+            "users": [{"name": "kmock", "user": {"token": "test"}}],
+            "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "kmock"}}],
+        }))  # fmt: skip
+        monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+        monkeypatch.setattr(
+            kubernetes.config.kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig)
+        )
+        yield emulator
+
+
+@pytest.fixture
+async def api(cluster: Cluster) -> AsyncIterator[Api]:
+    async with aiohttp.ClientSession(base_url=str(cluster.url)) as session:
+        yield Api(session)
+
+
+@pytest.fixture
+async def start_operator(cluster: Cluster) -> AsyncIterator[Callable[[], Any]]:
+    import kopf
+
+    import cachefleet.operator.handlers  # noqa: F401  (registers the handlers)
+
+    stop: asyncio.Event = asyncio.Event()
+    tasks: list[asyncio.Task[None]] = []
+
+    async def start() -> None:
+        ready: asyncio.Event = asyncio.Event()
+        operator = kopf.operator(
+            clusterwide=True, standalone=True, stop_flag=stop, ready_flag=ready
+        )
+        tasks.append(asyncio.create_task(operator))
+        await asyncio.wait_for(ready.wait(), 30)
+
+    yield start
+    stop.set()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(task, 30)
+
+
+@pytest.fixture
+async def operator(start_operator: Callable[[], Any]) -> None:
+    await start_operator()
+
+
+def live(cluster: Cluster, resource: str, name: str) -> dict[str, Any] | None:
+    try:
+        obj = cluster.objects[resource, NS, name]
+    except KeyError:
+        return None
+    return None if obj.deleted else dict(obj.raw)
+
+
+async def eventually(check: Callable[[], Any], what: str, timeout_s: float = 20) -> Any:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while asyncio.get_running_loop().time() < deadline:
+        result = check()
+        if result:
+            return result
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def cis(cluster: Cluster, name: str) -> dict[str, Any] | None:
+    return live(cluster, "cachefleet.io/v1alpha1/cachedinferenceservices", name)
+
+
+def pod_hash(obj: dict[str, Any] | None) -> str | None:
+    if obj is None:
+        return None
+    return obj["spec"]["template"]["metadata"]["annotations"].get(HASH)
+
+
+def condition(body: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
+    conditions = ((body or {}).get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == kind), None)
+
+
+CHILDREN = {
+    "v1/secrets": "svc-redis-auth",
+    "v1/configmaps": "svc-redis-config",
+    "v1/services": "svc-redis",
+    "apps/v1/statefulsets": "svc-redis",
+    "policy/v1/poddisruptionbudgets": "svc-redis",
+    "networking.k8s.io/v1/networkpolicies": "svc-redis",
+    "apps/v1/deployments": "svc",
+}
+
+
+@pytest.mark.usefixtures("operator")
+async def test_creating_a_service_creates_owned_children_and_status(
+    cluster: Cluster, api: Api
+) -> None:
+    created = await api.send("POST", CIS_PATH, service("svc"))
+    uid = created["metadata"]["uid"]
+    for resource, name in CHILDREN.items():
+        child = await eventually(
+            lambda r=resource, n=name: live(cluster, r, n), f"{resource}/{name}"
+        )
+        [owner] = child["metadata"]["ownerReferences"]
+        assert owner["uid"] == uid
+        assert owner["controller"] is True
+    assert live(cluster, "v1/configmaps", "svc-config") is not None
+    assert live(cluster, "v1/services", "svc-redis-headless") is not None
+
+    await eventually(lambda: condition(cis(cluster, "svc"), "RuntimeReady"), "the status")
+    body = cis(cluster, "svc")
+    assert body is not None
+    status = body["status"]
+    assert status["observedGeneration"] == 1
+    assert status["url"] == "http://svc.ml.svc:8000"
+    assert status["selector"] == (
+        "app.kubernetes.io/name=cachefleet,app.kubernetes.io/instance=svc,"
+        "app.kubernetes.io/component=runtime"
+    )
+    assert condition(body, "Ready")["status"] == "False"  # no pods run in an emulator
+    assert condition(body, "Stalled")["status"] == "False"
+    assert condition(body, "Reconciling")["status"] == "True"
+    applies = [r for r in cluster["patch"] if "fieldManager" in r.params]
+    assert applies
+    assert all(r.params["fieldManager"] == "cachefleet-operator" for r in applies)
+    assert all(r.params["force"] == "true" for r in applies)
+    assert all(
+        r.headers["Content-Type"].startswith("application/apply-patch+yaml") for r in applies
+    )
+
+
+@pytest.mark.usefixtures("operator")
+async def test_resize_updates_config_without_rolling_redis_but_persistence_rolls_it(
+    cluster: Cluster, api: Api
+) -> None:
+    await api.send("POST", CIS_PATH, service("svc", cache={"redis": {"maxmemory": "256Mi"}}))
+    statefulset = await eventually(
+        lambda: live(cluster, "apps/v1/statefulsets", "svc-redis"), "the StatefulSet"
+    )
+    first_hash = pod_hash(statefulset)
+
+    await api.send("PATCH", f"{CIS_PATH}/svc", {"spec": {"cache": {"redis": {
+        "maxmemory": "300Mi", "maxmemoryPolicy": "allkeys-lfu"}}}}, patch=True)  # fmt: skip
+
+    def resized() -> bool:
+        configmap = live(cluster, "v1/configmaps", "svc-redis-config") or {"data": {}}
+        return "maxmemory 314572800" in configmap["data"].get("redis.conf", "")
+
+    await eventually(resized, "the new maxmemory in the ConfigMap")
+    await asyncio.sleep(0.5)
+    assert pod_hash(live(cluster, "apps/v1/statefulsets", "svc-redis")) == first_hash
+
+    await api.send("PATCH", f"{CIS_PATH}/svc", {"spec": {"cache": {"redis": {
+        "persistence": {"mode": "aof", "size": "1Gi"}}}}}, patch=True)  # fmt: skip
+
+    def rolled_statefulset() -> dict[str, Any] | None:
+        statefulset = live(cluster, "apps/v1/statefulsets", "svc-redis")
+        return statefulset if pod_hash(statefulset) not in (None, first_hash) else None
+
+    rolled = await eventually(rolled_statefulset, "a new Redis pod hash")
+    assert rolled["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"] == {
+        "storage": "1Gi"
+    }
+
+
+@pytest.mark.usefixtures("operator")
+async def test_deleted_and_edited_children_are_restored(cluster: Cluster, api: Api) -> None:
+    await api.send("POST", CIS_PATH, service("svc"))
+    first = await eventually(lambda: live(cluster, "apps/v1/deployments", "svc"), "the Deployment")
+    secret = await eventually(lambda: live(cluster, "v1/secrets", "svc-redis-auth"), "the Secret")
+
+    await api.send("DELETE", f"/apis/apps/v1/namespaces/{NS}/deployments/svc")
+
+    def recreated() -> dict[str, Any] | None:
+        deployment = live(cluster, "apps/v1/deployments", "svc")
+        fresh = deployment and deployment["metadata"]["uid"] != first["metadata"]["uid"]
+        return deployment if fresh else None
+
+    again = await eventually(recreated, "the Deployment to come back")
+    assert again["spec"]["replicas"] == 2
+
+    await api.send("PATCH", f"/apis/apps/v1/namespaces/{NS}/deployments/svc",
+                   {"spec": {"replicas": 7}}, patch=True)  # fmt: skip
+    await eventually(
+        lambda: live(cluster, "apps/v1/deployments", "svc")["spec"]["replicas"] == 2,
+        "the hand-edited replicas to be restored",
+    )
+    await api.send("DELETE", f"/api/v1/namespaces/{NS}/configmaps/svc-redis-config")
+    await eventually(lambda: live(cluster, "v1/configmaps", "svc-redis-config"), "the ConfigMap")
+    # The generated password is never regenerated while its Secret exists.
+    assert live(cluster, "v1/secrets", "svc-redis-auth")["data"] == secret["data"]
+
+
+@pytest.mark.usefixtures("operator")
+async def test_a_bad_object_is_stalled_and_the_others_are_still_served(
+    cluster: Cluster, api: Api
+) -> None:
+    too_big = {"redis": {"maxmemory": "8Gi", "resources": {"limits": {"memory": "1Gi"}}}}
+    await api.send("POST", CIS_PATH, service("broken", cache=too_big))
+    broken = await eventually(lambda: condition(cis(cluster, "broken"), "Stalled"), "Stalled")
+    assert broken["status"] == "True"
+    assert "does not fit in the Redis memory limit 1Gi" in broken["message"]
+    assert "Lower maxmemory" in broken["message"]
+    assert live(cluster, "apps/v1/deployments", "broken") is None
+
+    await api.send("POST", CIS_PATH, service("svc", cache={"mode": "local"}))
+    await eventually(lambda: live(cluster, "apps/v1/deployments", "svc"), "the good Deployment")
+    assert live(cluster, "apps/v1/statefulsets", "svc-redis") is None
+
+    requests_before = len(cluster)
+    await asyncio.sleep(1.0)
+    assert len(cluster) - requests_before < 20  # no hot loop on the bad object
+
+
+async def test_live_config_set_reaches_the_running_redis(
+    cluster: Cluster,
+    api: Api,
+    start_operator: Callable[[], Any],
+    make_redis: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    redis = make_redis("--maxmemory", "100mb", password="from-secret")
+    monkeypatch.setenv("CACHEFLEET_OPERATOR_REDIS_ADDRESS", f"127.0.0.1:{redis.port}")
+    await start_operator()
+    password = base64.b64encode(b"from-secret").decode()
+    await api.send("POST", f"/api/v1/namespaces/{NS}/secrets", {
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "redis-pw"},
+        "data": {"password": password},
+    })  # fmt: skip
+    auth = {"passwordSecretRef": {"name": "redis-pw"}}
+    await api.send(
+        "POST", CIS_PATH, service("svc", cache={"redis": {"auth": auth, "maxmemory": "64Mi"}})
+    )
+    await eventually(lambda: live(cluster, "apps/v1/statefulsets", "svc-redis"), "the StatefulSet")
+    assert live(cluster, "v1/secrets", "svc-redis-auth") is None  # the user's Secret is used
+    await api.send("PATCH", f"/apis/apps/v1/namespaces/{NS}/statefulsets/svc-redis/status",
+                   {"status": {"readyReplicas": 1, "replicas": 1}}, patch=True)  # fmt: skip
+
+    await api.send("PATCH", f"{CIS_PATH}/svc", {"spec": {"cache": {"redis": {
+        "maxmemory": "96Mi", "maxmemoryPolicy": "volatile-ttl"}}}}, patch=True)  # fmt: skip
+    client = redis.client()
+    await eventually(
+        lambda: client.config_get("maxmemory")["maxmemory"] == str(96 * 2**20),
+        "maxmemory set live on redis-server",
+    )
+    assert client.config_get("maxmemory-policy")["maxmemory-policy"] == "volatile-ttl"
+    redis_ready = await eventually(
+        lambda: condition(cis(cluster, "svc"), "RedisReady"), "RedisReady"
+    )
+    assert redis_ready["status"] == "True"
+    figures = await eventually(
+        lambda: ((cis(cluster, "svc") or {}).get("status") or {}).get("cache"), "cache figures"
+    )
+    assert figures["usedMemoryBytes"] > 0
