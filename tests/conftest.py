@@ -137,6 +137,25 @@ def model_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+def openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+@pytest.fixture(scope="session")
+def certificates(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A CA, and a certificate for 127.0.0.1 signed by it (Redis and its clients use it)."""
+    folder = tmp_path_factory.mktemp("tls")
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out",
+            "ca.crt", "-days", "2", "-subj", "/CN=cachefleet-test-ca", cwd=folder)  # fmt: skip
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "node.key", "-out", "node.csr",
+            "-subj", "/CN=127.0.0.1", cwd=folder)  # fmt: skip
+    (folder / "ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    openssl("x509", "-req", "-in", "node.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+            "-CAcreateserial", "-out", "node.crt", "-days", "2", "-extfile", "ext",
+            cwd=folder)  # fmt: skip
+    return folder
+
+
 @dataclass
 class ServerProcess:
     """A real ``cachefleet serve`` process."""

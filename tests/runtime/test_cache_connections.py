@@ -9,7 +9,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 from conftest import RedisProcess, free_port
 from test_cache_tiered import Model, ask, metric, request
 
@@ -24,21 +23,6 @@ MakeRedis = Callable[..., RedisProcess]
 
 def openssl(*args: str, cwd: Path) -> None:
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
-@pytest.fixture(scope="module")
-def certificates(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A CA, and a certificate for 127.0.0.1 signed by it (server and client use it)."""
-    folder = tmp_path_factory.mktemp("tls")
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out",
-            "ca.crt", "-days", "2", "-subj", "/CN=cachefleet-test-ca", cwd=folder)  # fmt: skip
-    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "node.key", "-out", "node.csr",
-            "-subj", "/CN=127.0.0.1", cwd=folder)  # fmt: skip
-    (folder / "ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    openssl("x509", "-req", "-in", "node.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-            "-CAcreateserial", "-out", "node.crt", "-days", "2", "-extfile", "ext",
-            cwd=folder)  # fmt: skip
-    return folder
 
 
 async def round_trip(redis: dict[str, Any]) -> tuple[list[CacheStatus], RuntimeMetrics]:
