@@ -62,12 +62,12 @@ class Helm:
             [self.binary, *args], capture_output=True, text=True, check=False, timeout=120
         )
 
-    def template(self, *values_files: Path, extra: tuple[str, ...] = ()) -> list[Manifest]:
+    def template(self, *values_files: Path) -> list[Manifest]:
         """Every object the chart renders with these values files, CRDs included."""
         args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--include-crds"]
         for path in values_files:
             args += ["--values", str(path)]
-        result = self.run(*args, *extra)
+        result = self.run(*args)
         assert result.returncode == 0, result.stderr
         return load_all(result.stdout)
 

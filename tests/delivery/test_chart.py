@@ -24,14 +24,10 @@ def operator_rules() -> list[dict[str, Any]]:
 
 
 def container(objects: list[Manifest]) -> dict[str, Any]:
+    """The operator Deployment's one container."""
     pod = only(objects, "Deployment", OPERATOR)["spec"]["template"]["spec"]
-    found: dict[str, Any] = only_item(pod["containers"])
-    return found
-
-
-def only_item(items: list[dict[str, Any]]) -> dict[str, Any]:
-    assert len(items) == 1
-    return items[0]
+    (operator,) = pod["containers"]
+    return dict(operator)
 
 
 @pytest.mark.parametrize("with_custom_values", [False, True], ids=["default", "custom"])
