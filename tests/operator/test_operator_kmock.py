@@ -313,3 +313,36 @@ async def test_live_config_set_reaches_the_running_redis(
         lambda: ((cis(cluster, "svc") or {}).get("status") or {}).get("cache"), "cache figures"
     )
     assert figures["usedMemoryBytes"] > 0
+
+
+async def test_an_unreachable_redis_is_a_condition_and_an_event_not_a_crash(
+    cluster: Cluster,
+    api: Api,
+    start_operator: Callable[[], Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from conftest import free_port
+
+    monkeypatch.setenv("CACHEFLEET_OPERATOR_REDIS_ADDRESS", f"127.0.0.1:{free_port()}")
+    monkeypatch.setenv("CACHEFLEET_OPERATOR_REDIS_TIMEOUT", "0.5")
+    await start_operator()
+    await api.send("POST", CIS_PATH, service("svc"))
+    await eventually(lambda: live(cluster, "apps/v1/statefulsets", "svc-redis"), "the StatefulSet")
+    status_path = f"/apis/apps/v1/namespaces/{NS}/statefulsets/svc-redis/status"
+    await api.send("PATCH", status_path, {"status": {"readyReplicas": 1}}, patch=True)
+    await api.send("PATCH", f"{CIS_PATH}/svc", {"spec": {"replicas": 3}}, patch=True)
+
+    def failed() -> dict[str, Any] | None:
+        redis_ready = condition(cis(cluster, "svc"), "RedisReady")
+        return redis_ready if redis_ready and redis_ready["reason"] == "ConfigSetFailed" else None
+
+    redis_ready = await eventually(failed, "RedisReady=False with ConfigSetFailed")
+    assert redis_ready["status"] == "False"
+    assert "CONFIG SET on Redis at 127.0.0.1" in redis_ready["message"]
+    assert condition(cis(cluster, "svc"), "Ready")["status"] == "False"
+    events = [e for e in cluster.objects.values() if e.get("reason") == "ConfigSetFailed"]
+    assert events
+    assert events[0]["type"] == "Warning"
+    # The operator is still serving: a new object is reconciled.
+    await api.send("POST", CIS_PATH, service("other", cache={"mode": "local"}))
+    await eventually(lambda: live(cluster, "apps/v1/deployments", "other"), "the other Deployment")
