@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import kubernetes_validate
 
@@ -12,7 +13,9 @@ from delivery.support import CHART, NAMESPACE, REPO, TOOLS, Helm, load_all
 
 
 def run_script(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PATH": f"{TOOLS}{os.pathsep}{os.environ.get('PATH', '')}"}
+    """Run a repository script with the tool cache and this Python's folder first on PATH."""
+    path = os.pathsep.join([str(TOOLS), str(Path(sys.executable).parent), os.environ["PATH"]])
+    env = {**os.environ, "PATH": path}
     return subprocess.run(
         list(args), cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=120
     )
