@@ -62,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
         connections=args.connections,
         duration_s=args.duration if args.duration is not None else (2.0 if quick else 5.0),
         warmup_s=args.warmup if args.warmup is not None else (0.0 if quick else 1.0),
+        probe_s=0.0 if quick else 2.0,
         generator=args.generator,
         wrk_threads=args.wrk_threads,
         cpus=pinning.plan(not args.no_pin),

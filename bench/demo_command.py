@@ -24,7 +24,7 @@ DEMO_MODELS = ("densenet_onnx", "simple")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--duration", type=float, default=6.0, help="seconds per load (6)")
+    parser.add_argument("--duration", type=float, default=5.0, help="seconds per load (5)")
     parser.add_argument("--connections", type=int, default=8, help="concurrent connections (8)")
     parser.add_argument(
         "--models", nargs="+", default=list(DEMO_MODELS), help="models to load (both samples)"
@@ -49,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
         connections=args.connections,
         duration_s=args.duration,
         warmup_s=1.0,
+        probe_s=0.0,
         cpus=pinning.plan(),
     )
     plan = [Scenario("hits", model, mode, 1.0) for mode in ("none", cache) for model in args.models]

@@ -36,6 +36,8 @@ class BenchOptions:
     connections: int = 8
     duration_s: float = 5.0
     warmup_s: float = 1.0
+    #: Seconds of the one-connection latency probe after each 100%-hit scenario (0: none).
+    probe_s: float = 2.0
     generator: str = "wrk"
     wrk_threads: int = 2
     cpus: CpuPlan = field(default_factory=lambda: CpuPlan(None, None))
@@ -177,6 +179,7 @@ def _run_scenarios(
                 target, scenario, requests, run_load=runner,
                 connections=options.connections, duration_s=options.duration_s,
                 warmup_s=options.warmup_s, client_cpus=options.cpus.client,
+                probe_s=options.probe_s,
             )  # fmt: skip
         except BenchError as error:
             reason = error.message.splitlines()[0]

@@ -32,6 +32,8 @@ class Measurement:
     measured_hit_ratio: float | None
     hits_by_tier: Mapping[str, float]
     warm_status: str
+    #: p50 of a short run with one connection (100%-hit scenarios only): latency without queueing.
+    single_connection_p50_ms: float | None = None
 
     @property
     def cpu_ms_per_request(self) -> float:
@@ -65,13 +67,17 @@ def measure(
     duration_s: float,
     warmup_s: float,
     client_cpus: str | None,
+    probe_s: float = 0.0,
 ) -> Measurement:
-    """Warm the cache with the hit set, run an unmeasured warm-up, then the measured load."""
+    """Warm the cache with the hit set, run an unmeasured warm-up, then the measured load.
+
+    For 100%-hit scenarios, a ``probe_s`` run with a single connection follows.
+    """
     warm_status = warm(target.base_url, requests, scenario) if scenario.hit_ratio > 0 else "-"
 
-    def spec(seconds: float) -> LoadSpec:
+    def spec(seconds: float, conns: int = connections) -> LoadSpec:
         return LoadSpec(
-            target.base_url, requests, connections, seconds, scenario.hit_ratio, new_nonce(),
+            target.base_url, requests, conns, seconds, scenario.hit_ratio, new_nonce(),
             client_cpus,
         )  # fmt: skip
 
@@ -82,6 +88,9 @@ def measure(
     load = run_load(spec(duration_s))
     cpu_after = cpu_seconds(target.pid)
     counters = server_metrics.read(target.base_url, scenario.model).minus(counters_before)
+    # Under 8 connections a p50 is mostly queueing (8 x the service time); one connection
+    # shows what a single hit costs, which is what "a Redis hit vs a local hit" asks.
+    single = run_load(spec(probe_s, 1)) if probe_s > 0 and scenario.group == "hits" else None
     return Measurement(
         scenario=scenario,
         load=load,
@@ -89,6 +98,7 @@ def measure(
         measured_hit_ratio=counters.hit_ratio,
         hits_by_tier=counters.hits_by_tier,
         warm_status=warm_status,
+        single_connection_p50_ms=single.p50_ms if single else None,
     )
 
 

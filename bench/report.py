@@ -14,7 +14,7 @@ from cachefleet.bench.targets import check
 
 _COLUMNS = (
     "model", "body", "server", "cache", "hit ratio asked", "measured", "req/s",
-    "p50 ms", "p90 ms", "p99 ms", "server CPU ms/req", "errors",
+    "p50 ms", "p90 ms", "p99 ms", "p50 ms, 1 conn", "server CPU ms/req", "errors",
 )  # fmt: skip
 
 
@@ -34,6 +34,8 @@ def render(record: RunRecord, command: str) -> str:
         "- Server CPU ms/req: utime+stime of the server process tree (/proc/PID/stat) over the "
         "measured window, divided by the requests served",
         "- Measured hit ratio: from the server's own cache counters (/metrics)",
+        f"- p50 ms, 1 conn: a {options.probe_s:g} s run with one connection after each "
+        "100%-hit scenario, the latency of one request without queueing",
         f"- Load average (1 min) at start / end: {record.load_average[0]:.2f} / "
         f"{record.load_average[1]:.2f}; other work on the machine lowers req/s far more than "
         "it changes server CPU ms/req",
@@ -82,11 +84,13 @@ def _rule() -> str:
 def _row(measurement: Measurement) -> str:
     load = measurement.load
     measured = measurement.measured_hit_ratio
+    single = measurement.single_connection_p50_ms
     cells = [
         *scenario_cells(measurement.scenario),
         "-" if measured is None else f"{measured:.1%}",
         f"{load.throughput:.0f}" if load.throughput >= 100 else f"{load.throughput:.1f}",
         f"{load.p50_ms:.2f}", f"{load.p90_ms:.2f}", f"{load.p99_ms:.2f}",
+        "-" if single is None else f"{single:.2f}",
         f"{measurement.cpu_ms_per_request:.3f}", str(load.errors),
     ]  # fmt: skip
     return "| " + " | ".join(cells) + " |"
