@@ -167,3 +167,19 @@ def test_health_checks_read_the_conditions_the_operator_writes(
     obj = operator_status(conditions)
     assert argo_health(obj)["status"] == expected
     assert flux_health(flux_check, obj) == KSTATUS[expected]
+
+
+def test_gitops_manifests_point_at_folders_of_this_repository() -> None:
+    """Argo CD and Flux read these paths from a clone of this repository; they must exist."""
+    paths = []
+    for path in sorted(GITOPS.glob("*/*.yaml")):
+        for document in yaml.safe_load_all(path.read_text()):
+            if document["kind"] == "Application":
+                paths.append(document["spec"]["source"]["path"])
+            elif document["kind"] == "Kustomization":
+                paths.append(document["spec"]["path"])
+    assert set(paths) == {"./crds", "./deploy", "./examples", "charts/cachefleet", "examples"}
+    for path in paths:
+        folder = REPO / path
+        assert folder.is_dir(), path
+        assert list(folder.glob("*.yaml")), f"{path} holds no manifests"
