@@ -57,6 +57,9 @@ def create_app(settings: RuntimeSettings) -> FastAPI:
 
 @asynccontextmanager
 async def _serving(state: ServerState) -> AsyncIterator[None]:
+    """Load, then serve. Loading blocks startup on purpose: with several workers on one port a
+    worker must not accept requests before its models are in, or clients would see 503s from a
+    half-loaded fleet; until then ``/v2/health/live`` fails, which a startup probe allows for."""
     settings = state.settings
     if settings.models.repository is None:
         raise NotReadyError("no model repository configured (--model-repository)")
