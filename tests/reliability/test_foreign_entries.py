@@ -1,0 +1,124 @@
+"""A cached entry is served only for a request with the same full key digest: a real entry of
+another input, version, model or parameter set, copied under a real key in a real Redis, is
+refused (a miss, counted as corrupt) and the client gets the model's own answer."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from conftest import RedisProcess, ServerProcess
+
+from cachefleet.bench.chaos import answer_is_right, decode_outputs, input_tensors, request_body
+from cachefleet.runtime.cache.key import compute_key
+from cachefleet.runtime.tensor import Tensor, encode_bytes_elements
+
+
+@pytest.fixture
+def versioned_repository(model_repository: Path, tmp_path: Path) -> Path:
+    """``simple`` in versions 1 and 2 (same graph, so same answers), and ``simple_string``."""
+    repository = tmp_path / "versioned"
+    for name in ("simple", "simple_string"):
+        shutil.copytree(model_repository / name, repository / name)
+    shutil.copytree(repository / "simple" / "1", repository / "simple" / "2")
+    config = repository / "simple" / "config.pbtxt"
+    config.write_text(config.read_text() + "\nversion_policy: { all: {} }\n")
+    return repository
+
+
+def post(
+    server: ServerProcess, seed: int, version: str = "1", parameters: dict[str, Any] | None = None
+) -> tuple[str, bool]:
+    """Request ``seed`` from ``simple``; returns X-Cache and whether the answer is numpy's."""
+    body, headers = request_body(seed, binary=True)
+    if parameters:
+        size = int(headers["Inference-Header-Content-Length"])
+        header = orjson.loads(body[:size])
+        header["parameters"].update(parameters)
+        encoded = orjson.dumps(header)
+        body = encoded + body[size:]
+        headers["Inference-Header-Content-Length"] = str(len(encoded))
+    url = f"{server.base_url}/v2/models/simple/versions/{version}/infer"
+    response = httpx.post(url, content=body, headers=headers, timeout=30)
+    assert response.status_code == 200, response.text
+    outputs = decode_outputs(response.content, response.headers["Inference-Header-Content-Length"])
+    return response.headers["X-Cache"], answer_is_right(seed, outputs)
+
+
+def post_strings(server: ServerProcess) -> str:
+    """One ``simple_string`` request; returns its Redis key as the server computes it."""
+    values: list[list[object]] = [[str(n) for n in range(16)], ["3"] * 16]
+    document = {"inputs": [
+        {"name": name, "datatype": "BYTES", "shape": [1, 16], "data": data}
+        for name, data in zip(("INPUT0", "INPUT1"), values, strict=True)
+    ]}  # fmt: skip
+    response = httpx.post(
+        f"{server.base_url}/v2/models/simple_string/infer", json=document, timeout=30
+    )
+    assert response.status_code == 200, response.text
+    tensors = [
+        Tensor(name, "BYTES", (1, 16), encode_bytes_elements(data))
+        for name, data in zip(("INPUT0", "INPUT1"), values, strict=True)
+    ]
+    return compute_key("simple_string", "1", tensors, {}).redis_key
+
+
+def stored(redis: RedisProcess, key: str) -> bytes:
+    """The entry at ``key`` once the server's write-behind has put it there."""
+    client = redis.client()
+    deadline = time.monotonic() + 10
+    while (value := client.get(key)) is None:
+        assert time.monotonic() < deadline, f"the server never stored {key}"
+        time.sleep(0.02)
+    return bytes(value)
+
+
+def refused(server: ServerProcess) -> float:
+    text = httpx.get(f"{server.base_url}/metrics", timeout=10).text
+    line = 'cachefleet_cache_errors_total{kind="corrupt",tier="redis"} '
+    return sum(float(row.split()[-1]) for row in text.splitlines() if row.startswith(line))
+
+
+def simple_key(seed: int, version: str = "1", parameters: dict[str, Any] | None = None) -> str:
+    return compute_key("simple", version, input_tensors(seed), parameters or {}).redis_key
+
+
+@pytest.mark.parametrize("source", ["input", "version", "model", "parameters"])
+def test_an_entry_of_another_request_is_never_served(
+    make_redis: Callable[..., RedisProcess],
+    make_server: Callable[..., ServerProcess],
+    versioned_repository: Path,
+    source: str,
+) -> None:
+    redis = make_redis()
+    # Redis only: every lookup reads the planted value, no local copy can hide it.
+    server = make_server("--cache", "redis", "--redis-url", redis.url,
+                         repository=versioned_repository)  # fmt: skip
+    target = 7
+    if source == "input":
+        assert post(server, 8) == ("miss", True)
+        foreign = stored(redis, simple_key(8))
+    elif source == "version":  # the same input through version 2: the same bytes, another key
+        assert post(server, target, version="2") == ("miss", True)
+        foreign = stored(redis, simple_key(target, version="2"))
+    elif source == "model":
+        foreign = stored(redis, post_strings(server))
+    else:
+        assert post(server, target, parameters={"tag": "a"}) == ("miss", True)
+        foreign = stored(redis, simple_key(target, parameters={"tag": "a"}))
+
+    redis.client().set(simple_key(target), foreign)
+    assert post(server, target) == ("miss", True)
+    assert refused(server) == 1
+    # The refused entry was replaced by the right one, which now serves.
+    deadline = time.monotonic() + 10
+    while stored(redis, simple_key(target)) == foreign:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    assert post(server, target) == ("hit-redis", True)
