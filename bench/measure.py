@@ -31,6 +31,8 @@ class Measurement:
     server_cpu_s: float
     measured_hit_ratio: float | None
     hits_by_tier: Mapping[str, float]
+    #: Cache errors the server counted in the measured window, by ``tier/kind``.
+    cache_errors: Mapping[str, float]
     warm_status: str
     #: p50 of a short run with one connection (100%-hit scenarios only): latency without queueing.
     single_connection_p50_ms: float | None = None
@@ -97,6 +99,7 @@ def measure(
         server_cpu_s=cpu_after - cpu_before,
         measured_hit_ratio=counters.hit_ratio,
         hits_by_tier=counters.hits_by_tier,
+        cache_errors=counters.errors,
         warm_status=warm_status,
         single_connection_p50_ms=single.p50_ms if single else None,
     )

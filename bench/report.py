@@ -14,7 +14,8 @@ from cachefleet.bench.targets import check
 
 _COLUMNS = (
     "model", "body", "server", "cache", "hit ratio asked", "measured", "req/s",
-    "p50 ms", "p90 ms", "p99 ms", "p50 ms, 1 conn", "server CPU ms/req", "errors",
+    "p50 ms", "p90 ms", "p99 ms", "p50 ms, 1 conn", "server CPU ms/req", "HTTP errors",
+    "cache errors",
 )  # fmt: skip
 
 
@@ -92,6 +93,7 @@ def _row(measurement: Measurement) -> str:
         f"{load.p50_ms:.2f}", f"{load.p90_ms:.2f}", f"{load.p99_ms:.2f}",
         "-" if single is None else f"{single:.2f}",
         f"{measurement.cpu_ms_per_request:.3f}", str(load.errors),
+        ", ".join(f"{k} {v:.0f}" for k, v in sorted(measurement.cache_errors.items())) or "-",
     ]  # fmt: skip
     return "| " + " | ".join(cells) + " |"
 

@@ -20,13 +20,15 @@ class CacheCounters:
     hits_by_tier: dict[str, float] = field(default_factory=dict)
     misses: float = 0.0
     available: bool = False
+    #: ``cachefleet_cache_errors_total`` by ``tier/kind``: why a hit can turn into a miss.
+    errors: dict[str, float] = field(default_factory=dict)
 
     def minus(self, before: CacheCounters) -> CacheCounters:
-        tiers = set(self.hits_by_tier) | set(before.hits_by_tier)
         return CacheCounters(
-            {t: self.hits_by_tier.get(t, 0.0) - before.hits_by_tier.get(t, 0.0) for t in tiers},
+            _difference(self.hits_by_tier, before.hits_by_tier),
             self.misses - before.misses,
             self.available and before.available,
+            {k: v for k, v in _difference(self.errors, before.errors).items() if v},
         )
 
     @property
@@ -46,6 +48,7 @@ def read(base_url: str, model: str) -> CacheCounters:
     hits: dict[str, float] = {}
     misses = 0.0
     found = False
+    errors: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         found = found or family.name in ("cachefleet_cache_hits", "cachefleet_cache_misses")
         for sample in family.samples:
@@ -56,4 +59,12 @@ def read(base_url: str, model: str) -> CacheCounters:
                 hits[tier] = hits.get(tier, 0.0) + sample.value
             elif sample.name == "cachefleet_cache_misses_total":
                 misses += sample.value
-    return CacheCounters(hits, misses, found)
+        for sample in family.samples:
+            if sample.name == "cachefleet_cache_errors_total":
+                kind = f"{sample.labels.get('tier', '?')}/{sample.labels.get('kind', '?')}"
+                errors[kind] = errors.get(kind, 0.0) + sample.value
+    return CacheCounters(hits, misses, found, errors)
+
+
+def _difference(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    return {key: after.get(key, 0.0) - before.get(key, 0.0) for key in set(after) | set(before)}
