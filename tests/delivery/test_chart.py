@@ -9,6 +9,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from cachefleet.cli.main import build_parser
 from delivery.support import CHART, NAMESPACE, RELEASE, REPO, Helm, Manifest, find, only
 
 #: The Kubernetes version the rendered objects are validated against.
@@ -221,3 +222,19 @@ def test_install_notes_tell_the_next_step(helm: Helm) -> None:
     assert (REPO / "examples" / "simple-cpu.yaml").is_file()
     assert "kubectl get cis" in notes
     assert f"rollout status deployment/{OPERATOR}" in notes
+
+
+@pytest.mark.parametrize("values", ["default", "custom"])
+def test_the_cli_accepts_the_operator_command_line(
+    values: str, default_objects: list[Manifest], custom_objects: list[Manifest]
+) -> None:
+    objects = default_objects if values == "default" else custom_objects
+    operator = container(objects)
+    assert operator["command"] == ["cachefleet"]
+    args = build_parser().parse_args(operator["args"])  # exits on an unknown option
+    assert args.command == "operator"
+    if values == "default":
+        assert args.all_namespaces
+    else:
+        assert args.namespace == ["team-a", "team-b"]
+        assert args.verbose

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 from dockerfile_parse import DockerfileParser
 
+from cachefleet.cli.main import build_parser
 from delivery.support import REPO, require_tool
 
 #: Packages that would mean a compiler or build chain in an image.
@@ -168,3 +170,12 @@ def test_wheel_stage_builds_the_package_from_what_it_copies(
         assert "cachefleet = cachefleet.cli.main:main" in archive.read(entry_points).decode()
     for module in ("cli/main.py", "operator/handlers.py", "runtime/metrics.py"):
         assert f"cachefleet/{module}" in names
+
+
+@pytest.mark.parametrize(("target", "command"), [("runtime", "serve"), ("operator", "operator")])
+def test_the_cli_accepts_the_image_commands(
+    stages: dict[str, Stage], target: str, command: str
+) -> None:
+    (cmd,) = stages[target].values("CMD")
+    args = build_parser().parse_args(json.loads(cmd))  # exits on an unknown option
+    assert args.command == command
