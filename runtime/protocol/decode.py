@@ -25,6 +25,8 @@ from cachefleet.runtime.protocol.validate import (
 )
 from cachefleet.runtime.tensor import Tensor
 
+#: Request parameters are flat in KServe v2; nesting is tolerated up to this depth.
+_MAX_PARAMETER_DEPTH = 32
 _SHARED_MEMORY = frozenset(
     {"shared_memory_region", "shared_memory_byte_size", "shared_memory_offset"}
 )
@@ -35,6 +37,7 @@ def decode_request(body: bytes, header_length: int | None, config: ModelConfig) 
     header, binary = _split(body, header_length)
     document = _parse_json(header)
     parameters = _mapping(document.get("parameters"), "request 'parameters'")
+    _check_depth(parameters, "request 'parameters'")
     binary_output = parameters.get("binary_data_output", False)
     if not isinstance(binary_output, bool):
         raise BadRequestError("request parameter 'binary_data_output' must be true or false")
@@ -147,6 +150,22 @@ def _mapping(value: Any, what: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise BadRequestError(f"{what} must be a JSON object")
     return value
+
+
+def _check_depth(value: Any, what: str) -> None:
+    """Refuse parameters nested past :data:`_MAX_PARAMETER_DEPTH`: they enter the cache key,
+    whose JSON encoder stops at 255 levels, and no real parameter comes close."""
+    level: list[Any] = [value]
+    for _ in range(_MAX_PARAMETER_DEPTH):
+        level = [
+            child
+            for item in level
+            if isinstance(item, dict | list)
+            for child in (item.values() if isinstance(item, dict) else item)
+        ]
+        if not level:
+            return
+    raise BadRequestError(f"{what} are nested more than {_MAX_PARAMETER_DEPTH} levels deep")
 
 
 def _array(document: Mapping[str, Any], key: str) -> list[Any]:
