@@ -40,6 +40,12 @@ def image_request(seed: int) -> CacheRequest:
     return CacheRequest("densenet_onnx", "1", [tensor], {}, enabled=True, ttl_s=600)
 
 
+def simple_request(seed: int) -> CacheRequest:
+    first = Tensor.from_numpy("INPUT0", np.full((1, 16), seed, dtype=np.int32))
+    second = Tensor.from_numpy("INPUT1", np.ones((1, 16), dtype=np.int32))
+    return CacheRequest("simple", "1", [first, second], {}, enabled=True, ttl_s=600)
+
+
 async def compute() -> list[Tensor]:
     return [OUTPUT]
 
@@ -85,59 +91,44 @@ async def cache_for(mode: str, redis_url: str | None) -> TieredCache:
     return cache
 
 
-async def run_latencies(redis_url: str, rounds: int) -> list[str]:
+async def run_latencies(
+    redis_url: str, rounds: int, make: Callable[[int], CacheRequest], label: str
+) -> list[str]:
+    """p50/p99 of a local hit, a Redis hit and misses for requests built by ``make``."""
     directives = CacheDirectives()
-    requests = [image_request(seed) for seed in range(rounds + 1)]  # [0]: the hit
+    requests = [make(seed) for seed in range(rounds + 1)]  # [0]: the one that hits
     lines = []
 
+    def asking(cache: TieredCache, offset: int) -> Callable[[int], Awaitable[CacheStatus]]:
+        async def call(index: int) -> CacheStatus:
+            request = requests[index + offset if offset else 0]
+            status = (await cache.get_or_compute(request, directives, compute))[1]
+            await cache.writes.join()  # keep write-behind work out of the next sample
+            return status
+
+        return call
+
     local = await cache_for("local", None)
-    await local.get_or_compute(requests[0], directives, compute)
-
-    async def local_hit(index: int) -> CacheStatus:
-        return (await local.get_or_compute(requests[0], directives, compute))[1]
-
-    lines.append(
-        summary(
-            "local hit (densenet, key included)",
-            await latencies(local_hit, rounds, CacheStatus.HIT_LOCAL),
-        )
-    )
-
-    async def local_miss(index: int) -> CacheStatus:
-        return (await local.get_or_compute(requests[index + 1], directives, compute))[1]
-
-    lines.append(summary("miss, local mode", await latencies(local_miss, rounds, CacheStatus.MISS)))
+    await asking(local, 0)(0)
+    hits = await latencies(asking(local, 0), rounds, CacheStatus.HIT_LOCAL)
+    lines.append(summary(f"{label}: local hit", hits))
+    misses = await latencies(asking(local, 1), rounds, CacheStatus.MISS)
+    lines.append(summary(f"{label}: miss, local", misses))
     await local.close()
 
     shared = await cache_for("redis", redis_url)
-    await shared.get_or_compute(requests[0], directives, compute)
-    await shared.writes.join()
-
-    async def redis_hit(index: int) -> CacheStatus:
-        return (await shared.get_or_compute(requests[0], directives, compute))[1]
-
-    lines.append(
-        summary(
-            "redis hit (densenet, key included)",
-            await latencies(redis_hit, rounds, CacheStatus.HIT_REDIS),
-        )
-    )
+    await asking(shared, 0)(0)
+    hits = await latencies(asking(shared, 0), rounds, CacheStatus.HIT_REDIS)
+    lines.append(summary(f"{label}: redis hit", hits))
     await shared.close()
 
     both = await cache_for("tiered", redis_url)
-
-    async def tiered_miss(index: int) -> CacheStatus:
-        status = (await both.get_or_compute(requests[index + 1], directives, compute))[1]
-        await both.writes.join()  # keep the write-behind from piling up between samples
-        return status
-
-    lines.append(
-        summary(
-            "miss, tiered (GET, SET awaited)",
-            await latencies(tiered_miss, rounds, CacheStatus.MISS),
-        )
-    )
+    misses = await latencies(asking(both, 1), rounds, CacheStatus.MISS)
+    lines.append(summary(f"{label}: miss, tiered (GET + SET)", misses))
     await both.close()
+    shared = await cache_for("redis", redis_url)
+    await shared.flush(requests[0].model)
+    await shared.close()
     return lines
 
 
@@ -183,8 +174,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{'key hashing, densenet input (602 KB)':<34} {gbps:6.2f} GB/s   {per_key_us:8.1f} us/key"
     )
     with redis_server(args.redis_url) as url:
-        for line in asyncio.run(run_latencies(url, args.rounds)):
-            print(line)
+        for make, label in ((image_request, "densenet"), (simple_request, "simple")):
+            for line in asyncio.run(run_latencies(url, args.rounds, make, label)):
+                print(line)
     return 0
 
 
