@@ -11,7 +11,8 @@ from typing import Literal
 from cachefleet.runtime.errors import CachefleetError, NotReadyError
 
 #: The ``kind`` label of ``cachefleet_cache_errors_total``.
-ErrorKind = Literal["timeout", "connection", "oom", "corrupt", "other"]
+#: ``pool``: every pooled connection stayed busy for the whole (short) wait; Redis may be fine.
+ErrorKind = Literal["timeout", "connection", "oom", "pool", "corrupt", "other"]
 
 
 class CorruptEntryError(CachefleetError):

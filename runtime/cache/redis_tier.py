@@ -57,7 +57,7 @@ def error_kind(error: BaseException) -> ErrorKind:
     if isinstance(error, rexc.TimeoutError | asyncio.TimeoutError | TimeoutError):
         return "timeout"
     if isinstance(error, rexc.ConnectionError) and "No connection available" in str(error):
-        return "timeout"  # the pool stayed saturated for its whole wait
+        return "pool"  # redis-py's BlockingConnectionPool gave up waiting
     if isinstance(error, rexc.ConnectionError | OSError):
         return "connection"
     if isinstance(error, rexc.OutOfMemoryError) or str(error).startswith("OOM"):
@@ -66,7 +66,8 @@ def error_kind(error: BaseException) -> ErrorKind:
 
 
 def is_outage(kind: ErrorKind) -> bool:
-    """Faults that mean Redis is unreachable; an OOM reply means it is up (lookups still work)."""
+    """Faults that mean Redis is unreachable. An OOM reply means it is up (lookups still work);
+    a saturated pool means this process is busy, not that Redis is down."""
     return kind in ("timeout", "connection")
 
 

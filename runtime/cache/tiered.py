@@ -241,6 +241,8 @@ class TieredCache:
         self.metrics.cache_errors.labels(tier, kind).inc()
         if is_outage(kind):
             self.breaker.record_failure(f"{kind}: {error.message}")
+        elif kind == "pool":
+            logger.debug("cache: %s", error.message)  # load, not a Redis fault: counted only
         else:
             self.breaker.record_success()  # Redis answered; it is up, just unhappy
             if kind not in self._reported:

@@ -142,3 +142,30 @@ async def test_corrupt_entry_is_a_miss_and_is_deleted(
         assert (await ask(cache, req, Model())) == (expected(3), CacheStatus.HIT_REDIS)
     finally:
         await cache.close()
+
+
+async def test_saturated_pool_fails_fast_without_opening_the_breaker(
+    redis_server: RedisProcess,
+) -> None:
+    cache, metrics = await started("redis", redis_server, pool_size=1)
+    try:
+        assert cache.redis is not None
+        pool = cache.redis.client.connection_pool
+        held = await pool.get_connection()  # the only connection, busy elsewhere
+        try:
+            for value in range(5):
+                outputs, status = await asyncio.wait_for(
+                    ask(cache, request(value), Model()), timeout=2.0
+                )
+                assert (outputs, status) == (expected(value), CacheStatus.MISS)
+        finally:
+            await pool.release(held)
+        # Lookups and write-behind inserts alike gave up on the pool.
+        assert metric(metrics, "cachefleet_cache_errors_total", tier="redis", kind="pool") >= 5
+        assert metric(metrics, "cachefleet_redis_circuit_open") == 0
+        await cache.writes.join()
+        assert (await ask(cache, request(9), Model()))[1] is CacheStatus.MISS
+        await cache.writes.join()
+        assert (await ask(cache, request(9), Model()))[1] is CacheStatus.HIT_REDIS
+    finally:
+        await cache.close()
