@@ -4,6 +4,8 @@ request encoding (sent with httpx, so the ``X-Cache`` header is visible)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import urllib.request
 from collections.abc import Callable
 from typing import Any
@@ -151,3 +153,21 @@ def test_cache_metrics_are_exported(make_server: MakeServer, redis_server: Redis
     assert 'cachefleet_cache_misses_total{model="simple",version="1"} 1.0' in text
     assert 'nv_cache_num_hits_per_model{model="simple",version="1"} 1.0' in text
     assert "cachefleet_redis_circuit_open 0.0" in text
+
+
+def flush_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "cachefleet.cli.main", "flush", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+
+def test_cli_flush_through_a_server(make_server: MakeServer) -> None:
+    server = make_server("--cache", "local")
+    assert x_cache(server, "simple", 0) == "miss"
+    assert x_cache(server, "simple", 0) == "hit-local"
+    result = flush_cli("--model", "simple", "--server", server.base_url)
+    assert result.returncode == 0, result.stderr
+    assert '"removed":1' in result.stdout.replace(" ", "")
+    assert x_cache(server, "simple", 0) == "miss"
+    unknown = flush_cli("--model", "nope", "--server", server.base_url)
+    assert unknown.returncode == 1
+    assert "404" in unknown.stderr
