@@ -6,10 +6,12 @@ import struct
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cachefleet.runtime.cache.entry import decode_entry, encode_entry
 from cachefleet.runtime.cache.errors import CorruptEntryError
-from cachefleet.runtime.tensor import Tensor
+from cachefleet.runtime.tensor import NUMPY_DTYPES, Tensor
 
 DIGEST = bytes(range(32))
 OUTPUTS = [
@@ -70,3 +72,25 @@ def test_expiry_travels_with_the_entry() -> None:
     assert stored.expires_at == 1_900_000_000.25
     assert stored.outputs == OUTPUTS
     assert read_entry(encode_entry(DIGEST, OUTPUTS), DIGEST).expires_at is None
+
+
+_DATATYPES = ["UINT8", "INT32", "FP32", "FP64", "BOOL"]
+
+
+@st.composite
+def tensors(draw: st.DrawFn) -> Tensor:
+    datatype = draw(st.sampled_from(_DATATYPES))
+    shape = tuple(draw(st.lists(st.integers(0, 4), max_size=4)))
+    count = int(np.prod(shape)) if shape else 1
+    itemsize = np.dtype(NUMPY_DTYPES[datatype]).itemsize
+    data = draw(st.binary(min_size=count * itemsize, max_size=count * itemsize))
+    if datatype == "BOOL":
+        data = bytes(b & 1 for b in data)
+    name = draw(st.text(min_size=1, max_size=12))
+    return Tensor(name, datatype, shape, data)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(tensors(), max_size=4), st.binary(min_size=32, max_size=32))
+def test_any_outputs_round_trip(outputs: list[Tensor], digest: bytes) -> None:
+    assert decode_entry(encode_entry(digest, outputs), digest) == outputs

@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 import pytest
 from blake3 import blake3
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cachefleet.runtime.cache.key import (
     KEY_FORMAT_VERSION,
@@ -110,3 +112,21 @@ def test_presentation_parameters_are_not_keyed(parameter: dict[str, Any]) -> Non
 def test_flush_pattern_escapes_glob_characters_in_model_names() -> None:
     assert redis_model_pattern("simple") == "cachefleet:v1:simple:*"
     assert redis_model_pattern("a*b?[c]") == "cachefleet:v1:a\\*b\\?\\[c\\]:*"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(0, 3), max_size=3),
+    st.lists(st.integers(0, 3), max_size=3),
+    st.sampled_from(["UINT8", "INT8"]),
+    st.sampled_from(["UINT8", "INT8"]),
+)
+def test_different_datatypes_or_shapes_never_share_a_key(
+    shape_a: list[int], shape_b: list[int], type_a: str, type_b: str
+) -> None:
+    count_a = int(np.prod(shape_a)) if shape_a else 1
+    count_b = int(np.prod(shape_b)) if shape_b else 1
+    a = Tensor("x", type_a, tuple(shape_a), bytes(count_a))
+    b = Tensor("x", type_b, tuple(shape_b), bytes(count_b))
+    same = (a.datatype, a.shape) == (b.datatype, b.shape)
+    assert (key([a]) == key([b])) == same
