@@ -2,4 +2,11 @@
 
 Layer rule: imports only ``cachefleet.runtime.{tensor,errors,config,metrics}`` and itself;
 knows nothing of HTTP or of ONNX Runtime.
+
+- ``api``: the seam the service uses (``ResponseCache``, ``CacheRequest``, ``CacheStatus``).
+- ``key`` / ``entry``: pure data, no I/O: the BLAKE3 request key and the checked entry format.
+- ``local``: the byte-bounded in-process LRU. ``redis_tier``: Redis, with its errors translated.
+- ``breaker``, ``singleflight``, ``writebehind``: the small mechanisms ``tiered`` composes.
+- ``invalidation``: the pub/sub channel that carries flushes to every replica.
+- ``tiered``: the cache itself; ``factory``: settings in, cache out.
 """
