@@ -153,6 +153,14 @@ def test_cache_metrics_are_exported(make_server: MakeServer, redis_server: Redis
     assert 'cachefleet_cache_misses_total{model="simple",version="1"} 1.0' in text
     assert 'nv_cache_num_hits_per_model{model="simple",version="1"} 1.0' in text
     assert "cachefleet_redis_circuit_open 0.0" in text
+    assert (
+        'cachefleet_cache_lookup_seconds_count{model="simple",tier="local",version="1"} 2.0' in text
+    )
+    assert (
+        'cachefleet_cache_lookup_seconds_count{model="simple",tier="redis",version="1"} 1.0' in text
+    )
+    assert 'cachefleet_cache_inserts_total{model="simple",tier="redis",version="1"} 1.0' in text
+    assert "cachefleet_cache_local_bytes 0.0" not in text
 
 
 def flush_cli(*args: str) -> subprocess.CompletedProcess[str]:
