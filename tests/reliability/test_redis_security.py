@@ -1,0 +1,106 @@
+"""The runtime's side of Redis security, end to end: a real server reaches a real TLS-only
+redis-server with a client certificate, and a Redis password never shows in the server's logs,
+``/metrics``, error answers, or the flush command's messages."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+from conftest import CACHEFLEET, RedisProcess, ServerProcess, free_port
+
+from cachefleet.bench.chaos import answer_is_right, decode_outputs, redis_key, request_body
+
+MakeServer = Callable[..., ServerProcess]
+MakeRedis = Callable[..., RedisProcess]
+PASSWORD = "pw-7f3a9c1e-do-not-log"
+WRONG = "wrong-5be2d4-do-not-log"
+
+
+def x_cache(server: ServerProcess, seed: int) -> str:
+    body, headers = request_body(seed, binary=True)
+    response = httpx.post(
+        f"{server.base_url}/v2/models/simple/infer", content=body, headers=headers, timeout=30
+    )
+    assert response.status_code == 200, response.text
+    outputs = decode_outputs(response.content, response.headers["Inference-Header-Content-Length"])
+    assert answer_is_right(seed, outputs)
+    return response.headers["X-Cache"]
+
+
+def eventually_hit_redis(
+    server: ServerProcess, seed: int, writer: ServerProcess | None = None
+) -> None:
+    """``writer`` (or ``server``) misses; once its write-behind has stored the answer,
+    ``server``, without a local tier, finds it in Redis."""
+    assert x_cache(writer or server, seed) == "miss"
+    deadline = time.monotonic() + 10
+    while (status := x_cache(server, seed)) != "hit-redis":
+        assert status == "miss"
+        assert time.monotonic() < deadline, "never a hit-redis"
+        time.sleep(0.05)
+
+
+def test_tls_redis_with_client_certificate_end_to_end(
+    make_redis: MakeRedis, make_server: MakeServer, certificates: Path
+) -> None:
+    tls_port = free_port()
+    redis = make_redis("--tls-port", str(tls_port),
+                       "--tls-cert-file", str(certificates / "node.crt"),
+                       "--tls-key-file", str(certificates / "node.key"),
+                       "--tls-ca-cert-file", str(certificates / "ca.crt"))  # fmt: skip
+    server = make_server(
+        "--cache", "redis", "--redis-url", f"rediss://127.0.0.1:{tls_port}/0",
+        "--redis-tls-ca-file", str(certificates / "ca.crt"),
+        "--redis-tls-cert-file", str(certificates / "node.crt"),
+        "--redis-tls-key-file", str(certificates / "node.key"),
+        "--redis-connect-timeout", "2", "--redis-socket-timeout", "1",
+    )  # fmt: skip
+    eventually_hit_redis(server, 1)
+    # The entry went over TLS into this very Redis (read back on its plain port).
+    assert redis.client().exists(redis_key(1)) == 1
+
+
+def test_the_redis_password_never_leaks(
+    make_redis: MakeRedis, make_server: MakeServer, tmp_path: Path
+) -> None:
+    redis = make_redis(password=PASSWORD)
+    plain = f"redis://127.0.0.1:{redis.port}/0"
+    from_env = make_server("--cache", "tiered", "--redis-url", plain, "--log-level", "debug",
+                           env={"CACHEFLEET_REDIS_PASSWORD": PASSWORD})  # fmt: skip
+    in_url = make_server("--cache", "redis", "--redis-url", redis.url, "--log-level", "debug")
+    wrong = make_server("--cache", "redis", "--redis-url", plain, "--log-level", "debug",
+                        env={"CACHEFLEET_REDIS_PASSWORD": WRONG})  # fmt: skip
+    servers = (from_env, in_url, wrong)
+    eventually_hit_redis(in_url, 1, writer=from_env)
+    eventually_hit_redis(in_url, 2)
+    for seed in range(3):  # a wrong password is a miss, never a failure
+        assert x_cache(wrong, 10 + seed) == "miss"
+
+    seen: list[str] = []
+    redis.kill()
+    for server in servers:
+        for seed in range(20, 26):  # connection errors, logged and counted
+            assert x_cache(server, seed) in ("miss", "hit-local")
+        flush = httpx.post(f"{server.base_url}/v2/models/simple/cache/flush", timeout=30)
+        assert flush.status_code == 503
+        seen.append(flush.text)
+        seen.append(httpx.get(f"{server.base_url}/metrics", timeout=10).text)
+        seen.append(httpx.get(f"{server.base_url}/v2/models/simple/config", timeout=10).text)
+    flush_command = subprocess.run(
+        [*CACHEFLEET, "flush", "--model", "simple", "--redis-url", redis.url],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert flush_command.returncode != 0
+    seen += [flush_command.stdout, flush_command.stderr]
+    for server in servers:
+        server.stop()
+        seen.append(server.log())
+    everything = "\n".join(seen)
+    assert "password" in wrong.log()  # the refusals and outages were logged...
+    assert "Connection refused" in everything
+    assert PASSWORD not in everything  # ...and the secrets were not
+    assert WRONG not in everything
