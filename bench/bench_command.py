@@ -51,9 +51,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--output", type=Path, default=Path("bench/results"), help="folder for the .md and .png"
     )
     parser.add_argument("--name", help="file name stem (default <date>-<machine>)")
+    parser.add_argument(
+        "--chaos", action="store_true",
+        help="instead: the reliability run (Redis faults under load; --duration is its length, "
+        "default 120 s), written to bench/results/chaos-<date>.md",
+    )  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.chaos:
+        from cachefleet.bench import chaos
+
+        return chaos.run_command(args)
     from cachefleet.bench import chart, harness, pinning, report, scenarios, targets
     from cachefleet.bench.errors import BenchError
 
