@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
+import functools
+import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -81,26 +82,30 @@ async def api(cluster: Cluster) -> AsyncIterator[Api]:
 
 @pytest.fixture
 async def start_operator(cluster: Cluster) -> AsyncIterator[Callable[[], Any]]:
+    """Start the operator in a thread with its own event loop; kmock serves from the test's."""
     import kopf
 
     import cachefleet.operator.handlers  # noqa: F401  (registers the handlers)
 
-    stop: asyncio.Event = asyncio.Event()
-    tasks: list[asyncio.Task[None]] = []
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
 
     async def start() -> None:
-        ready: asyncio.Event = asyncio.Event()
-        operator = kopf.operator(
-            clusterwide=True, standalone=True, stop_flag=stop, ready_flag=ready
-        )
-        tasks.append(asyncio.create_task(operator))
-        await asyncio.wait_for(ready.wait(), 30)
+        ready = threading.Event()
+        settings = kopf.OperatorSettings()
+        operator = functools.partial(
+            kopf.operator,
+            clusterwide=True, standalone=True, stop_flag=stop, ready_flag=ready, settings=settings,
+        )  # fmt: skip
+        thread = threading.Thread(target=lambda: asyncio.run(operator()), daemon=True)
+        thread.start()
+        threads.append(thread)
+        assert await asyncio.to_thread(ready.wait, 30), "the operator did not start"
 
     yield start
     stop.set()
-    for task in tasks:
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(task, 30)
+    for thread in threads:
+        await asyncio.to_thread(thread.join, 30)
 
 
 @pytest.fixture
