@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 from cachefleet.runtime.cache.api import CacheDirectives, CacheRequest, CacheStatus, Compute
 from cachefleet.runtime.cache.breaker import CircuitBreaker
+from cachefleet.runtime.cache.counters import CacheCounters
 from cachefleet.runtime.cache.entry import encode_entry, read_entry
 from cachefleet.runtime.cache.errors import CacheTierError, CorruptEntryError, ErrorKind
 from cachefleet.runtime.cache.invalidation import CHANNEL, InvalidationListener
@@ -53,6 +54,7 @@ class TieredCache:
         listener: InvalidationListener | None = None,
     ) -> None:
         self.metrics = metrics
+        self.counters = CacheCounters(metrics)
         self.local = local
         self.redis = redis
         self.breaker = breaker or CircuitBreaker("redis", 3, 1.0)
@@ -87,8 +89,9 @@ class TieredCache:
         self, request: CacheRequest, directives: CacheDirectives, compute: Compute
     ) -> _Outcome:
         labels = (request.model, request.version)
+        counters = self.counters.of(*labels)
         if not request.enabled or not directives.lookup:
-            self.metrics.cache_bypass.labels(*labels).inc()
+            counters.bypass.inc()
             started = time.monotonic()
             outputs = await compute()
             if request.enabled and directives.store:
@@ -99,9 +102,9 @@ class TieredCache:
         if self.local is not None:
             hit = self.local.get(key)
             elapsed = time.perf_counter() - started
-            self.metrics.cache_lookup_seconds.labels(*labels, "local").observe(elapsed)
+            counters.lookup_local.observe(elapsed)
             if hit is not None:
-                self.metrics.cache_hits.labels(*labels, "local").inc()
+                counters.hits_local.inc()
                 self.metrics.triton.record(*labels, hit=True, duration_s=elapsed)
                 return hit, CacheStatus.HIT_LOCAL
         store = directives.store
@@ -141,12 +144,13 @@ class TieredCache:
         self, key: CacheKey, request: CacheRequest, store: bool, compute: Compute, started: float
     ) -> _Outcome:
         labels = (request.model, request.version)
+        counters = self.counters.of(*labels)
         found = await self._redis_lookup(key, request)
         if found is not None:
             self.metrics.triton.record(*labels, hit=True, duration_s=time.perf_counter() - started)
             return found, CacheStatus.HIT_REDIS
         lookup_s = time.perf_counter() - started
-        self.metrics.cache_misses.labels(*labels).inc()
+        counters.misses.inc()
         computed_at = time.monotonic()
         outputs = await compute()
         insert_started = time.perf_counter()
@@ -160,6 +164,7 @@ class TieredCache:
         if self.redis is None or not self.breaker.allow():
             return None
         labels = (request.model, request.version)
+        counters = self.counters.of(*labels)
         started = time.perf_counter()
         try:
             blob = await self.redis.get(key.redis_key)
@@ -168,7 +173,7 @@ class TieredCache:
             return None
         finally:
             elapsed = time.perf_counter() - started
-            self.metrics.cache_lookup_seconds.labels(*labels, "redis").observe(elapsed)
+            counters.lookup_redis.observe(elapsed)
         self.breaker.record_success()
         if blob is None:
             return None
@@ -179,14 +184,14 @@ class TieredCache:
             self.metrics.cache_errors.labels("redis", "corrupt").inc()
             self._submit(key, self._delete_job(key))
             return None
-        self.metrics.cache_hits.labels(*labels, "redis").inc()
+        counters.hits_redis.inc()
         # A promoted copy lives no longer than the Redis entry it came from.
         ttl_s = request.ttl_s  # 0: never expires
         if entry.expires_at is not None:
             ttl_s = entry.expires_at - time.time()
         fresh = entry.expires_at is None or ttl_s > 0
         if self.local is not None and fresh and self.local.put(key, entry.outputs, ttl_s):
-            self.metrics.cache_inserts.labels(*labels, "local").inc()
+            counters.inserts_local.inc()
         return entry.outputs
 
     def _store(self, key: CacheKey, outputs: Sequence[Tensor], ttl_s: float, since: float) -> None:
@@ -194,13 +199,13 @@ class TieredCache:
         if self._flushed_at.get(key.model, -1.0) >= since:
             return  # computed before a flush of its model: it may be stale
         if self.local is not None and self.local.put(key, outputs, ttl_s):
-            self.metrics.cache_inserts.labels(key.model, key.version, "local").inc()
+            self.counters.of(key.model, key.version).inserts_local.inc()
         if self.redis is not None:
             self._submit(key, self._insert_job(key, tuple(outputs), ttl_s, since))
 
     def _submit(self, key: CacheKey, job: WriteJob) -> None:
         if not self.writes.submit(job):
-            self.metrics.cache_insert_dropped.labels(key.model, key.version).inc()
+            self.counters.of(key.model, key.version).insert_dropped.inc()
 
     def _insert_job(
         self, key: CacheKey, outputs: tuple[Tensor, ...], ttl_s: float, since: float
@@ -219,7 +224,7 @@ class TieredCache:
                 return
             self.breaker.record_success()
             self._reported.clear()
-            self.metrics.cache_inserts.labels(key.model, key.version, "redis").inc()
+            self.counters.of(key.model, key.version).inserts_redis.inc()
 
         return insert
 

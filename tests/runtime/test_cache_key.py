@@ -49,6 +49,31 @@ def test_key_is_blake3_over_the_documented_length_prefixed_encoding() -> None:
     assert blake3(encoded).hexdigest() == GOLDEN_HEX
 
 
+def reference_key(model: str, version: str, inputs: list[Tensor], params: bytes) -> str:
+    """The documented encoding, written out naively."""
+
+    def field(value: bytes) -> bytes:
+        return struct.pack("<Q", len(value)) + value
+
+    encoded = b"cachefleet.key" + struct.pack("<I", KEY_FORMAT_VERSION)
+    encoded += field(model.encode()) + field(version.encode()) + struct.pack("<Q", len(inputs))
+    for tensor in sorted(inputs, key=lambda t: t.name):
+        encoded += field(tensor.name.encode()) + field(tensor.datatype.encode())
+        encoded += struct.pack("<Q", len(tensor.shape))
+        encoded += b"".join(struct.pack("<Q", dim) for dim in tensor.shape)
+        encoded += field(tensor.data)
+    return blake3(encoded + field(params)).hexdigest()
+
+
+def test_large_and_small_inputs_follow_the_documented_encoding() -> None:
+    image = Tensor.from_numpy("data_0", np.random.default_rng(1).random((3, 224, 224), "<f4"))
+    mask = Tensor.from_numpy("mask", np.ones((2, 3), dtype=np.uint8))
+    inputs = [mask, image, INPUT0]
+    expected = reference_key("densenet_onnx", "3", inputs, b'{"a":1}')
+    got = compute_key("densenet_onnx", "3", inputs, {"a": 1, "binary_data_output": True})
+    assert got.hexdigest == expected
+
+
 def test_same_bytes_with_another_shape_never_share_a_key() -> None:
     data = np.arange(4, dtype="<f4").tobytes()
     square = Tensor("x", "FP32", (2, 2), data)
