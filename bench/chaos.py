@@ -416,7 +416,8 @@ class ChaosReport:
     p99_latency_s: float
     statuses: dict[str, int]
     resume_s: list[float | None]
-    rejected_entries: float
+    #: ``cachefleet_cache_errors_total`` by kind, summed over the servers (corrupt: refused).
+    cache_errors: dict[str, float]
     faults: FaultLog
     examples: list[str]
 
@@ -490,7 +491,7 @@ def _report(
         p99_latency_s=latencies[int(0.99 * (len(latencies) - 1))] if latencies else 0.0,
         statuses=statuses,
         resume_s=[_first_after(hits, back) for back in faults.back_at],
-        rejected_entries=sum(_corrupt_count(url) for url in urls),
+        cache_errors=_error_counts(urls),
         faults=faults,
         examples=[example for r in results for example in r.examples][:10],
     )
@@ -501,15 +502,17 @@ def _first_after(times: list[float], moment: float) -> float | None:
     return min(later) if later else None
 
 
-def _corrupt_count(url: str) -> float:
-    """``cachefleet_cache_errors_total{kind="corrupt"}`` of one server: entries it refused."""
-    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith("cachefleet_cache_errors_total{") and 'kind="corrupt"' in line:
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+def _error_counts(urls: list[str]) -> dict[str, float]:
+    """``cachefleet_cache_errors_total`` of every server, summed by ``kind``."""
+    counts: dict[str, float] = {}
+    for url in urls:
+        with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
+            text = response.read().decode()
+        for line in text.splitlines():
+            if line.startswith("cachefleet_cache_errors_total{"):
+                kind = line.split('kind="', 1)[1].split('"', 1)[0]
+                counts[kind] = counts.get(kind, 0.0) + float(line.rsplit(" ", 1)[1])
+    return counts
 
 
 def render_table(report: ChaosReport) -> str:
@@ -524,6 +527,7 @@ def render_table(report: ChaosReport) -> str:
     if len(resumed) < len(report.resume_s):
         resume += f"; {len(report.resume_s) - len(resumed)} restart(s) never saw hits again"
     statuses = ", ".join(f"{k} {v}" for k, v in sorted(report.statuses.items()))
+    errors = ", ".join(f"{k} {v:.0f}" for k, v in sorted(report.cache_errors.items()))
     rows = [
         ("requests sent", f"{report.sent} ({statuses})"),
         ("failed (target 0)", str(report.failed)),
@@ -532,7 +536,8 @@ def render_table(report: ChaosReport) -> str:
         ("p99 latency", f"{report.p99_latency_s * 1000:.1f} ms"),
         ("Redis hits resume after restart", resume),
         ("planted entries written / refused by the servers",
-         f"{report.faults.planted} / {report.rejected_entries:.0f}"),
+         f"{report.faults.planted} / {report.cache_errors.get('corrupt', 0):.0f}"),
+        ("cache errors counted by the servers", errors),
         ("faults", "; ".join(sorted({what for _, what in report.faults.events}))),
     ]  # fmt: skip
     lines = ["| measure | value |", "|---|---|"]
