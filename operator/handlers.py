@@ -51,7 +51,7 @@ def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> 
     _report(body, patch, outcome)
 
 
-@kopf.timer(GROUP, VERSION, PLURAL, interval=CACHE_FIGURES_INTERVAL_S, idle=None)
+@kopf.timer(GROUP, VERSION, PLURAL, interval=CACHE_FIGURES_INTERVAL_S)
 def refresh_cache_figures(
     body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger, **_: Any
 ) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -39,7 +40,17 @@ def _apply(kube: Kube, child: Mapping[str, Any]) -> None:
             raise
         # Replace it, orphaning the pods and claims so the new one adopts and rolls them.
         kube.delete(child, orphan=True)
+        _wait_until_gone(kube, child)
         kube.apply(child)
+
+
+def _wait_until_gone(kube: Kube, obj: Mapping[str, Any], timeout_s: float = 30.0) -> None:
+    meta = obj["metadata"]
+    deadline = time.monotonic() + timeout_s
+    while kube.get(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"]) is not None:
+        if time.monotonic() > deadline:
+            raise KubeError(0, f"{describe(obj)} is still being deleted; retrying later")
+        time.sleep(0.2)
 
 
 def prune_children(kube: Kube, owner: Owner, children: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -9,12 +9,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class OperatorSettings:
-    """How often and how patiently the operator works."""
+    """How patiently the operator talks to Redis (timer intervals are fixed in the handlers)."""
 
-    resync_interval_s: float = 60.0
-    """Re-reconcile every object this often: restores drift that no watch reported."""
-    cache_figures_interval_s: float = 30.0
-    """Refresh the Redis INFO figures in the status this often."""
     redis_timeout_s: float = 2.0
     """Connect and command timeout for the operator's own Redis calls (CONFIG SET, INFO)."""
     redis_address: str | None = None
@@ -24,8 +20,6 @@ class OperatorSettings:
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> OperatorSettings:
         env = os.environ if environ is None else environ
         return cls(
-            resync_interval_s=float(env.get("CACHEFLEET_OPERATOR_RESYNC_INTERVAL", "60")),
-            cache_figures_interval_s=float(env.get("CACHEFLEET_OPERATOR_CACHE_INTERVAL", "30")),
             redis_timeout_s=float(env.get("CACHEFLEET_OPERATOR_REDIS_TIMEOUT", "2")),
             redis_address=env.get("CACHEFLEET_OPERATOR_REDIS_ADDRESS") or None,
         )

@@ -13,6 +13,7 @@ from typing import Any
 
 import celpy
 import yaml
+from celpy.adapter import json_to_cel
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_PATH = ROOT / "crds" / "cachedinferenceservices.cachefleet.io.yaml"
@@ -95,7 +96,7 @@ def cel_failures(obj: dict[str, Any]) -> list[str]:
     for path, rule in cel_rules(root):
         program = environment.program(environment.compile(rule["rule"]))
         for value in values_at(defaulted, path):
-            result = program.evaluate({"self": celpy.json_to_cel(value)})
+            result = program.evaluate({"self": json_to_cel(value)})
             if isinstance(result, Exception):
                 raise result
             if not bool(result):

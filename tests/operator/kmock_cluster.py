@@ -63,7 +63,7 @@ class Cluster(kmock.KubernetesEmulator):
 
     async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
         if request.resource is not None and isinstance(request.data, dict | list):
-            if request.action == kmock.action.CREATE:
+            if request.action == kmock.action.CREATE and isinstance(request.data, dict):
                 self._stamp_new(request.data, request.namespace)
             elif request.action == kmock.action.UPDATE and request.name is not None:
                 await self._prepare_update(request)
@@ -81,6 +81,8 @@ class Cluster(kmock.KubernetesEmulator):
         meta["resourceVersion"] = self._next()
 
     async def _prepare_update(self, request: rendering.Request) -> None:
+        assert request.resource is not None
+        assert request.name is not None
         key = (request.resource, request.namespace, request.name)
         live = self._live(key)
         content_type = request.headers.get("Content-Type", "")

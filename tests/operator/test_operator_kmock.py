@@ -131,6 +131,11 @@ async def eventually(check: Callable[[], Any], what: str, timeout_s: float = 20)
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def must(value: dict[str, Any] | None) -> dict[str, Any]:
+    assert value is not None
+    return value
+
+
 def cis(cluster: Cluster, name: str) -> dict[str, Any] | None:
     return live(cluster, "cachefleet.io/v1alpha1/cachedinferenceservices", name)
 
@@ -138,7 +143,7 @@ def cis(cluster: Cluster, name: str) -> dict[str, Any] | None:
 def pod_hash(obj: dict[str, Any] | None) -> str | None:
     if obj is None:
         return None
-    return obj["spec"]["template"]["metadata"]["annotations"].get(HASH)
+    return str(obj["spec"]["template"]["metadata"]["annotations"].get(HASH))
 
 
 def condition(body: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
@@ -164,9 +169,7 @@ async def test_creating_a_service_creates_owned_children_and_status(
     created = await api.send("POST", CIS_PATH, service("svc"))
     uid = created["metadata"]["uid"]
     for resource, name in CHILDREN.items():
-        child = await eventually(
-            lambda r=resource, n=name: live(cluster, r, n), f"{resource}/{name}"
-        )
+        child = await eventually(functools.partial(live, cluster, resource, name), name)
         [owner] = child["metadata"]["ownerReferences"]
         assert owner["uid"] == uid
         assert owner["controller"] is True
@@ -183,9 +186,9 @@ async def test_creating_a_service_creates_owned_children_and_status(
         "app.kubernetes.io/name=cachefleet,app.kubernetes.io/instance=svc,"
         "app.kubernetes.io/component=runtime"
     )
-    assert condition(body, "Ready")["status"] == "False"  # no pods run in an emulator
-    assert condition(body, "Stalled")["status"] == "False"
-    assert condition(body, "Reconciling")["status"] == "True"
+    assert must(condition(body, "Ready"))["status"] == "False"  # no pods run in an emulator
+    assert must(condition(body, "Stalled"))["status"] == "False"
+    assert must(condition(body, "Reconciling"))["status"] == "True"
     applies = [r for r in cluster["patch"] if "fieldManager" in r.params]
     assert applies
     assert all(r.params["fieldManager"] == "cachefleet-operator" for r in applies)
@@ -248,13 +251,13 @@ async def test_deleted_and_edited_children_are_restored(cluster: Cluster, api: A
     await api.send("PATCH", f"/apis/apps/v1/namespaces/{NS}/deployments/svc",
                    {"spec": {"replicas": 7}}, patch=True)  # fmt: skip
     await eventually(
-        lambda: live(cluster, "apps/v1/deployments", "svc")["spec"]["replicas"] == 2,
+        lambda: must(live(cluster, "apps/v1/deployments", "svc"))["spec"]["replicas"] == 2,
         "the hand-edited replicas to be restored",
     )
     await api.send("DELETE", f"/api/v1/namespaces/{NS}/configmaps/svc-redis-config")
     await eventually(lambda: live(cluster, "v1/configmaps", "svc-redis-config"), "the ConfigMap")
     # The generated password is never regenerated while its Secret exists.
-    assert live(cluster, "v1/secrets", "svc-redis-auth")["data"] == secret["data"]
+    assert must(live(cluster, "v1/secrets", "svc-redis-auth"))["data"] == secret["data"]
 
 
 @pytest.mark.usefixtures("operator")
@@ -344,7 +347,7 @@ async def test_an_unreachable_redis_is_a_condition_and_an_event_not_a_crash(
     redis_ready = await eventually(failed, "RedisReady=False with ConfigSetFailed")
     assert redis_ready["status"] == "False"
     assert "CONFIG SET on Redis at 127.0.0.1" in redis_ready["message"]
-    assert condition(cis(cluster, "svc"), "Ready")["status"] == "False"
+    assert must(condition(cis(cluster, "svc"), "Ready"))["status"] == "False"
     events = [e for e in cluster.objects.values() if e.get("reason") == "ConfigSetFailed"]
     assert events
     assert events[0]["type"] == "Warning"
