@@ -90,5 +90,7 @@ async def _serving(state: ServerState) -> AsyncIterator[None]:
 
 
 def _model_threads() -> int:
-    """Concurrent model runs: one per core, so inference never starves the event loop."""
-    return max(2, os.cpu_count() or 1)
+    """Concurrent model runs: one per usable core (at least 2, at most 8), so that inference
+    never blocks the event loop and ONNX Runtime's own thread pools are not oversubscribed."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(2, min(8, cores or 1))
