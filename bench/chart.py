@@ -42,6 +42,9 @@ def draw(measurements: Sequence[Measurement], path: Path, title: str) -> Path:
     for axis, values, xlabel in panels:
         axis.barh(positions, values, color=colours)
         axis.set_xscale("log")
+        positive = [value for value in values if value > 0]
+        if positive:
+            axis.set_xlim(min(positive) / 2, max(positive) * 3)
         axis.set_xlabel(xlabel)
         axis.grid(axis="x", which="both", alpha=0.3)
         for position, value in zip(positions, values, strict=True):

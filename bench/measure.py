@@ -75,6 +75,7 @@ def measure(
 
     For 100%-hit scenarios, a ``probe_s`` run with a single connection follows.
     """
+    settle(target.pid)
     warm_status = warm(target.base_url, requests, scenario) if scenario.hit_ratio > 0 else "-"
 
     def spec(seconds: float, conns: int = connections) -> LoadSpec:
@@ -83,8 +84,10 @@ def measure(
             client_cpus,
         )  # fmt: skip
 
+    settle(target.pid)
     if warmup_s > 0:
         run_load(spec(warmup_s))
+        settle(target.pid)
     counters_before = server_metrics.read(target.base_url, scenario.model)
     cpu_before = cpu_seconds(target.pid)
     load = run_load(spec(duration_s))
@@ -92,7 +95,10 @@ def measure(
     counters = server_metrics.read(target.base_url, scenario.model).minus(counters_before)
     # Under 8 connections a p50 is mostly queueing (8 x the service time); one connection
     # shows what a single hit costs, which is what "a Redis hit vs a local hit" asks.
-    single = run_load(spec(probe_s, 1)) if probe_s > 0 and scenario.group == "hits" else None
+    single = None
+    if probe_s > 0 and scenario.group == "hits":
+        settle(target.pid)
+        single = run_load(spec(probe_s, 1))
     return Measurement(
         scenario=scenario,
         load=load,
@@ -103,6 +109,21 @@ def measure(
         warm_status=warm_status,
         single_connection_p50_ms=single.p50_ms if single else None,
     )
+
+
+def settle(pid: int, idle_share: float = 0.05, window_s: float = 0.25, limit_s: float = 60) -> None:
+    """Wait until the server is idle: wrk stops without waiting for the answers in flight,
+    and a model like densenet_onnx can take seconds to work through them. Measuring before
+    they drain would charge one scenario's backlog to the next.
+    """
+    deadline = time.monotonic() + limit_s
+    before = cpu_seconds(pid)
+    while time.monotonic() < deadline:
+        time.sleep(window_s)
+        after = cpu_seconds(pid)
+        if after - before < idle_share * window_s:
+            return
+        before = after
 
 
 def warm(base_url: str, requests: RequestSet, scenario: Scenario, passes: int = 4) -> str:
