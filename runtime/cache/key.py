@@ -67,6 +67,12 @@ def redis_model_pattern(model: str) -> str:
     return f"{REDIS_PREFIX}:{escaped}:*"
 
 
+def key_of_model(redis_key: bytes, model: str) -> bool:
+    """Whether ``redis_key`` is an entry of exactly ``model`` (names may contain colons)."""
+    prefix, _, _ = redis_key.decode(errors="replace").rsplit(":", 2)
+    return prefix == f"{REDIS_PREFIX}:{model}"
+
+
 def keyed_parameters(parameters: Mapping[str, Any]) -> dict[str, Any]:
     """The request parameters that enter the key (see the module docstring for the rule)."""
     return {k: v for k, v in parameters.items() if k not in PRESENTATION_PARAMETERS}

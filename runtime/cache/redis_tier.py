@@ -20,7 +20,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from cachefleet.runtime.cache.errors import CacheTierError, ErrorKind
-from cachefleet.runtime.cache.key import redis_model_pattern
+from cachefleet.runtime.cache.key import key_of_model, redis_model_pattern
 from cachefleet.runtime.config import RedisSettings
 
 logger = logging.getLogger(__name__)
@@ -136,6 +136,8 @@ class RedisTier:
             async for key in self.client.scan_iter(
                 match=redis_model_pattern(model), count=_SCAN_COUNT
             ):
+                if not key_of_model(key, model):
+                    continue  # model "a" must not take "a:b" with it
                 batch.append(key)
                 if len(batch) >= _UNLINK_BATCH:
                     removed += int(await self.client.unlink(*batch))

@@ -129,3 +129,15 @@ def test_cli_flush_needs_somewhere_to_flush() -> None:
     )
     assert result.returncode == 2
     assert "--redis-url" in result.stderr
+
+
+async def test_flush_takes_exactly_the_named_model(redis_server: RedisProcess) -> None:
+    cache = await started("tiered", redis_server)
+    try:
+        await fill(cache, "a", range(2))
+        await fill(cache, "a:b", range(3))  # its keys also match the glob cachefleet:v1:a:*
+        assert await cache.flush("a") == 4
+        assert len(redis_keys(redis_server, "a:b")) == 3
+        assert (await ask(cache, request(0, model="a:b"), Model()))[1] is CacheStatus.HIT_LOCAL
+    finally:
+        await cache.close()
