@@ -21,6 +21,7 @@ from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.errors import BadRequestError, NotReadyError
 from cachefleet.runtime.http.body import header_length, read_body
 from cachefleet.runtime.http.cache_control import directives_from
+from cachefleet.runtime.http.compression import compress_for
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.protocol import server_metadata
 from cachefleet.runtime.service import InferenceService
@@ -87,10 +88,13 @@ def build_routes(state: ServerState) -> list[BaseRoute]:
             directives_from(request.headers.get("cache-control")),
         )
         headers = {"X-Cache": outcome.cache_status.value}
+        body, encoding = compress_for(request.headers.get("accept-encoding"), outcome.body)
+        if encoding is not None:
+            headers["Content-Encoding"] = encoding
         if outcome.header_length is None:
-            return Response(outcome.body, media_type=_JSON, headers=headers)
+            return Response(body, media_type=_JSON, headers=headers)
         headers["Inference-Header-Content-Length"] = str(outcome.header_length)
-        return Response(outcome.body, media_type=_BINARY, headers=headers)
+        return Response(body, media_type=_BINARY, headers=headers)
 
     async def index(request: Request) -> Response:
         service = state.ready_service()

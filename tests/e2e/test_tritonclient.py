@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import urllib.request
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -212,3 +213,20 @@ def test_flush_and_metrics(server: ServerProcess) -> None:
     with urllib.request.urlopen(f"{server.base_url}/metrics") as response:
         text = response.read().decode()
     assert 'cachefleet_request_seconds_count{model="simple",version="1"} 2.0' in text
+
+
+def test_responses_are_compressed_only_when_asked(shared_server: ServerProcess) -> None:
+    body = _simple_json_body(11)
+    for accept, encoding in (("gzip", "gzip"), ("deflate", "deflate"), ("identity", None)):
+        request = urllib.request.Request(
+            f"{shared_server.base_url}/v2/models/simple/infer",
+            data=body,
+            headers={"Accept-Encoding": accept},
+            method="POST",
+        )
+        with urllib.request.urlopen(request) as response:
+            assert response.headers["Content-Encoding"] == encoding
+            raw = response.read()
+        wbits = {"gzip": zlib.MAX_WBITS | 16, "deflate": zlib.MAX_WBITS, None: None}[encoding]
+        plain = raw if wbits is None else zlib.decompress(raw, wbits)
+        assert json.loads(plain)["outputs"][0]["data"] == [22] * 16
