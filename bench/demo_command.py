@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         probe_s=0.0,
         cpus=pinning.plan(),
     )
-    plan = [Scenario("hits", model, mode, 1.0) for mode in ("none", cache) for model in args.models]
+    plan = [Scenario("hits", model, mode, 1.0) for model in args.models for mode in ("none", cache)]
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         record = harness.run_plan(plan, options, lambda line: print(line, flush=True))

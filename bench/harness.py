@@ -1,14 +1,16 @@
 """Run a plan of scenarios: samples, Redis, one server per cache mode, the peer, in order.
 
-Everything started here is registered with an ExitStack, so a failure or Ctrl-C stops it all.
-A scenario that fails (a server error, a missing tool) becomes a row that says why, and the
-run goes on: a partial table with reasons beats no table.
+Each server is started when a scenario first needs it and kept (idle, on the same pinned CPU)
+until the end, so the plan can put comparable scenarios next to each other in time: the same
+model and hit ratio under every cache mode back to back, which keeps changes in other load on
+the machine out of the comparisons. Everything started here is registered with an ExitStack,
+so a failure or Ctrl-C stops it all. A scenario that fails becomes a row that says why, and
+the run goes on: a partial table with reasons beats no table.
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import platform
 import subprocess
@@ -22,7 +24,7 @@ from pathlib import Path
 from cachefleet.bench import peer, processes, pyload, wrk
 from cachefleet.bench.errors import BenchError
 from cachefleet.bench.load import LoadResult, LoadSpec
-from cachefleet.bench.measure import Measurement, Target, measure, request_set
+from cachefleet.bench.measure import Measurement, Target, measure, request_set, settle
 from cachefleet.bench.pinning import CpuPlan
 from cachefleet.bench.scenarios import Scenario
 
@@ -90,18 +92,23 @@ def run_plan(plan: list[Scenario], options: BenchOptions, log: Log) -> RunRecord
         log(f"working folder {workdir} (removed at the end)")
         repository = write_samples(workdir / "models")
         redis_url = _redis(plan, workdir, options, stack, record, log)
-        for (server, cache), group in itertools.groupby(plan, lambda s: (s.server, s.cache)):
-            scenarios = list(group)
-            try:
-                with contextlib.ExitStack() as server_stack:
-                    target = _start_target(
-                        server, cache, repository, redis_url, workdir, options, server_stack,
-                        record, log,
-                    )  # fmt: skip
-                    _run_scenarios(target, scenarios, options, record, log)
-            except BenchError as error:
-                log(f"  skipped: {error.message.splitlines()[0]}")
-                record.failures += [Failure(s, error.message.splitlines()[0]) for s in scenarios]
+        targets: dict[tuple[str, str], Target | BenchError] = {}
+        for scenario in plan:
+            key = (scenario.server, scenario.cache)
+            if key not in targets:
+                try:
+                    targets[key] = _start_target(
+                        *key, repository, redis_url, workdir, options, stack, record, log
+                    )
+                except BenchError as error:
+                    log(f"  {scenario.server} {scenario.cache}: {error.message.splitlines()[0]}")
+                    targets[key] = error
+            target = targets[key]
+            if isinstance(target, BenchError):
+                record.failures.append(Failure(scenario, target.message.splitlines()[0]))
+                continue
+            settle(*(t.pid for t in targets.values() if isinstance(t, Target)))
+            _run_scenario(target, scenario, options, record, log)
     record.load_average = (started_load, os.getloadavg()[0])
     return record
 
@@ -164,31 +171,25 @@ def _start_target(
     return Target(base_url, process.pid)
 
 
-def _run_scenarios(
-    target: Target,
-    scenarios: list[Scenario],
-    options: BenchOptions,
-    record: RunRecord,
-    log: Log,
+def _run_scenario(
+    target: Target, scenario: Scenario, options: BenchOptions, record: RunRecord, log: Log
 ) -> None:
-    runner = load_runner(options)
-    for scenario in scenarios:
-        try:
-            requests = request_set(target.base_url, scenario)
-            result = measure(
-                target, scenario, requests, run_load=runner,
-                connections=options.connections, duration_s=options.duration_s,
-                warmup_s=options.warmup_s, client_cpus=options.cpus.client,
-                probe_s=options.probe_s,
-            )  # fmt: skip
-        except BenchError as error:
-            reason = error.message.splitlines()[0]
-            log(f"  {scenario.label:<38} failed: {reason}")
-            record.failures.append(Failure(scenario, reason))
-            continue
-        record.measurements.append(result)
-        load = result.load
-        log(
-            f"  {scenario.label:<38} {load.throughput:9.0f} req/s  p50 {load.p50_ms:7.2f} ms"
-            f"  p99 {load.p99_ms:7.2f} ms  errors {load.errors}"
-        )
+    try:
+        requests = request_set(target.base_url, scenario)
+        result = measure(
+            target, scenario, requests, run_load=load_runner(options),
+            connections=options.connections, duration_s=options.duration_s,
+            warmup_s=options.warmup_s, client_cpus=options.cpus.client,
+            probe_s=options.probe_s,
+        )  # fmt: skip
+    except BenchError as error:
+        reason = error.message.splitlines()[0]
+        log(f"  {scenario.label:<38} failed: {reason}")
+        record.failures.append(Failure(scenario, reason))
+        return
+    record.measurements.append(result)
+    load = result.load
+    log(
+        f"  {scenario.label:<38} {load.throughput:9.0f} req/s  p50 {load.p50_ms:7.2f} ms"
+        f"  p99 {load.p99_ms:7.2f} ms  errors {load.errors}"
+    )

@@ -111,16 +111,22 @@ def measure(
     )
 
 
-def settle(pid: int, idle_share: float = 0.05, window_s: float = 0.25, limit_s: float = 60) -> None:
-    """Wait until the server is idle: wrk stops without waiting for the answers in flight,
+def settle(
+    *pids: int, idle_share: float = 0.05, window_s: float = 0.25, limit_s: float = 60
+) -> None:
+    """Wait until the servers are idle: wrk stops without waiting for the answers in flight,
     and a model like densenet_onnx can take seconds to work through them. Measuring before
     they drain would charge one scenario's backlog to the next.
     """
+
+    def busy() -> float:
+        return sum(cpu_seconds(pid) for pid in pids)
+
     deadline = time.monotonic() + limit_s
-    before = cpu_seconds(pid)
+    before = busy()
     while time.monotonic() < deadline:
         time.sleep(window_s)
-        after = cpu_seconds(pid)
+        after = busy()
         if after - before < idle_share * window_s:
             return
         before = after

@@ -48,16 +48,15 @@ def build_plan(
     sweep: Sequence[float] = SWEEP,
     peer: bool = True,
 ) -> list[Scenario]:
-    """Every scenario, ordered so that each server configuration is started once."""
+    """Every scenario, comparable ones adjacent: per model and hit ratio, each cache mode."""
     plan: list[Scenario] = []
-    for cache in caches:
-        for model in models:
-            plan.append(Scenario("hits", model, cache, 1.0))
-            if cache != "none":
-                plan += [Scenario("sweep", model, cache, ratio) for ratio in sweep]
-            plan.append(Scenario("misses", model, cache, 0.0))
-        if cache == "none" and peer and PEER_MODEL in models:
-            plan.append(Scenario("peer", PEER_MODEL, "none", 1.0, "json"))
     if peer and PEER_MODEL in models:
+        plan.append(Scenario("peer", PEER_MODEL, "none", 1.0, "json"))
         plan.append(Scenario("peer", PEER_MODEL, "none", 1.0, "json", "kserve"))
+    cached = [cache for cache in caches if cache != "none"]
+    for model in models:
+        plan += [Scenario("hits", model, cache, 1.0) for cache in caches]
+        for ratio in sweep:
+            plan += [Scenario("sweep", model, cache, ratio) for cache in cached]
+        plan += [Scenario("misses", model, cache, 0.0) for cache in caches]
     return plan
