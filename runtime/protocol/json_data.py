@@ -53,26 +53,29 @@ def json_data(tensor: Tensor) -> Any:
 
 
 def _numeric_array(name: str, datatype: str, data: list[Any]) -> np.ndarray:
-    """Convert once to the target type (numpy refuses out-of-range integers), and once as
-    inferred, to refuse what the target would silently coerce (floats or strings into ints)."""
+    """Convert once as inferred (so floats, booleans or strings are seen for what they are),
+    check the kind and the integer range, then cast: one pass over large tensors."""
     dtype = NUMPY_DTYPES[datatype]
     try:
-        array = np.array(data, dtype=dtype)
-        kind = np.array(data).dtype.kind if array.size else dtype.kind
-    except OverflowError:
+        array = np.array(data)
+    except (ValueError, OverflowError):
         raise BadRequestError(
-            f"input {name!r}: 'data' holds values out of range for {datatype}"
+            f"input {name!r}: 'data' must be a flat or evenly nested array of numbers"
         ) from None
-    except (ValueError, TypeError):
-        raise BadRequestError(
-            f"input {name!r}: 'data' must be a flat or evenly nested array of numbers "
-            f"that {datatype} can hold"
-        ) from None
+    if array.size == 0:
+        return np.empty(0, dtype=dtype)
+    kind = array.dtype.kind
     if kind not in _ACCEPTED_KINDS[dtype.kind]:
         raise BadRequestError(
             f"input {name!r}: 'data' holds {_describe_kind(kind)}, which {datatype} cannot hold"
         )
-    return array.ravel()
+    if dtype.kind in "iu" and array.dtype != dtype:
+        info = np.iinfo(dtype)  # type: ignore[type-var]
+        if array.min() < info.min or array.max() > info.max:
+            raise BadRequestError(
+                f"input {name!r}: 'data' holds values out of range for {datatype}"
+            )
+    return array.astype(dtype, copy=False).ravel()
 
 
 def _flatten_strings(name: str, data: list[Any]) -> list[object]:

@@ -102,7 +102,7 @@ def _simple_json(**overrides: object) -> dict[str, object]:
         (_simple_json(shape=[9, 16], data=[0] * 144), "batch size 9 must be between 1 and 8"),
         (_simple_json(data=[1] * 15), "shape [1, 16] needs 16 elements, 'data' has 15"),
         (_simple_json(data=[0.5] * 16), "floating-point numbers, which INT32 cannot hold"),
-        (_simple_json(data=["a"] * 16), "array of numbers that INT32 can hold"),
+        (_simple_json(data=["a"] * 16), "strings, which INT32 cannot hold"),
         (_simple_json(data=[2**40] * 16), "out of range for INT32"),
         (_simple_json(data=[True] * 16), "booleans, which INT32 cannot hold"),
         (_simple_json(data=["1"] * 16), "strings, which INT32 cannot hold"),
@@ -198,3 +198,22 @@ def test_optional_inputs_may_be_left_out() -> None:
     document["inputs"] = document["inputs"][:1]  # type: ignore[index]
     request = decode_request(json_body(document), None, optional)
     assert [tensor.name for tensor in request.inputs] == ["INPUT0"]
+
+
+def test_json_numbers_are_cast_like_the_binary_encoding() -> None:
+    ints_as_floats = [1, 2.5, -3] + [0] * 57
+    body = json_body(
+        {
+            "inputs": [
+                {"name": "data_0", "datatype": "FP32", "shape": [3, 4, 5], "data": ints_as_floats}
+            ]
+        }
+    )
+    tensor = decode_request(body, None, IMAGE).inputs[0]
+    assert tensor.data == np.array(ints_as_floats, dtype="<f4").tobytes()
+
+
+def test_ragged_json_data_is_refused() -> None:
+    document = _simple_json(data=[[1, 2], [3]])
+    with pytest.raises(BadRequestError, match="evenly nested"):
+        decode_request(json_body(document), None, SIMPLE)
