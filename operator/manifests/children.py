@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from cachefleet.operator.manifests import redis, runtime
-from cachefleet.operator.manifests.meta import Owner
+from cachefleet.operator.manifests.meta import Owner, config_hash
 from cachefleet.operator.manifests.spec import ServiceSpec
 
 # Every kind a CachedInferenceService may own: (apiVersion, kind). Pruning looks at these.
@@ -32,17 +32,27 @@ def build_children(
 ) -> list[dict[str, Any]]:
     """All children; ``redis_password`` is required when :func:`needs_generated_password`."""
     children: list[dict[str, Any]] = []
+    digest = password_digest(spec, redis_password)
     if spec.cache.managed_redis:
-        children += _redis_children(spec, owner, redis_password)
+        children += _redis_children(spec, owner, redis_password, digest)
     children.append(runtime.build_runtime_configmap(spec, owner=owner))
     children.append(runtime.build_runtime_service(spec, owner=owner))
-    children.append(runtime.build_runtime_deployment(spec, owner=owner))
+    children.append(runtime.build_runtime_deployment(spec, owner=owner, password_digest=digest))
     if spec.autoscaling is not None:
         children.append(runtime.build_runtime_hpa(spec, owner=owner))
     return children
 
 
-def _redis_children(spec: ServiceSpec, owner: Owner, password: str | None) -> list[dict[str, Any]]:
+def password_digest(spec: ServiceSpec, password: str | None) -> str:
+    """A digest of the generated password: pods read it at start, so a new one must roll them."""
+    if password is None or not needs_generated_password(spec):
+        return ""
+    return config_hash("redis-password", password)
+
+
+def _redis_children(
+    spec: ServiceSpec, owner: Owner, password: str | None, digest: str
+) -> list[dict[str, Any]]:
     children: list[dict[str, Any]] = []
     if needs_generated_password(spec):
         if password is None:
@@ -52,7 +62,7 @@ def _redis_children(spec: ServiceSpec, owner: Owner, password: str | None) -> li
         redis.build_redis_configmap(spec, owner=owner),
         redis.build_redis_headless_service(spec, owner=owner),
         redis.build_redis_service(spec, owner=owner),
-        redis.build_redis_statefulset(spec, owner=owner),
+        redis.build_redis_statefulset(spec, owner=owner, password_digest=digest),
     ]
     if spec.cache.redis.disruption_budget.enabled:
         children.append(redis.build_redis_pdb(spec, owner=owner))

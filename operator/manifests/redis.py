@@ -115,7 +115,10 @@ def build_redis_networkpolicy(spec: ServiceSpec, *, owner: Owner) -> dict[str, A
     }
 
 
-def build_redis_statefulset(spec: ServiceSpec, *, owner: Owner) -> dict[str, Any]:
+def build_redis_statefulset(
+    spec: ServiceSpec, *, owner: Owner, password_digest: str = ""
+) -> dict[str, Any]:
+    """The Redis pod; ``password_digest`` rolls it when a generated password was replaced."""
     redis = spec.cache.redis
     persistence = redis.persistence_or_default
     conf = render_redis_conf(redis, name=owner.name)
@@ -134,7 +137,10 @@ def build_redis_statefulset(spec: ServiceSpec, *, owner: Owner) -> dict[str, Any
                 "annotations": {
                     # maxmemory and its policy are left out: they are applied live (CONFIG SET).
                     meta.CONFIG_HASH_ANNOTATION: meta.config_hash(
-                        restart_relevant(conf), redis.image_or_default, persistence.mode
+                        restart_relevant(conf),
+                        redis.image_or_default,
+                        persistence.mode,
+                        password_digest,
                     ),
                 },
             },

@@ -120,7 +120,10 @@ def build_runtime_hpa(spec: ServiceSpec, *, owner: Owner) -> dict[str, Any]:
     }
 
 
-def build_runtime_deployment(spec: ServiceSpec, *, owner: Owner) -> dict[str, Any]:
+def build_runtime_deployment(
+    spec: ServiceSpec, *, owner: Owner, password_digest: str = ""
+) -> dict[str, Any]:
+    """The server pods; ``password_digest`` rolls them when a generated password was replaced."""
     configmap = build_runtime_configmap(spec, owner=owner)
     deployment_spec: dict[str, Any] = {
         "selector": {"matchLabels": meta.selector_labels(owner, COMPONENT)},
@@ -128,7 +131,9 @@ def build_runtime_deployment(spec: ServiceSpec, *, owner: Owner) -> dict[str, An
             "metadata": {
                 "labels": meta.labels(owner, COMPONENT),
                 "annotations": {
-                    meta.CONFIG_HASH_ANNOTATION: meta.config_hash(configmap["data"]),
+                    meta.CONFIG_HASH_ANNOTATION: meta.config_hash(
+                        configmap["data"], password_digest
+                    ),
                     "prometheus.io/scrape": "true",
                     "prometheus.io/port": str(RUNTIME_PORT),
                     "prometheus.io/path": "/metrics",

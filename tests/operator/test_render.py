@@ -258,3 +258,11 @@ def test_redis_probes_authenticate_and_the_container_is_locked_down() -> None:
     assert pod["securityContext"]["runAsNonRoot"] is True
     no_auth = by_kind(render(SPECS["no-auth"], password=None), "StatefulSet")
     assert no_auth["spec"]["template"]["spec"]["containers"][0]["env"] == []
+
+
+def test_a_new_generated_password_rolls_redis_and_the_runtime_pods() -> None:
+    first, second = render({}, password="one"), render({}, password="two")
+    assert pod_hash(first, "StatefulSet") != pod_hash(second, "StatefulSet")
+    assert pod_hash(first, "Deployment") != pod_hash(second, "Deployment")
+    annotations = by_kind(first, "StatefulSet")["spec"]["template"]["metadata"]["annotations"]
+    assert "one" not in str(annotations)
