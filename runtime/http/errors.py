@@ -17,6 +17,7 @@ from starlette.responses import Response
 from cachefleet.runtime.errors import CachefleetError
 
 log = logging.getLogger(__name__)
+_BYPASS = {"X-Cache": "bypass"}
 
 
 def error_response(
@@ -33,9 +34,12 @@ def error_response(
 async def handle_error(request: Request, error: Exception) -> Response:
     """Exception handler registered for CachefleetError, HTTPException and Exception."""
     if isinstance(error, CachefleetError):
+        path = request.url.path
         if error.status_code >= 500:
-            log.warning("%s %s: %s", request.method, request.url.path, error.message)
-        return error_response(error.status_code, error.message)
+            log.warning("%s %s: %s", request.method, path, error.message)
+        # Every infer response says how the cache answered; a refused request never used it.
+        headers = _BYPASS if path.endswith("/infer") else None
+        return error_response(error.status_code, error.message, headers)
     if isinstance(error, HTTPException):
         return error_response(error.status_code, str(error.detail), error.headers)
     log.exception("unexpected error on %s %s", request.method, request.url.path)

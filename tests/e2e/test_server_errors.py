@@ -78,6 +78,15 @@ def test_bad_requests_are_400_with_a_message(
     assert message in str(body["error"])
 
 
+def test_refused_infer_requests_still_carry_x_cache(small_server: ServerProcess) -> None:
+    connection = http.client.HTTPConnection("127.0.0.1", small_server.port, timeout=30)
+    connection.request("POST", SIMPLE, body=b"{")
+    response = connection.getresponse()
+    response.read()
+    connection.close()
+    assert (response.status, response.getheader("X-Cache")) == (400, "bypass")
+
+
 def _binary_request(size0: int, payload: bytes) -> tuple[bytes, dict[str, str]]:
     header = json.dumps({"inputs": [
         {"name": "INPUT0", "datatype": "INT32", "shape": [1, 16],
