@@ -7,6 +7,7 @@ does not compile, a rule that rejects a valid object, and an example the server 
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,18 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 
 
 def load_crd() -> dict[str, Any]:
+    return copy.deepcopy(_crd())
+
+
+@functools.cache
+def _crd() -> dict[str, Any]:
     return dict(yaml.safe_load(CRD_PATH.read_text()))
+
+
+@functools.cache
+def _program(rule: str) -> Any:
+    environment = celpy.Environment()
+    return environment.program(environment.compile(rule))
 
 
 def schema() -> dict[str, Any]:
@@ -91,10 +103,9 @@ def cel_failures(obj: dict[str, Any]) -> list[str]:
     """Messages of every CEL rule the (defaulted) object breaks; compile errors raise."""
     root = schema()
     defaulted = apply_defaults(root, obj)
-    environment = celpy.Environment()
     failures = []
     for path, rule in cel_rules(root):
-        program = environment.program(environment.compile(rule["rule"]))
+        program = _program(rule["rule"])
         for value in values_at(defaulted, path):
             result = program.evaluate({"self": json_to_cel(value)})
             if isinstance(result, Exception):

@@ -207,3 +207,10 @@ def test_schema_rejects_bad_values(field: tuple[str, ...], value: Any) -> None:
     node[field[-1]] = value
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(apply_defaults(schema(), obj), to_json_schema(schema()))
+
+
+def test_examples_cover_the_documented_cases_and_explain_themselves() -> None:
+    names = {path.stem for path in EXAMPLES}
+    assert {"simple-cpu", "densenet-gpu-aof", "external-redis", "autoscaling"} <= names
+    for path in EXAMPLES:
+        assert path.read_text().startswith("# "), f"{path.name} needs a comment header"
