@@ -21,7 +21,8 @@ from cachefleet.runtime.cache.factory import build_cache
 from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.errors import CachefleetError, NotReadyError
 from cachefleet.runtime.http.errors import handle_error
-from cachefleet.runtime.http.routes import ServerState, build_routes
+from cachefleet.runtime.http.routes import build_routes
+from cachefleet.runtime.http.state import ServerState
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.models.repository import load_repository
 from cachefleet.runtime.service import InferenceService

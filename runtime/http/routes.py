@@ -6,9 +6,6 @@ injection on the hot path. Each handler only translates HTTP to service calls an
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import orjson
@@ -17,73 +14,55 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from cachefleet.runtime.config import RuntimeSettings
-from cachefleet.runtime.errors import BadRequestError, NotReadyError
+from cachefleet.runtime.errors import BadRequestError
 from cachefleet.runtime.http.body import header_length, read_body
 from cachefleet.runtime.http.cache_control import directives_from
 from cachefleet.runtime.http.compression import compress_for
-from cachefleet.runtime.metrics import RuntimeMetrics
+from cachefleet.runtime.http.state import ServerState
 from cachefleet.runtime.protocol import server_metadata
-from cachefleet.runtime.service import InferenceService
 
-Endpoint = Callable[[Request], Awaitable[Response]]
 _JSON = "application/json"
 _BINARY = "application/octet-stream"
-
-
-@dataclass
-class ServerState:
-    """What the lifespan builds and the routes use; empty until the repository is loaded."""
-
-    settings: RuntimeSettings
-    service: InferenceService | None = None
-    metrics: RuntimeMetrics | None = None
-    version: str = field(default_factory=lambda: _package_version())
-
-    def ready_service(self) -> InferenceService:
-        if self.service is None:
-            raise NotReadyError("the server is still loading its models")
-        return self.service
-
-
-def _json(document: Any) -> Response:
-    return Response(orjson.dumps(document), media_type=_JSON)
+_MODEL_PATHS = ("/v2/models/{model}", "/v2/models/{model}/versions/{version}")
 
 
 def build_routes(state: ServerState) -> list[BaseRoute]:
-    """Every route of the server, bound to ``state``."""
-    limit = state.settings.server.max_request_bytes
+    """Every route of the server, bound to ``state``; infer first, as routes match in order."""
+    endpoints = Endpoints(state)
+    routes: list[BaseRoute] = [
+        Route(f"{base}/infer", endpoints.infer, methods=["POST"]) for base in _MODEL_PATHS
+    ]
+    for base in _MODEL_PATHS:
+        routes += [
+            Route(base, endpoints.model, methods=["GET"]),
+            Route(f"{base}/ready", endpoints.model_ready, methods=["GET"]),
+            Route(f"{base}/config", endpoints.model_config, methods=["GET"]),
+        ]
+    return [
+        *routes,
+        Route("/v2/health/live", endpoints.live, methods=["GET"]),
+        Route("/v2/health/ready", endpoints.ready, methods=["GET"]),
+        Route("/v2", endpoints.server, methods=["GET"]),
+        Route("/v2/repository/index", endpoints.index, methods=["POST"]),
+        Route("/v2/models/{model}/cache/flush", endpoints.flush, methods=["POST"]),
+        Route("/metrics", endpoints.metrics, methods=["GET"]),
+    ]
 
-    async def live(request: Request) -> Response:
-        return Response(status_code=200)
 
-    async def ready(request: Request) -> Response:
-        state.ready_service()
-        return Response(status_code=200)
+class Endpoints:
+    """One method per endpoint, sharing the server state."""
 
-    async def server(request: Request) -> Response:
-        return _json(server_metadata(state.version))
+    def __init__(self, state: ServerState) -> None:
+        self._state = state
+        self._limit = state.settings.server.max_request_bytes
 
-    async def model(request: Request) -> Response:
-        name, ver = _model_path(request)
-        return _json(state.ready_service().model_metadata(name, ver))
-
-    async def model_ready(request: Request) -> Response:
-        name, ver = _model_path(request)
-        state.ready_service().check_model(name, ver)
-        return Response(status_code=200)
-
-    async def model_config(request: Request) -> Response:
-        name, ver = _model_path(request)
-        return _json(state.ready_service().model_config(name, ver))
-
-    async def infer(request: Request) -> Response:
-        service = state.ready_service()
-        name, ver = _model_path(request)
+    async def infer(self, request: Request) -> Response:
+        service = self._state.ready_service()
+        name, version = _model_path(request)
         outcome = await service.infer(
             name,
-            ver,
-            await read_body(request, limit),
+            version,
+            await read_body(request, self._limit),
             header_length(request),
             directives_from(request.headers.get("cache-control")),
         )
@@ -96,40 +75,43 @@ def build_routes(state: ServerState) -> list[BaseRoute]:
         headers["Inference-Header-Content-Length"] = str(outcome.header_length)
         return Response(body, media_type=_BINARY, headers=headers)
 
-    async def index(request: Request) -> Response:
-        service = state.ready_service()
-        return _json(service.index(ready_only=await _ready_only(request, limit)))
+    async def live(self, request: Request) -> Response:
+        return Response(status_code=200)
 
-    async def flush(request: Request) -> Response:
+    async def ready(self, request: Request) -> Response:
+        self._state.ready_service()
+        return Response(status_code=200)
+
+    async def server(self, request: Request) -> Response:
+        return _json(server_metadata(self._state.version))
+
+    async def model(self, request: Request) -> Response:
+        return _json(self._state.ready_service().model_metadata(*_model_path(request)))
+
+    async def model_ready(self, request: Request) -> Response:
+        self._state.ready_service().check_model(*_model_path(request))
+        return Response(status_code=200)
+
+    async def model_config(self, request: Request) -> Response:
+        return _json(self._state.ready_service().model_config(*_model_path(request)))
+
+    async def index(self, request: Request) -> Response:
+        service = self._state.ready_service()
+        ready_only = _ready_only(await read_body(request, self._limit))
+        return _json(service.index(ready_only=ready_only))
+
+    async def flush(self, request: Request) -> Response:
         name = request.path_params["model"]
-        removed = await state.ready_service().flush(name)
+        removed = await self._state.ready_service().flush(name)
         return _json({"model": name, "removed": removed})
 
-    async def metrics(request: Request) -> Response:
-        if state.metrics is None:
-            raise NotReadyError("the server is still starting")
-        return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    async def metrics(self, request: Request) -> Response:
+        registry = self._state.ready_metrics().registry
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    model_paths = ("/v2/models/{model}", "/v2/models/{model}/versions/{version}")
-    # Inference first: routes are matched in order, and infer is the hot path.
-    routes: list[BaseRoute] = [
-        Route(f"{base}/infer", infer, methods=["POST"]) for base in model_paths
-    ]
-    for base in model_paths:
-        routes += [
-            Route(base, model, methods=["GET"]),
-            Route(f"{base}/ready", model_ready, methods=["GET"]),
-            Route(f"{base}/config", model_config, methods=["GET"]),
-        ]
-    routes += [
-        Route("/v2/health/live", live, methods=["GET"]),
-        Route("/v2/health/ready", ready, methods=["GET"]),
-        Route("/v2", server, methods=["GET"]),
-        Route("/v2/repository/index", index, methods=["POST"]),
-        Route("/v2/models/{model}/cache/flush", flush, methods=["POST"]),
-        Route("/metrics", metrics, methods=["GET"]),
-    ]
-    return routes
+
+def _json(document: Any) -> Response:
+    return Response(orjson.dumps(document), media_type=_JSON)
 
 
 def _model_path(request: Request) -> tuple[str, str | None]:
@@ -137,9 +119,8 @@ def _model_path(request: Request) -> tuple[str, str | None]:
     return params["model"], params.get("version") or None
 
 
-async def _ready_only(request: Request, limit: int) -> bool:
+def _ready_only(body: bytes) -> bool:
     """The optional ``{"ready": true}`` body of the repository index request."""
-    body = await read_body(request, limit)
     if not body.strip():
         return False
     try:
@@ -150,10 +131,3 @@ async def _ready_only(request: Request, limit: int) -> bool:
     if not isinstance(ready, bool):
         raise BadRequestError('the index request body must be like {"ready": true}')
     return ready
-
-
-def _package_version() -> str:
-    try:
-        return version("cachefleet")
-    except PackageNotFoundError:
-        return "0.0.0"

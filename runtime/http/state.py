@@ -1,0 +1,38 @@
+"""What the lifespan builds and the routes use."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+
+from cachefleet.runtime.config import RuntimeSettings
+from cachefleet.runtime.errors import NotReadyError
+from cachefleet.runtime.metrics import RuntimeMetrics
+from cachefleet.runtime.service import InferenceService
+
+
+def _package_version() -> str:
+    try:
+        return version("cachefleet")
+    except PackageNotFoundError:
+        return "0.0.0"
+
+
+@dataclass
+class ServerState:
+    """The server's parts; ``service`` and ``metrics`` stay None until the lifespan runs."""
+
+    settings: RuntimeSettings
+    service: InferenceService | None = None
+    metrics: RuntimeMetrics | None = None
+    version: str = field(default_factory=_package_version)
+
+    def ready_service(self) -> InferenceService:
+        if self.service is None:
+            raise NotReadyError("the server is still loading its models")
+        return self.service
+
+    def ready_metrics(self) -> RuntimeMetrics:
+        if self.metrics is None:
+            raise NotReadyError("the server is still starting")
+        return self.metrics
