@@ -15,6 +15,8 @@ The same :func:`run_chaos` drives the reliability test (short) and ``cachefleet 
 from __future__ import annotations
 
 import argparse
+import bisect
+import collections
 import contextlib
 import http.client
 import multiprocessing
@@ -46,6 +48,8 @@ POOL_SIZE = 24
 PLANTED_BASE = 1_000_000_000
 PLANTED_COUNT = 4000
 _UNIQUE_STRIDE = 10_000_000
+SLOW_S = 0.02
+STEADY = "steady"
 Log = Callable[[str], None]
 
 
@@ -171,6 +175,8 @@ class ClientResult:
     latencies_s: list[float] = field(default_factory=list)
     statuses: dict[str, int] = field(default_factory=dict)
     hit_redis_at: list[float] = field(default_factory=list)
+    #: (wall-clock start, seconds) of requests slower than :data:`SLOW_S`, to place stalls.
+    slow: list[tuple[float, float]] = field(default_factory=list)
     examples: list[str] = field(default_factory=list)
 
 
@@ -212,7 +218,7 @@ class _Client:
         body, headers = request_body(seed, binary=self.rng.random() < 0.5)
         result = self.result
         result.sent += 1
-        started = time.perf_counter()
+        started, wall = time.perf_counter(), time.time()
         try:
             status, reply, reply_headers = self._post(server, body, headers)
         except (OSError, http.client.HTTPException) as error:
@@ -221,7 +227,10 @@ class _Client:
             self._example(f"seed {seed}: {type(error).__name__}: {error}")
             return
         finally:
-            result.latencies_s.append(time.perf_counter() - started)
+            elapsed = time.perf_counter() - started
+            result.latencies_s.append(elapsed)
+            if elapsed >= SLOW_S:
+                result.slow.append((wall, elapsed))
         if status != 200:
             result.failed += 1
             self._example(f"seed {seed}: HTTP {status}: {reply[:200]!r}")
@@ -278,12 +287,19 @@ def _client_main(
 class FaultLog:
     """Wall-clock times of what the conductor did; ``back_at`` is when a restart answered."""
 
-    events: list[tuple[float, str]] = field(default_factory=list)
+    #: (wall-clock time, phase that starts then, what was done)
+    events: list[tuple[float, str, str]] = field(default_factory=list)
     back_at: list[float] = field(default_factory=list)
     planted: int = 0
 
-    def note(self, what: str) -> None:
-        self.events.append((time.time(), what))
+    def note(self, phase: str, what: str, at: float | None = None) -> None:
+        self.events.append((time.time() if at is None else at, phase, what))
+
+    def phase_at(self, moment: float) -> str:
+        """The phase in force at ``moment`` (``steady`` before the first fault)."""
+        events = sorted(self.events)
+        index = bisect.bisect_right([t for t, _, _ in events], moment)
+        return events[index - 1][1] if index else STEADY
 
 
 class _Conductor:
@@ -323,18 +339,19 @@ class _Conductor:
 
     def _kill(self) -> None:
         self.redis.kill()
-        self.faults.note("redis killed (SIGKILL)")
+        self.faults.note("redis down", "killed with SIGKILL")
         self.log("chaos: redis killed")
 
     def _restart(self) -> None:
         self.redis.start()
         self.faults.back_at.append(time.time())
-        self.faults.note("redis restarted on the same port")
+        self.faults.note("after restart", "started again on the same port")
         self.log("chaos: redis restarted")
 
     def _pause(self) -> None:
         self._client().execute_command("CLIENT", "PAUSE", str(self.options.pause_ms), "ALL")
-        self.faults.note(f"redis paused {self.options.pause_ms} ms (CLIENT PAUSE ALL)")
+        self.faults.note("redis paused", f"CLIENT PAUSE {self.options.pause_ms} ALL")
+        self.faults.note(STEADY, "pause over", time.time() + self.options.pause_ms / 1000)
         self.log("chaos: redis paused")
 
     def _fill(self) -> None:
@@ -342,12 +359,12 @@ class _Conductor:
         used = int(client.info("memory")["used_memory"])
         client.config_set("maxmemory-policy", "noeviction")
         client.config_set("maxmemory", str(used))
-        self.faults.note(f"redis full (maxmemory {used} bytes, noeviction)")
+        self.faults.note("redis full", "maxmemory at its use, noeviction")
         self.log("chaos: redis full")
 
     def _unfill(self) -> None:
         self._client().config_set("maxmemory", "0")
-        self.faults.note("redis maxmemory lifted")
+        self.faults.note(STEADY, "maxmemory lifted")
         self.log("chaos: redis has room again")
 
     def plant_forever(self) -> None:
@@ -414,6 +431,8 @@ class ChaosReport:
     wrong: int
     max_latency_s: float
     p99_latency_s: float
+    #: the longest request that started in each phase (phases without a slow one are left out)
+    stalls_s: dict[str, float]
     statuses: dict[str, int]
     resume_s: list[float | None]
     #: ``cachefleet_cache_errors_total`` by kind, summed over the servers (corrupt: refused).
@@ -489,12 +508,21 @@ def _report(
         wrong=sum(r.wrong for r in results),
         max_latency_s=latencies[-1] if latencies else 0.0,
         p99_latency_s=latencies[int(0.99 * (len(latencies) - 1))] if latencies else 0.0,
+        stalls_s=_stalls(results, faults),
         statuses=statuses,
         resume_s=[_first_after(hits, back) for back in faults.back_at],
         cache_errors=_error_counts(urls),
         faults=faults,
         examples=[example for r in results for example in r.examples][:10],
     )
+
+
+def _stalls(results: list[ClientResult], faults: FaultLog) -> dict[str, float]:
+    stalls: dict[str, float] = {}
+    for started, elapsed in (slow for r in results for slow in r.slow):
+        phase = faults.phase_at(started)
+        stalls[phase] = max(stalls.get(phase, 0.0), elapsed)
+    return stalls
 
 
 def _first_after(times: list[float], moment: float) -> float | None:
@@ -528,17 +556,26 @@ def render_table(report: ChaosReport) -> str:
         resume += f"; {len(report.resume_s) - len(resumed)} restart(s) never saw hits again"
     statuses = ", ".join(f"{k} {v}" for k, v in sorted(report.statuses.items()))
     errors = ", ".join(f"{k} {v:.0f}" for k, v in sorted(report.cache_errors.items()))
+    stalls = ", ".join(
+        f"{phase} {report.stalls_s[phase] * 1000:.0f} ms"
+        for phase in (STEADY, "redis down", "after restart", "redis paused", "redis full")
+        if phase in report.stalls_s
+    )
+    faults = collections.Counter(
+        f"{phase}: {what}" for _, phase, what in report.faults.events if phase != STEADY
+    )
     rows = [
         ("requests sent", f"{report.sent} ({statuses})"),
         ("failed (target 0)", str(report.failed)),
         ("wrong answers (target 0)", str(report.wrong)),
         ("longest stall (max latency)", f"{report.max_latency_s * 1000:.0f} ms"),
+        ("longest stall by phase", stalls),
         ("p99 latency", f"{report.p99_latency_s * 1000:.1f} ms"),
         ("Redis hits resume after restart", resume),
         ("planted entries written / refused by the servers",
          f"{report.faults.planted} / {report.cache_errors.get('corrupt', 0):.0f}"),
         ("cache errors counted by the servers", errors),
-        ("faults", "; ".join(sorted({what for _, what in report.faults.events}))),
+        ("faults", "; ".join(f"{what} x{n}" for what, n in sorted(faults.items()))),
     ]  # fmt: skip
     lines = ["| measure | value |", "|---|---|"]
     lines += [f"| {name} | {value} |" for name, value in rows]
@@ -613,6 +650,7 @@ def run_command(args: argparse.Namespace) -> int:
     """``cachefleet bench --chaos [--duration S] [--output DIR] [--name STEM]``."""
     duration = args.duration if args.duration is not None else 120.0
     options = ChaosOptions(duration_s=duration, clients=4, cycle_s=min(30.0, duration))
+    load_before = os.getloadavg()[0]
     print(f"cachefleet bench --chaos: {duration:g} s, {options.clients} client processes, "
           "2 tiered servers, 1 Redis", flush=True)  # fmt: skip
     with (
@@ -628,8 +666,9 @@ def run_command(args: argparse.Namespace) -> int:
     path.write_text(
         f"# Chaos run, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC\n\n`{command}`\n\n"
         f"{report.duration_s:.0f} s, {report.clients} client processes, {report.servers} "
-        f"servers (`--cache tiered`), one Redis, {os.cpu_count()} CPUs.\n\n{table}\n"
-        + "".join(f"\n- {example}" for example in report.examples)
+        f"servers (`--cache tiered`), one Redis, {os.cpu_count()} CPUs, load average "
+        f"{load_before:.1f} before and {os.getloadavg()[0]:.1f} after (other processes "
+        f"included).\n\n{table}\n" + "".join(f"\n- {example}" for example in report.examples)
     )
     print(table)
     print(f"wrote {path}")

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+import redis as redis_py
 from conftest import RedisProcess, ServerProcess
 
 from cachefleet.bench.chaos import answer_is_right, decode_outputs, input_tensors, request_body
@@ -71,12 +72,13 @@ def post_strings(server: ServerProcess) -> str:
 
 def stored(redis: RedisProcess, key: str) -> bytes:
     """The entry at ``key`` once the server's write-behind has put it there."""
-    client = redis.client()
+    client = redis_py.Redis(port=redis.port)
     deadline = time.monotonic() + 10
     while (value := client.get(key)) is None:
         assert time.monotonic() < deadline, f"the server never stored {key}"
         time.sleep(0.02)
-    return bytes(value)
+    assert isinstance(value, bytes)
+    return value
 
 
 def refused(server: ServerProcess) -> float:
@@ -113,7 +115,7 @@ def test_an_entry_of_another_request_is_never_served(
         assert post(server, target, parameters={"tag": "a"}) == ("miss", True)
         foreign = stored(redis, simple_key(target, parameters={"tag": "a"}))
 
-    redis.client().set(simple_key(target), foreign)
+    redis_py.Redis(port=redis.port).set(simple_key(target), foreign)
     assert post(server, target) == ("miss", True)
     assert refused(server) == 1
     # The refused entry was replaced by the right one, which now serves.
