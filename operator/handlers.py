@@ -44,10 +44,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
 )
 def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
     with memo.locks(_key(body)):
-        try:
-            outcome = memo.reconciler.reconcile(body)
-        except KubeError as error:
-            raise kopf.TemporaryError(f"Kubernetes API: {error}", delay=RETRY_DELAY_S) from None
+        outcome = memo.reconciler.reconcile(body)
     _report(body, patch, outcome)
 
 

@@ -1,7 +1,7 @@
 """One reconciliation of a CachedInferenceService: children, live Redis settings, status.
 
-Returns what the handler should write (status) and say (events); it never raises on a bad spec,
-which becomes Stalled instead. API failures raise :class:`KubeError` for the handler to retry.
+Returns what the handler should write (status) and say (events) and whether to retry; it never
+raises on a bad spec (Stalled) or a failed API call or Redis command (Reconciling, retried).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from cachefleet.operator.reconcile.conditions import (
     stalled_conditions,
     summary_conditions,
 )
-from cachefleet.operator.reconcile.kube import Kube
+from cachefleet.operator.reconcile.kube import Kube, KubeError
 from cachefleet.operator.reconcile.passwords import existing_or_new_password, read_secret_key
 from cachefleet.operator.reconcile.redis_live import (
     RedisAddress,
@@ -59,6 +59,21 @@ class Reconciler:
     settings: OperatorSettings
 
     def reconcile(self, body: Mapping[str, Any]) -> Outcome:
+        """Apply, prune, configure Redis live and observe; API failures become a retried status."""
+        try:
+            return self._reconcile(body)
+        except KubeError as error:
+            message = f"Kubernetes API call failed: {error}; retrying"
+            unknown = "not observed: the last reconcile failed"
+            conditions = summary_conditions(
+                Condition("RedisReady", False, "NotObserved", unknown),
+                Condition("RuntimeReady", False, "NotObserved", unknown),
+                problem=message,
+            )
+            status = self._status(body, conditions)
+            return Outcome(status, [Event(True, "ApplyFailed", message)], retry=message)
+
+    def _reconcile(self, body: Mapping[str, Any]) -> Outcome:
         owner = Owner.from_body(body)
         try:
             spec = parse_spec(body.get("spec") or {})

@@ -354,3 +354,19 @@ async def test_an_unreachable_redis_is_a_condition_and_an_event_not_a_crash(
     # The operator is still serving: a new object is reconciled.
     await api.send("POST", CIS_PATH, service("other", cache={"mode": "local"}))
     await eventually(lambda: live(cluster, "apps/v1/deployments", "other"), "the other Deployment")
+
+
+@pytest.mark.usefixtures("operator")
+async def test_a_failing_api_call_is_reported_in_the_status(cluster: Cluster, api: Api) -> None:
+    pdbs = kmock.resource("policy", "v1", "poddisruptionbudgets")
+    cluster["patch", pdbs] << kmock.KubernetesError(403, "Forbidden", "RBAC says no")
+    await api.send("POST", CIS_PATH, service("svc"))
+
+    def failed() -> dict[str, Any] | None:
+        ready = condition(cis(cluster, "svc"), "Ready")
+        return ready if ready and ready["reason"] == "ReconcileFailed" else None
+
+    ready = await eventually(failed, "Ready=False with ReconcileFailed")
+    assert "RBAC says no" in ready["message"]
+    assert must(condition(cis(cluster, "svc"), "Reconciling"))["status"] == "True"
+    assert must(condition(cis(cluster, "svc"), "Stalled"))["status"] == "False"
