@@ -52,6 +52,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--name", help="file name stem (default <date>-<machine>)")
     parser.add_argument(
+        "--profile", action="store_true",
+        help="sample the server with py-spy during each load; the report says where time goes",
+    )  # fmt: skip
+    parser.add_argument(
         "--chaos", action="store_true",
         help="instead: the reliability run (Redis faults under load; --duration is its length, "
         "default 120 s), written to bench/results/chaos-<date>.md",
@@ -72,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
         duration_s=args.duration if args.duration is not None else (2.0 if quick else 5.0),
         warmup_s=args.warmup if args.warmup is not None else (0.0 if quick else 1.0),
         probe_s=0.0 if quick else 2.0,
+        profile=bool(args.profile),
         generator=args.generator,
         wrk_threads=args.wrk_threads,
         cpus=pinning.plan(not args.no_pin),

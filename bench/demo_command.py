@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 HELP = "samples, server and load on one machine: no cache vs cache."
 DEMO_MODELS = ("densenet_onnx", "simple")
+_TITLE = "cachefleet demo: the same repeated requests without a cache and with one"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -71,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     if not chart.available():
         print("no chart: matplotlib is not installed (pip install 'cachefleet[bench]')")
     elif record.measurements:
-        print(f"chart: {chart.draw(record.measurements, args.output / 'demo.png', 'demo')}")
+        print(f"chart: {chart.draw(record.measurements, args.output / 'demo.png', _TITLE)}")
     return 0 if not record.failures else 1
 
 

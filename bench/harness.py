@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from cachefleet.bench import peer, processes, pyload, wrk
+from cachefleet.bench import peer, processes, profiling, pyload, wrk
 from cachefleet.bench.errors import BenchError
 from cachefleet.bench.load import LoadResult, LoadSpec
 from cachefleet.bench.measure import Measurement, Target, measure, request_set, settle
@@ -40,6 +40,8 @@ class BenchOptions:
     warmup_s: float = 1.0
     #: Seconds of the one-connection latency probe after each 100%-hit scenario (0: none).
     probe_s: float = 2.0
+    #: Sample the server with py-spy during each measured load (see bench/profiling.py).
+    profile: bool = False
     generator: str = "wrk"
     wrk_threads: int = 2
     cpus: CpuPlan = field(default_factory=lambda: CpuPlan(None, None))
@@ -82,6 +84,10 @@ def run_plan(plan: list[Scenario], options: BenchOptions, log: Log) -> RunRecord
     started_load = os.getloadavg()[0]
     if options.generator == "wrk" and not wrk.available():
         record.notes.append("wrk is not installed: the Python load generator ran instead.")
+    if options.profile and profiling.executable() is None:
+        record.notes.append(
+            "py-spy is not installed: no profiles (pip install 'cachefleet[bench]')"
+        )
     record.generator_name = (
         f"wrk -t{options.wrk_threads} -c{options.connections} (infer.lua)"
         if options.generator == "wrk" and wrk.available()
@@ -108,7 +114,7 @@ def run_plan(plan: list[Scenario], options: BenchOptions, log: Log) -> RunRecord
                 record.failures.append(Failure(scenario, target.message.splitlines()[0]))
                 continue
             settle(*(t.pid for t in targets.values() if isinstance(t, Target)))
-            _run_scenario(target, scenario, options, record, log)
+            _run_scenario(target, scenario, options, record, log, workdir)
     record.load_average = (started_load, os.getloadavg()[0])
     return record
 
@@ -172,7 +178,12 @@ def _start_target(
 
 
 def _run_scenario(
-    target: Target, scenario: Scenario, options: BenchOptions, record: RunRecord, log: Log
+    target: Target,
+    scenario: Scenario,
+    options: BenchOptions,
+    record: RunRecord,
+    log: Log,
+    workdir: Path,
 ) -> None:
     try:
         requests = request_set(target.base_url, scenario)
@@ -180,7 +191,7 @@ def _run_scenario(
             target, scenario, requests, run_load=load_runner(options),
             connections=options.connections, duration_s=options.duration_s,
             warmup_s=options.warmup_s, client_cpus=options.cpus.client,
-            probe_s=options.probe_s,
+            probe_s=options.probe_s, profile_dir=workdir if options.profile else None,
         )  # fmt: skip
     except BenchError as error:
         reason = error.message.splitlines()[0]

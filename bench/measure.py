@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import http.client
+import subprocess
 import time
+import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
 
-from cachefleet.bench import server_metrics
+from cachefleet.bench import profiling, server_metrics
 from cachefleet.bench.bodies import RequestSet, build_request_set, inputs_from_metadata, new_nonce
 from cachefleet.bench.errors import BenchError
 from cachefleet.bench.load import LoadResult, LoadSpec
@@ -36,6 +39,8 @@ class Measurement:
     warm_status: str
     #: p50 of a short run with one connection (100%-hit scenarios only): latency without queueing.
     single_connection_p50_ms: float | None = None
+    #: Share of py-spy samples per layer during the measured window (``--profile`` only).
+    profile: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def cpu_ms_per_request(self) -> float:
@@ -70,10 +75,12 @@ def measure(
     warmup_s: float,
     client_cpus: str | None,
     probe_s: float = 0.0,
+    profile_dir: Path | None = None,
 ) -> Measurement:
     """Warm the cache with the hit set, run an unmeasured warm-up, then the measured load.
 
-    For 100%-hit scenarios, a ``probe_s`` run with a single connection follows.
+    For 100%-hit scenarios, a ``probe_s`` run with a single connection follows. With
+    ``profile_dir``, py-spy samples the server during the measured load.
     """
     settle(target.pid)
     warm_status = warm(target.base_url, requests, scenario) if scenario.hit_ratio > 0 else "-"
@@ -89,9 +96,14 @@ def measure(
         run_load(spec(warmup_s))
         settle(target.pid)
     counters_before = server_metrics.read(target.base_url, scenario.model)
+    sampler = None
+    if profile_dir is not None and profiling.executable():
+        raw = profile_dir / f"{uuid.uuid4().hex}.txt"
+        sampler = profiling.start(target.pid, duration_s, raw, client_cpus)
     cpu_before = cpu_seconds(target.pid)
     load = run_load(spec(duration_s))
     cpu_after = cpu_seconds(target.pid)
+    profile = _finish(sampler, raw) if sampler is not None else {}
     counters = server_metrics.read(target.base_url, scenario.model).minus(counters_before)
     # Under 8 connections a p50 is mostly queueing (8 x the service time); one connection
     # shows what a single hit costs, which is what "a Redis hit vs a local hit" asks.
@@ -108,7 +120,17 @@ def measure(
         cache_errors=counters.errors,
         warm_status=warm_status,
         single_connection_p50_ms=single.p50_ms if single else None,
+        profile=profile,
     )
+
+
+def _finish(sampler: subprocess.Popen[bytes], raw: Path) -> dict[str, float]:
+    try:
+        sampler.wait(30)
+    except subprocess.TimeoutExpired:
+        sampler.kill()
+        sampler.wait(5)
+    return profiling.summarize(raw)
 
 
 def settle(

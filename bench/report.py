@@ -54,6 +54,15 @@ def render(record: RunRecord, command: str) -> str:
         rows = [m for m in record.measurements if m.scenario.group == group]
         if rows:
             lines += ["", f"## {title}", "", _header(), _rule(), *(_row(m) for m in rows)]
+    profiled = [m for m in record.measurements if m.profile]
+    if profiled:
+        lines += [
+            "", "## Where the server's time goes (py-spy, share of samples)", "",
+            "| scenario | layers |", "|---|---|",
+        ]  # fmt: skip
+        for m in profiled:
+            shares = ", ".join(f"{layer} {share:.0%}" for layer, share in m.profile.items())
+            lines.append(f"| {m.scenario.label} | {shares} |")
     if record.failures:
         lines += ["", "## Failed scenarios", ""]
         lines += [f"- {f.scenario.label}: {f.reason}" for f in record.failures]
