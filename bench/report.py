@@ -40,6 +40,11 @@ def render(record: RunRecord, command: str) -> str:
         f"- Load average (1 min) at start / end: {record.load_average[0]:.2f} / "
         f"{record.load_average[1]:.2f}; other work on the machine lowers req/s far more than "
         "it changes server CPU ms/req",
+        *(
+            ["- Profiling: py-spy sampled the server at 200 Hz (non-blocking) while measuring"]
+            if options.profile
+            else []
+        ),
         *[f"- Note: {note}" for note in record.notes],
         "",
         "## Targets",
