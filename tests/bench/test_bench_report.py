@@ -1,0 +1,67 @@
+"""The report's judgements: targets from figures, and py-spy samples summed by layer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cachefleet.bench.load import LoadResult
+from cachefleet.bench.measure import Measurement
+from cachefleet.bench.profiling import summarize
+from cachefleet.bench.scenarios import Scenario
+from cachefleet.bench.targets import check
+
+
+def _measurement(
+    model: str, cache: str, ratio: float, throughput: float, p50_ms: float = 1.0
+) -> Measurement:
+    load = LoadResult(
+        requests=int(throughput * 10), duration_s=10.0, errors=0, p50_ms=p50_ms, p90_ms=p50_ms,
+        p99_ms=p50_ms, sent_hits=0, sent_misses=0, generator="wrk",
+    )  # fmt: skip
+    group = "hits" if ratio == 1.0 else "misses"
+    return Measurement(
+        Scenario(group, model, cache, ratio),
+        load,
+        1.0,
+        None,
+        {},
+        "-",
+        {},
+        single_connection_p50_ms=p50_ms,
+    )
+
+
+def test_targets_are_met_or_missed_from_the_figures_and_unmeasured_ones_say_so() -> None:
+    checks = {c.target: c for c in check([
+        _measurement("densenet_onnx", "none", 1.0, 3.0),
+        _measurement("densenet_onnx", "tiered", 1.0, 300.0),
+        _measurement("densenet_onnx", "local", 1.0, 300.0, p50_ms=1.0),
+        _measurement("densenet_onnx", "redis", 1.0, 250.0, p50_ms=2.5),
+        _measurement("simple", "none", 0.0, 1000.0),
+        _measurement("simple", "local", 0.0, 950.0),
+        _measurement("simple", "redis", 0.0, 500.0),
+    ])}  # fmt: skip
+
+    assert checks["densenet_onnx, 100% hits: tiered >= 20x no-cache throughput"].met is True
+    redis_p50 = checks["densenet_onnx, 100% hits: Redis hit p50 within 1 ms of a local hit's"]
+    assert redis_p50.met is False
+    assert "+1.50 ms" in redis_p50.measured
+    assert checks["simple, 0% hits: local miss path costs <= 10% throughput"].met is True
+    redis_miss = checks["simple, 0% hits: redis miss path costs <= 10% throughput"]
+    assert redis_miss.met is False
+    assert "+50.0%" in redis_miss.measured
+    tiered_miss = checks["simple, 0% hits: tiered miss path costs <= 10% throughput"]
+    assert (tiered_miss.met, tiered_miss.measured) == (None, "not measured")
+
+
+def test_profile_shares_leave_out_waiting_threads(tmp_path: Path) -> None:
+    raw = tmp_path / "raw.txt"
+    raw.write_text(
+        "main (cli/main.py:1);Runner.run (asyncio/runners.py:118);"
+        "compute_key (runtime/cache/key.py:90) 30\n"
+        "main (cli/main.py:1);Runner.run (asyncio/runners.py:118);"
+        "data_received (uvicorn/protocols/http/httptools_impl.py:174) 70\n"
+        "Thread.run (threading.py:982);_worker (concurrent/futures/thread.py:81) 500\n"
+    )
+    assert summarize(raw) == {"uvicorn/httptools": 0.7, "cache key (BLAKE3)": 0.3}
+    assert summarize(tmp_path / "missing.txt") == {}
