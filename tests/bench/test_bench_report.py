@@ -7,7 +7,7 @@ from pathlib import Path
 from cachefleet.bench.load import LoadResult
 from cachefleet.bench.measure import Measurement
 from cachefleet.bench.profiling import summarize
-from cachefleet.bench.scenarios import Scenario
+from cachefleet.bench.scenarios import Group, Scenario
 from cachefleet.bench.targets import check
 
 
@@ -18,17 +18,12 @@ def _measurement(
         requests=int(throughput * 10), duration_s=10.0, errors=0, p50_ms=p50_ms, p90_ms=p50_ms,
         p99_ms=p50_ms, sent_hits=0, sent_misses=0, generator="wrk",
     )  # fmt: skip
-    group = "hits" if ratio == 1.0 else "misses"
+    group: Group = "hits" if ratio == 1.0 else "misses"
     return Measurement(
-        Scenario(group, model, cache, ratio),
-        load,
-        1.0,
-        None,
-        {},
-        "-",
-        {},
+        scenario=Scenario(group, model, cache, ratio), load=load, server_cpu_s=1.0,
+        measured_hit_ratio=None, hits_by_tier={}, cache_errors={}, warm_status="-",
         single_connection_p50_ms=p50_ms,
-    )
+    )  # fmt: skip
 
 
 def test_targets_are_met_or_missed_from_the_figures_and_unmeasured_ones_say_so() -> None:
