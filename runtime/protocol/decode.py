@@ -37,7 +37,8 @@ def decode_request(body: bytes, header_length: int | None, config: ModelConfig) 
     header, binary = _split(body, header_length)
     document = _parse_json(header)
     parameters = _mapping(document.get("parameters"), "request 'parameters'")
-    _check_depth(parameters, "request 'parameters'")
+    if parameters:
+        _check_depth(parameters, "request 'parameters'")
     binary_output = parameters.get("binary_data_output", False)
     if not isinstance(binary_output, bool):
         raise BadRequestError("request parameter 'binary_data_output' must be true or false")

@@ -29,8 +29,9 @@ def check_input(
         raise BadRequestError(
             f"unknown input {name!r} for model {config.name!r} (inputs: {expected})"
         )
-    if any(tensor.name == name for tensor in seen):
-        raise BadRequestError(f"input {name!r} appears more than once")
+    for tensor in seen:
+        if tensor.name == name:
+            raise BadRequestError(f"input {name!r} appears more than once")
     datatype = item.get("datatype")
     if datatype != spec.datatype:
         raise BadRequestError(
@@ -94,18 +95,24 @@ def check_output(name: Any, classification: int, config: ModelConfig) -> None:
 
 
 def _shape(name: str, value: Any) -> tuple[int, ...]:
-    if not isinstance(value, list) or not all(
-        isinstance(dim, int) and not isinstance(dim, bool) and dim >= 0 for dim in value
-    ):
-        raise BadRequestError(f"input {name!r}: 'shape' must be an array of non-negative integers")
-    return tuple(value)
+    if type(value) is list:
+        for dim in value:
+            if type(dim) is not int or dim < 0:
+                break
+        else:
+            return tuple(value)
+    raise BadRequestError(f"input {name!r}: 'shape' must be an array of non-negative integers")
 
 
 def _check_shape(name: str, shape: tuple[int, ...], spec: TensorSpec, config: ModelConfig) -> None:
     expected = spec.shape(config.max_batch_size)
-    if len(shape) != len(expected) or any(
-        want != -1 and got != want for got, want in zip(shape, expected, strict=True)
-    ):
+    matches = len(shape) == len(expected)
+    if matches:
+        for got, want in zip(shape, expected, strict=True):
+            if want != -1 and got != want:
+                matches = False
+                break
+    if not matches:
         raise BadRequestError(
             f"input {name!r}: shape {list(shape)} does not match the model's "
             f"{list(expected)} (-1 is any size)"
