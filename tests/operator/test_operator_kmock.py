@@ -122,7 +122,7 @@ def live(cluster: Cluster, resource: str, name: str) -> dict[str, Any] | None:
     return None if obj.deleted else dict(obj.raw)
 
 
-async def eventually(check: Callable[[], Any], what: str, timeout_s: float = 20) -> Any:
+async def eventually(check: Callable[[], Any], what: str, timeout_s: float = 40) -> Any:
     deadline = asyncio.get_running_loop().time() + timeout_s
     while asyncio.get_running_loop().time() < deadline:
         result = check()
