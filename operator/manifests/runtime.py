@@ -25,7 +25,7 @@ from cachefleet.runtime.config import (
 )
 
 COMPONENT = "runtime"
-RUNTIME_USER_ID = 1000
+RUNTIME_USER_ID = 10001  # the runtime image's user (Dockerfile)
 CONFIG_DIR = "/etc/cachefleet"
 MODEL_DIR = "/models"
 PASSWORD_ENV = "CACHEFLEET_REDIS_PASSWORD"
