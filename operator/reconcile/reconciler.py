@@ -192,5 +192,8 @@ def restore_child(
         children = build_children(spec, owner=owner, redis_password=password)
     except SpecError:
         return []  # the owner's own handler reports the spec problem
+    if kind == "Secret" and name == meta.redis_auth_secret_name(owner):
+        # A lost password Secret means a new password: every pod that reads it must roll now.
+        return apply_children(reconciler.kube, children)
     wanted = [c for c in children if c["kind"] == kind and c["metadata"]["name"] == name]
     return apply_children(reconciler.kube, wanted)

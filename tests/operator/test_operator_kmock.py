@@ -260,6 +260,18 @@ async def test_deleted_and_edited_children_are_restored(cluster: Cluster, api: A
     # The generated password is never regenerated while its Secret exists.
     assert must(live(cluster, "v1/secrets", "svc-redis-auth"))["data"] == secret["data"]
 
+    # A lost password Secret gets a new password, and the pods that read it roll at once.
+    redis_hash = pod_hash(live(cluster, "apps/v1/statefulsets", "svc-redis"))
+    await api.send("DELETE", f"/api/v1/namespaces/{NS}/secrets/svc-redis-auth")
+
+    def rolled_with_new_password() -> bool:
+        statefulset = live(cluster, "apps/v1/statefulsets", "svc-redis")
+        return pod_hash(statefulset) not in (None, redis_hash)
+
+    await eventually(rolled_with_new_password, "Redis rolled for the new password")
+    renewed = must(live(cluster, "v1/secrets", "svc-redis-auth"))
+    assert renewed["data"] != secret["data"]
+
 
 @pytest.mark.usefixtures("operator")
 async def test_a_bad_object_is_stalled_and_the_others_are_still_served(
