@@ -16,7 +16,10 @@ HELP = "print every object the operator would apply for a CachedInferenceService
 
 
 class _Dumper(yaml.SafeDumper):
-    """Multi-line strings (redis.conf, config.yaml) as readable literal blocks."""
+    """Multi-line strings (redis.conf, config.yaml) as literal blocks; no anchors or aliases."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
 def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:

@@ -266,3 +266,14 @@ def test_a_new_generated_password_rolls_redis_and_the_runtime_pods() -> None:
     assert pod_hash(first, "Deployment") != pod_hash(second, "Deployment")
     annotations = by_kind(first, "StatefulSet")["spec"]["template"]["metadata"]["annotations"]
     assert "one" not in str(annotations)
+
+
+def test_render_output_is_plain_yaml_without_aliases(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "cachefleet.cli.main", "render", str(EXAMPLES[0])],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "&id" not in result.stdout
+    assert "*id" not in result.stdout
