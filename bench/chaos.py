@@ -620,6 +620,7 @@ class _BenchRedis:
         if self.process is not None and self.process.process.poll() is None:
             self.process.process.kill()
             self.process.process.wait(10)
+            self.process.stop()  # closes its log
 
     def stop(self) -> None:
         if self.process is not None:
