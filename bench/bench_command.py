@@ -108,5 +108,6 @@ def run(args: argparse.Namespace) -> int:
         print("matplotlib is not installed: no chart (pip install 'cachefleet[bench]')")
     for target in targets.check(record.measurements):
         verdict = "n/a" if target.met is None else ("met" if target.met else "MISSED")
-        print(f"  [{verdict:>6}] {target.target}: {target.measured}")
+        by_cpu = "n/a" if target.met_by_cpu is None else ("met" if target.met_by_cpu else "MISSED")
+        print(f"  [{verdict:>6} | by CPU {by_cpu:>6}] {target.target}: {target.measured}")
     return 0 if not record.failures else 2

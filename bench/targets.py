@@ -1,4 +1,10 @@
-"""The performance targets, checked against a run's figures: what we got, not what we hoped."""
+"""The performance targets, checked against a run's figures: what we got, not what we hoped.
+
+Each target is judged twice. As stated, on throughput (or latency) as the client saw it; and on
+the server's CPU time per request, which is what one dedicated core would turn into requests
+per second. On a machine shared with other work the first moves with whatever else runs on
+the server's core; the second hardly does. The report shows both, never just the kinder one.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +21,8 @@ class TargetCheck:
     target: str
     measured: str
     met: bool | None  # None: not measured in this run
+    #: The same criterion applied to server CPU per request (None: not measured).
+    met_by_cpu: bool | None = None
 
 
 def check(measurements: Sequence[Measurement]) -> list[TargetCheck]:
@@ -48,8 +56,13 @@ class _Finder:
 
 
 def _cpu(ours: Measurement, reference: Measurement) -> str:
-    """Server CPU per request, which other load on the machine disturbs less than req/s."""
     return f"server CPU {ours.cpu_ms_per_request:.3f} vs {reference.cpu_ms_per_request:.3f} ms/req"
+
+
+def _usable(*measurements: Measurement | None) -> bool:
+    return all(
+        m is not None and m.load.throughput > 0 and m.cpu_ms_per_request > 0 for m in measurements
+    )
 
 
 def _unmeasured(target: str) -> TargetCheck:
@@ -59,32 +72,37 @@ def _unmeasured(target: str) -> TargetCheck:
 def _densenet_speedup(find: _Finder) -> TargetCheck:
     target = "densenet_onnx, 100% hits: tiered >= 20x no-cache throughput"
     tiered, none = find("densenet_onnx", "tiered", 1.0), find("densenet_onnx", "none", 1.0)
-    if tiered is None or none is None or none.load.throughput == 0:
+    if tiered is None or none is None or not _usable(tiered, none):
         return _unmeasured(target)
     ratio = tiered.load.throughput / none.load.throughput
+    cpu_ratio = none.cpu_ms_per_request / tiered.cpu_ms_per_request
     return TargetCheck(
         target,
         f"{ratio:.1f}x ({tiered.load.throughput:.0f} vs {none.load.throughput:.1f} req/s); "
-        f"{_cpu(tiered, none)}",
+        f"by CPU {cpu_ratio:.0f}x, {_cpu(tiered, none)}",
         ratio >= 20,
+        cpu_ratio >= 20,
     )
 
 
 def _redis_vs_local_p50(find: _Finder) -> TargetCheck:
     target = "densenet_onnx, 100% hits: Redis hit p50 within 1 ms of a local hit's"
     redis, local = find("densenet_onnx", "redis", 1.0), find("densenet_onnx", "local", 1.0)
-    if redis is None or local is None:
+    if redis is None or local is None or not _usable(redis, local):
         return _unmeasured(target)
     loaded_gap = redis.load.p50_ms - local.load.p50_ms
-    loaded = f"under load {loaded_gap:+.2f} ms ({redis.load.p50_ms:.2f} vs {local.load.p50_ms:.2f})"
+    cpu_gap = redis.cpu_ms_per_request - local.cpu_ms_per_request
+    loaded = f"8 conn {loaded_gap:+.2f} ms ({redis.load.p50_ms:.2f} vs {local.load.p50_ms:.2f})"
+    cpu = f"CPU {cpu_gap:+.3f} ms/req"
     redis_single, local_single = redis.single_connection_p50_ms, local.single_connection_p50_ms
     if redis_single is None or local_single is None:
-        return TargetCheck(target, loaded, loaded_gap <= 1.0)
+        return TargetCheck(target, f"{loaded}; {cpu}", loaded_gap <= 1.0, cpu_gap <= 1.0)
     gap = redis_single - local_single
     return TargetCheck(
         target,
-        f"one connection {gap:+.2f} ms ({redis_single:.2f} vs {local_single:.2f} ms); {loaded}",
+        f"1 conn {gap:+.2f} ms ({redis_single:.2f} vs {local_single:.2f} ms); {loaded}; {cpu}",
         gap <= 1.0,
+        cpu_gap <= 1.0,
     )
 
 
@@ -94,12 +112,15 @@ def _simple_hits_never_slower(find: _Finder) -> list[TargetCheck]:
     for cache in ("local", "redis", "tiered"):
         target = f"simple, 100% hits: {cache} not slower than no cache"
         cached = find("simple", cache, 1.0)
-        if cached is None or none is None or none.load.throughput == 0:
+        if cached is None or none is None or not _usable(cached, none):
             checks.append(_unmeasured(target))
             continue
         ratio = cached.load.throughput / none.load.throughput
-        measured = f"{ratio:.2f}x no-cache throughput; {_cpu(cached, none)}"
-        checks.append(TargetCheck(target, measured, ratio >= 1.0))
+        cpu_ratio = none.cpu_ms_per_request / cached.cpu_ms_per_request
+        measured = (
+            f"{ratio:.2f}x no-cache throughput; by CPU {cpu_ratio:.2f}x, {_cpu(cached, none)}"
+        )
+        checks.append(TargetCheck(target, measured, ratio >= 1.0, cpu_ratio >= 1.0))
     return checks
 
 
@@ -109,12 +130,13 @@ def _simple_miss_overhead(find: _Finder) -> list[TargetCheck]:
     for cache in ("local", "redis", "tiered"):
         target = f"simple, 0% hits: {cache} miss path costs <= 10% throughput"
         cached = find("simple", cache, 0.0)
-        if cached is None or none is None or none.load.throughput == 0:
+        if cached is None or none is None or not _usable(cached, none):
             checks.append(_unmeasured(target))
             continue
         cost = 1 - cached.load.throughput / none.load.throughput
-        measured = f"{cost:+.1%} throughput cost; {_cpu(cached, none)}"
-        checks.append(TargetCheck(target, measured, cost <= 0.10))
+        cpu_cost = 1 - none.cpu_ms_per_request / cached.cpu_ms_per_request
+        measured = f"{cost:+.1%} throughput; by CPU {cpu_cost:+.1%}, {_cpu(cached, none)}"
+        checks.append(TargetCheck(target, measured, cost <= 0.10, cpu_cost <= 0.10))
     return checks
 
 
@@ -124,12 +146,14 @@ def _peer(find: _Finder) -> TargetCheck:
         find("simple", "none", 1.0, "json"),
         find("simple", "none", 1.0, "json", "kserve"),
     )
-    if ours is None or theirs is None or theirs.load.throughput == 0:
+    if ours is None or theirs is None or not _usable(ours, theirs):
         return _unmeasured(target)
     ratio = ours.load.throughput / theirs.load.throughput
+    cpu_ratio = theirs.cpu_ms_per_request / ours.cpu_ms_per_request
     return TargetCheck(
         target,
         f"{ratio:.2f}x ({ours.load.throughput:.0f} vs {theirs.load.throughput:.0f} req/s); "
-        f"{_cpu(ours, theirs)}",
+        f"by CPU {cpu_ratio:.2f}x, {_cpu(ours, theirs)}",
         ratio >= 2.0,
+        cpu_ratio >= 2.0,
     )

@@ -44,6 +44,7 @@ def test_targets_are_met_or_missed_from_the_figures_and_unmeasured_ones_say_so()
     assert checks["simple, 0% hits: local miss path costs <= 10% throughput"].met is True
     redis_miss = checks["simple, 0% hits: redis miss path costs <= 10% throughput"]
     assert redis_miss.met is False
+    assert redis_miss.met_by_cpu is False  # here CPU per request follows throughput exactly
     assert "+50.0%" in redis_miss.measured
     tiered_miss = checks["simple, 0% hits: tiered miss path costs <= 10% throughput"]
     assert (tiered_miss.met, tiered_miss.measured) == (None, "not measured")
