@@ -11,145 +11,26 @@ import asyncio
 import base64
 import functools
 import os
-import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import kmock
 import pytest
-import yaml
 from kmock_cluster import Cluster
+from kmock_fixtures import CIS_PATH, NS, Api, cis, condition, eventually, live, must, service
 
-NS = "ml"
-CIS_PATH = f"/apis/cachefleet.io/v1alpha1/namespaces/{NS}/cachedinferenceservices"
 HASH = "cachefleet.io/config-hash"
+pytest_plugins = ("kmock_fixtures",)  # cluster, api, start_operator, operator
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def service(name: str, **spec: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "replicas": 2,
-        "model": {"name": "simple", "repository": {"pvc": {"claimName": "models"}}},
-    }
-    body.update(spec)
-    return {
-        "apiVersion": "cachefleet.io/v1alpha1",
-        "kind": "CachedInferenceService",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": body,
-    }
-
-
-class Api:
-    """The test's own client: plain HTTP, like kubectl."""
-
-    def __init__(self, session: aiohttp.ClientSession) -> None:
-        self.session = session
-
-    async def send(self, method: str, path: str, body: Any = None, patch: bool = False) -> Any:
-        headers = {"Content-Type": "application/merge-patch+json"} if patch else {}
-        async with self.session.request(method, path, json=body, headers=headers) as response:
-            assert response.status < 300, await response.text()
-            return await response.json()
-
-
-@pytest.fixture
-async def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Cluster]:
-    import kubernetes.config.kube_config
-
-    async with Cluster() as emulator, kmock.Server(emulator):
-        kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
-            "clusters": [{"name": "kmock", "cluster": {"server": str(emulator.url).rstrip("/")}}],
-            "users": [{"name": "kmock", "user": {"token": "test"}}],
-            "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "kmock"}}],
-        }))  # fmt: skip
-        monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-        monkeypatch.setattr(
-            kubernetes.config.kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig)
-        )
-        yield emulator
-
-
-@pytest.fixture
-async def api(cluster: Cluster) -> AsyncIterator[Api]:
-    async with aiohttp.ClientSession(base_url=str(cluster.url)) as session:
-        yield Api(session)
-
-
-@pytest.fixture
-async def start_operator(cluster: Cluster) -> AsyncIterator[Callable[[], Any]]:
-    """Start the operator in a thread with its own event loop; kmock serves from the test's."""
-    import kopf
-
-    import cachefleet.operator.handlers  # noqa: F401  (registers the handlers)
-
-    stop = threading.Event()
-    threads: list[threading.Thread] = []
-
-    async def start() -> None:
-        ready = threading.Event()
-        settings = kopf.OperatorSettings()
-        operator = functools.partial(
-            kopf.operator,
-            clusterwide=True, standalone=True, stop_flag=stop, ready_flag=ready, settings=settings,
-        )  # fmt: skip
-        thread = threading.Thread(target=lambda: asyncio.run(operator()), daemon=True)
-        thread.start()
-        threads.append(thread)
-        assert await asyncio.to_thread(ready.wait, 30), "the operator did not start"
-
-    yield start
-    stop.set()
-    for thread in threads:
-        await asyncio.to_thread(thread.join, 30)
-
-
-@pytest.fixture
-async def operator(start_operator: Callable[[], Any]) -> None:
-    await start_operator()
-
-
-def live(cluster: Cluster, resource: str, name: str) -> dict[str, Any] | None:
-    try:
-        obj = cluster.objects[resource, NS, name]
-    except KeyError:
-        return None
-    return None if obj.deleted else dict(obj.raw)
-
-
-async def eventually(check: Callable[[], Any], what: str, timeout_s: float = 40) -> Any:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while asyncio.get_running_loop().time() < deadline:
-        result = check()
-        if result:
-            return result
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def must(value: dict[str, Any] | None) -> dict[str, Any]:
-    assert value is not None
-    return value
-
-
-def cis(cluster: Cluster, name: str) -> dict[str, Any] | None:
-    return live(cluster, "cachefleet.io/v1alpha1/cachedinferenceservices", name)
 
 
 def pod_hash(obj: dict[str, Any] | None) -> str | None:
     if obj is None:
         return None
     return str(obj["spec"]["template"]["metadata"]["annotations"].get(HASH))
-
-
-def condition(body: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
-    conditions = ((body or {}).get("status") or {}).get("conditions") or []
-    return next((c for c in conditions if c["type"] == kind), None)
 
 
 CHILDREN = {
