@@ -7,10 +7,18 @@ file and the operator on a stored object see the same values. Field names follow
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from cachefleet.operator.manifests.errors import SpecError
@@ -28,6 +36,25 @@ MaxmemoryPolicy = Literal[
 ]
 PersistenceMode = Literal["none", "rdb", "aof", "rdb+aof"]
 Quantity = str | int
+
+# The API server's own quantity syntax (the CRD's pattern): a value the operator passes through
+# unparsed (resources, claim size) is checked here, so a bad one stalls with a message instead of
+# failing every apply with the server's 422.
+_KUBE_QUANTITY = re.compile(
+    r"[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+)?"
+)
+
+
+def _kube_quantity(value: Any) -> Any:
+    valid = (isinstance(value, int) and not isinstance(value, bool) and value >= 0) or (
+        isinstance(value, str) and _KUBE_QUANTITY.fullmatch(value) is not None
+    )
+    if not valid:
+        raise ValueError(f"{value!r} is not a Kubernetes quantity (write e.g. 500m, 2, 4Gi)")
+    return value
+
+
+KubeQuantity = Annotated[str | int, BeforeValidator(_kube_quantity)]
 
 DEFAULT_RUNTIME_IMAGE = "ghcr.io/cachefleet/cachefleet:0.1.0"
 DEFAULT_REDIS_IMAGE = "redis:7.4-alpine"
@@ -81,8 +108,8 @@ class Model(_Spec):
 
 
 class Resources(_Spec):
-    requests: dict[str, Quantity] = {}
-    limits: dict[str, Quantity] = {}
+    requests: dict[str, KubeQuantity] = {}
+    limits: dict[str, KubeQuantity] = {}
 
     def as_dict(self) -> dict[str, Any]:
         return {k: dict(v) for k, v in (("requests", self.requests), ("limits", self.limits)) if v}
@@ -103,7 +130,7 @@ class Runtime(_Spec):
 
 class Persistence(_Spec):
     mode: PersistenceMode = "none"
-    size: Quantity | None = None
+    size: KubeQuantity | None = None
     storage_class_name: str | None = None
     save: str = "3600 1 300 100 60 10000"
     appendfsync: Literal["always", "everysec", "no"] = "everysec"
@@ -235,8 +262,11 @@ class ServiceSpec(_Spec):
         return self
 
 
-def parse_spec(spec: Mapping[str, Any]) -> ServiceSpec:
+def parse_spec(spec: object) -> ServiceSpec:
     """Validate and default a spec, or raise SpecError naming every wrong field."""
+    if not isinstance(spec, Mapping):  # a server without the CRD's schema stores anything
+        kind = type(spec).__name__
+        raise SpecError(f"spec must be an object with fields (model, replicas, ...), not a {kind}")
     try:
         return ServiceSpec.model_validate(dict(spec))
     except ValidationError as error:
