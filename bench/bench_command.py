@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--caches", nargs="+", choices=("none", "local", "redis", "tiered"),
         help="cache modes (default: all four)",
     )  # fmt: skip
-    parser.add_argument("--sweep", nargs="*", type=float, help="hit ratios between 0 and 1")
+    parser.add_argument("--sweep", nargs="*", type=_ratio, help="hit ratios between 0 and 1")
     parser.add_argument("--connections", type=int, default=8, help="concurrent connections (8)")
     parser.add_argument("--duration", type=float, help="seconds per scenario (5; quick: 2)")
     parser.add_argument("--warmup", type=float, help="unmeasured seconds first (1; quick: 0)")
@@ -60,6 +60,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="instead: the reliability run (Redis faults under load; --duration is its length, "
         "default 120 s), written to bench/results/chaos-<date>.md",
     )  # fmt: skip
+
+
+def _ratio(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"a hit ratio is between 0 and 1, not {text}")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
