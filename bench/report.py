@@ -34,8 +34,8 @@ def render(record: RunRecord, command: str) -> str:
         f"- CPU pinning (taskset): {options.cpus.description}",
         "- Server CPU ms/req: utime+stime of the server process tree (/proc/PID/stat) over the "
         "measured window, divided by the requests served",
-        "- Measured hit ratio: from the server's own cache counters (/metrics), which count a "
-        "single-flight leader but not the identical requests that waited on it",
+        "- Measured hit ratio: from the server's own cache counters (/metrics): hits plus "
+        "requests coalesced onto an identical one in flight, over those plus misses",
         f"- p50 ms, 1 conn: a {options.probe_s:g} s run with one connection after each "
         "100%-hit scenario, the latency of one request without queueing",
         f"- Load average (1 min) at start / end: {record.load_average[0]:.2f} / "

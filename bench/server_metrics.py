@@ -22,6 +22,8 @@ class CacheCounters:
     available: bool = False
     #: ``cachefleet_cache_errors_total`` by ``tier/kind``: why a hit can turn into a miss.
     errors: dict[str, float] = field(default_factory=dict)
+    #: Requests answered by an identical one in flight: neither the model nor a tier was asked.
+    coalesced: float = 0.0
 
     def minus(self, before: CacheCounters) -> CacheCounters:
         return CacheCounters(
@@ -29,11 +31,13 @@ class CacheCounters:
             self.misses - before.misses,
             self.available and before.available,
             {k: v for k, v in _difference(self.errors, before.errors).items() if v},
+            self.coalesced - before.coalesced,
         )
 
     @property
     def hit_ratio(self) -> float | None:
-        hits = sum(self.hits_by_tier.values())
+        """Requests the model did not run for: hits, and requests that joined one in flight."""
+        hits = sum(self.hits_by_tier.values()) + self.coalesced
         total = hits + self.misses
         return hits / total if self.available and total > 0 else None
 
@@ -46,7 +50,7 @@ def read(base_url: str, model: str) -> CacheCounters:
     except (urllib.error.URLError, OSError):
         return CacheCounters()
     hits: dict[str, float] = {}
-    misses = 0.0
+    misses = coalesced = 0.0
     found = False
     errors: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
@@ -59,11 +63,13 @@ def read(base_url: str, model: str) -> CacheCounters:
                 hits[tier] = hits.get(tier, 0.0) + sample.value
             elif sample.name == "cachefleet_cache_misses_total":
                 misses += sample.value
+            elif sample.name == "cachefleet_cache_coalesced_total":
+                coalesced += sample.value
         for sample in family.samples:
             if sample.name == "cachefleet_cache_errors_total":
                 kind = f"{sample.labels.get('tier', '?')}/{sample.labels.get('kind', '?')}"
                 errors[kind] = errors.get(kind, 0.0) + sample.value
-    return CacheCounters(hits, misses, found, errors)
+    return CacheCounters(hits, misses, found, errors, coalesced)
 
 
 def _difference(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:

@@ -84,6 +84,11 @@ class RuntimeMetrics:
         self.cache_bypass = Counter(
             "cachefleet_cache_bypass", "Requests that skipped the cache lookup.", _MODEL, registry=r
         )
+        self.cache_coalesced = Counter(
+            "cachefleet_cache_coalesced",
+            "Requests answered by an identical request already in flight (single-flight): the"
+            " model or Redis was asked once for all of them.", _MODEL, registry=r,
+        )  # fmt: skip
         self.cache_inserts = Counter(
             "cachefleet_cache_inserts", "Entries written to a tier.", (*_MODEL, "tier"), registry=r
         )

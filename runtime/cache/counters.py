@@ -22,6 +22,7 @@ class ModelCounters:
     hits_redis: Any
     misses: Any
     bypass: Any
+    coalesced: Any
     inserts_local: Any
     inserts_redis: Any
     insert_dropped: Any
@@ -52,6 +53,7 @@ class CacheCounters:
             hits_redis=m.cache_hits.labels(*labels, "redis"),
             misses=m.cache_misses.labels(*labels),
             bypass=m.cache_bypass.labels(*labels),
+            coalesced=m.cache_coalesced.labels(*labels),
             inserts_local=m.cache_inserts.labels(*labels, "local"),
             inserts_redis=m.cache_inserts.labels(*labels, "redis"),
             insert_dropped=m.cache_insert_dropped.labels(*labels),

@@ -23,6 +23,10 @@ class SingleFlight(Generic[T]):
     def __len__(self) -> int:
         return len(self._calls)
 
+    def __contains__(self, key: Hashable) -> bool:
+        """Whether a call for ``key`` is in flight: a ``do`` now would join it."""
+        return key in self._calls
+
     async def do(self, key: Hashable, work: Callable[[], Awaitable[T]]) -> T:
         task = self._calls.get(key)
         if task is None:

@@ -108,6 +108,10 @@ class TieredCache:
                 self.metrics.triton.record(*labels, hit=True, duration_s=elapsed)
                 return hit, CacheStatus.HIT_LOCAL
         store = directives.store
+        if key in self._flight:
+            # Counted apart from hits and misses: those count what the tiers and the model did,
+            # once per key, and this request made neither do anything.
+            counters.coalesced.inc()
         outputs, status = await self._flight.do(
             key, lambda: self._fill(key, request, store, compute, started)
         )

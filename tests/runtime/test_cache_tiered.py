@@ -178,12 +178,15 @@ async def test_failed_compute_propagates_and_stores_nothing(caches: Callable[...
 
 
 async def test_concurrent_identical_misses_run_the_model_once(caches: Callable[..., Any]) -> None:
-    cache, _ = await caches("tiered")
+    cache, metrics = await caches("tiered")
     model = Model(delay_s=0.2)
     results = await asyncio.gather(*(ask(cache, request(9), model) for _ in range(20)))
     assert model.runs == 1
     assert {status for _, status in results} == {CacheStatus.MISS}
     assert all(outputs == results[0][0] for outputs, _ in results)
+    labels = {"model": "simple", "version": "1"}
+    assert metric(metrics, "cachefleet_cache_misses_total", **labels) == 1
+    assert metric(metrics, "cachefleet_cache_coalesced_total", **labels) == 19
 
 
 async def test_coalesced_failure_reaches_every_caller(caches: Callable[..., Any]) -> None:
