@@ -1,0 +1,205 @@
+"""A kmock Kubernetes emulator closer to a real API server, for running the operator against.
+
+kmock stores bodies as sent. A real server also assigns uid, resourceVersion, generation,
+creationTimestamp and generateName names, takes the namespace from the URL, creates an object on
+a server-side apply to a missing name, and answers 422 when a JSON-patch ``test`` fails. This
+subclass adds exactly that (the operator is not changed for the emulator). The operator tests and
+``python -m cachefleet.bench.operator_scale`` run the operator against it; kmock is a development
+dependency, so this module is only imported by them.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp.web
+import attrs
+import jsonpatch
+import kmock
+from kmock._internal import rendering
+
+APPLY = "application/apply-patch+yaml"
+CIS = "cachefleet.io/v1alpha1/cachedinferenceservices"
+RESOURCES: dict[str, dict[str, Any]] = {
+    CIS: {"kind": "CachedInferenceService", "subresources": {"status"}},
+    "v1/namespaces": {"kind": "Namespace", "namespaced": False},
+    "v1/events": {"kind": "Event"},
+    "v1/secrets": {"kind": "Secret"},
+    "v1/configmaps": {"kind": "ConfigMap"},
+    "v1/services": {"kind": "Service"},
+    "apps/v1/statefulsets": {"kind": "StatefulSet", "subresources": {"status"}},
+    "apps/v1/deployments": {"kind": "Deployment", "subresources": {"status"}},
+    "policy/v1/poddisruptionbudgets": {"kind": "PodDisruptionBudget"},
+    "networking.k8s.io/v1/networkpolicies": {"kind": "NetworkPolicy"},
+    "autoscaling/v2/horizontalpodautoscalers": {"kind": "HorizontalPodAutoscaler"},
+}
+VERBS = {"get", "list", "watch", "create", "patch", "delete"}
+
+
+@attrs.frozen
+class InvalidError(kmock.KubernetesError):
+    status: int = 422
+    reason: str = "Invalid"
+    message: str = "a JSON-patch test operation failed"
+
+
+@attrs.define(kw_only=True)
+class Cluster(kmock.KubernetesEmulator):
+    """The emulator plus server-assigned metadata, apply-creates and JSON-patch tests."""
+
+    _version: int = attrs.field(default=0, init=False)
+    #: Requests served so far (kept when ``forget_requests`` drops them from the request log).
+    handled: int = attrs.field(default=0, init=False)
+    #: Drop each request from kmock's log once answered. kmock matches every new request against
+    #: its whole log, so a long run (the scale benchmark) would spend its time there otherwise.
+    #: Tests that inspect requests (``cluster["patch"]``, ``len(cluster)``) leave it off.
+    forget_requests: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        for path, info in RESOURCES.items():
+            self.resources[path] = kmock.ResourceInfo(
+                kind=info["kind"],
+                namespaced=info.get("namespaced", True),
+                verbs=VERBS,
+                subresources=info.get("subresources", set()),
+            )
+
+    async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        self.handled += 1
+        try:
+            if request.resource is not None and isinstance(request.data, dict | list):
+                if request.action == kmock.action.CREATE and isinstance(request.data, dict):
+                    self._stamp_new(request.data, request.namespace)
+                elif request.action == kmock.action.UPDATE and request.name is not None:
+                    await self._prepare_update(request)
+            return await super()._handle(request)
+        finally:
+            if self.forget_requests:
+                self._forget(request)
+
+    def _forget(self, request: rendering.Request) -> None:
+        for index, logged in enumerate(self._requests):
+            if logged is request:
+                del self._requests[index]
+                return
+
+    def _stamp_new(self, body: dict[str, Any], namespace: str | None) -> None:
+        meta = body.setdefault("metadata", {})
+        if namespace and not meta.get("namespace"):
+            meta["namespace"] = namespace
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+        meta.setdefault("uid", str(uuid.uuid4()))
+        meta.setdefault("creationTimestamp", _now())
+        meta.setdefault("generation", 1)
+        meta["resourceVersion"] = self._next()
+
+    async def _prepare_update(self, request: rendering.Request) -> None:
+        assert request.resource is not None
+        assert request.name is not None
+        key = (request.resource, request.namespace, request.name)
+        live = self._live(key)
+        content_type = request.headers.get("Content-Type", "")
+        if live is None and content_type.startswith(APPLY) and isinstance(request.data, dict):
+            body = copy.deepcopy(request.data)
+            self._stamp_new(body, request.namespace)
+            async with self._lock:
+                self._objects[key] = body
+                await self._buses[request.resource].put({"type": "ADDED", "object": body})
+            return
+        if live is None:
+            return  # the emulator answers 404
+        if isinstance(request.data, list):
+            _check_tests(live, request.data)
+            request.data.append(
+                {"op": "add", "path": "/metadata/resourceVersion", "value": self._next()}
+            )
+            return
+        meta = request.data.setdefault("metadata", {})
+        meta["resourceVersion"] = self._next()
+        spec_changed = "spec" in request.data and request.data["spec"] != live.get("spec")
+        if request.subresource is None and spec_changed:
+            meta["generation"] = int(live.get("metadata", {}).get("generation", 1)) + 1
+
+    def _live(self, key: Any) -> dict[str, Any] | None:
+        try:
+            obj = self._objects[key]
+        except KeyError:
+            return None
+        return None if obj.deleted else dict(obj.raw)
+
+    def _next(self) -> str:
+        self._version += 1
+        return str(self._version)
+
+    async def _serve_list(self, request: rendering.Request) -> rendering.Payload:
+        listing = await super()._serve_list(request)
+        assert isinstance(listing, dict)
+        listing["metadata"] = {"resourceVersion": str(self._version)}
+        return listing
+
+    async def _serve_watch(self, request: rendering.Request) -> AsyncIterator[rendering.Payload]:
+        """Subscribe before taking the snapshot, and honour ``resourceVersion``.
+
+        kmock snapshots first and subscribes later, so a write in between is lost, and it replays
+        every object on each watch, so a watch resumed after a list sees stale versions.
+        """
+        yield b""
+        assert request.resource is not None
+        bus = self._buses[request.resource]
+        mark = await bus.mark()
+        seen: dict[tuple[str | None, str | None], int] = {}
+        since = _version_of(request.params.get("resourceVersion"))
+        try:
+            async with self._lock:
+                snapshot = [
+                    obj.raw
+                    for (resource, namespace, _), obj in self._objects.items()
+                    if resource == request.resource
+                    and request.namespace in (None, namespace)
+                    and not obj.deleted
+                ]
+            for raw in snapshot:
+                if _fresh(raw, seen, since):
+                    yield {"type": "ADDED", "object": raw}
+            async for event in bus.stream(since=mark):
+                raw = event.get("object", {})
+                namespace = raw.get("metadata", {}).get("namespace")
+                if request.namespace not in (None, namespace):
+                    continue
+                if event.get("type") == "DELETED" or _fresh(raw, seen, since):
+                    yield event
+        finally:
+            await bus.unmark(mark)
+
+
+def _version_of(value: Any) -> int:
+    return int(value) if isinstance(value, str) and value.isdigit() else 0
+
+
+def _fresh(raw: dict[str, Any], seen: dict[tuple[str | None, str | None], int], since: int) -> bool:
+    """Whether this version of an object is newer than what the watcher has seen."""
+    meta = raw.get("metadata", {})
+    key = (meta.get("namespace"), meta.get("name"))
+    version = _version_of(meta.get("resourceVersion"))
+    if version and (version <= since or version <= seen.get(key, 0)):
+        return False
+    seen[key] = version
+    return True
+
+
+def _check_tests(live: dict[str, Any], operations: list[Any]) -> None:
+    tests = [op for op in operations if isinstance(op, dict) and op.get("op") == "test"]
+    try:
+        jsonpatch.apply_patch(copy.deepcopy(live), tests)
+    except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException):
+        raise InvalidError() from None
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
