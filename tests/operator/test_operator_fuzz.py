@@ -29,7 +29,7 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, Phase, example, find, given, settings
 from kmock_cluster import Cluster
 from kmock_fixtures import (
     CIS_PATH,
@@ -41,7 +41,7 @@ from kmock_fixtures import (
     live,
     service,
 )
-from spec_strategies import Breakage, Case, breakages, cases, schema_specs
+from spec_strategies import Case, breakages, cases, schema_specs
 
 from cachefleet.operator.manifests.children import build_children, needs_generated_password
 from cachefleet.operator.manifests.errors import SpecError
@@ -72,6 +72,7 @@ PURE = settings(
     max_examples=200,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
+SEARCH = settings(PURE, max_examples=2000, phases=[Phase.generate])  # found is enough
 LIVE = settings(
     PURE,
     max_examples=24,
@@ -138,18 +139,24 @@ def test_every_spec_renders_valid_objects_or_a_spec_error_that_names_the_field(c
     check_outcome(case, outcome(copy.deepcopy(case.spec)))
 
 
-def test_the_strategies_reach_every_kind_of_outcome() -> None:
-    """The generators are not stuck on one branch: each breakage and both outcomes occur."""
-    seen: set[str] = set()
+@pytest.mark.parametrize(
+    "kind",
+    ["maxmemory>limit", "persistence", "min>max", "autoscaling", "both", "no", "external+managed",
+     "unknown", "wrong", "not", "spec", "bad"],
+)  # fmt: skip
+def test_the_strategies_reach_every_breakage(kind: str) -> None:
+    """The generators are not stuck on some branches: each breakage can be drawn."""
+    found = find(breakages, lambda b: b.name.split(" ")[0] == kind, settings=SEARCH)
+    assert found.says
 
-    @settings(PURE, max_examples=200)
-    @given(schema_specs, breakages)
-    def collect(spec: dict[str, Any], breakage: Breakage) -> None:
-        seen.add(breakage.name.split(" ")[0])
-        seen.add("valid" if not isinstance(outcome(spec), SpecError) else "invalid")
 
-    collect()
-    assert {"valid", "invalid", "maxmemory>limit", "persistence", "min>max", "wrong"} <= seen
+def test_schema_specs_include_valid_and_invalid_ones() -> None:
+    assert not isinstance(find(schema_specs, _valid, settings=SEARCH), SpecError)
+    find(schema_specs, lambda spec: not _valid(spec), settings=SEARCH)
+
+
+def _valid(spec: Any) -> bool:
+    return not isinstance(outcome(spec), SpecError)
 
 
 # ---------------------------------------------------------------------------------------------
