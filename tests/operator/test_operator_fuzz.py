@@ -197,6 +197,9 @@ _numbers = itertools.count()
 
 @LIVE
 @given(case=cases)
+# Explicit examples run first, in this order: a valid object after one that once broke the handler.
+@example(case=Case("tiered", "spec must be an object"))
+@example(case=Case(VALID, None))
 @pytest.mark.usefixtures("operator")
 async def test_the_running_operator_reports_every_generated_object_and_never_fails(
     case: Case,
