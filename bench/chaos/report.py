@@ -1,0 +1,71 @@
+"""The figures of a chaos run, and the Markdown table that shows them."""
+
+from __future__ import annotations
+
+import collections
+import statistics
+from dataclasses import dataclass
+
+from cachefleet.bench.chaos.control import STEADY
+from cachefleet.bench.chaos.faults import FaultLog
+
+
+@dataclass
+class ChaosReport:
+    """The figures of a run (targets: failed 0, wrong 0)."""
+
+    duration_s: float
+    clients: int
+    servers: int
+    sent: int
+    failed: int
+    wrong: int
+    max_latency_s: float
+    p99_latency_s: float
+    #: the longest request that started in each phase (phases without a slow one are left out)
+    stalls_s: dict[str, float]
+    statuses: dict[str, int]
+    resume_s: list[float | None]
+    #: ``cachefleet_cache_errors_total`` by kind, summed over the servers (corrupt: refused).
+    cache_errors: dict[str, float]
+    faults: FaultLog
+    examples: list[str]
+
+
+def render_table(report: ChaosReport) -> str:
+    """The report as a Markdown table (the README's Reliability section shows one)."""
+    resumed = [r for r in report.resume_s if r is not None]
+    resume = (
+        f"{max(resumed):.2f} s (worst of {len(report.resume_s)} restarts"
+        f", median {statistics.median(resumed):.2f} s)"
+        if resumed
+        else "never"
+    )
+    if len(resumed) < len(report.resume_s):
+        resume += f"; {len(report.resume_s) - len(resumed)} restart(s) never saw hits again"
+    statuses = ", ".join(f"{k} {v}" for k, v in sorted(report.statuses.items()))
+    errors = ", ".join(f"{k} {v:.0f}" for k, v in sorted(report.cache_errors.items()))
+    stalls = ", ".join(
+        f"{phase} {report.stalls_s[phase] * 1000:.0f} ms"
+        for phase in (STEADY, "redis down", "after restart", "redis paused", "redis full")
+        if phase in report.stalls_s
+    )
+    faults = collections.Counter(
+        f"{phase}: {what}" for _, phase, what in report.faults.events if phase != STEADY
+    )
+    rows = [
+        ("requests sent", f"{report.sent} ({statuses})"),
+        ("failed (target 0)", str(report.failed)),
+        ("wrong answers (target 0)", str(report.wrong)),
+        ("longest stall (max latency)", f"{report.max_latency_s * 1000:.0f} ms"),
+        ("longest stall by phase", stalls),
+        ("p99 latency", f"{report.p99_latency_s * 1000:.1f} ms"),
+        ("Redis hits resume after restart", resume),
+        ("planted entries written / refused by the servers",
+         f"{report.faults.planted} / {report.cache_errors.get('corrupt', 0):.0f}"),
+        ("cache errors counted by the servers", errors),
+        ("faults", "; ".join(f"{what} x{n}" for what, n in sorted(faults.items()))),
+    ]  # fmt: skip
+    lines = ["| measure | value |", "|---|---|"]
+    lines += [f"| {name} | {value} |" for name, value in rows]
+    return "\n".join(lines)
