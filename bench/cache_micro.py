@@ -22,6 +22,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from cachefleet.bench.processes import free_port
 from cachefleet.runtime.cache.api import CacheDirectives, CacheRequest, CacheStatus
 from cachefleet.runtime.cache.factory import build_cache
 from cachefleet.runtime.cache.key import compute_key
@@ -146,9 +147,7 @@ def redis_server(url: str | None) -> Iterator[str]:
     binary = shutil.which("redis-server")
     if binary is None:
         raise SystemExit("redis-server not found: install it or pass --redis-url")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     with tempfile.TemporaryDirectory() as workdir:
         process = subprocess.Popen(
             [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", workdir],

@@ -26,7 +26,6 @@ import asyncio
 import collections
 import os
 import signal
-import socket
 import statistics
 import sys
 import tempfile
@@ -35,6 +34,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from cachefleet.bench.processes import free_port
 
 NAMESPACE = "bench"
 CIS = "cachefleet.io/v1alpha1/cachedinferenceservices"
@@ -220,7 +221,7 @@ async def run(count: int, *, settle_s: float, timeout_s: float, log: Path) -> Re
         url = str(cluster.url).rstrip("/")
         with tempfile.TemporaryDirectory() as folder, log.open("wb") as log_file:
             kubeconfig = _kubeconfig(Path(folder), url)
-            port = _free_port()
+            port = free_port()
             process = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-P",
@@ -233,7 +234,7 @@ async def run(count: int, *, settle_s: float, timeout_s: float, log: Path) -> Re
                 env={
                     **os.environ,
                     "KUBECONFIG": str(kubeconfig),
-                    "CACHEFLEET_OPERATOR_REDIS_ADDRESS": f"127.0.0.1:{_free_port()}",
+                    "CACHEFLEET_OPERATOR_REDIS_ADDRESS": f"127.0.0.1:{free_port()}",
                     "CACHEFLEET_OPERATOR_REDIS_TIMEOUT": "0.2",
                 },
                 stdout=log_file,
@@ -325,12 +326,6 @@ def _kubeconfig(folder: Path, url: str) -> Path:
         "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "kmock"}}],
     }))  # fmt: skip
     return path
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def _wait_live(port: int, *, timeout_s: float) -> None:

@@ -6,7 +6,6 @@ module only registers handlers; clients are made in the startup handler.
 
 from __future__ import annotations
 
-import datetime
 import logging
 from typing import Any
 
@@ -14,6 +13,7 @@ import kopf
 
 from cachefleet.operator.manifests.children import CHILD_KINDS
 from cachefleet.operator.manifests.meta import GROUP, KIND, MANAGER, PLURAL, VERSION
+from cachefleet.operator.reconcile.conditions import timestamp_now
 from cachefleet.operator.reconcile.kube import PLURALS, Kube, KubeError
 from cachefleet.operator.reconcile.locks import KeyedLocks
 from cachefleet.operator.reconcile.reconciler import Outcome, Reconciler, restore_child
@@ -58,7 +58,7 @@ def refresh_cache_figures(
         logger.info(f"cache figures not refreshed: {error}")
         return
     if figures is not None:
-        patch.status["cache"] = {**figures, "updatedAt": _now()}
+        patch.status["cache"] = {**figures, "updatedAt": timestamp_now()}
 
 
 def restore(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
@@ -94,7 +94,3 @@ def _report(body: kopf.Body, patch: kopf.Patch, outcome: Outcome) -> None:
 
 def _key(body: Any) -> str:
     return f"{body['metadata'].get('namespace')}/{body['metadata']['name']}"
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -28,7 +28,7 @@ class Condition:
             "status": status,
             "reason": self.reason,
             "message": self.message,
-            "lastTransitionTime": since or _now(),
+            "lastTransitionTime": since or timestamp_now(),
         }
         if generation is not None:
             rendered["observedGeneration"] = generation
@@ -75,5 +75,6 @@ def stalled_conditions(message: str) -> list[Condition]:
     ]
 
 
-def _now() -> str:
+def timestamp_now() -> str:
+    """Now, in the RFC 3339 form Kubernetes uses for status times."""
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
