@@ -138,13 +138,15 @@ def start_server(
     logdir: Path,
     cpus: str | None,
     extra_args: list[str] | None = None,
+    grpc_port: int = 0,
 ) -> tuple[ManagedProcess, str]:
-    """``cachefleet serve`` with ``--cache cache`` on a free port; returns it and its base URL."""
+    """``cachefleet serve`` with ``--cache cache`` on a free port; returns it and its base URL.
+    gRPC stays off unless ``grpc_port`` is given (never Triton's fixed 8001 on a shared host)."""
     port = free_port()
     command = [
         sys.executable, "-P", "-m", "cachefleet.cli.main", "serve", "--model-repository",
         str(repository), "--host", "127.0.0.1", "--port", str(port), "--cache", cache,
-        "--log-level", "warning", *(extra_args or []),
+        "--grpc-port", str(grpc_port), "--log-level", "warning", *(extra_args or []),
     ]  # fmt: skip
     if redis_url and cache in ("redis", "tiered"):
         command += ["--redis-url", redis_url]

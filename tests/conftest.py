@@ -2,7 +2,8 @@
 
 - ``make_redis``/``redis_server``: a real ``redis-server`` without persistence, killed at teardown.
 - ``model_repository``: the sample models, generated once per session by ``cachefleet samples``.
-- ``make_server`` / ``server``: a real ``cachefleet serve`` process, stopped at teardown.
+- ``make_server`` / ``server``: a real ``cachefleet serve`` process (HTTP and gRPC on free
+  ports), stopped at teardown.
 """
 
 from __future__ import annotations
@@ -169,6 +170,8 @@ class ServerProcess:
     env: dict[str, str] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
+    #: Never gRPC's default 8001: servers of parallel runs would fight over it.
+    grpc_port: int = field(default_factory=free_port)
 
     @property
     def url(self) -> str:
@@ -176,12 +179,17 @@ class ServerProcess:
         return f"127.0.0.1:{self.port}"
 
     @property
+    def grpc_url(self) -> str:
+        """host:port of the gRPC endpoint, as tritonclient.grpc wants it."""
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
     def base_url(self) -> str:
         return f"http://{self.url}"
 
     def start(self, timeout_s: float = 90) -> None:
-        command = [*CACHEFLEET, "serve", "--host", "127.0.0.1",
-                   "--port", str(self.port), *self.args]  # fmt: skip
+        command = [*CACHEFLEET, "serve", "--host", "127.0.0.1", "--port", str(self.port),
+                   "--grpc-port", str(self.grpc_port), *self.args]  # fmt: skip
         assert self.log_path is not None
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(

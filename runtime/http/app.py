@@ -1,8 +1,9 @@
 """The FastAPI application: built on demand, loaded and closed by its lifespan.
 
 ``create_app`` does no work: the lifespan loads the repository (off the event loop), builds the
-metrics registry and the cache, and closes all of it on shutdown. Each app, and so each worker
-process, has its own metrics registry.
+metrics registry and the cache, starts the gRPC server (``--grpc-port``) in the same event loop
+on the same service, and closes all of it on shutdown. Each app, and so each worker process, has
+its own metrics registry.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from starlette.exceptions import HTTPException
 from cachefleet.runtime.cache.factory import build_cache
 from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.errors import CachefleetError, NotReadyError
+from cachefleet.runtime.grpc.server import start_grpc_server, stop_grpc_server
 from cachefleet.runtime.http.errors import handle_error
 from cachefleet.runtime.http.routes import build_routes
 from cachefleet.runtime.http.state import ServerState
@@ -73,9 +75,14 @@ async def _serving(state: ServerState) -> AsyncIterator[None]:
         max_workers=_model_threads(), thread_name_prefix="cachefleet-model"
     )
     cache = build_cache(settings, metrics)
+    grpc_server = None
     try:
         await cache.start()
         state.service = InferenceService(repository, cache, metrics, settings, executor)
+        if settings.server.grpc_port:
+            grpc_server = await start_grpc_server(
+                settings.server, state.ready_service, state.version
+            )
         log.info(
             "serving %d model version(s) from %s, cache %s",
             len(repository.index()),
@@ -84,6 +91,8 @@ async def _serving(state: ServerState) -> AsyncIterator[None]:
         )
         yield
     finally:
+        if grpc_server is not None:
+            await stop_grpc_server(grpc_server)
         state.service = None
         await cache.close()
         executor.shutdown(wait=True, cancel_futures=True)

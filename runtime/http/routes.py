@@ -16,10 +16,10 @@ from starlette.routing import BaseRoute, Route
 
 from cachefleet.runtime.errors import BadRequestError
 from cachefleet.runtime.http.body import header_length, read_body
-from cachefleet.runtime.http.cache_control import directives_from
 from cachefleet.runtime.http.compression import compress_for
 from cachefleet.runtime.http.state import ServerState
 from cachefleet.runtime.protocol import server_metadata
+from cachefleet.runtime.protocol.cache_control import directives_from
 
 _JSON = "application/json"
 _BINARY = "application/octet-stream"

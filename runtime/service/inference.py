@@ -1,18 +1,20 @@
-"""The inference service: one request from body bytes to rendered response bytes.
+"""The inference service: one request from its transport's form to a rendered response.
 
-Per request: resolve the model, decode and validate the body, ask the cache for the outputs
+Per request: resolve the model, decode and validate the request, ask the cache for the outputs
 (computing them off the event loop on a miss), then render them as this client asked. The cache
-sees only the raw output tensors, never the rendering.
+sees only the raw output tensors, never the rendering. Decoding and rendering are the
+transport's (HTTP bodies, gRPC messages); everything between them is shared, so the same tensors
+sent over either transport are one cache entry, one single-flight and one set of metrics.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import Counter, Histogram
 
@@ -20,16 +22,20 @@ from cachefleet.runtime.cache.api import CacheDirectives, CacheRequest, CacheSta
 from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.errors import CachefleetError, ModelExecutionError
 from cachefleet.runtime.metrics import RuntimeMetrics
-from cachefleet.runtime.models.types import Model, ModelRepository
+from cachefleet.runtime.models.types import Model, ModelConfig, ModelRepository
 from cachefleet.runtime.protocol import (
     decode_request,
     encode_response,
     model_metadata,
     repository_index,
 )
+from cachefleet.runtime.protocol.request import InferRequest
 from cachefleet.runtime.tensor import Tensor
 
 _NO_CACHE = CacheDirectives(lookup=False, store=False)
+Rendered = TypeVar("Rendered")
+#: Decodes and validates a transport's request against the model's configuration.
+Decoder = Callable[[ModelConfig], InferRequest]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +46,21 @@ class InferOutcome:
     #: JSON header length when binary outputs follow the header, else None.
     header_length: int | None
     cache_status: CacheStatus
+
+
+@dataclass(frozen=True, slots=True)
+class InferAnswer:
+    """The computed outputs of one request, before the transport renders them."""
+
+    model: Model
+    request: InferRequest
+    #: Every output the model computed (or the cache held), whatever the request selected.
+    outputs: list[Tensor]
+    cache_status: CacheStatus
+
+
+#: Renders an answer in the transport's form; may raise CachefleetError (e.g. non-UTF-8 JSON).
+Renderer = Callable[[InferAnswer], Rendered]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,25 +97,42 @@ class InferenceService:
         header_length: int | None,
         directives: CacheDirectives,
     ) -> InferOutcome:
-        """Answer one inference request; raises CachefleetError subclasses for the client."""
+        """Answer one HTTP inference request; raises CachefleetError subclasses for the client."""
+
+        def decode(config: ModelConfig) -> InferRequest:
+            return decode_request(body, header_length, config)
+
+        return await self.answer(model_name, version, decode, _render_http, directives)
+
+    async def answer(
+        self,
+        model_name: str,
+        version: str | None,
+        decode: Decoder,
+        render: Renderer[Rendered],
+        directives: CacheDirectives,
+    ) -> Rendered:
+        """Answer one request of any transport: ``decode`` it, compute or look up its outputs,
+        ``render`` them. Raises CachefleetError subclasses for the client; both success and
+        failure are counted here, so every transport reports the same metrics."""
         started = time.perf_counter()
         model = self._repository.get(model_name, version)
         series = self._series(model)
         try:
-            outcome = await self._infer(model, body, header_length, directives)
+            rendered = render(await self._answer(model, decode, directives))
         except CachefleetError as error:
             self._metrics.requests.labels(model.name, model.version, str(error.status_code)).inc()
             series.request_seconds.observe(time.perf_counter() - started)
             raise
         series.ok.inc()
         series.request_seconds.observe(time.perf_counter() - started)
-        return outcome
+        return rendered
 
-    async def _infer(
-        self, model: Model, body: bytes, header_length: int | None, directives: CacheDirectives
-    ) -> InferOutcome:
+    async def _answer(
+        self, model: Model, decode: Decoder, directives: CacheDirectives
+    ) -> InferAnswer:
         config = model.config
-        request = decode_request(body, header_length, config)
+        request = decode(config)
         cache_request = CacheRequest(
             model=model.name,
             version=model.version,
@@ -110,15 +148,7 @@ class InferenceService:
         outputs, status = await self._cache.get_or_compute(
             cache_request, directives if request.use_cache else _NO_CACHE, compute
         )
-        encoded = encode_response(
-            request,
-            outputs,
-            model_name=model.name,
-            model_version=model.version,
-            labels=model.labels,
-            batched=config.max_batch_size > 0,
-        )
-        return InferOutcome(encoded.body, encoded.header_length, status)
+        return InferAnswer(model, request, outputs, status)
 
     async def _run(self, model: Model, inputs: Sequence[Tensor]) -> list[Tensor]:
         """Run the model in the bounded executor; other failures become ModelExecutionError."""
@@ -168,3 +198,16 @@ class InferenceService:
         """Remove a loaded model's entries from every cache tier; returns how many went."""
         self._repository.versions(name)
         return await self._cache.flush(name)
+
+
+def _render_http(answer: InferAnswer) -> InferOutcome:
+    model = answer.model
+    encoded = encode_response(
+        answer.request,
+        answer.outputs,
+        model_name=model.name,
+        model_version=model.version,
+        labels=model.labels,
+        batched=model.config.max_batch_size > 0,
+    )
+    return InferOutcome(encoded.body, encoded.header_length, answer.cache_status)

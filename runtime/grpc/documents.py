@@ -1,0 +1,30 @@
+"""Metadata documents (the JSON the HTTP side returns) as their gRPC messages.
+
+The service builds each document once, in Triton's JSON shape; the gRPC messages have the same
+field names, so they are filled by protobuf's own JSON mapping instead of field by field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from google.protobuf import json_format
+
+from cachefleet.runtime.grpc.messages import model_config_pb2, service_pb2
+
+
+def model_metadata(document: Mapping[str, Any]) -> Any:
+    return json_format.ParseDict(dict(document), service_pb2.ModelMetadataResponse())
+
+
+def model_config(document: Mapping[str, Any]) -> Any:
+    """``ModelConfigResponse``; fields this server adds beyond Triton's schema are left out."""
+    config = json_format.ParseDict(
+        dict(document), model_config_pb2.ModelConfig(), ignore_unknown_fields=True
+    )
+    return service_pb2.ModelConfigResponse(config=config)
+
+
+def repository_index(rows: Sequence[Mapping[str, Any]]) -> Any:
+    return json_format.ParseDict({"models": list(rows)}, service_pb2.RepositoryIndexResponse())

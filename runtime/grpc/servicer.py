@@ -1,0 +1,128 @@
+"""``inference.GRPCInferenceService``: each method decodes, calls the service, encodes.
+
+Inference goes through :meth:`InferenceService.answer`, the same path as HTTP's, so both
+transports share the models, the cache (one entry for the same tensors), single-flight and the
+metrics. How the cache answered goes back as ``x-cache`` initial metadata, the gRPC counterpart
+of the ``X-Cache`` header; ``cache-control`` request metadata opts out as the header does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import grpc
+
+from cachefleet.runtime.cache.api import CacheDirectives
+from cachefleet.runtime.errors import BadRequestError, CachefleetError, NotReadyError
+from cachefleet.runtime.grpc import documents
+from cachefleet.runtime.grpc.decode import decode_infer_request
+from cachefleet.runtime.grpc.encode import encode_infer_response
+from cachefleet.runtime.grpc.errors import translated
+from cachefleet.runtime.grpc.messages import service_pb2, service_pb2_grpc
+from cachefleet.runtime.models.types import ModelConfig
+from cachefleet.runtime.protocol import directives_from, server_metadata
+from cachefleet.runtime.protocol.request import InferRequest
+from cachefleet.runtime.service import InferAnswer, InferenceService
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
+    """Triton's gRPC service over the runtime's :class:`InferenceService`."""
+
+    def __init__(self, service: Callable[[], InferenceService], version: str) -> None:
+        #: The ready service, or NotReadyError while models load (ServerState.ready_service).
+        self._service = service
+        self._version = version
+
+    @translated
+    async def ServerLive(self, request: Any, context: Context) -> Any:
+        return service_pb2.ServerLiveResponse(live=True)
+
+    @translated
+    async def ServerReady(self, request: Any, context: Context) -> Any:
+        try:
+            self._service()
+        except NotReadyError:
+            return service_pb2.ServerReadyResponse(ready=False)
+        return service_pb2.ServerReadyResponse(ready=True)
+
+    @translated
+    async def ModelReady(self, request: Any, context: Context) -> Any:
+        """Ready or not, as Triton answers: an unknown model is not ready, not an error."""
+        try:
+            self._service().check_model(request.name, request.version or None)
+        except CachefleetError:
+            return service_pb2.ModelReadyResponse(ready=False)
+        return service_pb2.ModelReadyResponse(ready=True)
+
+    @translated
+    async def ServerMetadata(self, request: Any, context: Context) -> Any:
+        return service_pb2.ServerMetadataResponse(**server_metadata(self._version))
+
+    @translated
+    async def ModelMetadata(self, request: Any, context: Context) -> Any:
+        document = self._service().model_metadata(request.name, request.version or None)
+        return documents.model_metadata(document)
+
+    @translated
+    async def ModelConfig(self, request: Any, context: Context) -> Any:
+        document = self._service().model_config(request.name, request.version or None)
+        return documents.model_config(document)
+
+    @translated
+    async def RepositoryIndex(self, request: Any, context: Context) -> Any:
+        if request.repository_name:
+            raise BadRequestError(
+                f"unknown model repository {request.repository_name!r}: this server has one, "
+                "unnamed"
+            )
+        rows = self._service().index(ready_only=request.ready)
+        return documents.repository_index(rows)
+
+    @translated
+    async def ModelInfer(self, request: Any, context: Context) -> Any:
+        response, status = await self._infer(request, _directives(context))
+        await context.send_initial_metadata((("x-cache", status),))
+        return response
+
+    async def ModelStreamInfer(
+        self, requests: AsyncIterator[Any], context: Context
+    ) -> AsyncIterator[Any]:
+        """One response per request, in order; a failed request answers with its error message
+        and the stream goes on, as Triton's stream does for models that are not decoupled."""
+        directives = _directives(context)
+        async for request in requests:
+            try:
+                response, _ = await self._infer(request, directives)
+            except CachefleetError as error:
+                yield service_pb2.ModelStreamInferResponse(error_message=error.message)
+                continue
+            yield service_pb2.ModelStreamInferResponse(infer_response=response)
+
+    async def _infer(self, request: Any, directives: CacheDirectives) -> tuple[Any, str]:
+        def decode(config: ModelConfig) -> InferRequest:
+            return decode_infer_request(request, config)
+
+        def render(answer: InferAnswer) -> tuple[Any, str]:
+            return encode_infer_response(answer), answer.cache_status.value
+
+        return await self._service().answer(
+            request.model_name, request.model_version or None, decode, render, directives
+        )
+
+    @translated
+    async def TraceSetting(self, request: Any, context: Context) -> Any:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "tracing is not supported")
+
+    @translated
+    async def LogSettings(self, request: Any, context: Context) -> Any:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "log settings are not supported")
+
+
+def _directives(context: Context) -> CacheDirectives:
+    for key, value in context.invocation_metadata() or ():
+        if key == "cache-control":
+            return directives_from(value if isinstance(value, str) else value.decode())
+    return directives_from(None)
