@@ -191,6 +191,7 @@ def test_metadata_config_index_health(client: httpclient.InferenceServerClient) 
     server_metadata = client.get_server_metadata()
     assert server_metadata["name"] == "cachefleet"
     assert "binary_tensor_data" in server_metadata["extensions"]
+    assert "statistics" in server_metadata["extensions"]
     metadata = client.get_model_metadata("simple")
     assert metadata["versions"] == ["1"]
     assert metadata["inputs"][0] == {"name": "INPUT0", "datatype": "INT32", "shape": [-1, 16]}
