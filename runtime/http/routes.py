@@ -32,6 +32,11 @@ def build_routes(state: ServerState) -> list[BaseRoute]:
     routes: list[BaseRoute] = [
         Route(f"{base}/infer", endpoints.infer, methods=["POST"]) for base in _MODEL_PATHS
     ]
+    # Before "/v2/models/{model}", which would take "stats" for a model name.
+    routes += [
+        Route(path, endpoints.statistics, methods=["GET"])
+        for path in ("/v2/models/stats", *(f"{base}/stats" for base in _MODEL_PATHS))
+    ]
     for base in _MODEL_PATHS:
         routes += [
             Route(base, endpoints.model, methods=["GET"]),
@@ -94,6 +99,11 @@ class Endpoints:
 
     async def model_config(self, request: Request) -> Response:
         return _json(self._state.ready_service().model_config(*_model_path(request)))
+
+    async def statistics(self, request: Request) -> Response:
+        params = request.path_params
+        service = self._state.ready_service()
+        return _json(service.statistics(params.get("model"), params.get("version") or None))
 
     async def index(self, request: Request) -> Response:
         service = self._state.ready_service()

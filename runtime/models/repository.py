@@ -22,6 +22,7 @@ from cachefleet.runtime.models.config import (
     parse_config,
     to_model_config,
 )
+from cachefleet.runtime.models.config_message import ConfigMessage, new_model_config
 from cachefleet.runtime.models.errors import ModelLoadError
 from cachefleet.runtime.models.graph import (
     DERIVED_MAX_BATCH_SIZE,
@@ -31,7 +32,6 @@ from cachefleet.runtime.models.graph import (
 )
 from cachefleet.runtime.models.onnx_backend import OnnxModel, open_session, signature_of
 from cachefleet.runtime.models.providers import ExecutionPlan, plan_execution
-from cachefleet.runtime.models.schema import ConfigMessage, new_model_config
 from cachefleet.runtime.models.types import Model, ModelConfig, ModelIndexEntry
 from cachefleet.runtime.models.versions import select_versions, version_folders
 

@@ -9,7 +9,13 @@ from cachefleet.runtime.models.types import Model, ModelIndexEntry, TensorSpec
 
 SERVER_NAME = "cachefleet"
 #: Protocol extensions this server implements (Triton reports these in GET /v2).
-EXTENSIONS = ("binary_tensor_data", "classification", "model_repository", "response_cache")
+EXTENSIONS = (
+    "binary_tensor_data",
+    "classification",
+    "model_repository",
+    "response_cache",
+    "statistics",
+)
 
 
 def server_metadata(version: str) -> dict[str, Any]:

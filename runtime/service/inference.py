@@ -4,7 +4,8 @@ Per request: resolve the model, decode and validate the request, ask the cache f
 (computing them off the event loop on a miss), then render them as this client asked. The cache
 sees only the raw output tensors, never the rendering. Decoding and rendering are the
 transport's (HTTP bodies, gRPC messages); everything between them is shared, so the same tensors
-sent over either transport are one cache entry, one single-flight and one set of metrics.
+sent over either transport are one cache entry, one single-flight, one set of metrics and
+statistics.
 """
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ from cachefleet.runtime.protocol import (
     repository_index,
 )
 from cachefleet.runtime.protocol.request import InferRequest
+from cachefleet.runtime.service.statistics import (
+    ExecutionTimes,
+    ModelStatistics,
+    StatisticsRegistry,
+)
 from cachefleet.runtime.tensor import Tensor
 
 _NO_CACHE = CacheDirectives(lookup=False, store=False)
@@ -64,6 +70,14 @@ Renderer = Callable[[InferAnswer], Rendered]
 
 
 @dataclass(frozen=True, slots=True)
+class _RunTimes:
+    """How long one model run waited for a model thread, and how long it ran."""
+
+    queue_ns: int
+    infer_ns: int
+
+
+@dataclass(frozen=True, slots=True)
 class _ModelSeries:
     request_seconds: Histogram
     inference_seconds: Histogram
@@ -88,6 +102,7 @@ class InferenceService:
         self._cache_all = settings.models.cache_all_models
         self._default_ttl_s = settings.cache.ttl_s
         self._model_series: dict[tuple[str, str], _ModelSeries] = {}
+        self._statistics = StatisticsRegistry()
 
     async def infer(
         self,
@@ -113,26 +128,38 @@ class InferenceService:
         directives: CacheDirectives,
     ) -> Rendered:
         """Answer one request of any transport: ``decode`` it, compute or look up its outputs,
-        ``render`` them. Raises CachefleetError subclasses for the client; both success and
-        failure are counted here, so every transport reports the same metrics."""
-        started = time.perf_counter()
+        ``render`` them. Raises CachefleetError subclasses for the client; success and failure
+        are counted here (metrics and statistics), so every transport reports the same."""
+        started = time.perf_counter_ns()
         model = self._repository.get(model_name, version)
         series = self._series(model)
+        stats = self._statistics.for_version(model.name, model.version)
         try:
-            rendered = render(await self._answer(model, decode, directives))
+            outcome = await self._answer(model, stats, decode, render, directives)
         except CachefleetError as error:
+            elapsed_ns = time.perf_counter_ns() - started
             self._metrics.requests.labels(model.name, model.version, str(error.status_code)).inc()
-            series.request_seconds.observe(time.perf_counter() - started)
+            series.request_seconds.observe(elapsed_ns / 1e9)
+            stats.record_request(ok=False, duration_ns=elapsed_ns)
             raise
+        elapsed_ns = time.perf_counter_ns() - started
         series.ok.inc()
-        series.request_seconds.observe(time.perf_counter() - started)
-        return rendered
+        series.request_seconds.observe(elapsed_ns / 1e9)
+        stats.record_request(ok=True, duration_ns=elapsed_ns)
+        return outcome
 
     async def _answer(
-        self, model: Model, decode: Decoder, directives: CacheDirectives
-    ) -> InferAnswer:
+        self,
+        model: Model,
+        stats: ModelStatistics,
+        decode: Decoder,
+        render: Renderer[Rendered],
+        directives: CacheDirectives,
+    ) -> Rendered:
         config = model.config
+        decode_started = time.perf_counter_ns()
         request = decode(config)
+        decode_ns = time.perf_counter_ns() - decode_started
         cache_request = CacheRequest(
             model=model.name,
             version=model.version,
@@ -142,28 +169,56 @@ class InferenceService:
             ttl_s=self._default_ttl_s if config.cache_ttl_s is None else config.cache_ttl_s,
         )
 
-        async def compute() -> list[Tensor]:
-            return await self._run(model, request.inputs)
+        run: list[_RunTimes] = []
 
+        async def compute() -> list[Tensor]:
+            outputs, times = await self._run(model, request.inputs)
+            run.append(times)
+            return outputs
+
+        cache_started = time.perf_counter_ns()
         outputs, status = await self._cache.get_or_compute(
             cache_request, directives if request.use_cache else _NO_CACHE, compute
         )
-        return InferAnswer(model, request, outputs, status)
+        cache_ns = time.perf_counter_ns() - cache_started
+        encode_started = time.perf_counter_ns()
+        rendered = render(InferAnswer(model, request, outputs, status))
+        encode_ns = time.perf_counter_ns() - encode_started
+        run_ns = 0
+        if run:  # this request ran the model (not a hit, not a follower of an identical one)
+            times = run[0]
+            run_ns = times.queue_ns + times.infer_ns
+            batched = config.max_batch_size > 0 and request.inputs
+            rows = request.inputs[0].shape[0] if batched else 1
+            stats.record_execution(
+                rows, ExecutionTimes(times.queue_ns, decode_ns, times.infer_ns, encode_ns)
+            )
+        if status in (CacheStatus.HIT_LOCAL, CacheStatus.HIT_REDIS):
+            stats.record_cache_hit(cache_ns)
+        elif status is CacheStatus.MISS:
+            stats.record_cache_miss(cache_ns - run_ns)
+        return rendered
 
-    async def _run(self, model: Model, inputs: Sequence[Tensor]) -> list[Tensor]:
+    async def _run(self, model: Model, inputs: Sequence[Tensor]) -> tuple[list[Tensor], _RunTimes]:
         """Run the model in the bounded executor; other failures become ModelExecutionError."""
-        started = time.perf_counter()
+        submitted = time.perf_counter_ns()
         loop = asyncio.get_running_loop()
+
+        def timed_run() -> tuple[list[Tensor], int]:
+            started = time.perf_counter_ns()
+            return model.run(inputs), started
+
         try:
-            outputs = await loop.run_in_executor(self._executor, model.run, inputs)
+            outputs, started = await loop.run_in_executor(self._executor, timed_run)
         except CachefleetError:
             raise
         except Exception as error:
             raise ModelExecutionError(
                 f"model {model.name!r} version {model.version} failed: {error}"
             ) from error
-        self._series(model).inference_seconds.observe(time.perf_counter() - started)
-        return outputs
+        finished = time.perf_counter_ns()
+        self._series(model).inference_seconds.observe((finished - submitted) / 1e9)
+        return outputs, _RunTimes(queue_ns=started - submitted, infer_ns=finished - started)
 
     def _series(self, model: Model) -> _ModelSeries:
         """The model's labelled metric children, looked up once (``labels()`` takes a lock)."""
@@ -193,6 +248,19 @@ class InferenceService:
 
     def index(self, *, ready_only: bool) -> list[Any]:
         return repository_index(self._repository.index(), ready_only=ready_only)
+
+    def statistics(self, name: str | None = None, version: str | None = None) -> dict[str, Any]:
+        """Triton's ``ModelStatisticsResponse`` as a dict (proto field names, integer values).
+
+        ``name`` None: every loaded model version; ``version`` None: every loaded version of
+        ``name``. Raises ModelNotFoundError for a model or version that is not loaded.
+        """
+        loaded = [
+            (entry.name, entry.version)
+            for entry in self._repository.index()
+            if entry.state == "READY"
+        ]
+        return self._statistics.report(loaded, name, version)
 
     async def flush(self, name: str) -> int:
         """Remove a loaded model's entries from every cache tier; returns how many went."""
