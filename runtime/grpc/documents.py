@@ -28,3 +28,8 @@ def model_config(document: Mapping[str, Any]) -> Any:
 
 def repository_index(rows: Sequence[Mapping[str, Any]]) -> Any:
     return json_format.ParseDict({"models": list(rows)}, service_pb2.RepositoryIndexResponse())
+
+
+def model_statistics(document: Mapping[str, Any]) -> Any:
+    """``ModelStatisticsResponse`` from the service's document (already in its field names)."""
+    return json_format.ParseDict(dict(document), service_pb2.ModelStatisticsResponse())

@@ -82,6 +82,12 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         return documents.repository_index(rows)
 
     @translated
+    async def ModelStatistics(self, request: Any, context: Context) -> Any:
+        """Every loaded model without a name, every loaded version without a version."""
+        document = self._service().statistics(request.name or None, request.version or None)
+        return documents.model_statistics(document)
+
+    @translated
     async def ModelInfer(self, request: Any, context: Context) -> Any:
         response, status = await self._infer(request, _directives(context))
         await context.send_initial_metadata((("x-cache", status),))
