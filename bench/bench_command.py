@@ -1,9 +1,11 @@
 """`cachefleet bench`: the benchmark harness.
 
 Runs every scenario of design section 9 in one go (no cache, local, redis, tiered; ``simple``
-and ``densenet_onnx``; 100% hits, a hit-ratio sweep, 0% hits; our JSON path against KServe's
-Python server) with ``wrk`` as the load generator, and writes ``bench/results/<date>-<machine>``
-``.md`` (tables and the targets) and ``.png`` (throughput and p99 per scenario).
+and ``densenet_onnx``; 100% hits, a hit-ratio sweep, 0% hits; HTTP against gRPC on the same
+model and hit ratio; our JSON path against KServe's Python server) with ``wrk`` as the load
+generator (Python senders in processes where HTTP and gRPC are compared), and writes
+``bench/results/<date>-<machine>.md`` (tables and the targets) and ``.png`` (throughput and p99
+per scenario).
 """
 
 from __future__ import annotations
@@ -42,6 +44,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--peer", action=argparse.BooleanOptionalAction, default=None,
         help="compare with KServe's Python server (default: on unless --quick)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--grpc", action=argparse.BooleanOptionalAction, default=True,
+        help="compare HTTP and gRPC on each model at a 90%% hit ratio (default: on)",
     )  # fmt: skip
     parser.add_argument(
         "--peer-python", type=Path,
@@ -96,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
             scenarios.QUICK_SWEEP if quick else scenarios.SWEEP
         ),
         peer=args.peer if args.peer is not None else not quick,
+        grpc=bool(args.grpc),
     )  # fmt: skip
     print(f"cachefleet bench: {len(plan)} scenarios, {options.duration_s:g} s each; "
           f"{options.cpus.description}", flush=True)  # fmt: skip

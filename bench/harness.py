@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from cachefleet.bench import peer, processes, profiling, pyload, wrk
+from cachefleet.bench import grpc_bodies, grpcload, peer, processes, profiling, pyload, wrk
+from cachefleet.bench.bodies import RequestSet
 from cachefleet.bench.errors import BenchError
 from cachefleet.bench.load import LoadResult, LoadSpec
 from cachefleet.bench.measure import Measurement, Target, measure, request_set, settle
@@ -72,8 +73,13 @@ class RunRecord:
         return f"{len(os.sched_getaffinity(0))}cpu-{platform.machine()}"
 
 
-def load_runner(options: BenchOptions) -> Callable[[LoadSpec], LoadResult]:
-    """The generator asked for; wrk unless it is missing, then the Python senders."""
+def load_runner(
+    options: BenchOptions, scenario: Scenario | None = None
+) -> Callable[[LoadSpec], LoadResult]:
+    """The generator asked for; wrk unless it is missing, then the Python senders. HTTP vs gRPC
+    scenarios use Python senders in processes on both sides (wrk cannot speak gRPC)."""
+    if scenario is not None and scenario.group == "transport":
+        return grpcload.run if scenario.transport == "grpc" else pyload.run
     if options.generator == "wrk" and wrk.available():
         return lambda spec: wrk.run(spec, options.wrk_threads)
     return pyload.run
@@ -169,9 +175,14 @@ def _start_target(
     else:
         if cache in ("redis", "tiered") and redis_url is None:
             raise BenchError("no Redis for this cache mode (redis-server is not installed)")
+        grpc_port = processes.free_port()
         process, base_url = processes.start_server(
-            repository, cache, redis_url, workdir, options.cpus.server, options.cpus.server_args
-        )
+            repository, cache, redis_url, workdir, options.cpus.server, options.cpus.server_args,
+            grpc_port=grpc_port,
+        )  # fmt: skip
+        stack.callback(process.stop)
+        log(f"{process.name} at {base_url}, gRPC at 127.0.0.1:{grpc_port}")
+        return Target(base_url, process.pid, f"127.0.0.1:{grpc_port}")
     stack.callback(process.stop)
     log(f"{process.name} at {base_url}")
     return Target(base_url, process.pid)
@@ -188,10 +199,11 @@ def _run_scenario(
     try:
         requests = request_set(target.base_url, scenario)
         result = measure(
-            target, scenario, requests, run_load=load_runner(options),
+            target, scenario, requests, run_load=load_runner(options, scenario),
             connections=options.connections, duration_s=options.duration_s,
             warmup_s=options.warmup_s, client_cpus=options.cpus.client,
             probe_s=options.probe_s, profile_dir=workdir if options.profile else None,
+            load=_grpc_load(target, scenario, requests),
         )  # fmt: skip
     except BenchError as error:
         reason = error.message.splitlines()[0]
@@ -204,3 +216,14 @@ def _run_scenario(
         f"  {scenario.label:<38} {load.throughput:9.0f} req/s  p50 {load.p50_ms:7.2f} ms"
         f"  p99 {load.p99_ms:7.2f} ms  errors {load.errors}"
     )
+
+
+def _grpc_load(
+    target: Target, scenario: Scenario, requests: RequestSet
+) -> tuple[str, RequestSet] | None:
+    """Where a gRPC scenario's load goes; the warm-up posts the same tensors over HTTP."""
+    if scenario.transport != "grpc":
+        return None
+    if target.grpc_address is None:
+        raise BenchError("this server has no gRPC endpoint")
+    return target.grpc_address, grpc_bodies.grpc_request_set(requests)

@@ -53,6 +53,8 @@ class Target:
 
     base_url: str
     pid: int
+    #: ``host:port`` of the server's gRPC endpoint, when it has one.
+    grpc_address: str | None = None
 
 
 def request_set(base_url: str, scenario: Scenario) -> RequestSet:
@@ -76,20 +78,23 @@ def measure(
     client_cpus: str | None,
     probe_s: float = 0.0,
     profile_dir: Path | None = None,
+    load: tuple[str, RequestSet] | None = None,
 ) -> Measurement:
     """Warm the cache with the hit set, run an unmeasured warm-up, then the measured load.
 
     For 100%-hit scenarios, a ``probe_s`` run with a single connection follows. With
-    ``profile_dir``, py-spy samples the server during the measured load.
+    ``profile_dir``, py-spy samples the server during the measured load. ``load`` sends the
+    load elsewhere than the warm-up posts (address and requests: gRPC's, for the same tensors).
     """
     settle(target.pid)
     warm_status = warm(target.base_url, requests, scenario) if scenario.hit_ratio > 0 else "-"
 
+    address, load_requests = load or (target.base_url, requests)
+
     def spec(seconds: float, conns: int = connections) -> LoadSpec:
         return LoadSpec(
-            target.base_url, requests, conns, seconds, scenario.hit_ratio, new_nonce(),
-            client_cpus,
-        )  # fmt: skip
+            address, load_requests, conns, seconds, scenario.hit_ratio, new_nonce(), client_cpus
+        )
 
     settle(target.pid)
     if warmup_s > 0:
@@ -101,7 +106,7 @@ def measure(
         raw = profile_dir / f"{uuid.uuid4().hex}.txt"
         sampler = profiling.start(target.pid, duration_s, raw, client_cpus)
     cpu_before = cpu_seconds(target.pid)
-    load = run_load(spec(duration_s))
+    result = run_load(spec(duration_s))
     cpu_after = cpu_seconds(target.pid)
     profile = _finish(sampler, raw) if sampler is not None else {}
     counters = server_metrics.read(target.base_url, scenario.model).minus(counters_before)
@@ -113,7 +118,7 @@ def measure(
         single = run_load(spec(probe_s, 1))
     return Measurement(
         scenario=scenario,
-        load=load,
+        load=result,
         server_cpu_s=cpu_after - cpu_before,
         measured_hit_ratio=counters.hit_ratio,
         hits_by_tier=counters.hits_by_tier,

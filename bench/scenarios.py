@@ -14,13 +14,18 @@ SWEEP: tuple[float, ...] = (0.5, 0.9, 0.99)
 QUICK_SWEEP: tuple[float, ...] = (0.9,)
 #: The model and encoding on which our no-cache path is compared with KServe's server.
 PEER_MODEL = "simple"
+#: HTTP and gRPC are compared on each model at this hit ratio, with the local cache.
+TRANSPORT_HIT_RATIO = 0.9
+TRANSPORT_CACHE = "local"
 
 Server = Literal["cachefleet", "kserve"]
-Group = Literal["hits", "sweep", "misses", "peer"]
+Transport = Literal["http", "grpc"]
+Group = Literal["hits", "sweep", "misses", "transport", "peer"]
 GROUP_TITLES: dict[Group, str] = {
     "hits": "100% hits",
     "sweep": "hit-ratio sweep",
     "misses": "0% hits (miss-path cost)",
+    "transport": "HTTP vs gRPC (Python clients in processes on both sides)",
     "peer": "JSON, no cache, vs KServe",
 }
 
@@ -35,11 +40,20 @@ class Scenario:
     hit_ratio: float
     encoding: Encoding = "binary"
     server: Server = "cachefleet"
+    #: gRPC sends the same tensors as the binary HTTP body, in raw_input_contents.
+    transport: Transport = "http"
+
+    @property
+    def body(self) -> str:
+        """What goes over the wire: the encoding, with the transport where they are compared."""
+        if self.group != "transport":
+            return self.encoding
+        return "gRPC raw" if self.transport == "grpc" else f"HTTP {self.encoding}"
 
     @property
     def label(self) -> str:
         who = "kserve" if self.server == "kserve" else self.cache
-        return f"{self.model} {self.encoding} {who} {self.hit_ratio:.0%}"
+        return f"{self.model} {self.body} {who} {self.hit_ratio:.0%}"
 
 
 def build_plan(
@@ -47,8 +61,10 @@ def build_plan(
     caches: Sequence[str] = CACHE_MODES,
     sweep: Sequence[float] = SWEEP,
     peer: bool = True,
+    grpc: bool = True,
 ) -> list[Scenario]:
-    """Every scenario, comparable ones adjacent: per model and hit ratio, each cache mode."""
+    """Every scenario, comparable ones adjacent: per model and hit ratio, each cache mode;
+    then, with ``grpc``, each model at :data:`TRANSPORT_HIT_RATIO` over HTTP and over gRPC."""
     plan: list[Scenario] = []
     if peer and PEER_MODEL in models:
         plan.append(Scenario("peer", PEER_MODEL, "none", 1.0, "json"))
@@ -59,4 +75,10 @@ def build_plan(
         for ratio in sweep:
             plan += [Scenario("sweep", model, cache, ratio) for cache in cached]
         plan += [Scenario("misses", model, cache, 0.0) for cache in caches]
+    if grpc:
+        for model in models:
+            plan += [
+                Scenario("transport", model, TRANSPORT_CACHE, TRANSPORT_HIT_RATIO, transport=t)
+                for t in ("http", "grpc")
+            ]
     return plan
