@@ -10,7 +10,6 @@ of a silent share.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -18,8 +17,7 @@ import grpc
 from cachefleet.runtime.config import ServerSettings
 from cachefleet.runtime.errors import CachefleetError
 from cachefleet.runtime.grpc.messages import service_pb2_grpc
-from cachefleet.runtime.grpc.servicer import InferenceServicer
-from cachefleet.runtime.service import InferenceService
+from cachefleet.runtime.grpc.servicer import InferenceServicer, ServerParts
 
 log = logging.getLogger(__name__)
 #: Seconds in-flight calls get to finish when the server stops.
@@ -30,9 +28,7 @@ class GrpcStartError(CachefleetError):
     """The gRPC port cannot be bound."""
 
 
-async def start_grpc_server(
-    settings: ServerSettings, service: Callable[[], InferenceService], version: str
-) -> grpc.aio.Server:
+async def start_grpc_server(settings: ServerSettings, parts: ServerParts) -> grpc.aio.Server:
     """Bind ``settings.grpc_port`` on ``settings.host`` and start serving; call in the loop."""
     limit = settings.max_request_bytes
     options: list[tuple[str, Any]] = [
@@ -41,9 +37,7 @@ async def start_grpc_server(
         ("grpc.so_reuseport", 1 if settings.workers > 1 else 0),
     ]
     server = grpc.aio.server(options=options)
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
-        InferenceServicer(service, version), server
-    )
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(parts), server)
     address = _address(settings.host, settings.grpc_port)
     try:
         server.add_insecure_port(address)

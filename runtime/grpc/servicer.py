@@ -8,33 +8,46 @@ of the ``X-Cache`` header; ``cache-control`` request metadata opts out as the he
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
 
 import grpc
 
 from cachefleet.runtime.cache.api import CacheDirectives
 from cachefleet.runtime.errors import BadRequestError, CachefleetError, NotReadyError
 from cachefleet.runtime.grpc import documents
-from cachefleet.runtime.grpc.decode import decode_infer_request
+from cachefleet.runtime.grpc.decode import decode_infer_request, parameters
 from cachefleet.runtime.grpc.encode import encode_infer_response
 from cachefleet.runtime.grpc.errors import translated
 from cachefleet.runtime.grpc.messages import service_pb2, service_pb2_grpc
 from cachefleet.runtime.models.types import ModelConfig
 from cachefleet.runtime.protocol import directives_from, server_metadata
 from cachefleet.runtime.protocol.request import InferRequest
-from cachefleet.runtime.service import InferAnswer, InferenceService
+from cachefleet.runtime.service import InferAnswer, InferenceService, ModelControl
 
 Context = grpc.aio.ServicerContext[Any, Any]
+#: Load parameters Triton's clients may send that change nothing here.
+_IGNORED_UNLOAD_PARAMETERS = frozenset({"unload_dependents"})
+
+
+class ServerParts(Protocol):
+    """What the servicer uses of the server (the HTTP app's ServerState is one)."""
+
+    version: str
+
+    def ready_service(self) -> InferenceService:
+        """The service, or NotReadyError while the models load."""
+        ...
+
+    def ready_control(self) -> ModelControl: ...
 
 
 class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
-    """Triton's gRPC service over the runtime's :class:`InferenceService`."""
+    """Triton's gRPC service over the runtime's service layer."""
 
-    def __init__(self, service: Callable[[], InferenceService], version: str) -> None:
-        #: The ready service, or NotReadyError while models load (ServerState.ready_service).
-        self._service = service
-        self._version = version
+    def __init__(self, parts: ServerParts) -> None:
+        self._parts = parts
+        self._service = parts.ready_service
 
     @translated
     async def ServerLive(self, request: Any, context: Context) -> Any:
@@ -59,7 +72,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
 
     @translated
     async def ServerMetadata(self, request: Any, context: Context) -> Any:
-        return service_pb2.ServerMetadataResponse(**server_metadata(self._version))
+        return service_pb2.ServerMetadataResponse(**server_metadata(self._parts.version))
 
     @translated
     async def ModelMetadata(self, request: Any, context: Context) -> Any:
@@ -73,13 +86,25 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
 
     @translated
     async def RepositoryIndex(self, request: Any, context: Context) -> Any:
-        if request.repository_name:
-            raise BadRequestError(
-                f"unknown model repository {request.repository_name!r}: this server has one, "
-                "unnamed"
-            )
+        _check_repository(request.repository_name)
         rows = self._service().index(ready_only=request.ready)
         return documents.repository_index(rows)
+
+    @translated
+    async def RepositoryModelLoad(self, request: Any, context: Context) -> Any:
+        _check_repository(request.repository_name)
+        control = self._parts.ready_control()
+        await control.load(request.model_name, parameters(request.parameters))
+        return service_pb2.RepositoryModelLoadResponse()
+
+    @translated
+    async def RepositoryModelUnload(self, request: Any, context: Context) -> Any:
+        _check_repository(request.repository_name)
+        unknown = sorted(set(request.parameters) - _IGNORED_UNLOAD_PARAMETERS)
+        if unknown:
+            raise BadRequestError(f"unknown unload parameters {unknown}")
+        await self._parts.ready_control().unload(request.model_name)
+        return service_pb2.RepositoryModelUnloadResponse()
 
     @translated
     async def ModelStatistics(self, request: Any, context: Context) -> Any:
@@ -132,3 +157,9 @@ def _directives(context: Context) -> CacheDirectives:
         if key == "cache-control":
             return directives_from(value if isinstance(value, str) else value.decode())
     return directives_from(None)
+
+
+def _check_repository(name: str) -> None:
+    """The server has one, unnamed, model repository (Triton's with one --model-repository)."""
+    if name:
+        raise BadRequestError(f"unknown model repository {name!r}: this server has one, unnamed")

@@ -27,7 +27,7 @@ from cachefleet.runtime.http.routes import build_routes
 from cachefleet.runtime.http.state import ServerState
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.models.repository import load_repository
-from cachefleet.runtime.service import InferenceService
+from cachefleet.runtime.service import InferenceService, InFlight, ModelControl, StatisticsRegistry
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ async def _serving(state: ServerState) -> AsyncIterator[None]:
     metrics = RuntimeMetrics()
     state.metrics = metrics
     repository = await asyncio.to_thread(
-        load_repository, settings.models.repository, settings.models
+        load_repository, settings.models.repository, settings.models, _models_to_load(settings)
     )
     executor = ThreadPoolExecutor(
         max_workers=_model_threads(), thread_name_prefix="cachefleet-model"
@@ -78,11 +78,15 @@ async def _serving(state: ServerState) -> AsyncIterator[None]:
     grpc_server = None
     try:
         await cache.start()
-        state.service = InferenceService(repository, cache, metrics, settings, executor)
+        statistics, in_flight = StatisticsRegistry(), InFlight()
+        state.service = InferenceService(
+            repository, cache, metrics, settings, executor, statistics, in_flight
+        )
+        state.control = ModelControl(
+            repository, cache, statistics, in_flight, settings.models.control_mode
+        )
         if settings.server.grpc_port:
-            grpc_server = await start_grpc_server(
-                settings.server, state.ready_service, state.version
-            )
+            grpc_server = await start_grpc_server(settings.server, state)
         log.info(
             "serving %d model version(s) from %s, cache %s",
             len(repository.index()),
@@ -94,9 +98,17 @@ async def _serving(state: ServerState) -> AsyncIterator[None]:
         if grpc_server is not None:
             await stop_grpc_server(grpc_server)
         state.service = None
+        state.control = None
         await cache.close()
         executor.shutdown(wait=True, cancel_futures=True)
         repository.close()
+
+
+def _models_to_load(settings: RuntimeSettings) -> frozenset[str] | None:
+    """The models to load at start: all (None) unless explicit mode names some ('*': all)."""
+    if settings.models.control_mode == "none" or "*" in settings.models.load_models:
+        return None
+    return frozenset(settings.models.load_models)
 
 
 def _model_threads() -> int:

@@ -49,6 +49,8 @@ def build_routes(state: ServerState) -> list[BaseRoute]:
         Route("/v2/health/ready", endpoints.ready, methods=["GET"]),
         Route("/v2", endpoints.server, methods=["GET"]),
         Route("/v2/repository/index", endpoints.index, methods=["POST"]),
+        Route("/v2/repository/models/{model}/load", endpoints.load, methods=["POST"]),
+        Route("/v2/repository/models/{model}/unload", endpoints.unload, methods=["POST"]),
         Route("/v2/models/{model}/cache/flush", endpoints.flush, methods=["POST"]),
         Route("/metrics", endpoints.metrics, methods=["GET"]),
     ]
@@ -110,6 +112,20 @@ class Endpoints:
         ready_only = _ready_only(await read_body(request, self._limit))
         return _json(service.index(ready_only=ready_only))
 
+    async def load(self, request: Request) -> Response:
+        control = self._state.ready_control()
+        parameters = _parameters(await read_body(request, self._limit))
+        await control.load(request.path_params["model"], parameters)
+        return Response(status_code=200)
+
+    async def unload(self, request: Request) -> Response:
+        control = self._state.ready_control()
+        # The body may carry {"parameters": {"unload_dependents": ...}}: there are no
+        # ensembles here, so there are no dependents; it is checked for JSON only.
+        _parameters(await read_body(request, self._limit), ignore=("unload_dependents",))
+        await control.unload(request.path_params["model"])
+        return Response(status_code=200)
+
     async def flush(self, request: Request) -> Response:
         name = request.path_params["model"]
         removed = await self._state.ready_service().flush(name)
@@ -127,6 +143,20 @@ def _json(document: Any) -> Response:
 def _model_path(request: Request) -> tuple[str, str | None]:
     params = request.path_params
     return params["model"], params.get("version") or None
+
+
+def _parameters(body: bytes, ignore: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The ``parameters`` object of a repository load/unload body (which may be empty)."""
+    if not body.strip():
+        return {}
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError as error:
+        raise BadRequestError(f"malformed JSON in the request body: {error}") from None
+    parameters = document.get("parameters", {}) if isinstance(document, dict) else None
+    if not isinstance(parameters, dict):
+        raise BadRequestError('the request body must be like {"parameters": {...}}')
+    return {key: value for key, value in parameters.items() if key not in ignore}
 
 
 def _ready_only(body: bytes) -> bool:

@@ -1,9 +1,12 @@
 """The inference service: validate, look up the cache, run the model off the event loop.
 
 Layer rule: used by ``http`` and ``grpc``; uses ``protocol``, ``cache`` and ``models``; knows
-nothing of either transport.
+nothing of either transport. Transport-neutral modules: ``inference`` (infer, metadata, index,
+flush), ``statistics`` (Triton's statistics extension), ``model_control`` (load/unload),
+``in_flight``.
 """
 
+from cachefleet.runtime.service.in_flight import InFlight
 from cachefleet.runtime.service.inference import (
     Decoder,
     InferAnswer,
@@ -11,5 +14,16 @@ from cachefleet.runtime.service.inference import (
     InferOutcome,
     Renderer,
 )
+from cachefleet.runtime.service.model_control import ModelControl
+from cachefleet.runtime.service.statistics import StatisticsRegistry
 
-__all__ = ["Decoder", "InferAnswer", "InferOutcome", "InferenceService", "Renderer"]
+__all__ = [
+    "Decoder",
+    "InFlight",
+    "InferAnswer",
+    "InferOutcome",
+    "InferenceService",
+    "ModelControl",
+    "Renderer",
+    "StatisticsRegistry",
+]

@@ -31,6 +31,7 @@ from cachefleet.runtime.protocol import (
     repository_index,
 )
 from cachefleet.runtime.protocol.request import InferRequest
+from cachefleet.runtime.service.in_flight import InFlight
 from cachefleet.runtime.service.statistics import (
     ExecutionTimes,
     ModelStatistics,
@@ -94,7 +95,11 @@ class InferenceService:
         metrics: RuntimeMetrics,
         settings: RuntimeSettings,
         executor: Executor,
+        statistics: StatisticsRegistry | None = None,
+        in_flight: InFlight | None = None,
     ) -> None:
+        """``statistics`` and ``in_flight`` are shared with :class:`ModelControl` (which forgets
+        an unloaded model's statistics and waits for its requests); made here when not given."""
         self._repository = repository
         self._cache = cache
         self._metrics = metrics
@@ -102,7 +107,8 @@ class InferenceService:
         self._cache_all = settings.models.cache_all_models
         self._default_ttl_s = settings.cache.ttl_s
         self._model_series: dict[tuple[str, str], _ModelSeries] = {}
-        self._statistics = StatisticsRegistry()
+        self._statistics = statistics if statistics is not None else StatisticsRegistry()
+        self._in_flight = in_flight if in_flight is not None else InFlight()
 
     async def infer(
         self,
@@ -134,6 +140,7 @@ class InferenceService:
         model = self._repository.get(model_name, version)
         series = self._series(model)
         stats = self._statistics.for_version(model.name, model.version)
+        self._in_flight.enter(model.name)  # no await since get(): an unload cannot slip between
         try:
             outcome = await self._answer(model, stats, decode, render, directives)
         except CachefleetError as error:
@@ -142,6 +149,8 @@ class InferenceService:
             series.request_seconds.observe(elapsed_ns / 1e9)
             stats.record_request(ok=False, duration_ns=elapsed_ns)
             raise
+        finally:
+            self._in_flight.leave(model.name)
         elapsed_ns = time.perf_counter_ns() - started
         series.ok.inc()
         series.request_seconds.observe(elapsed_ns / 1e9)
