@@ -15,6 +15,7 @@ EXTENSIONS = (
     "model_repository",
     "response_cache",
     "statistics",
+    "system_shared_memory",
 )
 
 
