@@ -14,7 +14,8 @@ from typing import Any
 from cachefleet.runtime.errors import BadRequestError
 from cachefleet.runtime.grpc.contents import has_contents, tensor_bytes
 from cachefleet.runtime.models.types import ModelConfig
-from cachefleet.runtime.protocol.request import InferRequest, RequestedOutput
+from cachefleet.runtime.protocol.decode import SHARED_MEMORY_PARAMETERS, shared_memory_ref
+from cachefleet.runtime.protocol.request import InferRequest, RequestedOutput, SharedMemoryReader
 from cachefleet.runtime.protocol.validate import (
     check_binary_size,
     check_input,
@@ -23,16 +24,15 @@ from cachefleet.runtime.protocol.validate import (
 )
 from cachefleet.runtime.tensor import Tensor
 
-_SHARED_MEMORY = frozenset(
-    {"shared_memory_region", "shared_memory_byte_size", "shared_memory_offset"}
-)
 
-
-def decode_infer_request(message: Any, config: ModelConfig) -> InferRequest:
-    """Parse and validate ``message`` for the model ``config``; raises BadRequestError."""
+def decode_infer_request(
+    message: Any, config: ModelConfig, shared_memory: SharedMemoryReader
+) -> InferRequest:
+    """Parse and validate ``message`` for the model ``config``; raises BadRequestError.
+    Inputs that name a shared-memory region are read through ``shared_memory``."""
     return InferRequest(
         id=message.id or None,
-        inputs=_inputs(message, config),
+        inputs=_inputs(message, config, shared_memory),
         outputs=tuple(_output(item, config) for item in message.outputs),
         parameters=parameters(message.parameters),
         # gRPC answers always carry raw_output_contents; there is no JSON rendering to choose.
@@ -50,7 +50,12 @@ def parameters(entries: Mapping[str, Any]) -> dict[str, Any]:
     return values
 
 
-def _inputs(message: Any, config: ModelConfig) -> tuple[Tensor, ...]:
+def _inputs(
+    message: Any, config: ModelConfig, shared_memory: SharedMemoryReader
+) -> tuple[Tensor, ...]:
+    """Each input from, in this order: a shared-memory region it names, the next entry of
+    ``raw_input_contents`` (which holds one entry per input not in shared memory, as
+    tritonclient sends it), or its typed contents."""
     if not message.inputs:
         raise BadRequestError("the request needs at least one input")
     raw = message.raw_input_contents
@@ -62,9 +67,16 @@ def _inputs(message: Any, config: ModelConfig) -> tuple[Tensor, ...]:
             config,
             tensors,
         )
-        if not _SHARED_MEMORY.isdisjoint(item.parameters):
-            raise BadRequestError(f"input {name!r}: shared memory is not supported")
-        if raw:
+        values = parameters(item.parameters)
+        if not SHARED_MEMORY_PARAMETERS.isdisjoint(values):
+            if has_contents(item.contents):
+                raise BadRequestError(
+                    f"input {name!r} names a shared memory region and also carries data"
+                )
+            window = shared_memory_ref(values, f"input {name!r}")
+            data = shared_memory.read(window.region, window.offset, window.byte_size)
+            check_binary_size(name, datatype, shape, data)
+        elif raw:
             if has_contents(item.contents):
                 raise BadRequestError(
                     f"input {name!r} has typed contents, but the request uses raw_input_contents"
@@ -89,10 +101,17 @@ def _inputs(message: Any, config: ModelConfig) -> tuple[Tensor, ...]:
 
 def _output(item: Any, config: ModelConfig) -> RequestedOutput:
     values = parameters(item.parameters)
-    if not _SHARED_MEMORY.isdisjoint(values):
-        raise BadRequestError(f"output {item.name!r}: shared memory is not supported")
+    window = (
+        None
+        if SHARED_MEMORY_PARAMETERS.isdisjoint(values)
+        else shared_memory_ref(values, f"output {item.name!r}")
+    )
     classification = values.get("classification", 0)
     if not isinstance(classification, int) or isinstance(classification, bool):
         raise BadRequestError(f"output {item.name!r}: classification must be an integer")
     check_output(item.name, classification, config)
-    return RequestedOutput(item.name, True, classification)
+    if window is not None and classification:
+        raise BadRequestError(
+            f"output {item.name!r}: classification into shared memory is not supported"
+        )
+    return RequestedOutput(item.name, True, classification, window)

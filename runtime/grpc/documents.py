@@ -33,3 +33,18 @@ def repository_index(rows: Sequence[Mapping[str, Any]]) -> Any:
 def model_statistics(document: Mapping[str, Any]) -> Any:
     """``ModelStatisticsResponse`` from the service's document (already in its field names)."""
     return json_format.ParseDict(dict(document), service_pb2.ModelStatisticsResponse())
+
+
+def system_shared_memory_status(regions: Sequence[Mapping[str, Any]]) -> Any:
+    """``SystemSharedMemoryStatusResponse``: the regions keyed by name, as Triton answers."""
+    return json_format.ParseDict(
+        {"regions": {region["name"]: dict(region) for region in regions}},
+        service_pb2.SystemSharedMemoryStatusResponse(),
+    )
+
+
+def cuda_shared_memory_status(regions: Sequence[Mapping[str, Any]]) -> Any:
+    return json_format.ParseDict(
+        {"regions": {region["name"]: dict(region) for region in regions}},
+        service_pb2.CudaSharedMemoryStatusResponse(),
+    )

@@ -23,7 +23,12 @@ from cachefleet.runtime.grpc.messages import service_pb2, service_pb2_grpc
 from cachefleet.runtime.models.types import ModelConfig
 from cachefleet.runtime.protocol import directives_from, server_metadata
 from cachefleet.runtime.protocol.request import InferRequest
-from cachefleet.runtime.service import InferAnswer, InferenceService, ModelControl
+from cachefleet.runtime.service import (
+    InferAnswer,
+    InferenceService,
+    ModelControl,
+    SharedMemoryRegistry,
+)
 
 Context = grpc.aio.ServicerContext[Any, Any]
 #: Load parameters Triton's clients may send that change nothing here.
@@ -40,6 +45,8 @@ class ServerParts(Protocol):
         ...
 
     def ready_control(self) -> ModelControl: ...
+
+    def ready_shared_memory(self) -> SharedMemoryRegistry: ...
 
 
 class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
@@ -133,8 +140,10 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
             yield service_pb2.ModelStreamInferResponse(infer_response=response)
 
     async def _infer(self, request: Any, directives: CacheDirectives) -> tuple[Any, str]:
+        shared_memory = self._parts.ready_shared_memory()
+
         def decode(config: ModelConfig) -> InferRequest:
-            return decode_infer_request(request, config)
+            return decode_infer_request(request, config, shared_memory)
 
         def render(answer: InferAnswer) -> tuple[Any, str]:
             return encode_infer_response(answer), answer.cache_status.value
@@ -142,6 +151,41 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         return await self._service().answer(
             request.model_name, request.model_version or None, decode, render, directives
         )
+
+    @translated
+    async def SystemSharedMemoryRegister(self, request: Any, context: Context) -> Any:
+        self._parts.ready_shared_memory().register_system(
+            request.name, request.key, request.offset, request.byte_size
+        )
+        return service_pb2.SystemSharedMemoryRegisterResponse()
+
+    @translated
+    async def SystemSharedMemoryStatus(self, request: Any, context: Context) -> Any:
+        regions = self._parts.ready_shared_memory().system_status(request.name or None)
+        return documents.system_shared_memory_status(regions)
+
+    @translated
+    async def SystemSharedMemoryUnregister(self, request: Any, context: Context) -> Any:
+        self._parts.ready_shared_memory().unregister_system(request.name or None)
+        return service_pb2.SystemSharedMemoryUnregisterResponse()
+
+    @translated
+    async def CudaSharedMemoryRegister(self, request: Any, context: Context) -> Any:
+        """Refused with the registry's message: CUDA shared memory is not supported."""
+        self._parts.ready_shared_memory().register_cuda(
+            request.name, request.device_id, request.byte_size
+        )
+        return service_pb2.CudaSharedMemoryRegisterResponse()
+
+    @translated
+    async def CudaSharedMemoryStatus(self, request: Any, context: Context) -> Any:
+        regions = self._parts.ready_shared_memory().cuda_status(request.name or None)
+        return documents.cuda_shared_memory_status(regions)
+
+    @translated
+    async def CudaSharedMemoryUnregister(self, request: Any, context: Context) -> Any:
+        self._parts.ready_shared_memory().unregister_cuda(request.name or None)
+        return service_pb2.CudaSharedMemoryUnregisterResponse()
 
     @translated
     async def TraceSetting(self, request: Any, context: Context) -> Any:

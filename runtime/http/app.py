@@ -27,7 +27,13 @@ from cachefleet.runtime.http.routes import build_routes
 from cachefleet.runtime.http.state import ServerState
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.models.repository import load_repository
-from cachefleet.runtime.service import InferenceService, InFlight, ModelControl, StatisticsRegistry
+from cachefleet.runtime.service import (
+    InferenceService,
+    InFlight,
+    ModelControl,
+    SharedMemoryRegistry,
+    StatisticsRegistry,
+)
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +85,16 @@ async def _serving(state: ServerState) -> AsyncIterator[None]:
     try:
         await cache.start()
         statistics, in_flight = StatisticsRegistry(), InFlight()
+        state.shared_memory = SharedMemoryRegistry()
         state.service = InferenceService(
-            repository, cache, metrics, settings, executor, statistics, in_flight
+            repository,
+            cache,
+            metrics,
+            settings,
+            executor,
+            statistics,
+            in_flight,
+            state.shared_memory,
         )
         state.control = ModelControl(
             repository, cache, statistics, in_flight, settings.models.control_mode
@@ -99,6 +113,9 @@ async def _serving(state: ServerState) -> AsyncIterator[None]:
             await stop_grpc_server(grpc_server)
         state.service = None
         state.control = None
+        if state.shared_memory is not None:
+            state.shared_memory.close()
+            state.shared_memory = None
         await cache.close()
         executor.shutdown(wait=True, cancel_futures=True)
         repository.close()

@@ -17,6 +17,7 @@ from starlette.routing import BaseRoute, Route
 from cachefleet.runtime.errors import BadRequestError
 from cachefleet.runtime.http.body import header_length, read_body
 from cachefleet.runtime.http.compression import compress_for
+from cachefleet.runtime.http.shared_memory_routes import shared_memory_routes
 from cachefleet.runtime.http.state import ServerState
 from cachefleet.runtime.protocol import server_metadata
 from cachefleet.runtime.protocol.cache_control import directives_from
@@ -53,6 +54,7 @@ def build_routes(state: ServerState) -> list[BaseRoute]:
         Route("/v2/repository/models/{model}/unload", endpoints.unload, methods=["POST"]),
         Route("/v2/models/{model}/cache/flush", endpoints.flush, methods=["POST"]),
         Route("/metrics", endpoints.metrics, methods=["GET"]),
+        *shared_memory_routes(state),
     ]
 
 

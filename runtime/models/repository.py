@@ -145,7 +145,8 @@ class LocalModelRepository:
     def _state(self, name: str) -> _ModelState:
         state = self._models.get(name)
         if state is None:
-            raise ModelNotFoundError(f"unknown model '{name}'")
+            # Worded as Triton words it: its example clients check the message's start.
+            raise ModelNotFoundError(f"Request for unknown model '{name}': not in the repository")
         return state
 
 

@@ -7,7 +7,9 @@ from typing import Any
 
 from cachefleet.runtime.models.types import Model, ModelIndexEntry, TensorSpec
 
-SERVER_NAME = "cachefleet"
+#: The name in ``GET /v2``: Triton's, because Triton's own clients check it (its health and
+#: metadata example exits unless the server is called "triton"); ``version`` is cachefleet's.
+SERVER_NAME = "triton"
 #: Protocol extensions this server implements (Triton reports these in GET /v2).
 EXTENSIONS = (
     "binary_tensor_data",
@@ -15,6 +17,7 @@ EXTENSIONS = (
     "model_repository",
     "response_cache",
     "statistics",
+    "system_shared_memory",
 )
 
 

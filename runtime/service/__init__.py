@@ -3,7 +3,7 @@
 Layer rule: used by ``http`` and ``grpc``; uses ``protocol``, ``cache`` and ``models``; knows
 nothing of either transport. Transport-neutral modules: ``inference`` (infer, metadata, index,
 flush), ``statistics`` (Triton's statistics extension), ``model_control`` (load/unload),
-``in_flight``.
+``shared_memory`` (system shared-memory regions), ``in_flight``.
 """
 
 from cachefleet.runtime.service.in_flight import InFlight
@@ -15,6 +15,7 @@ from cachefleet.runtime.service.inference import (
     Renderer,
 )
 from cachefleet.runtime.service.model_control import ModelControl
+from cachefleet.runtime.service.shared_memory import SharedMemoryRegistry
 from cachefleet.runtime.service.statistics import StatisticsRegistry
 
 __all__ = [
@@ -25,5 +26,6 @@ __all__ = [
     "InferenceService",
     "ModelControl",
     "Renderer",
+    "SharedMemoryRegistry",
     "StatisticsRegistry",
 ]

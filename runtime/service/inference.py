@@ -25,13 +25,14 @@ from cachefleet.runtime.errors import CachefleetError, ModelExecutionError
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.models.types import Model, ModelConfig, ModelRepository
 from cachefleet.runtime.protocol import (
+    InferRequest,
     decode_request,
     encode_response,
     model_metadata,
     repository_index,
 )
-from cachefleet.runtime.protocol.request import InferRequest
 from cachefleet.runtime.service.in_flight import InFlight
+from cachefleet.runtime.service.shared_memory import SharedMemoryRegistry
 from cachefleet.runtime.service.statistics import (
     ExecutionTimes,
     ModelStatistics,
@@ -97,9 +98,11 @@ class InferenceService:
         executor: Executor,
         statistics: StatisticsRegistry | None = None,
         in_flight: InFlight | None = None,
+        shared_memory: SharedMemoryRegistry | None = None,
     ) -> None:
         """``statistics`` and ``in_flight`` are shared with :class:`ModelControl` (which forgets
-        an unloaded model's statistics and waits for its requests); made here when not given."""
+        an unloaded model's statistics and waits for its requests), ``shared_memory`` with the
+        shared-memory endpoints; each is made here when not given."""
         self._repository = repository
         self._cache = cache
         self._metrics = metrics
@@ -109,6 +112,7 @@ class InferenceService:
         self._model_series: dict[tuple[str, str], _ModelSeries] = {}
         self._statistics = statistics if statistics is not None else StatisticsRegistry()
         self._in_flight = in_flight if in_flight is not None else InFlight()
+        self._shared_memory = shared_memory if shared_memory is not None else SharedMemoryRegistry()
 
     async def infer(
         self,
@@ -121,7 +125,7 @@ class InferenceService:
         """Answer one HTTP inference request; raises CachefleetError subclasses for the client."""
 
         def decode(config: ModelConfig) -> InferRequest:
-            return decode_request(body, header_length, config)
+            return decode_request(body, header_length, config, self._shared_memory)
 
         return await self.answer(model_name, version, decode, _render_http, directives)
 
@@ -191,6 +195,7 @@ class InferenceService:
         )
         cache_ns = time.perf_counter_ns() - cache_started
         encode_started = time.perf_counter_ns()
+        self._write_shared_memory(request, outputs)
         rendered = render(InferAnswer(model, request, outputs, status))
         encode_ns = time.perf_counter_ns() - encode_started
         run_ns = 0
@@ -207,6 +212,16 @@ class InferenceService:
         elif status is CacheStatus.MISS:
             stats.record_cache_miss(cache_ns - run_ns)
         return rendered
+
+    def _write_shared_memory(self, request: InferRequest, outputs: Sequence[Tensor]) -> None:
+        """Write the outputs the client asked for in shared memory into their regions."""
+        by_name = {tensor.name: tensor for tensor in outputs}
+        for wanted in request.outputs:
+            window, tensor = wanted.shared_memory, by_name.get(wanted.name)
+            if window is not None and tensor is not None:
+                self._shared_memory.write(
+                    window.region, window.offset, window.byte_size, tensor.data
+                )
 
     async def _run(self, model: Model, inputs: Sequence[Tensor]) -> tuple[list[Tensor], _RunTimes]:
         """Run the model in the bounded executor; other failures become ModelExecutionError."""

@@ -189,7 +189,7 @@ def test_metadata_config_index_health(client: httpclient.InferenceServerClient) 
     assert client.is_model_ready("densenet_onnx", "1")
     assert not client.is_model_ready("no_such_model")
     server_metadata = client.get_server_metadata()
-    assert server_metadata["name"] == "cachefleet"
+    assert server_metadata["name"] == "triton"  # as Triton, whose clients check it
     assert "binary_tensor_data" in server_metadata["extensions"]
     assert "statistics" in server_metadata["extensions"]
     metadata = client.get_model_metadata("simple")
