@@ -17,7 +17,7 @@ import onnxruntime as ort
 from google.protobuf import json_format
 
 from cachefleet.runtime.config import ModelSettings
-from cachefleet.runtime.errors import ModelNotFoundError
+from cachefleet.runtime.errors import BadRequestError, ModelNotFoundError
 from cachefleet.runtime.models.config import (
     complete_config,
     config_document,
@@ -93,10 +93,15 @@ class LocalModelRepository:
                 reasons = "; ".join(state.failed.values()) or "no version loaded"
                 raise ModelNotFoundError(f"model '{name}' is not available: {reasons}")
             return state.loaded[max(state.loaded)]
-        number = int(version) if version.isdigit() else None
-        if number is not None and number in state.loaded:
+        if not version.isdigit():
+            # Worded as Triton words it (its example clients check the message).
+            raise BadRequestError(
+                f"failed to get model version from specified version string '{version}'"
+            )
+        number = int(version)
+        if number in state.loaded:
             return state.loaded[number]
-        if number is not None and number in state.failed:
+        if number in state.failed:
             raise ModelNotFoundError(
                 f"model '{name}' version {version} is not available: {state.failed[number]}"
             )

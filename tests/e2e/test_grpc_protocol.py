@@ -276,3 +276,18 @@ def test_statistics_count_both_transports(make_server: Any) -> None:
         assert {"simple", "simple_string", "densenet_onnx"} <= {s["name"] for s in everything}
         with pytest.raises(InferenceServerException, match="NOT_FOUND"):
             client.get_inference_statistics("no_such_model")
+
+
+def test_a_version_that_is_not_a_number_is_invalid(stub: Any) -> None:
+    request = _simple_raw(1)
+    request.model_version = "latest"
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.ModelInfer(request)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert caught.value.details() == (
+        "failed to get model version from specified version string 'latest'"
+    )
+    request.model_version = "7"
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.ModelInfer(request)
+    assert caught.value.code() == grpc.StatusCode.NOT_FOUND
