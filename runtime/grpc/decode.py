@@ -78,8 +78,9 @@ def _inputs(
             check_binary_size(name, datatype, shape, data)
         elif raw:
             if has_contents(item.contents):
-                raise BadRequestError(
-                    f"input {name!r} has typed contents, but the request uses raw_input_contents"
+                raise BadRequestError(  # Triton's words: its example clients check them
+                    "contents field must not be specified when using raw_input_contents for "
+                    f"'{name}' for model '{config.name}'"
                 )
             if used >= len(raw):
                 raise BadRequestError(

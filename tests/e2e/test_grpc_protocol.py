@@ -189,7 +189,8 @@ def test_typed_fp32_matches_raw_fp32(stub: Any) -> None:
             {"inputs": [_raw_input("INPUT0", "INT32", [1, 16]),
                         _typed("INPUT1", "INT32", [1, 16], int_contents=[1] * 16)],
              "raw_input_contents": [bytes(64)]},
-            "input 'INPUT1' has typed contents, but the request uses raw_input_contents",
+            "contents field must not be specified when using raw_input_contents for 'INPUT1' "
+            "for model 'simple'",
         ),
         ({}, "the request needs at least one input"),
     ],
