@@ -67,9 +67,9 @@ def _output(response: Any, name: str, dtype: Any) -> np.ndarray:
 
 
 def _infer(stub: Any, request: Any, metadata: tuple[tuple[str, str], ...] = ()) -> tuple[Any, str]:
-    """The response and its x-cache initial metadata."""
+    """The response and its x-cache trailing metadata."""
     response, call = stub.ModelInfer.with_call(request, metadata=metadata)
-    return response, dict(call.initial_metadata())["x-cache"]
+    return response, dict(call.trailing_metadata())["x-cache"]
 
 
 def test_typed_int32_contents(stub: Any) -> None:
