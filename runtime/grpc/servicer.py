@@ -33,7 +33,7 @@ from cachefleet.runtime.service import (
 )
 
 Context = grpc.aio.ServicerContext[Any, Any]
-#: Load parameters Triton's clients may send that change nothing here.
+#: Unload parameters Triton's clients may send that change nothing here (no ensembles).
 _IGNORED_UNLOAD_PARAMETERS = frozenset({"unload_dependents"})
 
 
