@@ -113,14 +113,14 @@ class InferenceService:
             elapsed_ns = time.perf_counter_ns() - started
             self._metrics.requests.labels(model.name, model.version, str(error.status_code)).inc()
             series.request_seconds.observe(elapsed_ns / 1e9)
-            stats.record_request(ok=False, duration_ns=elapsed_ns)
+            stats.record_failure(elapsed_ns)
             raise
         finally:
             self._in_flight.leave(model.name)
         elapsed_ns = time.perf_counter_ns() - started
         series.ok.inc()
         series.request_seconds.observe(elapsed_ns / 1e9)
-        stats.record_request(ok=True, duration_ns=elapsed_ns)
+        stats.record_success(elapsed_ns)
         return outcome
 
     async def _infer(
@@ -267,7 +267,7 @@ def _record(
         stats.record_execution(
             rows, ExecutionTimes(run.queue_ns, decode_ns, run.infer_ns, encode_ns)
         )
-    if status in (CacheStatus.HIT_LOCAL, CacheStatus.HIT_REDIS):
+    if status is CacheStatus.HIT_LOCAL or status is CacheStatus.HIT_REDIS:
         stats.record_cache_hit(cache_ns)
     elif status is CacheStatus.MISS:
         stats.record_cache_miss(cache_ns - run_ns)
