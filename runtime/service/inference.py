@@ -151,14 +151,14 @@ class InferenceService:
             elapsed_ns = time.perf_counter_ns() - started
             self._metrics.requests.labels(model.name, model.version, str(error.status_code)).inc()
             series.request_seconds.observe(elapsed_ns / 1e9)
-            stats.record_request(ok=False, duration_ns=elapsed_ns)
+            stats.record_failure(elapsed_ns)
             raise
         finally:
             self._in_flight.leave(model.name)
         elapsed_ns = time.perf_counter_ns() - started
         series.ok.inc()
         series.request_seconds.observe(elapsed_ns / 1e9)
-        stats.record_request(ok=True, duration_ns=elapsed_ns)
+        stats.record_success(elapsed_ns)
         return outcome
 
     async def _answer(
@@ -198,19 +198,8 @@ class InferenceService:
         self._write_shared_memory(request, outputs)
         rendered = render(InferAnswer(model, request, outputs, status))
         encode_ns = time.perf_counter_ns() - encode_started
-        run_ns = 0
-        if run:  # this request ran the model (not a hit, not a follower of an identical one)
-            times = run[0]
-            run_ns = times.queue_ns + times.infer_ns
-            batched = config.max_batch_size > 0 and request.inputs
-            rows = request.inputs[0].shape[0] if batched else 1
-            stats.record_execution(
-                rows, ExecutionTimes(times.queue_ns, decode_ns, times.infer_ns, encode_ns)
-            )
-        if status in (CacheStatus.HIT_LOCAL, CacheStatus.HIT_REDIS):
-            stats.record_cache_hit(cache_ns)
-        elif status is CacheStatus.MISS:
-            stats.record_cache_miss(cache_ns - run_ns)
+        rows = request.inputs[0].shape[0] if config.max_batch_size > 0 else 1
+        _record(stats, status, cache_ns, run[0] if run else None, rows, decode_ns, encode_ns)
         return rendered
 
     def _write_shared_memory(self, request: InferRequest, outputs: Sequence[Tensor]) -> None:
@@ -303,3 +292,26 @@ def _render_http(answer: InferAnswer) -> InferOutcome:
         batched=model.config.max_batch_size > 0,
     )
     return InferOutcome(encoded.body, encoded.header_length, answer.cache_status)
+
+
+def _record(
+    stats: ModelStatistics,
+    status: CacheStatus,
+    cache_ns: int,
+    run: _RunTimes | None,
+    rows: int,
+    decode_ns: int,
+    encode_ns: int,
+) -> None:
+    """Add one answered request's cache outcome and, if it ran the model (not a hit, not a
+    follower of an identical request in flight), its execution to the model's statistics."""
+    run_ns = 0
+    if run is not None:
+        run_ns = run.queue_ns + run.infer_ns
+        stats.record_execution(
+            rows, ExecutionTimes(run.queue_ns, decode_ns, run.infer_ns, encode_ns)
+        )
+    if status is CacheStatus.HIT_LOCAL or status is CacheStatus.HIT_REDIS:
+        stats.record_cache_hit(cache_ns)
+    elif status is CacheStatus.MISS:
+        stats.record_cache_miss(cache_ns - run_ns)

@@ -38,9 +38,9 @@ class Duration:
     count: int = 0
     ns: int = 0
 
-    def add(self, ns: int, count: int = 1) -> None:
-        self.count += count
-        self.ns += max(0, ns)
+    def add(self, ns: int) -> None:
+        self.count += 1
+        self.ns += ns
 
     def document(self) -> dict[str, int]:
         return {"count": self.count, "ns": self.ns}
@@ -82,16 +82,23 @@ class ModelStatistics:
     cache_miss: Duration = field(default_factory=Duration)
     batches: dict[int, _BatchDurations] = field(default_factory=dict)
 
-    def record_request(self, *, ok: bool, duration_ns: int) -> None:
-        """One request finished (any outcome); ``duration_ns`` is its time in the service."""
-        (self.success if ok else self.fail).add(duration_ns)
+    def record_success(self, duration_ns: int) -> None:
+        """One request answered (hit, miss or bypass); ``duration_ns``: its time in the server."""
+        success = self.success
+        success.count += 1
+        success.ns += duration_ns
+        self.last_inference_ms = time.time_ns() // 1_000_000
+
+    def record_failure(self, duration_ns: int) -> None:
+        """One request refused or failed; ``duration_ns``: its time in the server."""
+        self.fail.add(duration_ns)
         self.last_inference_ms = time.time_ns() // 1_000_000
 
     def record_cache_hit(self, lookup_ns: int) -> None:
         self.cache_hit.add(lookup_ns)
 
     def record_cache_miss(self, lookup_and_insert_ns: int) -> None:
-        self.cache_miss.add(lookup_and_insert_ns)
+        self.cache_miss.add(max(0, lookup_and_insert_ns))
 
     def record_execution(self, batch_size: int, times: ExecutionTimes) -> None:
         """One model execution of ``batch_size`` rows (1 for a model without batching)."""
