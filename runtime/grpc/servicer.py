@@ -10,6 +10,7 @@ request metadata opts out as the header does.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
@@ -32,6 +33,7 @@ from cachefleet.runtime.service import (
     SharedMemoryRegistry,
 )
 
+log = logging.getLogger(__name__)
 Context = grpc.aio.ServicerContext[Any, Any]
 #: Unload parameters Triton's clients may send that change nothing here (no ensembles).
 _IGNORED_UNLOAD_PARAMETERS = frozenset({"unload_dependents"})
@@ -138,6 +140,11 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
                 response, _ = await self._infer(request, directives)
             except CachefleetError as error:
                 yield service_pb2.ModelStreamInferResponse(error_message=error.message)
+                continue
+            except Exception as error:  # a bug: say so in band, keep the stream for the others
+                log.exception("unexpected error in gRPC ModelStreamInfer")
+                message = f"internal server error: {type(error).__name__}"
+                yield service_pb2.ModelStreamInferResponse(error_message=message)
                 continue
             yield service_pb2.ModelStreamInferResponse(infer_response=response)
 

@@ -289,3 +289,17 @@ def test_grpc_off_with_port_zero(make_server: Callable[..., ServerProcess]) -> N
         pytest.raises(InferenceServerException, match="UNAVAILABLE"),
     ):
         client.is_server_live(client_timeout=2)
+
+
+def test_messages_over_the_size_limit_are_refused(
+    make_server: Callable[..., ServerProcess], image: np.ndarray
+) -> None:
+    server = make_server("--max-request-size", "64Ki")
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        refused = _refused(
+            lambda: client.infer("densenet_onnx", _inputs({"data_0": image}, "FP32"))
+        )
+        assert refused.status() == "StatusCode.RESOURCE_EXHAUSTED"
+        first = np.ones((1, 16), dtype=np.int32)
+        result = client.infer("simple", _inputs(_pair(first, first), "INT32"))
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), first * 2)
