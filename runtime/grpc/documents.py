@@ -19,10 +19,9 @@ def model_metadata(document: Mapping[str, Any]) -> Any:
 
 
 def model_config(document: Mapping[str, Any]) -> Any:
-    """``ModelConfigResponse``; fields this server adds beyond Triton's schema are left out."""
-    config = json_format.ParseDict(
-        dict(document), model_config_pb2.ModelConfig(), ignore_unknown_fields=True
-    )
+    """``ModelConfigResponse``. The document is the JSON of the model's own ModelConfig message,
+    so it parses back exactly; a field it does not know would be a bug, and fails loudly."""
+    config = json_format.ParseDict(dict(document), model_config_pb2.ModelConfig())
     return service_pb2.ModelConfigResponse(config=config)
 
 
