@@ -98,7 +98,7 @@ async def _serving(state: ServerState) -> AsyncIterator[None]:
         )
         log.info(
             "serving %d model version(s) from %s, cache %s",
-            len(repository.index()),
+            sum(entry.state == "READY" for entry in repository.index()),
             settings.models.repository,
             settings.cache.mode,
         )
