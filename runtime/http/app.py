@@ -103,7 +103,7 @@ async def _serving(state: ServerState) -> AsyncIterator[None]:
             grpc_server = await start_grpc_server(settings.server, state)
         log.info(
             "serving %d model version(s) from %s, cache %s",
-            len(repository.index()),
+            sum(entry.state == "READY" for entry in repository.index()),
             settings.models.repository,
             settings.cache.mode,
         )

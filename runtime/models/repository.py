@@ -176,8 +176,11 @@ def load_repository(
         models[name] = _ModelState(loaded={}, failed={None: "no such folder in the repository"})
     repository = LocalModelRepository(path, models, settings)
     for entry in repository.index():
-        if entry.state == UNAVAILABLE:
+        if entry.state == UNAVAILABLE and entry.reason != NOT_LOADED:
             logger.error("model %r %s: UNAVAILABLE: %s", entry.name, entry.version, entry.reason)
+    waiting = sorted(name for name, state in models.items() if state.failed == {None: NOT_LOADED})
+    if waiting:
+        logger.info("not loaded until asked (explicit model control): %s", ", ".join(waiting))
     return repository
 
 

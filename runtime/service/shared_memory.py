@@ -11,7 +11,7 @@ Safety: a region is a file under ``/dev/shm`` (what ``shm_open`` names, and what
 the registered window (offset, byte size) and against the file's current size (a client may
 shrink the file after registering; touching a mapping past the end of its file would kill the
 process with SIGBUS), and fails with a 400 instead. Keys that could name a file outside
-``/dev/shm`` are refused.
+``/dev/shm`` are refused, symlinks are not followed, and only regular files are mapped.
 
 CUDA shared memory is not supported: registering a CUDA region is a 400 that says so; its status
 is an empty list and unregistering is a no-op, so clients that clean up both kinds still work.
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,13 +80,20 @@ class SharedMemoryRegistry:
         if byte_size == 0:
             raise BadRequestError(f"shared memory region '{name}': byte_size must be positive")
         try:
-            fd = os.open(path, os.O_RDWR)
+            # O_NOFOLLOW, as glibc's shm_open: a symlink planted in /dev/shm must not make the
+            # server read or write a file the client could not.
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError as error:
             raise BadRequestError(
                 f"unable to open shared memory region '{name}' key '{key}': {error.strerror}"
             ) from None
         try:
-            size = os.fstat(fd).st_size
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise BadRequestError(
+                    f"shared memory region '{name}': '{key}' is not a shared memory object"
+                )
+            size = info.st_size
             if offset + byte_size > size:
                 raise BadRequestError(
                     f"shared memory region '{name}': offset {offset} + byte_size {byte_size} "

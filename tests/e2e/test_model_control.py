@@ -73,7 +73,9 @@ def _x_cache(server: ServerProcess, value: int) -> tuple[str, list[int]]:
 def test_only_the_named_models_load_and_the_index_lists_all(
     explicit: tuple[ServerProcess, httpclient.InferenceServerClient],
 ) -> None:
-    _, client = explicit
+    server, client = explicit
+    assert "UNAVAILABLE" not in server.log(), "models left unloaded on purpose are no error"
+    assert "not loaded until asked (explicit model control): densenet_onnx," in server.log()
     index = client.get_model_repository_index()
     assert {row["name"] for row in index} == ALL_SAMPLES
     states = {row["name"]: (row["state"], row.get("reason", "")) for row in index}

@@ -183,6 +183,12 @@ def test_bad_regions_offsets_and_sizes_are_400s(
         "unable to open",
     )
     refused(lambda: client.register_system_shared_memory("x", "/../etc/passwd", 8), "one name")
+    link = f"/cachefleet-test-{os.getpid()}-link"
+    os.symlink("/etc/hostname", f"/dev/shm{link}")
+    try:
+        refused(lambda: client.register_system_shared_memory("x", link, 4), "unable to open")
+    finally:
+        os.unlink(f"/dev/shm{link}")
     refused(lambda: client.register_system_shared_memory("x", key, 65), "past the end")
     refused(lambda: client.register_system_shared_memory("x", key, 8, offset=60), "past the end")
     refused(lambda: client.infer("simple", _simple_inputs("nope", 64)), "unable to find")
