@@ -14,6 +14,8 @@ PLURAL = "cachedinferenceservices"
 MANAGER = "cachefleet-operator"
 APP_NAME = "cachefleet"
 CONFIG_HASH_ANNOTATION = "cachefleet.io/config-hash"
+# Where the chart installs the operator; the running operator passes its own namespace instead.
+DEFAULT_OPERATOR_NAMESPACE = "cachefleet-system"
 REDIS_PORT = 6379
 RUNTIME_PORT = 8000
 

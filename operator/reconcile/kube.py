@@ -26,7 +26,9 @@ PLURALS: dict[str, str] = {
     "NetworkPolicy": "networkpolicies",
     "HorizontalPodAutoscaler": "horizontalpodautoscalers",
     "CachedInferenceService": "cachedinferenceservices",
+    "PersistentVolumeClaim": "persistentvolumeclaims",
 }
+MERGE_PATCH_CONTENT_TYPE = "application/merge-patch+json"
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 TIMEOUT_S = 10.0
 
@@ -91,11 +93,36 @@ class Kube:
             if labels.items() <= (item.get("metadata", {}).get("labels") or {}).items()
         ]
 
-    def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
-        """Server-side apply with the operator's one field manager, taking over conflicts."""
-        query = [("fieldManager", MANAGER), ("force", "true")]
+    def apply(self, obj: Mapping[str, Any], *, manager: str = MANAGER) -> dict[str, Any]:
+        """Server-side apply with the operator's one field manager, taking over conflicts.
+
+        Another ``manager`` is used only to hand a field over (the Deployment's replicas to an
+        HPA), as the server-side apply documentation describes.
+        """
+        query = [("fieldManager", manager), ("force", "true")]
         return self._call("PATCH", object_path(obj), query=query, body=dict(obj),
                           content_type=APPLY_CONTENT_TYPE)  # fmt: skip
+
+    def merge_patch(self, obj: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+        """A JSON merge patch of ``obj`` (for objects the operator does not own: a PVC)."""
+        return self._call("PATCH", object_path(obj), body=dict(patch),
+                          content_type=MERGE_PATCH_CONTENT_TYPE)  # fmt: skip
+
+    def storage_class(self, name: str | None) -> dict[str, Any] | None:
+        """The named StorageClass, or the cluster's default one when ``name`` is None."""
+        path = "/apis/storage.k8s.io/v1/storageclasses"
+        if name is not None:
+            try:
+                return self._call("GET", f"{path}/{name}")
+            except KubeError as error:
+                if error.not_found:
+                    return None
+                raise
+        default = "storageclass.kubernetes.io/is-default-class"
+        for item in self._call("GET", path).get("items") or []:
+            if (item.get("metadata", {}).get("annotations") or {}).get(default) == "true":
+                return dict(item)
+        return None
 
     def delete(self, obj: Mapping[str, Any], *, orphan: bool = False) -> None:
         """Delete; ``orphan`` keeps the dependents (pods, claims) for a replacement to adopt."""

@@ -15,9 +15,17 @@ def redis_condition(statefulset: Mapping[str, Any] | None, *, managed: bool) -> 
         return Condition("RedisReady", False, "Missing", "the Redis StatefulSet does not exist yet")
     status = statefulset.get("status") or {}
     ready = int(status.get("readyReplicas") or 0)
-    if ready >= 1 and _observed(statefulset):
-        return Condition("RedisReady", True, "Ready", "Redis is ready")
-    return Condition("RedisReady", False, "Starting", "waiting for the Redis pod to become ready")
+    if not _observed(statefulset) or ready < 1:
+        return Condition(
+            "RedisReady", False, "Starting", "waiting for the Redis pod to become ready"
+        )
+    # During a rolling restart the old pod is still ready: only when every pod runs the current
+    # template (currentRevision == updateRevision) is the new configuration in effect.
+    current, update = status.get("currentRevision"), status.get("updateRevision")
+    updated = int(status.get("updatedReplicas") or 0)
+    if (current and update and current != update) or (update and updated < 1):
+        return Condition("RedisReady", False, "Restarting", "Redis is restarting on a new revision")
+    return Condition("RedisReady", True, "Ready", "Redis is ready")
 
 
 def runtime_condition(deployment: Mapping[str, Any] | None) -> Condition:
@@ -28,7 +36,11 @@ def runtime_condition(deployment: Mapping[str, Any] | None) -> Condition:
     wanted = int(spec.get("replicas", status.get("replicas") or 1))
     ready = int(status.get("readyReplicas") or 0)
     updated = int(status.get("updatedReplicas") or 0)
-    if ready >= wanted and updated >= wanted and _observed(deployment):
+    available = int(status.get("availableReplicas") or 0)
+    total = int(status.get("replicas") or 0)
+    # Old pods still terminating count in replicas: ready means every pod is new and available.
+    rolled = updated >= wanted and available >= wanted and total <= wanted
+    if ready >= wanted and rolled and _observed(deployment):
         return Condition("RuntimeReady", True, "Ready", f"{ready}/{wanted} runtime pods ready")
     return Condition("RuntimeReady", False, "Progressing", f"{ready}/{wanted} runtime pods ready")
 
