@@ -104,22 +104,20 @@ def _apply(kube: Kube, child: Mapping[str, Any], result: Applied) -> dict[str, A
         change = plan_claim_change(live, child)
         if change.action == "none":
             raise  # refused for another reason: the caller reports the server's message
-        if change.action == "expand" and not _expandable(kube, change):
-            change = ClaimChange("blocked", not_expandable_message(change))
+        if change.action == "expand":
+            change = _expand_claims(kube, child, change)
         if change.action == "blocked":
             result.blocked.append(change.message)
             return None
-        if change.action == "expand":
-            _expand_claims(kube, child, change)
         return _recreate(kube, child)
 
 
-def _expandable(kube: Kube, change: ClaimChange) -> bool:
-    storage_class = kube.storage_class(change.storage_class)
-    return bool(storage_class and storage_class.get("allowVolumeExpansion"))
+def _expand_claims(kube: Kube, child: Mapping[str, Any], change: ClaimChange) -> ClaimChange:
+    """Ask for the larger size on every existing claim; blocked when the server refuses.
 
-
-def _expand_claims(kube: Kube, child: Mapping[str, Any], change: ClaimChange) -> None:
+    The API server only lets a claim grow when its storage class has allowVolumeExpansion, and
+    answers 403 otherwise, so the operator needs no access to storage classes to find out.
+    """
     namespace = child["metadata"]["namespace"]
     for claim in change.claims:
         obj = {
@@ -130,8 +128,12 @@ def _expand_claims(kube: Kube, child: Mapping[str, Any], change: ClaimChange) ->
         try:
             kube.merge_patch(obj, {"spec": {"resources": {"requests": {"storage": change.size}}}})
         except KubeError as error:
-            if not error.not_found:  # a claim not made yet gets the new template's size
-                raise
+            if error.not_found:
+                continue  # a claim not made yet gets the new template's size
+            if error.refused:
+                return ClaimChange("blocked", not_expandable_message(change, str(error)))
+            raise
+    return change
 
 
 def _recreate(kube: Kube, child: Mapping[str, Any]) -> dict[str, Any]:

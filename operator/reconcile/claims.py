@@ -58,12 +58,13 @@ def plan_claim_change(live: Mapping[str, Any], desired: Mapping[str, Any]) -> Cl
     return ClaimChange("none")
 
 
-def not_expandable_message(change: ClaimChange) -> str:
+def not_expandable_message(change: ClaimChange, reason: str) -> str:
     where = change.storage_class or "the cluster's default class"
     return (
-        f"cache.redis.persistence.size cannot grow to {change.size}: storage class {where} "
-        f"does not allow volume expansion (allowVolumeExpansion). Put the size back, or delete "
-        f"the claim(s) {', '.join(change.claims)} (this drops the persisted cache) for new ones"
+        f"cache.redis.persistence.size cannot grow to {change.size}: the API server refused to "
+        f"expand the claim(s) {', '.join(change.claims)} ({reason}); storage class {where} must "
+        f"allow volume expansion (allowVolumeExpansion: true). Put the size back, or delete the "
+        f"StatefulSet and the claim(s) (this drops the persisted cache) for new ones"
     )
 
 

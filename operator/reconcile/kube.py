@@ -48,6 +48,11 @@ class KubeError(Exception):
     def invalid(self) -> bool:
         return self.status == 422
 
+    @property
+    def refused(self) -> bool:
+        """Forbidden or invalid: the server will refuse the same request again."""
+        return self.status in (403, 422)
+
 
 def collection_path(api_version: str, kind: str, namespace: str) -> str:
     prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
@@ -107,22 +112,6 @@ class Kube:
         """A JSON merge patch of ``obj`` (for objects the operator does not own: a PVC)."""
         return self._call("PATCH", object_path(obj), body=dict(patch),
                           content_type=MERGE_PATCH_CONTENT_TYPE)  # fmt: skip
-
-    def storage_class(self, name: str | None) -> dict[str, Any] | None:
-        """The named StorageClass, or the cluster's default one when ``name`` is None."""
-        path = "/apis/storage.k8s.io/v1/storageclasses"
-        if name is not None:
-            try:
-                return self._call("GET", f"{path}/{name}")
-            except KubeError as error:
-                if error.not_found:
-                    return None
-                raise
-        default = "storageclass.kubernetes.io/is-default-class"
-        for item in self._call("GET", path).get("items") or []:
-            if (item.get("metadata", {}).get("annotations") or {}).get(default) == "true":
-                return dict(item)
-        return None
 
     def delete(self, obj: Mapping[str, Any], *, orphan: bool = False) -> None:
         """Delete; ``orphan`` keeps the dependents (pods, claims) for a replacement to adopt."""
