@@ -23,7 +23,7 @@ CACHE = ROOT / ".cache" / "client-floor"
 
 pytestmark = pytest.mark.timeout(180)
 
-SCRIPT = r'''
+SCRIPT = r"""
 import json, sys, threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -71,7 +71,7 @@ kube.delete(obj)
 result["seen"] = seen
 server.shutdown()
 print(json.dumps(result))
-'''
+"""
 
 
 def declared_floor() -> str:
@@ -100,9 +100,8 @@ def test_the_declared_kubernetes_floor_runs_the_api_adapter() -> None:
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["client_file"].startswith(str(target))
-    assert tuple(map(int, result["version"].split(".")[:2])) == tuple(
-        map(int, (version.split(".") + ["0"])[:2])
-    )
+    major_minor = [*version.split("."), "0"][:2]
+    assert result["version"].split(".")[:2] == major_minor
     assert result["get"] == {"kind": "ConfigMap", "metadata": {"name": "c"}}
     assert result["missing"] is None
     methods = [(r["method"], r["path"].split("?")[0]) for r in result["seen"]]
