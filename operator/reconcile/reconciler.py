@@ -109,6 +109,7 @@ class Reconciler:
         return self._observe(body, spec, owner, password, applied, events)
 
     def build(self, spec: ServiceSpec, owner: Owner, password: str | None) -> list[dict[str, Any]]:
+        """The children, for an operator running in this operator's namespace."""
         return build_children(
             spec,
             owner=owner,
