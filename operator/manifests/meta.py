@@ -84,6 +84,11 @@ def redis_name(owner: Owner) -> str:
     return f"{owner.name}-redis"
 
 
+def redis_claim_name(owner: Owner) -> str:
+    """The Redis pod's volume claim, as the StatefulSet controller names it (template-set-0)."""
+    return f"data-{redis_name(owner)}-0"
+
+
 def redis_auth_secret_name(owner: Owner) -> str:
     return f"{owner.name}-redis-auth"
 

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cachefleet.operator.reconcile.conditions import Condition
+from cachefleet.runtime.config import QuantityError, parse_bytes
 
 
 def redis_condition(statefulset: Mapping[str, Any] | None, *, managed: bool) -> Condition:
@@ -26,6 +27,30 @@ def redis_condition(statefulset: Mapping[str, Any] | None, *, managed: bool) -> 
     if (current and update and current != update) or (update and updated < 1):
         return Condition("RedisReady", False, "Restarting", "Redis is restarting on a new revision")
     return Condition("RedisReady", True, "Ready", "Redis is ready")
+
+
+def volume_condition(
+    redis: Condition, claim: Mapping[str, Any] | None, wanted_size: str
+) -> Condition:
+    """RedisReady stays False while the Redis claim has not grown to the size asked for.
+
+    An expansion is asynchronous: the claim asks for the new size at once, and its
+    ``status.capacity`` follows when the volume (and its filesystem) has grown.
+    """
+    if not redis.status or claim is None:
+        return redis
+    name = (claim.get("metadata") or {}).get("name")
+    capacity = ((claim.get("status") or {}).get("capacity") or {}).get("storage")
+    try:
+        growing = capacity is not None and parse_bytes(capacity) < parse_bytes(wanted_size)
+    except QuantityError:
+        return redis
+    if growing:
+        message = (
+            f"the volume claim {name} holds {capacity}; waiting for it to grow to {wanted_size}"
+        )
+        return Condition("RedisReady", False, "ResizingVolume", message)
+    return redis
 
 
 def runtime_condition(deployment: Mapping[str, Any] | None) -> Condition:

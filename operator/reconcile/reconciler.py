@@ -131,6 +131,12 @@ class Reconciler:
             name = meta.redis_name(owner)
             statefulset = self._live(applied, "apps/v1", "StatefulSet", name, owner)
         redis = observe.redis_condition(statefulset, managed=spec.cache.managed_redis)
+        persistence = spec.cache.redis.persistence_or_default
+        if redis.status and spec.cache.managed_redis and persistence.enabled:
+            claim = self.kube.get(
+                "v1", "PersistentVolumeClaim", owner.namespace, meta.redis_claim_name(owner)
+            )
+            redis = observe.volume_condition(redis, claim, str(persistence.size))
         problem = None
         if redis.status and spec.cache.managed_redis:
             problem = self._apply_live_memory(spec, owner, password, events)

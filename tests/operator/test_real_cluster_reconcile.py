@@ -458,3 +458,18 @@ def test_an_unchanged_status_is_not_written_again() -> None:
     assert not patch
     handlers._report(body, patch, Outcome({**status, "replicas": 3}))
     assert dict(patch) == {"status": {"replicas": 3}}
+
+
+def test_redis_is_not_ready_until_an_expanded_claim_has_grown() -> None:
+    ready = observe.redis_condition(
+        {"metadata": {"generation": 1}, "status": {"observedGeneration": 1, "readyReplicas": 1}},
+        managed=True,
+    )
+    assert ready.status is True
+    claim = {"metadata": {"name": "data-svc-redis-0"}, "spec": {"resources": {"requests": {
+        "storage": "2Gi"}}}, "status": {"capacity": {"storage": "1Gi"}}}  # fmt: skip
+    growing = observe.volume_condition(ready, claim, "2Gi")
+    assert growing.status is False
+    assert "data-svc-redis-0" in growing.message
+    claim["status"]["capacity"]["storage"] = "2048Mi"
+    assert observe.volume_condition(ready, claim, "2Gi").status is True
