@@ -161,9 +161,25 @@ def test_runtime_configmap_is_loadable_settings_without_the_password(tmp_path: P
     assert settings.cache.mode == "tiered"
     assert settings.redis.url == "redis://svc-redis.ml.svc:6379/0"
     assert settings.server.port == 8000
+    assert settings.server.grpc_port == 8001
     secret = by_kind(children, "Secret")
     assert secret["data"]["password"] == "czNjcmV0"  # base64 of s3cret
     assert "s3cret" not in by_kind(children, "ConfigMap", "svc-redis-config")["data"]["redis.conf"]
+
+
+def test_runtime_pods_and_service_expose_http_and_grpc() -> None:
+    children = render({})
+    service = by_kind(children, "Service", "svc")
+    assert [(p["name"], p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [
+        ("http", 8000, "http"),
+        ("grpc", 8001, "grpc"),
+    ]
+    pod = by_kind(children, "Deployment")["spec"]["template"]["spec"]
+    (server,) = [c for c in pod["containers"] if c["name"] == "server"]
+    assert {(p["name"], p["containerPort"]) for p in server["ports"]} == {
+        ("http", 8000),
+        ("grpc", 8001),
+    }
 
 
 def test_gpu_pods_ask_for_gpus_and_run_as_non_root_read_only() -> None:
