@@ -84,6 +84,8 @@ async def _serving(state: ServerState) -> AsyncIterator[None]:
         )
         yield
     finally:
+        if state.service is not None:
+            await state.service.close()
         state.service = None
         await cache.close()
         executor.shutdown(wait=True, cancel_futures=True)

@@ -1,7 +1,7 @@
 """``config.pbtxt``: parse Triton's text format, fill Triton's defaults, turn it into ModelConfig.
 
-Triton configs in the wild carry fields this server does not act on (instance groups, dynamic
-batching, warmup, ...). They must still load, so unknown fields are skipped, and every field that
+Triton configs in the wild carry fields this server does not act on (sequence batching, warmup,
+model transactions, ...). They must still load, so unknown fields are skipped, and every field that
 is read but not acted on is logged once per model, so that nobody believes it took effect.
 """
 
@@ -38,7 +38,8 @@ ACTED_ON = frozenset(
         "default_model_filename",
         "parameters",
         "response_cache",
-        "instance_group",  # only its kind: all KIND_CPU keeps the model on the CPU
+        "instance_group",  # its kind (all KIND_CPU keeps the model on the CPU) and count
+        "dynamic_batching",
     }
 )
 

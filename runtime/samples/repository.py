@@ -15,7 +15,13 @@ from cachefleet.runtime.samples.arithmetic import (
     build_simple,
     build_simple_string,
 )
-from cachefleet.runtime.samples.densenet import DENSENET_CONFIG, build_densenet, densenet_labels
+from cachefleet.runtime.samples.densenet import (
+    DENSENET_BATCH_CONFIG,
+    DENSENET_CONFIG,
+    build_densenet,
+    build_densenet_batch,
+    densenet_labels,
+)
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,12 @@ SAMPLES: tuple[Sample, ...] = (
         "densenet_onnx",
         build_densenet,
         DENSENET_CONFIG,
+        lambda: {"densenet_labels.txt": "\n".join(densenet_labels()) + "\n"},
+    ),
+    Sample(
+        "densenet_batch",
+        build_densenet_batch,
+        DENSENET_BATCH_CONFIG,
         lambda: {"densenet_labels.txt": "\n".join(densenet_labels()) + "\n"},
     ),
 )

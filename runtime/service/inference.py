@@ -1,15 +1,15 @@
 """The inference service: one request from body bytes to rendered response bytes.
 
 Per request: resolve the model, decode and validate the body, ask the cache for the outputs
-(computing them off the event loop on a miss), then render them as this client asked. The cache
+(on a miss, the model's scheduler runs them off the event loop, batched with other misses when
+the model asks for dynamic batching), then render them as this client asked. The cache
 sees only the raw output tensors, never the rendering.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
@@ -18,8 +18,9 @@ from prometheus_client import Counter, Histogram
 
 from cachefleet.runtime.cache.api import CacheDirectives, CacheRequest, CacheStatus, ResponseCache
 from cachefleet.runtime.config import RuntimeSettings
-from cachefleet.runtime.errors import CachefleetError, ModelExecutionError
+from cachefleet.runtime.errors import BadRequestError, CachefleetError
 from cachefleet.runtime.metrics import RuntimeMetrics
+from cachefleet.runtime.metrics import TritonInferenceCounters as TRITON
 from cachefleet.runtime.models.types import Model, ModelRepository
 from cachefleet.runtime.protocol import (
     decode_request,
@@ -27,6 +28,7 @@ from cachefleet.runtime.protocol import (
     model_metadata,
     repository_index,
 )
+from cachefleet.runtime.service.scheduler import OnWait, Schedulers
 from cachefleet.runtime.tensor import Tensor
 
 _NO_CACHE = CacheDirectives(lookup=False, store=False)
@@ -45,7 +47,6 @@ class InferOutcome:
 @dataclass(frozen=True, slots=True)
 class _ModelSeries:
     request_seconds: Histogram
-    inference_seconds: Histogram
     ok: Counter
 
 
@@ -67,6 +68,11 @@ class InferenceService:
         self._cache_all = settings.models.cache_all_models
         self._default_ttl_s = settings.cache.ttl_s
         self._model_series: dict[tuple[str, str], _ModelSeries] = {}
+        self._schedulers = Schedulers(executor, metrics)
+
+    async def close(self) -> None:
+        """Stop the models' batchers (executions already running finish)."""
+        await self._schedulers.close()
 
     async def infer(
         self,
@@ -75,23 +81,35 @@ class InferenceService:
         body: bytes,
         header_length: int | None,
         directives: CacheDirectives,
+        on_wait: OnWait | None = None,
     ) -> InferOutcome:
-        """Answer one inference request; raises CachefleetError subclasses for the client."""
+        """Answer one inference request; raises CachefleetError subclasses for the client.
+
+        ``on_wait`` is called when the request starts waiting for a model execution: the
+        transport may then watch for its client going away and cancel the call.
+        """
         started = time.perf_counter()
         model = self._repository.get(model_name, version)
         series = self._series(model)
         try:
-            outcome = await self._infer(model, body, header_length, directives)
+            outcome = await self._infer(model, body, header_length, directives, on_wait)
         except CachefleetError as error:
             self._metrics.requests.labels(model.name, model.version, str(error.status_code)).inc()
+            self._metrics.inference.add(TRITON.FAILURE, model.name, model.version)
             series.request_seconds.observe(time.perf_counter() - started)
             raise
         series.ok.inc()
+        self._metrics.inference.add(TRITON.SUCCESS, model.name, model.version)
         series.request_seconds.observe(time.perf_counter() - started)
         return outcome
 
     async def _infer(
-        self, model: Model, body: bytes, header_length: int | None, directives: CacheDirectives
+        self,
+        model: Model,
+        body: bytes,
+        header_length: int | None,
+        directives: CacheDirectives,
+        on_wait: OnWait | None,
     ) -> InferOutcome:
         config = model.config
         request = decode_request(body, header_length, config)
@@ -104,8 +122,10 @@ class InferenceService:
             ttl_s=self._default_ttl_s if config.cache_ttl_s is None else config.cache_ttl_s,
         )
 
+        priority = _priority(request.parameters)
+
         async def compute() -> list[Tensor]:
-            return await self._run(model, request.inputs)
+            return await self._schedulers.of(model).run(request.inputs, priority, on_wait)
 
         outputs, status = await self._cache.get_or_compute(
             cache_request, directives if request.use_cache else _NO_CACHE, compute
@@ -120,21 +140,6 @@ class InferenceService:
         )
         return InferOutcome(encoded.body, encoded.header_length, status)
 
-    async def _run(self, model: Model, inputs: Sequence[Tensor]) -> list[Tensor]:
-        """Run the model in the bounded executor; other failures become ModelExecutionError."""
-        started = time.perf_counter()
-        loop = asyncio.get_running_loop()
-        try:
-            outputs = await loop.run_in_executor(self._executor, model.run, inputs)
-        except CachefleetError:
-            raise
-        except Exception as error:
-            raise ModelExecutionError(
-                f"model {model.name!r} version {model.version} failed: {error}"
-            ) from error
-        self._series(model).inference_seconds.observe(time.perf_counter() - started)
-        return outputs
-
     def _series(self, model: Model) -> _ModelSeries:
         """The model's labelled metric children, looked up once (``labels()`` takes a lock)."""
         key = (model.name, model.version)
@@ -143,7 +148,6 @@ class InferenceService:
             metrics = self._metrics
             series = _ModelSeries(
                 request_seconds=metrics.request_seconds.labels(*key),
-                inference_seconds=metrics.inference_seconds.labels(*key),
                 ok=metrics.requests.labels(*key, "200"),
             )
             self._model_series[key] = series
@@ -168,3 +172,11 @@ class InferenceService:
         """Remove a loaded model's entries from every cache tier; returns how many went."""
         self._repository.versions(name)
         return await self._cache.flush(name)
+
+
+def _priority(parameters: Mapping[str, Any]) -> int:
+    """The request parameter ``priority`` (0, the default level, when absent)."""
+    value = parameters.get("priority", 0)
+    if type(value) is not int or value < 0:
+        raise BadRequestError(f"parameter 'priority' must be a non-negative integer, not {value!r}")
+    return value
