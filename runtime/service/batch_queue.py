@@ -7,7 +7,8 @@ be read in one place. They follow Triton's dynamic batcher:
 - a batch takes the request at the head and the requests after it that can share its execution
   (same inputs, datatypes and non-batch dims), up to ``max_batch_size`` rows;
 - it goes at once when it reaches the largest ``preferred_batch_size`` (or ``max_batch_size``
-  when none is preferred), otherwise when the head has waited ``max_queue_delay``; with several
+  when none is preferred) or when the next waiting request would not fit, otherwise when the
+  head has waited ``max_queue_delay``; with several
   preferred sizes, the largest preferred size that the waiting requests fill exactly wins;
 - a request whose caller has gone (its future is done: cancelled) is dropped, never run.
 """
@@ -57,10 +58,10 @@ class BatchQueue:
         if not waiting:
             return None
         head = waiting[0]
-        chosen = self._compatible(head, waiting)
+        chosen, full = self._compatible(head, waiting)
         rows = sum(pending.rows for pending in chosen)
         deadline = head.queued_at + self.policy.max_queue_delay_s
-        if rows < self.policy.target_batch_size and now < deadline:
+        if not full and rows < self.policy.target_batch_size and now < deadline:
             return deadline
         batch = self._preferred_prefix(chosen)
         for pending in batch:
@@ -70,16 +71,19 @@ class BatchQueue:
     def _in_order(self) -> list[Pending]:
         return [pending for level in sorted(self._levels) for pending in self._levels[level]]
 
-    def _compatible(self, head: Pending, waiting: Sequence[Pending]) -> list[Pending]:
-        chosen, rows = [], 0
+    def _compatible(self, head: Pending, waiting: Sequence[Pending]) -> tuple[list[Pending], bool]:
+        """The requests that can join the head's batch, and whether the next one would not fit
+        (then waiting longer cannot make the batch bigger)."""
+        chosen: list[Pending] = []
+        rows = 0
         for pending in waiting:
             if pending.signature != head.signature:
                 continue
             if rows + pending.rows > self.policy.max_batch_size:
-                break
+                return chosen, True
             chosen.append(pending)
             rows += pending.rows
-        return chosen
+        return chosen, False
 
     def _preferred_prefix(self, chosen: list[Pending]) -> list[Pending]:
         """The longest head of ``chosen`` whose rows make a preferred size; all if none does."""
