@@ -14,6 +14,8 @@ from typing import Any, Protocol
 from cachefleet.runtime.tensor import Tensor
 
 Compute = Callable[[], Awaitable[list[Tensor]]]
+#: A row's cached outputs and the tier that held them (HIT_LOCAL or HIT_REDIS).
+RowHit = tuple[list[Tensor], "CacheStatus"]
 
 
 class CacheStatus(StrEnum):
@@ -23,6 +25,8 @@ class CacheStatus(StrEnum):
     HIT_REDIS = "hit-redis"
     MISS = "miss"
     BYPASS = "bypass"
+    #: Some rows of a batched request came from the row cache, the others ran.
+    PARTIAL = "partial"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +66,18 @@ class ResponseCache(Protocol):
         """Remove every entry of ``model`` from every tier; returns how many were removed."""
         ...
 
+    async def get_rows(self, rows: Sequence[CacheRequest]) -> list[RowHit | None]:
+        """Look up one-row requests together (the rows of one batched request); None for each
+        row not held. Never raises: a tier fault makes its rows misses."""
+        ...
+
+    def put_rows(
+        self, rows: Sequence[CacheRequest], outputs: Sequence[Sequence[Tensor]], since: float
+    ) -> None:
+        """Insert computed rows (as ``get_or_compute`` inserts answers); ``since`` is the
+        ``time.monotonic()`` when their computation started (a flush after it voids them)."""
+        ...
+
 
 class NullCache:
     """``--cache none``: always computes, and says so."""
@@ -79,3 +95,11 @@ class NullCache:
 
     async def flush(self, model: str) -> int:
         return 0
+
+    async def get_rows(self, rows: Sequence[CacheRequest]) -> list[RowHit | None]:
+        return [None] * len(rows)
+
+    def put_rows(
+        self, rows: Sequence[CacheRequest], outputs: Sequence[Sequence[Tensor]], since: float
+    ) -> None:
+        return None

@@ -9,7 +9,7 @@ sees only the raw output tensors, never the rendering.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +28,8 @@ from cachefleet.runtime.protocol import (
     model_metadata,
     repository_index,
 )
+from cachefleet.runtime.service import rows
+from cachefleet.runtime.service.row_cache import answer_by_rows
 from cachefleet.runtime.service.scheduler import OnWait, Schedulers
 from cachefleet.runtime.tensor import Tensor
 
@@ -123,13 +125,30 @@ class InferenceService:
         )
 
         priority = _priority(request.parameters)
+        directives = directives if request.use_cache else _NO_CACHE
+        scheduler = self._schedulers.of(model)
+
+        async def run(inputs: Sequence[Tensor]) -> list[Tensor]:
+            return await scheduler.run(inputs, priority, on_wait)
+
+        by_rows = (
+            scheduler.policy.row_cache
+            and cache_request.enabled
+            and directives.lookup
+            and rows.batch_rows(request.inputs) > 1
+        )
+        row_status: list[CacheStatus] = []
 
         async def compute() -> list[Tensor]:
-            return await self._schedulers.of(model).run(request.inputs, priority, on_wait)
+            if not by_rows:
+                return await run(request.inputs)
+            answer = await answer_by_rows(self._cache, cache_request, run)
+            row_status.append(answer.status)
+            return answer.outputs
 
-        outputs, status = await self._cache.get_or_compute(
-            cache_request, directives if request.use_cache else _NO_CACHE, compute
-        )
+        outputs, status = await self._cache.get_or_compute(cache_request, directives, compute)
+        if row_status and status is CacheStatus.MISS:
+            status = row_status[0]  # the whole request missed; its rows may not have
         encoded = encode_response(
             request,
             outputs,

@@ -11,12 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 from conftest import ServerProcess, wait_until
 from onnx import TensorProto, helper
 from prometheus_client.parser import text_string_to_metric_families
 
 from cachefleet.runtime.samples.onnx_build import make_model
+from cachefleet.runtime.tensor import Tensor
 
 #: What ``picker`` returns for indices 0 to 3; any other index makes ONNX Runtime fail.
 TABLE = [10.0, 20.0, 30.0, 40.0]
@@ -63,15 +65,16 @@ def write_variant(root: Path, samples: Path, sample: str, name: str, config: str
 
 
 def metric(server: ServerProcess, name: str, model: str) -> float:
-    """The value of ``name`` for ``model`` version 1 (0 if absent); histograms give ``_sum``
-    and ``_count`` samples under those names."""
+    """The value of ``name`` for ``model``, summed over its other labels (tiers); 0 if absent.
+    Histograms give ``_sum`` and ``_count`` samples under those names."""
     with urllib.request.urlopen(f"{server.base_url}/metrics", timeout=10) as response:
         text = response.read().decode()
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and sample.labels.get("model") == model:
-                return float(sample.value)
-    return 0.0
+    return sum(
+        float(sample.value)
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name and sample.labels.get("model") == model
+    )
 
 
 def wait_pending(server: ServerProcess, model: str, count: int) -> None:
@@ -126,3 +129,43 @@ class InFlight:
 
 def values(answer: Any) -> list[float]:
     return [float(value) for value in answer["outputs"][0]["data"]]
+
+
+def post_binary(
+    server: ServerProcess, model: str, inputs: dict[str, np.ndarray]
+) -> tuple[int, str | None, dict[str, bytes]]:
+    """A request in Triton's binary tensor extension: (status, X-Cache, raw bytes per output),
+    the bytes in the canonical form (little-endian; BYTES as length-prefixed elements)."""
+    tensors = {name: Tensor.from_numpy(name, array) for name, array in inputs.items()}
+    header = json.dumps(
+        {
+            "inputs": [
+                {"name": t.name, "datatype": t.datatype, "shape": list(t.shape),
+                 "parameters": {"binary_data_size": len(t.data)}}
+                for t in tensors.values()
+            ],
+            "parameters": {"binary_data_output": True},
+        }
+    ).encode()  # fmt: skip
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
+    try:
+        connection.request(
+            "POST",
+            f"/v2/models/{model}/infer",
+            body=header + b"".join(t.data for t in tensors.values()),
+            headers={"Inference-Header-Content-Length": str(len(header))},
+        )
+        response = connection.getresponse()
+        body = response.read()
+        x_cache = response.getheader("X-Cache")
+        length = response.getheader("Inference-Header-Content-Length")
+    finally:
+        connection.close()
+    if response.status != 200 or length is None:
+        return response.status, x_cache, {}
+    document, offset, outputs = json.loads(body[: int(length)]), int(length), {}
+    for output in document["outputs"]:
+        size = output["parameters"]["binary_data_size"]
+        outputs[output["name"]] = body[offset : offset + size]
+        offset += size
+    return response.status, x_cache, outputs
