@@ -68,6 +68,7 @@ class InferenceService:
         self._metrics = metrics
         self._executor = executor
         self._cache_all = settings.models.cache_all_models
+        self._row_cache_models = frozenset(settings.models.row_cache_models)
         self._default_ttl_s = settings.cache.ttl_s
         self._model_series: dict[tuple[str, str], _ModelSeries] = {}
         self._schedulers = Schedulers(executor, metrics)
@@ -132,7 +133,8 @@ class InferenceService:
             return await scheduler.run(inputs, priority, on_wait)
 
         by_rows = (
-            scheduler.policy.row_cache
+            (scheduler.policy.row_cache or model.name in self._row_cache_models)
+            and config.max_batch_size > 0
             and cache_request.enabled
             and directives.lookup
             and rows.batch_rows(request.inputs) > 1

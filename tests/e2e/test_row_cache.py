@@ -116,6 +116,19 @@ def test_models_without_the_switch_cache_whole_requests_only(row_server: ServerP
     assert metric(row_server, ROW_MISSES, "simple") == 0
 
 
+def test_the_row_cache_models_setting_turns_it_on(
+    make_server: Callable[..., ServerProcess], row_repository: Path
+) -> None:
+    """What the operator sets for ``spec.model.rowCache``: no config.pbtxt change needed."""
+    server = make_server("--row-cache-models", "simple", repository=row_repository)
+    rows = batch("simple", 3, seed=8)
+    assert post_binary(server, "simple", pick(rows, [0, 1]))[1] == "miss"
+    assert post_binary(server, "simple", pick(rows, [1, 2]))[1] == "partial"
+    assert post_binary(server, "simple_string", pick(batch("simple_string", 2, 8), [0, 1]))[1] == (
+        "miss"
+    )
+
+
 def test_rows_come_from_redis_in_one_lookup(
     make_server: Callable[..., ServerProcess],
     row_repository: Path,
