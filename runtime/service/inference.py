@@ -174,6 +174,23 @@ class InferenceService:
             self._model_series[key] = series
         return series
 
+    def batch_stats(self, name: str, version: str | None) -> list[dict[str, Any]]:
+        """Triton's ``batch_stats`` of a model version (statistics extension): executions per
+        batch size, with their time in the model (input and output handling included)."""
+        model = self._repository.get(name, version)
+        scheduler = self._schedulers.get(model.name, model.version)
+        if scheduler is None:
+            return []
+        return [
+            {
+                "batch_size": size,
+                "compute_input": {"count": stats.count, "ns": 0},
+                "compute_infer": {"count": stats.count, "ns": stats.compute_ns},
+                "compute_output": {"count": stats.count, "ns": 0},
+            }
+            for size, stats in sorted(scheduler.batch_stats.items())
+        ]
+
     def model_metadata(self, name: str, version: str | None) -> dict[str, Any]:
         model = self._repository.get(name, version)
         versions = [version] if version is not None else self._repository.versions(name)

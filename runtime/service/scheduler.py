@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
+from dataclasses import dataclass
 
 from cachefleet.runtime.errors import BadRequestError, CachefleetError, ModelExecutionError
 from cachefleet.runtime.metrics import RuntimeMetrics
@@ -28,6 +29,14 @@ from cachefleet.runtime.tensor import Tensor
 logger = logging.getLogger(__name__)
 #: Called when a request starts waiting for an execution (see InferenceService.infer).
 OnWait = Callable[[], None]
+
+
+@dataclass
+class BatchStats:
+    """Executions of one batch size, as Triton's statistics extension reports them."""
+
+    count: int = 0
+    compute_ns: int = 0
 
 
 class ModelScheduler:
@@ -51,6 +60,8 @@ class ModelScheduler:
         self._inference_seconds = metrics.inference_seconds.labels(*labels)
         self._pending = metrics.pending_requests.labels(*labels)
         self._counters = metrics.inference
+        #: Successful executions by batch size (rows), for the statistics extension.
+        self.batch_stats: dict[int, BatchStats] = {}
         self._preserve_ordering = policy.batching is not None and policy.batching.preserve_ordering
 
     async def run(
@@ -207,8 +218,12 @@ class ModelScheduler:
         loop = asyncio.get_running_loop()
         sizes = [self._rows(part) for part in parts]
         pieces = await loop.run_in_executor(self._executor, self._execute_blocking, parts, sizes)
-        self._inference_seconds.observe(time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        self._inference_seconds.observe(elapsed)
         total = sum(sizes)
+        stats = self.batch_stats.setdefault(total, BatchStats())
+        stats.count += 1
+        stats.compute_ns += int(elapsed * 1e9)
         self._batch_sizes.observe(total)
         self._counters.executed(self.model.name, self.model.version, total)
         return pieces
@@ -243,6 +258,10 @@ class Schedulers:
             scheduler = ModelScheduler(model, policy, self._executor, self._metrics)
             self._schedulers[key] = scheduler
         return scheduler
+
+    def get(self, name: str, version: str) -> ModelScheduler | None:
+        """The scheduler of a model version that has run at least once, else None."""
+        return self._schedulers.get((name, version))
 
     async def close(self) -> None:
         schedulers, self._schedulers = list(self._schedulers.values()), {}
