@@ -8,6 +8,7 @@ protobuf: that form is Triton's own and stays the same whichever protobuf classe
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 from cachefleet.runtime.models.errors import ModelLoadError
 from cachefleet.runtime.models.types import ModelConfig
 
+logger = logging.getLogger(__name__)
 #: ``parameters { key: "cachefleet.row_cache" value: { string_value: "true" } }`` turns it on.
 ROW_CACHE_PARAMETER = "cachefleet.row_cache"
 _TRUE = frozenset({"true", "1", "yes", "on"})
@@ -78,6 +80,12 @@ def _batching(config: ModelConfig) -> BatchingPolicy | None:
         raise ModelLoadError(
             f"model {config.name!r}: preferred_batch_size {bad} must be between 1 and "
             f"max_batch_size {config.max_batch_size}"
+        )
+    if block.get("default_queue_policy") or block.get("priority_queue_policy"):
+        logger.info(
+            "model %r: dynamic_batching queue policies (timeouts, queue sizes) are parsed but "
+            "not acted on",
+            config.name,
         )
     levels = int(block.get("priority_levels") or 0)
     default_level = int(block.get("default_priority_level") or 0)
