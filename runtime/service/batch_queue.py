@@ -51,6 +51,12 @@ class BatchQueue:
     def push(self, pending: Pending) -> None:
         self._levels.setdefault(pending.level, deque()).append(pending)
 
+    def drain(self) -> list[Pending]:
+        """Every waiting request, removed from the queue."""
+        waiting = self._in_order()
+        self._levels.clear()
+        return waiting
+
     def take(self, now: float) -> list[Pending] | float | None:
         """The batch to run now; else when to look again (the head's deadline); None if empty."""
         self._drop_abandoned()

@@ -18,7 +18,12 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
-from cachefleet.runtime.errors import BadRequestError, CachefleetError, ModelExecutionError
+from cachefleet.runtime.errors import (
+    BadRequestError,
+    CachefleetError,
+    ModelExecutionError,
+    NotReadyError,
+)
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.models.scheduling import SchedulingPolicy, scheduling_policy
 from cachefleet.runtime.models.types import Model
@@ -88,6 +93,7 @@ class ModelScheduler:
         self._arrived.set()
         if self._loop_task is None:
             self._loop_task = asyncio.create_task(self._batch_loop(self._queue))
+            self._loop_task.add_done_callback(self._loop_ended)
         try:
             return await future
         except asyncio.CancelledError:
@@ -97,12 +103,17 @@ class ModelScheduler:
             raise
 
     async def close(self) -> None:
-        """Stop batching; executions already running finish in the thread pool."""
+        """Stop batching: batches already running finish, requests still waiting get 503."""
         if self._loop_task is not None:
             self._loop_task.cancel()
             await asyncio.gather(self._loop_task, return_exceptions=True)
             self._loop_task = None
         await asyncio.gather(*self._running, return_exceptions=True)
+        for pending in self._queue.drain() if self._queue is not None else ():
+            if not pending.future.done():
+                pending.future.set_exception(
+                    NotReadyError(f"model {self.model.name!r} is no longer served here")
+                )
 
     def _rows(self, inputs: Sequence[Tensor]) -> int:
         """Rows of a request: its batch size, or 1 for a model without a batch dimension."""
@@ -120,6 +131,15 @@ class ModelScheduler:
                 f"(1 to {batching.priority_levels}, or 0 for the default)"
             )
         return priority
+
+    def _loop_ended(self, task: asyncio.Task[None]) -> None:
+        """A batcher that died of a bug is logged and restarted by the next request."""
+        if self._loop_task is task:
+            self._loop_task = None
+        if not task.cancelled() and task.exception() is not None:
+            logger.error(
+                "model %r: the batcher stopped", self.model.name, exc_info=task.exception()
+            )
 
     async def _run_alone(self, inputs: Sequence[Tensor]) -> list[Tensor]:
         await self._slots.acquire()
@@ -196,6 +216,9 @@ class ModelScheduler:
         except CachefleetError as error:
             if len(batch) == 1:
                 return [error]
+        except Exception as error:  # the executor itself failed (shut down): nothing can run
+            failure = ModelExecutionError(f"model {self.model.name!r} cannot run: {error}")
+            return [failure] * len(batch)
         logger.info(
             "model %r: a batch of %d requests failed; running them one by one",
             self.model.name,
@@ -210,6 +233,10 @@ class ModelScheduler:
                 results.append(await self._execute_one(pending.inputs))
             except CachefleetError as error:
                 results.append(error)
+            except Exception as error:
+                results.append(
+                    ModelExecutionError(f"model {self.model.name!r} cannot run: {error}")
+                )
         return results
 
     async def _execute(self, parts: Sequence[Sequence[Tensor]]) -> list[list[Tensor]]:
@@ -249,11 +276,16 @@ class Schedulers:
         self._executor = executor
         self._metrics = metrics
         self._schedulers: dict[tuple[str, str], ModelScheduler] = {}
+        self._retiring: set[asyncio.Future[None]] = set()
 
     def of(self, model: Model) -> ModelScheduler:
         key = (model.name, model.version)
         scheduler = self._schedulers.get(key)
         if scheduler is None or scheduler.model is not model:
+            if scheduler is not None:  # the model was loaded again: retire the old batcher
+                retiring = asyncio.ensure_future(scheduler.close())
+                self._retiring.add(retiring)
+                retiring.add_done_callback(self._retiring.discard)
             policy = scheduling_policy(model.config)
             scheduler = ModelScheduler(model, policy, self._executor, self._metrics)
             self._schedulers[key] = scheduler
@@ -265,4 +297,4 @@ class Schedulers:
 
     async def close(self) -> None:
         schedulers, self._schedulers = list(self._schedulers.values()), {}
-        await asyncio.gather(*(scheduler.close() for scheduler in schedulers))
+        await asyncio.gather(*(scheduler.close() for scheduler in schedulers), *self._retiring)

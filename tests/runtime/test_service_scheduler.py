@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
+from cachefleet.runtime.errors import NotReadyError
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.models.scheduling import BatchingPolicy, SchedulingPolicy
 from cachefleet.runtime.models.types import ModelConfig, TensorSpec
@@ -138,3 +139,15 @@ async def test_waiting_requests_merge_into_one_execution(executor: ThreadPoolExe
     assert model.started == [[1], [5, 6, 7]]
     assert {size: stats.count for size, stats in scheduler.batch_stats.items()} == {1: 1, 3: 1}
     await scheduler.close()
+
+
+async def test_closing_answers_waiting_requests_with_503(executor: ThreadPoolExecutor) -> None:
+    model = HeldModel()
+    policy = SchedulingPolicy(batching=BatchingPolicy(max_batch_size=8, max_queue_delay_s=3600))
+    scheduler = ModelScheduler(model, policy, executor, RuntimeMetrics())
+    waiting = asyncio.ensure_future(scheduler.run(request(1)))
+    await asyncio.sleep(0)
+    await scheduler.close()
+    with pytest.raises(NotReadyError):
+        await waiting
+    assert model.started == []
