@@ -46,7 +46,8 @@ class BatchingPolicy:
 class SchedulingPolicy:
     """Everything the scheduler and the row cache need to know about one model."""
 
-    #: Concurrent executions of the model (the sum of its ``instance_group`` counts; at least 1).
+    #: Concurrent executions of the model: its ``instance_group`` counts, times the GPUs each
+    #: group lists, summed (at least 1).
     instances: int = 1
     #: None: every request runs by itself.
     batching: BatchingPolicy | None = None
@@ -66,8 +67,14 @@ def scheduling_policy(config: ModelConfig) -> SchedulingPolicy:
 
 def _instances(document: Mapping[str, Any]) -> int:
     groups = document.get("instance_group") or []
-    # Triton: an instance group without a count has one instance.
-    return max(1, sum(max(1, int(group.get("count") or 0)) for group in groups))
+    # Triton: a group without a count has one instance, on each of the GPUs it lists.
+    return max(
+        1,
+        sum(
+            max(1, int(group.get("count") or 0)) * max(1, len(group.get("gpus") or ()))
+            for group in groups
+        ),
+    )
 
 
 def _batching(config: ModelConfig) -> BatchingPolicy | None:

@@ -60,6 +60,7 @@ def test_instances_add_up_over_groups() -> None:
     assert (
         policy("instance_group [ { count: 2 kind: KIND_CPU }, { kind: KIND_CPU } ]").instances == 3
     )
+    assert policy("instance_group [ { count: 2 kind: KIND_GPU gpus: [ 0, 1 ] } ]").instances == 4
 
 
 @pytest.mark.parametrize(("text", "on"), [("true", True), ("TRUE", True), ("false", False)])
