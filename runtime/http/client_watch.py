@@ -20,10 +20,20 @@ class ClientWatch:
         self._request = request
         self._task = task
         self._watcher: asyncio.Task[None] | None = None
+        #: Whether the client went and the request was cancelled because of it.
+        self.fired = False
 
     def start(self) -> None:
         if self._watcher is None and self._task is not None:
             self._watcher = asyncio.ensure_future(self._watch())
+
+    def absorb(self) -> bool:
+        """After the cancellation this watch caused: undo it (so that the handler can finish
+        quietly instead of the server logging an error per hang-up); False if it was not ours."""
+        if not self.fired or self._task is None:
+            return False
+        self._task.uncancel()
+        return True
 
     def stop(self) -> None:
         if self._watcher is not None:
@@ -36,5 +46,6 @@ class ClientWatch:
             message = await self._request.receive()
             if message["type"] == "http.disconnect":
                 if self._task is not None and not self._task.done():
+                    self.fired = True
                     self._task.cancel()
                 return

@@ -25,6 +25,8 @@ from cachefleet.runtime.protocol import server_metadata
 
 _JSON = "application/json"
 _BINARY = "application/octet-stream"
+#: Not sent (the client has gone); nginx's code for it, should a proxy log it.
+_CLIENT_GONE = 499
 _MODEL_PATHS = ("/v2/models/{model}", "/v2/models/{model}/versions/{version}")
 
 
@@ -72,6 +74,10 @@ class Endpoints:
                 directives_from(request.headers.get("cache-control")),
                 on_wait=watch.start,
             )
+        except asyncio.CancelledError:
+            if not watch.absorb():
+                raise
+            return Response(status_code=_CLIENT_GONE)  # nobody reads it: the client has gone
         finally:
             watch.stop()
         headers = {"X-Cache": outcome.cache_status.value}

@@ -184,6 +184,7 @@ def test_a_client_that_hangs_up_while_queued_is_dropped(
     assert values(staying.wait()[2]) == [TABLE[0]]
     assert values(more.wait()[2]) == [TABLE[1], TABLE[2]]
     assert metric(batching_server, ROWS, model) == 3, "the dropped request never ran"
+    assert "Exception in ASGI application" not in batching_server.log(), "a hang-up is no error"
 
 
 def test_a_client_that_hangs_up_does_not_cancel_a_running_batch(
