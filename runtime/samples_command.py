@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 HELP = (
-    "write the sample model repository (simple, simple_string, densenet_onnx), "
+    "write the sample model repository (simple, simple_string, densenet_onnx, densenet_batch), "
     "built locally with onnx."
 )
 
