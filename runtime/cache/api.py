@@ -14,8 +14,10 @@ from typing import Any, Protocol
 from cachefleet.runtime.tensor import Tensor
 
 Compute = Callable[[], Awaitable[list[Tensor]]]
-#: A row's cached outputs and the tier that held them (HIT_LOCAL or HIT_REDIS).
+#: A row's outputs and how it was answered (HIT_LOCAL, HIT_REDIS or MISS).
 RowHit = tuple[list[Tensor], "CacheStatus"]
+#: Computes the rows at the given indices; returns their outputs in the same order.
+RowsCompute = Callable[[Sequence[int]], Awaitable[Sequence[Sequence[Tensor]]]]
 
 
 class CacheStatus(StrEnum):
@@ -66,16 +68,14 @@ class ResponseCache(Protocol):
         """Remove every entry of ``model`` from every tier; returns how many were removed."""
         ...
 
-    async def get_rows(self, rows: Sequence[CacheRequest]) -> list[RowHit | None]:
-        """Look up one-row requests together (the rows of one batched request); None for each
-        row not held. Never raises: a tier fault makes its rows misses."""
-        ...
-
-    def put_rows(
-        self, rows: Sequence[CacheRequest], outputs: Sequence[Sequence[Tensor]], since: float
-    ) -> None:
-        """Insert computed rows (as ``get_or_compute`` inserts answers); ``since`` is the
-        ``time.monotonic()`` when their computation started (a flush after it voids them)."""
+    async def get_rows_or_compute(
+        self, rows: Sequence[CacheRequest], compute: RowsCompute
+    ) -> list[RowHit]:
+        """Each one-row request's outputs (the rows of one batched request) and how it was
+        answered: HIT_LOCAL or HIT_REDIS from a tier (looked up together), MISS when
+        ``compute`` ran it. ``compute`` gets the indices of the rows no tier held and returns
+        their outputs in that order; they are inserted as ``get_or_compute`` inserts answers.
+        Tier faults make misses; only ``compute``'s exceptions propagate."""
         ...
 
 
@@ -96,10 +96,8 @@ class NullCache:
     async def flush(self, model: str) -> int:
         return 0
 
-    async def get_rows(self, rows: Sequence[CacheRequest]) -> list[RowHit | None]:
-        return [None] * len(rows)
-
-    def put_rows(
-        self, rows: Sequence[CacheRequest], outputs: Sequence[Sequence[Tensor]], since: float
-    ) -> None:
-        return None
+    async def get_rows_or_compute(
+        self, rows: Sequence[CacheRequest], compute: RowsCompute
+    ) -> list[RowHit]:
+        computed = await compute(list(range(len(rows))))
+        return [(list(outputs), CacheStatus.MISS) for outputs in computed]

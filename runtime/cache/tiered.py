@@ -10,8 +10,9 @@ path of a request:
    is open; a valid entry is promoted to the local tier, ``hit-redis``; else compute, store in
    the local tier at once and in Redis through the write-behind queue, ``miss``.
 
-For the row cache, ``get_rows`` looks up the rows of a batched request (local tier first, the
-rest from Redis in one round trip) and ``put_rows`` inserts computed rows the same way.
+For the row cache, ``get_rows_or_compute`` looks up the rows of a batched request (local tier
+first, the rest from Redis in one round trip), computes the missing ones in one call and
+inserts them the same way.
 
 Nothing here fails a request because of the cache: every tier fault becomes a miss, is counted
 in ``cachefleet_cache_errors_total{tier,kind}`` and fed to the breaker. Only compute's own
@@ -30,6 +31,7 @@ from cachefleet.runtime.cache.api import (
     CacheStatus,
     Compute,
     RowHit,
+    RowsCompute,
 )
 from cachefleet.runtime.cache.breaker import CircuitBreaker
 from cachefleet.runtime.cache.counters import CacheCounters, ModelCounters
@@ -192,13 +194,16 @@ class TieredCache:
             counters.hits_redis.inc()
         return outputs
 
-    async def get_rows(self, rows: Sequence[CacheRequest]) -> list[RowHit | None]:
-        """Each row from the local tier, else all the rest from Redis in one round trip."""
-        found: list[RowHit | None] = [None] * len(rows)
+    async def get_rows_or_compute(
+        self, rows: Sequence[CacheRequest], compute: RowsCompute
+    ) -> list[RowHit]:
+        """Each row from the local tier, else the rest from Redis in one round trip, else
+        computed (all missing rows in one call) and inserted like any answer."""
         if not rows:
-            return found
+            return []
         counters = self.counters.of(rows[0].model, rows[0].version)
         keys = [self._key(row) for row in rows]
+        found: list[RowHit | None] = [None] * len(rows)
         if self.local is not None:
             for index, key in enumerate(keys):
                 hit = self.local.get(key)
@@ -212,15 +217,15 @@ class TieredCache:
             if outputs is not None:
                 found[index] = (outputs, CacheStatus.HIT_REDIS)
                 counters.row_hits_redis.inc()
-            else:
-                counters.row_misses.inc()
-        return found
-
-    def put_rows(
-        self, rows: Sequence[CacheRequest], outputs: Sequence[Sequence[Tensor]], since: float
-    ) -> None:
-        for row, row_outputs in zip(rows, outputs, strict=True):
-            self._store(self._key(row), row_outputs, row.ttl_s, since)
+        missing = [index for index, each in enumerate(found) if each is None]
+        if missing:
+            counters.row_misses.inc(len(missing))
+            since = time.monotonic()
+            computed = await compute(missing)
+            for index, row_outputs in zip(missing, computed, strict=True):
+                self._store(keys[index], row_outputs, rows[index].ttl_s, since)
+                found[index] = (list(row_outputs), CacheStatus.MISS)
+        return [each for each in found if each is not None]
 
     async def _redis_get_many(
         self, keys: Sequence[CacheKey], counters: ModelCounters

@@ -15,7 +15,6 @@ the batch), and a row cache would then be wrong.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -38,43 +37,29 @@ async def answer_by_rows(cache: ResponseCache, request: CacheRequest, run: Run) 
     """The outputs of a batched ``request``, each row from the cache when it holds it."""
     row_inputs = rows.rows_of(request.inputs)
     row_requests = [replace(request, inputs=inputs) for inputs in row_inputs]
-    found = await cache.get_rows(row_requests)
-    missing = [index for index, hit in enumerate(found) if hit is None]
-    if len(missing) == len(found):
-        return RowAnswer(
-            await _run_and_keep(cache, row_requests, request.inputs, run), CacheStatus.MISS
-        )
-    if missing:
-        computed = await _run_and_keep(
-            cache,
-            [row_requests[index] for index in missing],
-            rows.join([row_inputs[index] for index in missing]),
-            run,
-        )
-        for index, piece in zip(missing, rows.split(computed, [1] * len(missing)), strict=True):
-            found[index] = (piece, CacheStatus.MISS)
-    held = [hit for hit in found if hit is not None]
-    if not _agree([outputs for outputs, _ in held]):
+
+    async def run_missing(missing: Sequence[int]) -> list[list[Tensor]]:
+        if len(missing) == len(row_inputs):
+            outputs = await run(request.inputs)
+        else:
+            outputs = await run(rows.join([row_inputs[index] for index in missing]))
+        return rows.split(outputs, [1] * len(missing)) if len(missing) > 1 else [outputs]
+
+    answered = await cache.get_rows_or_compute(row_requests, run_missing)
+    if not _agree([outputs for outputs, _ in answered]):
         # Rows cached with different output shapes (a model whose output dims vary): they
         # cannot be stacked, so the whole request runs.
         return RowAnswer(await run(request.inputs), CacheStatus.MISS)
-    return RowAnswer(rows.join([outputs for outputs, _ in held]), _status(held, bool(missing)))
+    return RowAnswer(rows.join([outputs for outputs, _ in answered]), _status(answered))
 
 
-async def _run_and_keep(
-    cache: ResponseCache, row_requests: Sequence[CacheRequest], inputs: Sequence[Tensor], run: Run
-) -> list[Tensor]:
-    since = time.monotonic()
-    outputs = await run(inputs)
-    pieces = rows.split(outputs, [1] * len(row_requests)) if len(row_requests) > 1 else [outputs]
-    cache.put_rows(row_requests, pieces, since)
-    return outputs
-
-
-def _status(held: Sequence[RowHit], any_ran: bool) -> CacheStatus:
-    if any_ran:
+def _status(answered: Sequence[RowHit]) -> CacheStatus:
+    ran = sum(1 for _, status in answered if status is CacheStatus.MISS)
+    if ran == len(answered):
+        return CacheStatus.MISS
+    if ran:
         return CacheStatus.PARTIAL
-    if all(status is CacheStatus.HIT_LOCAL for _, status in held):
+    if all(status is CacheStatus.HIT_LOCAL for _, status in answered):
         return CacheStatus.HIT_LOCAL
     return CacheStatus.HIT_REDIS
 
