@@ -16,13 +16,20 @@ from typing import Any
 
 from prometheus_client import Counter, Histogram
 
-from cachefleet.runtime.cache.api import CacheDirectives, CacheRequest, CacheStatus, ResponseCache
+from cachefleet.runtime.cache.api import (
+    CacheDirectives,
+    CacheRequest,
+    CacheStatus,
+    Compute,
+    ResponseCache,
+)
 from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.errors import BadRequestError, CachefleetError
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.metrics import TritonInferenceCounters as TRITON
 from cachefleet.runtime.models.types import Model, ModelRepository
 from cachefleet.runtime.protocol import (
+    InferRequest,
     decode_request,
     encode_response,
     model_metadata,
@@ -125,29 +132,9 @@ class InferenceService:
             ttl_s=self._default_ttl_s if config.cache_ttl_s is None else config.cache_ttl_s,
         )
 
-        priority = _priority(request.parameters)
         directives = directives if request.use_cache else _NO_CACHE
-        scheduler = self._schedulers.of(model)
-
-        async def run(inputs: Sequence[Tensor]) -> list[Tensor]:
-            return await scheduler.run(inputs, priority, on_wait)
-
-        by_rows = (
-            (scheduler.policy.row_cache or model.name in self._row_cache_models)
-            and config.max_batch_size > 0
-            and cache_request.enabled
-            and directives.lookup
-            and rows.batch_rows(request.inputs) > 1
-        )
         row_status: list[CacheStatus] = []
-
-        async def compute() -> list[Tensor]:
-            if not by_rows:
-                return await run(request.inputs)
-            answer = await answer_by_rows(self._cache, cache_request, run)
-            row_status.append(answer.status)
-            return answer.outputs
-
+        compute = self._compute(model, request, cache_request, directives, on_wait, row_status)
         outputs, status = await self._cache.get_or_compute(cache_request, directives, compute)
         if row_status and status is CacheStatus.MISS:
             status = row_status[0]  # the whole request missed; its rows may not have
@@ -160,6 +147,40 @@ class InferenceService:
             batched=config.max_batch_size > 0,
         )
         return InferOutcome(encoded.body, encoded.header_length, status)
+
+    def _compute(
+        self,
+        model: Model,
+        request: InferRequest,
+        cache_request: CacheRequest,
+        directives: CacheDirectives,
+        on_wait: OnWait | None,
+        row_status: list[CacheStatus],
+    ) -> Compute:
+        """How a miss is computed: through the model's scheduler, row by row through the row
+        cache when the model has it (its status then goes into ``row_status``)."""
+        priority = _priority(request.parameters)
+        scheduler = self._schedulers.of(model)
+
+        async def run(inputs: Sequence[Tensor]) -> list[Tensor]:
+            return await scheduler.run(inputs, priority, on_wait)
+
+        by_rows = (
+            (scheduler.policy.row_cache or model.name in self._row_cache_models)
+            and model.config.max_batch_size > 0
+            and cache_request.enabled
+            and directives.lookup
+            and rows.batch_rows(request.inputs) > 1
+        )
+
+        async def compute() -> list[Tensor]:
+            if not by_rows:
+                return await run(request.inputs)
+            answer = await answer_by_rows(self._cache, cache_request, run)
+            row_status.append(answer.status)
+            return answer.outputs
+
+        return compute
 
     def _series(self, model: Model) -> _ModelSeries:
         """The model's labelled metric children, looked up once (``labels()`` takes a lock)."""
