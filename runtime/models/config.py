@@ -10,12 +10,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from google.protobuf import json_format, text_format
+from google.protobuf import descriptor, json_format, text_format
 
 from cachefleet.runtime.config import QuantityError, parse_duration_s
+from cachefleet.runtime.models.config_message import ConfigMessage, new_model_config
 from cachefleet.runtime.models.datatypes import CONFIG_TO_KSERVE
 from cachefleet.runtime.models.errors import ModelLoadError
-from cachefleet.runtime.models.schema import ConfigMessage, new_model_config
 from cachefleet.runtime.models.types import ModelConfig, TensorSpec
 
 logger = logging.getLogger(__name__)
@@ -99,13 +99,56 @@ def log_ignored_fields(config: ConfigMessage) -> None:
 
 def config_document(config: ConfigMessage) -> dict[str, Any]:
     """The config as Triton's ``GET /v2/models/{m}/config`` returns it: JSON, proto names,
-    every field present, 64-bit integers as numbers."""
-    return json_format.MessageToDict(
+    every field present, 64-bit integers as numbers.
+
+    protobuf's JSON mapping writes 64-bit integers as strings; Triton writes numbers (``dims``,
+    ``versions``). protobuf 7 can do that itself, protobuf 6 (what tritonclient pins) cannot, so
+    the strings are turned back into numbers here, guided by the message's descriptor.
+    """
+    document = json_format.MessageToDict(
         config,
         preserving_proto_field_name=True,
         always_print_fields_with_no_presence=True,
-        unquote_int64_if_possible=True,
     )
+    _unquote_int64(config.DESCRIPTOR, document)
+    return document
+
+
+_INT64_TYPES = frozenset(
+    {
+        descriptor.FieldDescriptor.TYPE_INT64,
+        descriptor.FieldDescriptor.TYPE_UINT64,
+        descriptor.FieldDescriptor.TYPE_SINT64,
+        descriptor.FieldDescriptor.TYPE_FIXED64,
+        descriptor.FieldDescriptor.TYPE_SFIXED64,
+    }
+)
+
+
+def _unquote_int64(message_type: descriptor.Descriptor, document: dict[str, Any]) -> None:
+    """Turn the 64-bit integers of a ``MessageToDict`` document into numbers, in place."""
+    for field in message_type.fields:
+        if field.name not in document:
+            continue
+        value = document[field.name]
+        entry = field.message_type
+        if entry is not None and entry.GetOptions().map_entry:
+            value_field = entry.fields_by_name["value"]
+            for key, item in value.items():
+                value[key] = _unquote_value(value_field, item)
+        elif isinstance(value, list):
+            document[field.name] = [_unquote_value(field, item) for item in value]
+        else:
+            document[field.name] = _unquote_value(field, value)
+
+
+def _unquote_value(field: descriptor.FieldDescriptor, value: Any) -> Any:
+    if field.message_type is not None and isinstance(value, dict):
+        _unquote_int64(field.message_type, value)
+        return value
+    if field.type in _INT64_TYPES and isinstance(value, str):
+        return int(value)
+    return value
 
 
 def to_model_config(config: ConfigMessage) -> ModelConfig:

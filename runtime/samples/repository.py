@@ -13,6 +13,7 @@ import onnx
 from cachefleet.runtime.samples.arithmetic import (
     arithmetic_config,
     build_simple,
+    build_simple_int8,
     build_simple_string,
 )
 from cachefleet.runtime.samples.densenet import (
@@ -22,6 +23,7 @@ from cachefleet.runtime.samples.densenet import (
     build_densenet_batch,
     densenet_labels,
 )
+from cachefleet.runtime.samples.identity import IDENTITY_CONFIG, build_simple_identity
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,8 @@ class Sample:
 SAMPLES: tuple[Sample, ...] = (
     Sample("simple", build_simple, arithmetic_config("simple", "TYPE_INT32")),
     Sample("simple_string", build_simple_string, arithmetic_config("simple_string", "TYPE_STRING")),
+    Sample("simple_int8", build_simple_int8, arithmetic_config("simple_int8", "TYPE_INT8")),
+    Sample("simple_identity", build_simple_identity, IDENTITY_CONFIG),
     Sample(
         "densenet_onnx",
         build_densenet,

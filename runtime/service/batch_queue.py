@@ -36,6 +36,8 @@ class Pending:
     #: The event loop's clock when it was queued.
     queued_at: float
     level: int = 0
+    #: ``time.perf_counter_ns()`` when it arrived, for the statistics' queue time.
+    submitted_ns: int = 0
 
 
 @dataclass

@@ -36,8 +36,11 @@ from cachefleet.runtime.protocol import (
     repository_index,
 )
 from cachefleet.runtime.service import rows
+from cachefleet.runtime.service.in_flight import InFlight
 from cachefleet.runtime.service.row_cache import answer_by_rows
 from cachefleet.runtime.service.scheduler import OnWait, Schedulers
+from cachefleet.runtime.service.shared_memory import SharedMemoryRegistry
+from cachefleet.runtime.service.statistics import ModelStatistics, StatisticsRegistry
 from cachefleet.runtime.tensor import Tensor
 
 _NO_CACHE = CacheDirectives(lookup=False, store=False)
@@ -69,7 +72,13 @@ class InferenceService:
         metrics: RuntimeMetrics,
         settings: RuntimeSettings,
         executor: Executor,
+        statistics: StatisticsRegistry | None = None,
+        in_flight: InFlight | None = None,
+        shared_memory: SharedMemoryRegistry | None = None,
     ) -> None:
+        """``statistics`` and ``in_flight`` are shared with :class:`ModelControl` (which forgets
+        an unloaded model's statistics and waits for its requests), ``shared_memory`` with the
+        shared-memory endpoints; each is made here when not given."""
         self._repository = repository
         self._cache = cache
         self._metrics = metrics
@@ -78,7 +87,10 @@ class InferenceService:
         self._row_cache_models = frozenset(settings.models.row_cache_models)
         self._default_ttl_s = settings.cache.ttl_s
         self._model_series: dict[tuple[str, str], _ModelSeries] = {}
-        self._schedulers = Schedulers(executor, metrics)
+        self._statistics = statistics if statistics is not None else StatisticsRegistry()
+        self._in_flight = in_flight if in_flight is not None else InFlight()
+        self._shared_memory = shared_memory if shared_memory is not None else SharedMemoryRegistry()
+        self._schedulers = Schedulers(executor, metrics, self._statistics)
 
     async def close(self) -> None:
         """Stop the models' batchers (executions already running finish)."""
@@ -98,31 +110,40 @@ class InferenceService:
         ``on_wait`` is called when the request starts waiting for a model execution: the
         transport may then watch for its client going away and cancel the call.
         """
-        started = time.perf_counter()
+        started = time.perf_counter_ns()
         model = self._repository.get(model_name, version)
         series = self._series(model)
+        stats = self._statistics.for_version(model.name, model.version)
+        self._in_flight.enter(model.name)  # no await since get(): an unload cannot slip between
         try:
-            outcome = await self._infer(model, body, header_length, directives, on_wait)
+            outcome = await self._infer(model, stats, body, header_length, directives, on_wait)
         except CachefleetError as error:
+            elapsed_ns = time.perf_counter_ns() - started
             self._metrics.requests.labels(model.name, model.version, str(error.status_code)).inc()
             self._metrics.inference.add(TRITON.FAILURE, model.name, model.version)
-            series.request_seconds.observe(time.perf_counter() - started)
+            series.request_seconds.observe(elapsed_ns / 1e9)
+            stats.record_failure(elapsed_ns)
             raise
+        finally:
+            self._in_flight.leave(model.name)
+        elapsed_ns = time.perf_counter_ns() - started
         series.ok.inc()
         self._metrics.inference.add(TRITON.SUCCESS, model.name, model.version)
-        series.request_seconds.observe(time.perf_counter() - started)
+        series.request_seconds.observe(elapsed_ns / 1e9)
+        stats.record_success(elapsed_ns)
         return outcome
 
     async def _infer(
         self,
         model: Model,
+        stats: ModelStatistics,
         body: bytes,
         header_length: int | None,
         directives: CacheDirectives,
         on_wait: OnWait | None,
     ) -> InferOutcome:
         config = model.config
-        request = decode_request(body, header_length, config)
+        request = decode_request(body, header_length, config, self._shared_memory)
         cache_request = CacheRequest(
             model=model.name,
             version=model.version,
@@ -133,11 +154,14 @@ class InferenceService:
         )
 
         directives = directives if request.use_cache else _NO_CACHE
-        row_status: list[CacheStatus] = []
-        compute = self._compute(model, request, cache_request, directives, on_wait, row_status)
+        miss = _Miss()
+        compute = self._compute(model, request, cache_request, directives, on_wait, miss)
+        cache_started = time.perf_counter_ns()
         outputs, status = await self._cache.get_or_compute(cache_request, directives, compute)
-        if row_status and status is CacheStatus.MISS:
-            status = row_status[0]  # the whole request missed; its rows may not have
+        cache_ns = time.perf_counter_ns() - cache_started
+        if miss.row_status is not None and status is CacheStatus.MISS:
+            status = miss.row_status  # the whole request missed; its rows may not have
+        self._write_shared_memory(request, outputs)
         encoded = encode_response(
             request,
             outputs,
@@ -146,6 +170,7 @@ class InferenceService:
             labels=model.labels,
             batched=config.max_batch_size > 0,
         )
+        _record(stats, status, cache_ns, miss.waited_ns)
         return InferOutcome(encoded.body, encoded.header_length, status)
 
     def _compute(
@@ -155,15 +180,19 @@ class InferenceService:
         cache_request: CacheRequest,
         directives: CacheDirectives,
         on_wait: OnWait | None,
-        row_status: list[CacheStatus],
+        miss: _Miss,
     ) -> Compute:
         """How a miss is computed: through the model's scheduler, row by row through the row
-        cache when the model has it (its status then goes into ``row_status``)."""
+        cache when the model has it; what happened goes into ``miss``."""
         priority = _priority(request.parameters)
         scheduler = self._schedulers.of(model)
 
         async def run(inputs: Sequence[Tensor]) -> list[Tensor]:
-            return await scheduler.run(inputs, priority, on_wait)
+            started = time.perf_counter_ns()
+            try:
+                return await scheduler.run(inputs, priority, on_wait)
+            finally:
+                miss.waited_ns += time.perf_counter_ns() - started
 
         by_rows = (
             (scheduler.policy.row_cache or model.name in self._row_cache_models)
@@ -177,10 +206,20 @@ class InferenceService:
             if not by_rows:
                 return await run(request.inputs)
             answer = await answer_by_rows(self._cache, cache_request, run)
-            row_status.append(answer.status)
+            miss.row_status = answer.status
             return answer.outputs
 
         return compute
+
+    def _write_shared_memory(self, request: InferRequest, outputs: Sequence[Tensor]) -> None:
+        """Write the outputs the client asked for in shared memory into their regions."""
+        by_name = {tensor.name: tensor for tensor in outputs}
+        for wanted in request.outputs:
+            window, tensor = wanted.shared_memory, by_name.get(wanted.name)
+            if window is not None and tensor is not None:
+                self._shared_memory.write(
+                    window.region, window.offset, window.byte_size, tensor.data
+                )
 
     def _series(self, model: Model) -> _ModelSeries:
         """The model's labelled metric children, looked up once (``labels()`` takes a lock)."""
@@ -194,23 +233,6 @@ class InferenceService:
             )
             self._model_series[key] = series
         return series
-
-    def batch_stats(self, name: str, version: str | None) -> list[dict[str, Any]]:
-        """Triton's ``batch_stats`` of a model version (statistics extension): executions per
-        batch size, with their time in the model (input and output handling included)."""
-        model = self._repository.get(name, version)
-        scheduler = self._schedulers.get(model.name, model.version)
-        if scheduler is None:
-            return []
-        return [
-            {
-                "batch_size": size,
-                "compute_input": {"count": stats.count, "ns": 0},
-                "compute_infer": {"count": stats.count, "ns": stats.compute_ns},
-                "compute_output": {"count": stats.count, "ns": 0},
-            }
-            for size, stats in sorted(scheduler.batch_stats.items())
-        ]
 
     def model_metadata(self, name: str, version: str | None) -> dict[str, Any]:
         model = self._repository.get(name, version)
@@ -227,6 +249,19 @@ class InferenceService:
     def index(self, *, ready_only: bool) -> list[Any]:
         return repository_index(self._repository.index(), ready_only=ready_only)
 
+    def statistics(self, name: str | None = None, version: str | None = None) -> dict[str, Any]:
+        """Triton's ``ModelStatisticsResponse`` as a dict (proto field names, integer values).
+
+        ``name`` None: every loaded model version; ``version`` None: every loaded version of
+        ``name``. Raises ModelNotFoundError for a model or version that is not loaded.
+        """
+        loaded = [
+            (entry.name, entry.version)
+            for entry in self._repository.index()
+            if entry.state == "READY"
+        ]
+        return self._statistics.report(loaded, name, version)
+
     async def flush(self, name: str) -> int:
         """Remove a loaded model's entries from every cache tier; returns how many went."""
         self._repository.versions(name)
@@ -239,3 +274,22 @@ def _priority(parameters: Mapping[str, Any]) -> int:
     if type(value) is not int or value < 0:
         raise BadRequestError(f"parameter 'priority' must be a non-negative integer, not {value!r}")
     return value
+
+
+@dataclass(slots=True)
+class _Miss:
+    """What this request's compute did, if it ran (a hit or a follower of an identical request
+    in flight runs none): its time waiting for and in model executions, and the row cache's
+    status."""
+
+    waited_ns: int = 0
+    row_status: CacheStatus | None = None
+
+
+def _record(stats: ModelStatistics, status: CacheStatus, cache_ns: int, waited_ns: int) -> None:
+    """Add one answered request's cache outcome to the model's statistics (its executions are
+    recorded by the model's scheduler, once per execution, batched or not)."""
+    if status is CacheStatus.HIT_LOCAL or status is CacheStatus.HIT_REDIS:
+        stats.record_cache_hit(cache_ns)
+    elif status is CacheStatus.MISS or status is CacheStatus.PARTIAL:
+        stats.record_cache_miss(cache_ns - waited_ns)

@@ -16,7 +16,6 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass
 
 from cachefleet.runtime.errors import (
     BadRequestError,
@@ -29,6 +28,7 @@ from cachefleet.runtime.models.scheduling import SchedulingPolicy, scheduling_po
 from cachefleet.runtime.models.types import Model
 from cachefleet.runtime.service import rows
 from cachefleet.runtime.service.batch_queue import BatchQueue, Pending
+from cachefleet.runtime.service.statistics import ExecutionTimes, StatisticsRegistry
 from cachefleet.runtime.tensor import Tensor
 
 logger = logging.getLogger(__name__)
@@ -36,21 +36,19 @@ logger = logging.getLogger(__name__)
 OnWait = Callable[[], None]
 
 
-@dataclass
-class BatchStats:
-    """Executions of one batch size, as Triton's statistics extension reports them."""
-
-    count: int = 0
-    compute_ns: int = 0
-
-
 class ModelScheduler:
     """The executions of one model version."""
 
     def __init__(
-        self, model: Model, policy: SchedulingPolicy, executor: Executor, metrics: RuntimeMetrics
+        self,
+        model: Model,
+        policy: SchedulingPolicy,
+        executor: Executor,
+        metrics: RuntimeMetrics,
+        statistics: StatisticsRegistry,
     ) -> None:
         self.model = model
+        self._statistics = statistics
         self.policy = policy
         self._executor = executor
         self._slots = asyncio.Semaphore(policy.instances)
@@ -65,8 +63,6 @@ class ModelScheduler:
         self._inference_seconds = metrics.inference_seconds.labels(*labels)
         self._pending = metrics.pending_requests.labels(*labels)
         self._counters = metrics.inference
-        #: Successful executions by batch size (rows), for the statistics extension.
-        self.batch_stats: dict[int, BatchStats] = {}
         self._preserve_ordering = policy.batching is not None and policy.batching.preserve_ordering
 
     async def run(
@@ -87,6 +83,7 @@ class ModelScheduler:
             future=future,
             queued_at=loop.time(),
             level=level,
+            submitted_ns=time.perf_counter_ns(),
         )
         self._queue.push(pending)
         self._pending.set(len(self._queue))
@@ -142,13 +139,14 @@ class ModelScheduler:
             )
 
     async def _run_alone(self, inputs: Sequence[Tensor]) -> list[Tensor]:
+        submitted_ns = time.perf_counter_ns()
         await self._slots.acquire()
-        task = asyncio.ensure_future(self._execute_one(inputs))
+        task = asyncio.ensure_future(self._execute_one(inputs, submitted_ns))
         task.add_done_callback(lambda _: self._slots.release())
         return await asyncio.shield(task)
 
-    async def _execute_one(self, inputs: Sequence[Tensor]) -> list[Tensor]:
-        (outputs,) = await self._execute([inputs])
+    async def _execute_one(self, inputs: Sequence[Tensor], submitted_ns: int) -> list[Tensor]:
+        (outputs,) = await self._execute([inputs], submitted_ns)
         return outputs
 
     async def _batch_loop(self, queue: BatchQueue) -> None:
@@ -212,7 +210,8 @@ class ModelScheduler:
     async def _results(self, batch: list[Pending]) -> list[list[Tensor] | CachefleetError]:
         """Outputs per request; if the batch fails, each request again on its own."""
         try:
-            return list(await self._execute([pending.inputs for pending in batch]))
+            submitted_ns = min(pending.submitted_ns for pending in batch)
+            return list(await self._execute([pending.inputs for pending in batch], submitted_ns))
         except CachefleetError as error:
             if len(batch) == 1:
                 return [error]
@@ -230,7 +229,7 @@ class ModelScheduler:
                 results.append(ModelExecutionError("the caller has gone"))
                 continue
             try:
-                results.append(await self._execute_one(pending.inputs))
+                results.append(await self._execute_one(pending.inputs, pending.submitted_ns))
             except CachefleetError as error:
                 results.append(error)
             except Exception as error:
@@ -239,42 +238,62 @@ class ModelScheduler:
                 )
         return results
 
-    async def _execute(self, parts: Sequence[Sequence[Tensor]]) -> list[list[Tensor]]:
-        """One model execution over ``parts`` joined along dim 0, split back per part."""
-        started = time.perf_counter()
+    async def _execute(
+        self, parts: Sequence[Sequence[Tensor]], submitted_ns: int
+    ) -> list[list[Tensor]]:
+        """One model execution over ``parts`` joined along dim 0, split back per part.
+
+        Recorded for the statistics extension as one execution of all its rows: ``queue`` from
+        the oldest part's arrival to the start, ``compute_input`` joining the inputs,
+        ``compute_infer`` the model, ``compute_output`` cutting the outputs.
+        """
         loop = asyncio.get_running_loop()
         sizes = [self._rows(part) for part in parts]
-        pieces = await loop.run_in_executor(self._executor, self._execute_blocking, parts, sizes)
-        elapsed = time.perf_counter() - started
-        self._inference_seconds.observe(elapsed)
+        pieces, times = await loop.run_in_executor(
+            self._executor, self._execute_blocking, parts, sizes, submitted_ns
+        )
+        self._inference_seconds.observe(times.compute_infer_ns / 1e9)
         total = sum(sizes)
-        stats = self.batch_stats.setdefault(total, BatchStats())
-        stats.count += 1
-        stats.compute_ns += int(elapsed * 1e9)
         self._batch_sizes.observe(total)
         self._counters.executed(self.model.name, self.model.version, total)
+        stats = self._statistics.for_version(self.model.name, self.model.version)
+        stats.record_execution(total, times)
         return pieces
 
     def _execute_blocking(
-        self, parts: Sequence[Sequence[Tensor]], sizes: Sequence[int]
-    ) -> list[list[Tensor]]:
+        self, parts: Sequence[Sequence[Tensor]], sizes: Sequence[int], submitted_ns: int
+    ) -> tuple[list[list[Tensor]], ExecutionTimes]:
         try:
-            outputs = self.model.run(rows.join(parts))
-            return rows.split(outputs, sizes)
+            started = time.perf_counter_ns()
+            joined = rows.join(parts)
+            joined_at = time.perf_counter_ns()
+            outputs = self.model.run(joined)
+            ran_at = time.perf_counter_ns()
+            pieces = rows.split(outputs, sizes)
         except CachefleetError:
             raise
         except Exception as error:
             raise ModelExecutionError(
                 f"model {self.model.name!r} version {self.model.version} failed: {error}"
             ) from error
+        times = ExecutionTimes(
+            queue_ns=started - submitted_ns,
+            compute_input_ns=joined_at - started,
+            compute_infer_ns=ran_at - joined_at,
+            compute_output_ns=time.perf_counter_ns() - ran_at,
+        )
+        return pieces, times
 
 
 class Schedulers:
     """One :class:`ModelScheduler` per model version, made on first use."""
 
-    def __init__(self, executor: Executor, metrics: RuntimeMetrics) -> None:
+    def __init__(
+        self, executor: Executor, metrics: RuntimeMetrics, statistics: StatisticsRegistry
+    ) -> None:
         self._executor = executor
         self._metrics = metrics
+        self._statistics = statistics
         self._schedulers: dict[tuple[str, str], ModelScheduler] = {}
         self._retiring: set[asyncio.Future[None]] = set()
 
@@ -287,7 +306,9 @@ class Schedulers:
                 self._retiring.add(retiring)
                 retiring.add_done_callback(self._retiring.discard)
             policy = scheduling_policy(model.config)
-            scheduler = ModelScheduler(model, policy, self._executor, self._metrics)
+            scheduler = ModelScheduler(
+                model, policy, self._executor, self._metrics, self._statistics
+            )
             self._schedulers[key] = scheduler
         return scheduler
 

@@ -1,6 +1,7 @@
 """The scheduler with a model whose executions the test holds and releases: instance counts
 bound concurrent executions, preserve_ordering delivers answers in arrival order, and the
-statistics count executions per batch size. Executions are held on events, never timed."""
+statistics extension counts executions per batch size. Executions are held on events, never
+timed."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.models.scheduling import BatchingPolicy, SchedulingPolicy
 from cachefleet.runtime.models.types import ModelConfig, TensorSpec
 from cachefleet.runtime.service.scheduler import ModelScheduler
+from cachefleet.runtime.service.statistics import StatisticsRegistry
 from cachefleet.runtime.tensor import Tensor
 
 
@@ -61,6 +63,14 @@ class HeldModel:
             self.release.setdefault(first, threading.Event()).set()
 
 
+def batches(statistics: StatisticsRegistry) -> dict[int, int]:
+    """Executions per batch size, from the statistics extension's document."""
+    document = statistics.for_version("held", "1").document()
+    return {
+        batch["batch_size"]: batch["compute_infer"]["count"] for batch in document["batch_stats"]
+    }
+
+
 def request(value: int) -> list[Tensor]:
     return [Tensor.from_numpy("X", np.array([[value]], dtype=np.int32))]
 
@@ -82,7 +92,9 @@ async def executor() -> AsyncIterator[ThreadPoolExecutor]:
 
 async def test_instance_count_bounds_concurrent_executions(executor: ThreadPoolExecutor) -> None:
     model = HeldModel()
-    scheduler = ModelScheduler(model, SchedulingPolicy(instances=2), executor, RuntimeMetrics())
+    scheduler = ModelScheduler(
+        model, SchedulingPolicy(instances=2), executor, RuntimeMetrics(), StatisticsRegistry()
+    )
     calls = [asyncio.ensure_future(scheduler.run(request(value))) for value in (1, 2, 3)]
     await until(lambda: len(model.started) == 2, "two executions running")
     await asyncio.sleep(0)
@@ -100,7 +112,8 @@ async def test_preserve_ordering_answers_in_arrival_order(executor: ThreadPoolEx
     policy = SchedulingPolicy(
         instances=2, batching=BatchingPolicy(max_batch_size=8, preserve_ordering=True)
     )
-    scheduler = ModelScheduler(model, policy, executor, RuntimeMetrics())
+    statistics = StatisticsRegistry()
+    scheduler = ModelScheduler(model, policy, executor, RuntimeMetrics(), statistics)
     first = asyncio.ensure_future(scheduler.run(request(1)))
     await until(lambda: len(model.started) == 1, "the first batch running")
     second = asyncio.ensure_future(scheduler.run(request(2)))
@@ -111,15 +124,15 @@ async def test_preserve_ordering_answers_in_arrival_order(executor: ThreadPoolEx
     assert not second.done(), "its answer waits for the earlier batch"
     model.let_go(1)
     assert [int(a[0].to_numpy()[0, 0]) for a in await asyncio.gather(first, second)] == [2, 4]
-    assert {size: stats.count for size, stats in scheduler.batch_stats.items()} == {1: 2}
+    assert batches(statistics) == {1: 2}
     await scheduler.close()
 
 
 async def test_waiting_requests_merge_into_one_execution(executor: ThreadPoolExecutor) -> None:
     model = HeldModel()
     policy = SchedulingPolicy(batching=BatchingPolicy(max_batch_size=8))
-    metrics = RuntimeMetrics()
-    scheduler = ModelScheduler(model, policy, executor, metrics)
+    metrics, statistics = RuntimeMetrics(), StatisticsRegistry()
+    scheduler = ModelScheduler(model, policy, executor, metrics, statistics)
     first = asyncio.ensure_future(scheduler.run(request(1)))
     await until(lambda: len(model.started) == 1, "the first execution running")
     later = [asyncio.ensure_future(scheduler.run(request(v))) for v in (5, 6, 7)]
@@ -137,14 +150,16 @@ async def test_waiting_requests_merge_into_one_execution(executor: ThreadPoolExe
     answers = await asyncio.gather(first, *later)
     assert [int(a[0].to_numpy()[0, 0]) for a in answers] == [2, 10, 12, 14]
     assert model.started == [[1], [5, 6, 7]]
-    assert {size: stats.count for size, stats in scheduler.batch_stats.items()} == {1: 1, 3: 1}
+    assert batches(statistics) == {1: 1, 3: 1}
+    document = statistics.for_version("held", "1").document()
+    assert (document["execution_count"], document["inference_count"]) == (2, 4)
     await scheduler.close()
 
 
 async def test_closing_answers_waiting_requests_with_503(executor: ThreadPoolExecutor) -> None:
     model = HeldModel()
     policy = SchedulingPolicy(batching=BatchingPolicy(max_batch_size=8, max_queue_delay_s=3600))
-    scheduler = ModelScheduler(model, policy, executor, RuntimeMetrics())
+    scheduler = ModelScheduler(model, policy, executor, RuntimeMetrics(), StatisticsRegistry())
     waiting = asyncio.ensure_future(scheduler.run(request(1)))
     await asyncio.sleep(0)
     await scheduler.close()
