@@ -1,8 +1,9 @@
 """``config.pbtxt``: parse Triton's text format, fill Triton's defaults, turn it into ModelConfig.
 
 Triton configs in the wild carry fields this server does not act on (sequence batching, warmup,
-model transactions, ...). They must still load, so unknown fields are skipped, and every field that
-is read but not acted on is logged once per model, so that nobody believes it took effect.
+...). They must still load, so every field that is read but not acted on is logged once per
+model, so that nobody believes it took effect. A field Triton's own schema does not know is an
+error, as in Triton.
 """
 
 from __future__ import annotations
@@ -45,23 +46,16 @@ ACTED_ON = frozenset(
 
 
 def parse_config(text: str, *, source: str) -> ConfigMessage:
-    """Parse config.pbtxt text; fields unknown to the schema are skipped with a warning."""
+    """Parse config.pbtxt text into Triton's own ModelConfig message.
+
+    A field Triton's schema does not know is an error naming the field, as in Triton: skipping
+    it would let a misspelt ``response_cache`` or ``dynamic_batching`` silently not happen.
+    """
     config = new_model_config()
     try:
         text_format.Parse(text, config)
-    except text_format.ParseError as strict_error:
-        if "has no field named" not in str(strict_error):
-            raise ModelLoadError(f"{source}: {strict_error}") from None
-        config = new_model_config()
-        try:
-            text_format.Parse(text, config, allow_unknown_field=True)
-        except text_format.ParseError as error:
-            raise ModelLoadError(f"{source}: {error}") from None
-        logger.warning(
-            "%s: skipping config fields this server does not know (first one: %s)",
-            source,
-            strict_error,
-        )
+    except text_format.ParseError as error:
+        raise ModelLoadError(f"{source}: {error}") from None
     return config
 
 

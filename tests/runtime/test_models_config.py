@@ -120,7 +120,6 @@ def test_fields_we_ignore_still_parse_and_are_logged(
     instance_group [ { kind: KIND_GPU count: 2 gpus: [ 0 ] } ]
     dynamic_batching { preferred_batch_size: [ 4, 8 ] max_queue_delay_microseconds: 100 }
     model_warmup [ { name: "w" batch_size: 1 inputs { key: "INPUT0" value { zero_data: true } } } ]
-    some_future_field { nested { deeper: 1 } values: [ 1, 2 ] }
     parameters { key: "cache_ttl" value { string_value: "10m" } }
     """
     repo.add("adder", simple_config(extra=extra))
@@ -131,10 +130,19 @@ def test_fields_we_ignore_still_parse_and_are_logged(
     assert config.cache_ttl_s == 600
     assert config.document["instance_group"][0]["count"] == 2
     assert config.document["dynamic_batching"]["max_queue_delay_microseconds"] == 100
-    assert "some_future_field" in caplog.text, "unknown fields are skipped with a warning"
     # dynamic_batching is acted on (the dynamic batcher), so only model_warmup is reported.
     assert "not acted on: model_warmup" in caplog.text
     add_sub(repository, "adder")
+
+
+def test_a_field_unknown_to_tritons_schema_makes_the_model_unavailable_naming_it(
+    repo: RepositoryBuilder,
+) -> None:
+    repo.add("adder", simple_config(extra="some_future_field { nested { deeper: 1 } }"))
+    repo.add("other", simple_config(name="other"))
+    repository = load(repo.root)
+    assert states(repository) == {("adder", ""): "UNAVAILABLE", ("other", "1"): "READY"}
+    assert "some_future_field" in reason(repository, "adder")
 
 
 def test_config_is_tritons_own_model_config_message(repo: RepositoryBuilder) -> None:
