@@ -111,6 +111,8 @@ async def _serving(state: ServerState) -> AsyncIterator[None]:
     finally:
         if grpc_server is not None:
             await stop_grpc_server(grpc_server)
+        if state.service is not None:
+            await state.service.close()
         state.service = None
         state.control = None
         if state.shared_memory is not None:
