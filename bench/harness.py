@@ -107,11 +107,11 @@ def run_plan(plan: list[Scenario], options: BenchOptions, log: Log) -> RunRecord
                         *key, repository, redis_url, workdir, options, stack, record, log
                     )
                 except BenchError as error:
-                    log(f"  {scenario.server} {scenario.cache}: {error.message.splitlines()[0]}")
+                    log(f"  {scenario.server} {scenario.cache}: {str(error).splitlines()[0]}")
                     targets[key] = error
             target = targets[key]
             if isinstance(target, BenchError):
-                record.failures.append(Failure(scenario, target.message.splitlines()[0]))
+                record.failures.append(Failure(scenario, str(target).splitlines()[0]))
                 continue
             settle(*(t.pid for t in targets.values() if isinstance(t, Target)))
             _run_scenario(target, scenario, options, record, log, workdir)
@@ -194,7 +194,7 @@ def _run_scenario(
             probe_s=options.probe_s, profile_dir=workdir if options.profile else None,
         )  # fmt: skip
     except BenchError as error:
-        reason = error.message.splitlines()[0]
+        reason = str(error).splitlines()[0]
         log(f"  {scenario.label:<38} failed: {reason}")
         record.failures.append(Failure(scenario, reason))
         return

@@ -120,8 +120,8 @@ class TieredCache:
     async def flush(self, model: str) -> int:
         """Drop ``model`` from this replica's local tier and from Redis, then tell the others.
 
-        Raises :class:`CacheTierError` (503) when Redis cannot be flushed: unlike a lookup, a
-        flush that silently did nothing would leave stale answers in place.
+        Raises :class:`CacheTierError` when Redis cannot be flushed: unlike a lookup, a flush
+        that silently did nothing would leave stale answers in place.
         """
         self._flushed_at[model] = time.monotonic()
         removed = self.local.remove_model(model) if self.local is not None else 0
@@ -249,11 +249,11 @@ class TieredCache:
         kind: ErrorKind = error.kind
         self.metrics.cache_errors.labels(tier, kind).inc()
         if is_outage(kind):
-            self.breaker.record_failure(f"{kind}: {error.message}")
+            self.breaker.record_failure(f"{kind}: {error!s}")
         elif kind == "pool":
-            logger.debug("cache: %s", error.message)  # load, not a Redis fault: counted only
+            logger.debug("cache: %s", str(error))  # load, not a Redis fault: counted only
         else:
             self.breaker.record_success()  # Redis answered; it is up, just unhappy
             if kind not in self._reported:
                 self._reported.add(kind)
-                logger.warning("cache: %s (logged once until an insert succeeds)", error.message)
+                logger.warning("cache: %s (logged once until an insert succeeds)", str(error))

@@ -17,8 +17,9 @@ from typing import Any
 from prometheus_client import Counter, Histogram
 
 from cachefleet.runtime.cache.api import CacheDirectives, CacheRequest, CacheStatus, ResponseCache
+from cachefleet.runtime.cache.errors import CacheTierError
 from cachefleet.runtime.config import RuntimeSettings
-from cachefleet.runtime.errors import CachefleetError, ModelExecutionError
+from cachefleet.runtime.errors import ModelExecutionError, NotReadyError, ServingError
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.models.types import Model, ModelRepository
 from cachefleet.runtime.protocol import (
@@ -76,13 +77,13 @@ class InferenceService:
         header_length: int | None,
         directives: CacheDirectives,
     ) -> InferOutcome:
-        """Answer one inference request; raises CachefleetError subclasses for the client."""
+        """Answer one inference request; raises ServingError subclasses for the client."""
         started = time.perf_counter()
         model = self._repository.get(model_name, version)
         series = self._series(model)
         try:
             outcome = await self._infer(model, body, header_length, directives)
-        except CachefleetError as error:
+        except ServingError as error:
             self._metrics.requests.labels(model.name, model.version, str(error.status_code)).inc()
             series.request_seconds.observe(time.perf_counter() - started)
             raise
@@ -126,7 +127,7 @@ class InferenceService:
         loop = asyncio.get_running_loop()
         try:
             outputs = await loop.run_in_executor(self._executor, model.run, inputs)
-        except CachefleetError:
+        except ServingError:
             raise
         except Exception as error:
             raise ModelExecutionError(
@@ -165,6 +166,13 @@ class InferenceService:
         return repository_index(self._repository.index(), ready_only=ready_only)
 
     async def flush(self, name: str) -> int:
-        """Remove a loaded model's entries from every cache tier; returns how many went."""
+        """Remove a loaded model's entries from every cache tier; returns how many went.
+
+        A tier that cannot be flushed is a 503: unlike a lookup, a flush that silently did
+        nothing would leave stale answers in place.
+        """
         self._repository.versions(name)
-        return await self._cache.flush(name)
+        try:
+            return await self._cache.flush(name)
+        except CacheTierError as error:
+            raise NotReadyError(f"cache flush of model {name!r} failed: {error}") from error

@@ -178,6 +178,33 @@ def test_binary_bytes_element_count_must_match_the_shape() -> None:
         decode_request(broken + body[length:], len(broken), STRINGS)
 
 
+def test_non_utf8_bytes_are_refused_before_the_model() -> None:
+    raw = np.array([[b"\xff\xfe"] * 16], dtype=np.object_)
+    body, length = triton_body(
+        {"INPUT0": raw, "INPUT1": raw}, {"INPUT0": "BYTES", "INPUT1": "BYTES"}, binary=True
+    )
+    with pytest.raises(BadRequestError, match="input 'INPUT0': BYTES elements must be UTF-8"):
+        decode_request(body, length, STRINGS)
+
+
+def test_shape_that_cannot_take_the_model_reshape_is_refused() -> None:
+    reshaped = replace(
+        SIMPLE,
+        inputs=tuple(replace(spec, dims=(-1, 4), reshape=(16,)) for spec in SIMPLE.inputs),
+    )
+    fits = np.zeros((2, 4, 4), dtype=np.int32)
+    body, length = triton_body(
+        {"INPUT0": fits, "INPUT1": fits}, {"INPUT0": "INT32", "INPUT1": "INT32"}, binary=True
+    )
+    assert decode_request(body, length, reshaped).inputs[0].shape == (2, 4, 4)
+    odd = np.zeros((1, 3, 4), dtype=np.int32)
+    body, length = triton_body(
+        {"INPUT0": odd, "INPUT1": odd}, {"INPUT0": "INT32", "INPUT1": "INT32"}, binary=True
+    )
+    with pytest.raises(BadRequestError, match=r"shape \[1, 3, 4\] cannot be reshaped"):
+        decode_request(body, length, reshaped)
+
+
 def test_classification_of_a_bytes_output_is_rejected() -> None:
     words = np.array([[b"x"] * 16], dtype=np.object_)
     body, _ = triton_body(
