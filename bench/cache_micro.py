@@ -26,7 +26,7 @@ from cachefleet.bench.processes import free_port
 from cachefleet.runtime.cache.api import CacheDirectives, CacheRequest, CacheStatus
 from cachefleet.runtime.cache.factory import build_cache
 from cachefleet.runtime.cache.key import compute_key
-from cachefleet.runtime.cache.tiered import TieredCache
+from cachefleet.runtime.cache.read_through import ReadThroughCache
 from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.tensor import Tensor
@@ -88,12 +88,12 @@ def summary(name: str, samples: list[float]) -> str:
     return f"{name:<34} p50 {p50:8.1f} us   p99 {p99:8.1f} us   (n={len(ordered)})"
 
 
-async def cache_for(mode: str, redis_url: str | None) -> TieredCache:
+async def cache_for(mode: str, redis_url: str | None) -> ReadThroughCache:
     settings = RuntimeSettings.model_validate(
         {"cache": {"mode": mode, "local_size_bytes": 2**30}, "redis": {"url": redis_url}}
     )
     cache = build_cache(settings, RuntimeMetrics())
-    assert isinstance(cache, TieredCache)
+    assert isinstance(cache, ReadThroughCache)
     await cache.start()
     return cache
 
@@ -106,7 +106,7 @@ async def run_latencies(
     requests = [make(seed) for seed in range(rounds + 1)]  # [0]: the one that hits
     lines = []
 
-    def asking(cache: TieredCache, offset: int) -> Callable[[int], Awaitable[CacheStatus]]:
+    def asking(cache: ReadThroughCache, offset: int) -> Callable[[int], Awaitable[CacheStatus]]:
         async def call(index: int) -> CacheStatus:
             request = requests[index + offset if offset else 0]
             status = (await cache.get_or_compute(request, directives, compute))[1]

@@ -114,14 +114,6 @@ def start_redis(workdir: Path, cpus: str | None) -> tuple[ManagedProcess, str] |
     return redis, f"redis://127.0.0.1:{port}/0"
 
 
-def redis_flushall(url: str) -> None:
-    """Empty the benchmark's own Redis between scenarios (it is ours and throwaway)."""
-    host, port = url.removeprefix("redis://").split("/")[0].split(":")
-    with socket.create_connection((host, int(port)), timeout=5) as sock:
-        sock.sendall(b"FLUSHALL\r\n")
-        sock.recv(64)
-
-
 def _redis_answers(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.3) as sock:

@@ -21,7 +21,7 @@ _LATENCY_BUCKETS_S = (
 _MODEL = ("model", "version")
 
 
-class TritonCacheCounters(Collector):
+class TritonCacheMetrics(Collector):
     """Triton's ``nv_cache_*_per_model`` counters, kept in plain floats behind one lock."""
 
     _NAMES = {
@@ -113,5 +113,5 @@ class RuntimeMetrics:
             "1 while the Redis circuit breaker is open.",
             registry=r,
         )
-        self.triton = TritonCacheCounters()
+        self.triton = TritonCacheMetrics()
         r.register(self.triton)

@@ -53,7 +53,6 @@ def create_app(settings: RuntimeSettings) -> FastAPI:
     )
     for error_type in (ServingError, HTTPException, Exception):
         app.add_exception_handler(error_type, handle_error)
-    app.state.cachefleet = state
     return app
 
 

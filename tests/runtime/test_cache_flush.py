@@ -9,25 +9,25 @@ import time
 
 import pytest
 from conftest import RedisProcess
-from test_cache_tiered import Model, ask, request, settings
+from test_cache_read_through import Model, ask, request, settings
 
 from cachefleet.runtime.cache.api import CacheStatus
 from cachefleet.runtime.cache.errors import CacheTierError
 from cachefleet.runtime.cache.factory import build_cache
-from cachefleet.runtime.cache.tiered import TieredCache
+from cachefleet.runtime.cache.read_through import ReadThroughCache
 from cachefleet.runtime.metrics import RuntimeMetrics
 
 
-async def started(mode: str, redis: RedisProcess) -> TieredCache:
+async def started(mode: str, redis: RedisProcess) -> ReadThroughCache:
     cache = build_cache(settings(mode, redis.url), RuntimeMetrics())
-    assert isinstance(cache, TieredCache)
+    assert isinstance(cache, ReadThroughCache)
     await cache.start()
     if cache.listener is not None:
         await asyncio.wait_for(cache.listener.subscribed.wait(), 5)
     return cache
 
 
-async def fill(cache: TieredCache, model: str, values: range) -> None:
+async def fill(cache: ReadThroughCache, model: str, values: range) -> None:
     for value in values:
         await ask(cache, request(value, model=model), Model())
     await cache.writes.join()
@@ -37,7 +37,7 @@ def redis_keys(redis: RedisProcess, model: str) -> list[bytes]:
     return list(redis.client().scan_iter(match=f"cachefleet:v1:{model}:*"))
 
 
-async def eventually_miss(cache: TieredCache, value: int, model: str) -> None:
+async def eventually_miss(cache: ReadThroughCache, value: int, model: str) -> None:
     deadline = time.monotonic() + 5
     assert cache.local is not None
     while cache.local.get(cache._key(request(value, model=model))) is not None:

@@ -9,25 +9,25 @@ from typing import Any
 import pytest
 import redis.exceptions as redis_exceptions
 from conftest import RedisProcess
-from test_cache_tiered import Model, ask, metric, request, settings
+from test_cache_read_through import Model, ask, metric, request, settings
 
 from cachefleet.runtime.cache.api import CacheDirectives, CacheStatus
 from cachefleet.runtime.cache.entry import encode_entry
 from cachefleet.runtime.cache.factory import build_cache
 from cachefleet.runtime.cache.key import compute_key
-from cachefleet.runtime.cache.tiered import TieredCache
+from cachefleet.runtime.cache.read_through import ReadThroughCache
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.tensor import Tensor
 
 
 async def started(
     mode: str, redis: RedisProcess, **redis_settings: Any
-) -> tuple[TieredCache, RuntimeMetrics]:
+) -> tuple[ReadThroughCache, RuntimeMetrics]:
     metrics = RuntimeMetrics()
     config = settings(mode, redis.url)
     config = config.model_copy(update={"redis": config.redis.model_copy(update=redis_settings)})
     cache = build_cache(config, metrics)
-    assert isinstance(cache, TieredCache)
+    assert isinstance(cache, ReadThroughCache)
     await cache.start()
     return cache, metrics
 

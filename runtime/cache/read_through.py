@@ -1,7 +1,8 @@
-"""The response cache: local tier, then Redis, then the model; inserts written behind.
+"""The read-through response cache: local tier, then Redis, then the model; writes behind.
 
-One class serves ``local``, ``redis`` and ``tiered`` (a missing tier is simply skipped). The
-path of a request:
+One class serves ``local``, ``redis`` and ``tiered`` (a missing tier is simply skipped), so it is
+named for what it does, read through its tiers to the model, not for one mode. The path of a
+request:
 
 1. not enabled for the model, or ``no-cache``/``no-store``: compute (and, for ``no-cache``,
    store), status ``bypass``;
@@ -23,12 +24,12 @@ from collections.abc import Sequence
 
 from cachefleet.runtime.cache.api import CacheDirectives, CacheRequest, CacheStatus, Compute
 from cachefleet.runtime.cache.breaker import CircuitBreaker
-from cachefleet.runtime.cache.counters import CacheCounters
 from cachefleet.runtime.cache.entry import encode_entry, read_entry
 from cachefleet.runtime.cache.errors import CacheTierError, CorruptEntryError, ErrorKind
 from cachefleet.runtime.cache.invalidation import CHANNEL, InvalidationListener
 from cachefleet.runtime.cache.key import CacheKey, compute_key
 from cachefleet.runtime.cache.local import LocalTier
+from cachefleet.runtime.cache.metrics import CacheMetrics
 from cachefleet.runtime.cache.redis_tier import RedisTier, is_outage
 from cachefleet.runtime.cache.singleflight import SingleFlight
 from cachefleet.runtime.cache.writebehind import Job as WriteJob
@@ -40,7 +41,7 @@ logger = logging.getLogger(__name__)
 _Outcome = tuple[list[Tensor], CacheStatus]
 
 
-class TieredCache:
+class ReadThroughCache:
     """A :class:`~cachefleet.runtime.cache.api.ResponseCache` over zero to two tiers."""
 
     def __init__(
@@ -54,7 +55,7 @@ class TieredCache:
         listener: InvalidationListener | None = None,
     ) -> None:
         self.metrics = metrics
-        self.counters = CacheCounters(metrics)
+        self.model_metrics = CacheMetrics(metrics)
         self.local = local
         self.redis = redis
         self.breaker = breaker or CircuitBreaker("redis", 3, 1.0)
@@ -89,9 +90,9 @@ class TieredCache:
         self, request: CacheRequest, directives: CacheDirectives, compute: Compute
     ) -> _Outcome:
         labels = (request.model, request.version)
-        counters = self.counters.of(*labels)
+        series = self.model_metrics.of(*labels)
         if not request.enabled or not directives.lookup:
-            counters.bypass.inc()
+            series.bypass.inc()
             started = time.monotonic()
             outputs = await compute()
             if request.enabled and directives.store:
@@ -102,16 +103,16 @@ class TieredCache:
         if self.local is not None:
             hit = self.local.get(key)
             elapsed = time.perf_counter() - started
-            counters.lookup_local.observe(elapsed)
+            series.lookup_local.observe(elapsed)
             if hit is not None:
-                counters.hits_local.inc()
+                series.hits_local.inc()
                 self.metrics.triton.record(*labels, hit=True, duration_s=elapsed)
                 return hit, CacheStatus.HIT_LOCAL
         store = directives.store
         if key in self._flight:
             # Counted apart from hits and misses: those count what the tiers and the model did,
             # once per key, and this request made neither do anything.
-            counters.coalesced.inc()
+            series.coalesced.inc()
         outputs, status = await self._flight.do(
             key, lambda: self._fill(key, request, store, compute, started)
         )
@@ -148,13 +149,13 @@ class TieredCache:
         self, key: CacheKey, request: CacheRequest, store: bool, compute: Compute, started: float
     ) -> _Outcome:
         labels = (request.model, request.version)
-        counters = self.counters.of(*labels)
+        series = self.model_metrics.of(*labels)
         found = await self._redis_lookup(key, request)
         if found is not None:
             self.metrics.triton.record(*labels, hit=True, duration_s=time.perf_counter() - started)
             return found, CacheStatus.HIT_REDIS
         lookup_s = time.perf_counter() - started
-        counters.misses.inc()
+        series.misses.inc()
         computed_at = time.monotonic()
         outputs = await compute()
         insert_started = time.perf_counter()
@@ -168,7 +169,7 @@ class TieredCache:
         if self.redis is None or not self.breaker.allow():
             return None
         labels = (request.model, request.version)
-        counters = self.counters.of(*labels)
+        series = self.model_metrics.of(*labels)
         started = time.perf_counter()
         try:
             blob = await self.redis.get(key.redis_key)
@@ -177,7 +178,7 @@ class TieredCache:
             return None
         finally:
             elapsed = time.perf_counter() - started
-            counters.lookup_redis.observe(elapsed)
+            series.lookup_redis.observe(elapsed)
         self.breaker.record_success()
         if blob is None:
             return None
@@ -188,14 +189,14 @@ class TieredCache:
             self.metrics.cache_errors.labels("redis", "corrupt").inc()
             self._submit(key, self._delete_job(key))
             return None
-        counters.hits_redis.inc()
+        series.hits_redis.inc()
         # A promoted copy lives no longer than the Redis entry it came from.
         ttl_s = request.ttl_s  # 0: never expires
         if entry.expires_at is not None:
             ttl_s = entry.expires_at - time.time()
         fresh = entry.expires_at is None or ttl_s > 0
         if self.local is not None and fresh and self.local.put(key, entry.outputs, ttl_s):
-            counters.inserts_local.inc()
+            series.inserts_local.inc()
         return entry.outputs
 
     def _store(self, key: CacheKey, outputs: Sequence[Tensor], ttl_s: float, since: float) -> None:
@@ -203,13 +204,13 @@ class TieredCache:
         if self._flushed_at.get(key.model, -1.0) >= since:
             return  # computed before a flush of its model: it may be stale
         if self.local is not None and self.local.put(key, outputs, ttl_s):
-            self.counters.of(key.model, key.version).inserts_local.inc()
+            self.model_metrics.of(key.model, key.version).inserts_local.inc()
         if self.redis is not None:
             self._submit(key, self._insert_job(key, tuple(outputs), ttl_s, since))
 
     def _submit(self, key: CacheKey, job: WriteJob) -> None:
         if not self.writes.submit(job):
-            self.counters.of(key.model, key.version).insert_dropped.inc()
+            self.model_metrics.of(key.model, key.version).insert_dropped.inc()
 
     def _insert_job(
         self, key: CacheKey, outputs: tuple[Tensor, ...], ttl_s: float, since: float
@@ -228,7 +229,7 @@ class TieredCache:
                 return
             self.breaker.record_success()
             self._reported.clear()
-            self.counters.of(key.model, key.version).inserts_redis.inc()
+            self.model_metrics.of(key.model, key.version).inserts_redis.inc()
 
         return insert
 

@@ -14,7 +14,7 @@ from conftest import RedisProcess
 from cachefleet.runtime.cache.api import CacheDirectives, CacheRequest, CacheStatus
 from cachefleet.runtime.cache.factory import build_cache
 from cachefleet.runtime.cache.key import compute_key
-from cachefleet.runtime.cache.tiered import TieredCache
+from cachefleet.runtime.cache.read_through import ReadThroughCache
 from cachefleet.runtime.cache.writebehind import WriteBehind
 from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.metrics import RuntimeMetrics
@@ -56,7 +56,7 @@ class Model:
 
 
 async def ask(
-    cache: TieredCache, req: CacheRequest, model: Model, directives: CacheDirectives = DEFAULT
+    cache: ReadThroughCache, req: CacheRequest, model: Model, directives: CacheDirectives = DEFAULT
 ) -> tuple[list[Tensor], CacheStatus]:
     return await cache.get_or_compute(req, directives, model.for_request(req))
 
@@ -69,12 +69,12 @@ def metric(metrics: RuntimeMetrics, name: str, **labels: str) -> float:
 async def caches(
     redis_server: RedisProcess,
 ) -> AsyncIterator[Callable[..., Any]]:
-    started: list[TieredCache] = []
+    started: list[ReadThroughCache] = []
 
-    async def make(mode: str = "tiered", **cache: Any) -> tuple[TieredCache, RuntimeMetrics]:
+    async def make(mode: str = "tiered", **cache: Any) -> tuple[ReadThroughCache, RuntimeMetrics]:
         metrics = RuntimeMetrics()
         built = build_cache(settings(mode, redis_server.url, **cache), metrics)
-        assert isinstance(built, TieredCache)
+        assert isinstance(built, ReadThroughCache)
         await built.start()
         started.append(built)
         return built, metrics
@@ -215,7 +215,7 @@ async def test_a_cancelled_caller_does_not_cancel_the_others(caches: Callable[..
 async def test_full_write_behind_queue_drops_and_counts(redis_server: RedisProcess) -> None:
     metrics = RuntimeMetrics()
     cache = build_cache(settings("redis", redis_server.url, insert_queue_size=2), metrics)
-    assert isinstance(cache, TieredCache)
+    assert isinstance(cache, ReadThroughCache)
     assert cache.redis is not None
     await cache.redis.start()  # the tier, but not the write-behind workers: the queue fills
     try:
@@ -256,7 +256,7 @@ def test_build_cache_needs_a_redis_url_for_redis_modes() -> None:
     from cachefleet.runtime.cache.errors import CacheConfigError
 
     assert isinstance(build_cache(settings("none"), RuntimeMetrics()), NullCache)
-    assert isinstance(build_cache(settings("local"), RuntimeMetrics()), TieredCache)
+    assert isinstance(build_cache(settings("local"), RuntimeMetrics()), ReadThroughCache)
     with pytest.raises(CacheConfigError, match="redis-url"):
         build_cache(settings("tiered"), RuntimeMetrics())
 
