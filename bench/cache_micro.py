@@ -12,17 +12,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
-import socket
 import statistics
-import subprocess
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
 
-from cachefleet.bench.processes import free_port
+from cachefleet.bench.processes import RedisServer
 from cachefleet.runtime.cache.api import CacheDirectives, CacheRequest, CacheStatus
 from cachefleet.runtime.cache.factory import build_cache
 from cachefleet.runtime.cache.key import compute_key
@@ -141,32 +140,19 @@ async def run_latencies(
 
 @contextmanager
 def redis_server(url: str | None) -> Iterator[str]:
+    """``url``, or a throwaway Redis of our own for the run."""
     if url is not None:
         yield url
         return
-    binary = shutil.which("redis-server")
-    if binary is None:
+    if shutil.which("redis-server") is None:
         raise SystemExit("redis-server not found: install it or pass --redis-url")
-    port = free_port()
     with tempfile.TemporaryDirectory() as workdir:
-        process = subprocess.Popen(
-            [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", workdir],
-            stdout=subprocess.DEVNULL,
-        )
+        redis = RedisServer(Path(workdir))
+        redis.start()
         try:
-            deadline = time.monotonic() + 10
-            while True:
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.05)
-            yield f"redis://127.0.0.1:{port}/0"
+            yield redis.url
         finally:
-            process.terminate()
-            process.wait(10)
+            redis.stop()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -138,14 +138,13 @@ def _redis(
 ) -> str | None:
     if not any(s.cache in ("redis", "tiered") for s in plan):
         return None
-    started = processes.start_redis(workdir, options.cpus.client)
-    if started is None:
+    redis = processes.start_redis(workdir, options.cpus.client)
+    if redis is None:
         record.notes.append("redis-server is not installed: redis and tiered scenarios failed.")
         return None
-    redis, url = started
     stack.callback(redis.stop)
-    log(f"redis-server at {url}")
-    return url
+    log(f"redis-server at {redis.url}")
+    return redis.url
 
 
 def _start_target(

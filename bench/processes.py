@@ -97,30 +97,88 @@ def http_ok(url: str) -> Callable[[], bool]:
     return probe
 
 
-def start_redis(workdir: Path, cpus: str | None) -> tuple[ManagedProcess, str] | None:
-    """A throwaway ``redis-server`` on a free loopback port without persistence, or None."""
-    binary = shutil.which("redis-server")
-    if binary is None:
+class RedisServer:
+    """A throwaway ``redis-server`` on a loopback port, without persistence.
+
+    The one way the bench, the chaos run, the cache micro-benchmark and the tests start Redis.
+    ``kill`` (SIGKILL, as a crashed pod dies) and ``start`` again keep the same port, so clients
+    reconnect to the same URL.
+    """
+
+    def __init__(
+        self,
+        workdir: Path,
+        *args: str,
+        password: str | None = None,
+        cpus: str | None = None,
+        config: Path | None = None,
+    ) -> None:
+        self.port = free_port()
+        self.workdir = workdir
+        self.args = list(args)
+        self.password = password
+        self.cpus = cpus
+        #: A redis.conf to start from; the command line's port, bind and dir override its own.
+        self.config = config
+        self.process: ManagedProcess | None = None
+
+    @property
+    def url(self) -> str:
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
+
+    def start(self, timeout_s: float = 15) -> None:
+        binary = shutil.which("redis-server") or "redis-server"
+        command = [binary, *([str(self.config)] if self.config else [])]
+        command += ["--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir)]
+        if self.config is None:
+            command += ["--save", "", "--appendonly", "no"]
+        command += self.args
+        if self.password:
+            command += ["--requirepass", self.password]
+        self.process = ManagedProcess(
+            "redis-server",
+            pinned(command, self.cpus),
+            self.workdir / f"redis-{self.port}.log",
+            dict(os.environ),
+        )
+        self.process.wait_until(self.answers, timeout_s)
+
+    def answers(self) -> bool:
+        """Whether it answers PING (after AUTH when it has a password)."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.3) as sock:
+                if self.password:
+                    sock.sendall(f"AUTH {self.password}\r\n".encode())
+                    sock.recv(64)
+                sock.sendall(b"PING\r\n")
+                return sock.recv(64).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL, as a crashed or evicted pod would die."""
+        if self.process is not None and self.process.process.poll() is None:
+            self.process.process.kill()
+            self.process.process.wait(10)
+        self.stop()
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stop()
+
+
+def start_redis(workdir: Path, cpus: str | None) -> RedisServer | None:
+    """A started :class:`RedisServer`, or None when ``redis-server`` is not installed."""
+    if shutil.which("redis-server") is None:
         return None
-    port = free_port()
-    command = [
-        binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-        "--dir", str(workdir), "--protected-mode", "yes",
-    ]  # fmt: skip
-    redis = ManagedProcess(
-        "redis-server", pinned(command, cpus), workdir / "redis.log", dict(os.environ)
-    )
-    redis.wait_until(lambda: _redis_answers(port), 15)
-    return redis, f"redis://127.0.0.1:{port}/0"
-
-
-def _redis_answers(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.3) as sock:
-            sock.sendall(b"PING\r\n")
-            return sock.recv(64).startswith(b"+PONG")
-    except OSError:
-        return False
+    redis = RedisServer(workdir, "--protected-mode", "yes", cpus=cpus)
+    redis.start()
+    return redis
 
 
 def start_server(

@@ -7,8 +7,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from conftest import RedisProcess, ServerProcess
-from test_cache_fleet import x_cache
+from support.processes import RedisProcess, ServerProcess
+from support.sample_requests import x_cache
 
 
 def test_redis_killed_and_restarted_while_requests_flow(

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import ServerProcess
+from support.processes import ServerProcess
 
 from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.http.environment import export_settings, settings_from_environment

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import ServerProcess, free_port
+from support.processes import ServerProcess, free_port
 
 SIMPLE = "/v2/models/simple/infer"
 SIXTEEN = list(range(16))
@@ -198,4 +198,6 @@ def _read_response(sock: socket.socket) -> bytes:
 def test_the_server_still_answers_after_bad_input(call: Call) -> None:
     status, answer = call("POST", SIMPLE, json.dumps(_inputs()).encode())
     assert status == 200
-    assert [output["name"] for output in answer["outputs"]] == ["OUTPUT0", "OUTPUT1"]  # type: ignore[index]
+    outputs = answer["outputs"]
+    assert isinstance(outputs, list)
+    assert [output["name"] for output in outputs] == ["OUTPUT0", "OUTPUT1"]

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from conftest import ServerProcess, free_port
+from support.processes import ServerProcess, free_port
 
 
 @pytest.fixture(scope="module")

@@ -223,7 +223,7 @@ async def test_an_unreachable_redis_is_a_condition_and_an_event_not_a_crash(
     start_operator: Callable[[], Any],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from conftest import free_port
+    from support.processes import free_port
 
     monkeypatch.setenv("CACHEFLEET_OPERATOR_REDIS_ADDRESS", f"127.0.0.1:{free_port()}")
     monkeypatch.setenv("CACHEFLEET_OPERATOR_REDIS_TIMEOUT", "0.5")
@@ -273,7 +273,7 @@ async def test_the_operator_command_runs_kopf_with_a_liveness_endpoint(
     import sys
 
     import kubernetes.config.kube_config
-    from conftest import free_port
+    from support.processes import free_port
 
     port = free_port()
     command = [sys.executable, "-m", "cachefleet.cli.main", "operator", "--standalone",

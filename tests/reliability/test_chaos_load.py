@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import httpx
-from conftest import RedisProcess, ServerProcess
+from support.processes import RedisProcess, ServerProcess
 
 from cachefleet.bench.chaos import ChaosOptions, render_table, run_chaos
 

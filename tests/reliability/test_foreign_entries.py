@@ -14,7 +14,7 @@ import httpx
 import orjson
 import pytest
 import redis as redis_py
-from conftest import RedisProcess, ServerProcess
+from support.processes import RedisProcess, ServerProcess
 
 from cachefleet.bench.chaos import answer_is_right, decode_outputs, input_tensors, request_body
 from cachefleet.runtime.cache.key import compute_key

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ServerProcess, free_port
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.processes import ServerProcess, free_port
 
 LIMIT = 64 * 1024
 settings.register_profile(

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-from conftest import ServerProcess
+from support.processes import ServerProcess
 
 LIMIT = 8 * 1024 * 1024
 #: Resident memory the server may grow by during the burst (its baseline holds every model).

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 import redis as redis_py
-from conftest import CACHEFLEET, RedisProcess, ServerProcess, free_port
+from support.processes import CACHEFLEET, RedisProcess, ServerProcess, free_port
 
 from cachefleet.bench.chaos import answer_is_right, decode_outputs, redis_key, request_body
 

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from conftest import RedisProcess, free_port
-from test_cache_read_through import Model, ask, metric, request
+from support.cache_doubles import Model, ask, metric, request
+from support.processes import RedisProcess, free_port
 
 from cachefleet.runtime.cache.api import CacheStatus
 from cachefleet.runtime.cache.factory import build_cache

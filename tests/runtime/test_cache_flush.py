@@ -8,8 +8,8 @@ import sys
 import time
 
 import pytest
-from conftest import RedisProcess
-from test_cache_read_through import Model, ask, request, settings
+from support.cache_doubles import Model, ask, request, settings
+from support.processes import RedisProcess
 
 from cachefleet.runtime.cache.api import CacheStatus
 from cachefleet.runtime.cache.errors import CacheTierError

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 import redis.exceptions as redis_exceptions
-from conftest import RedisProcess
-from test_cache_read_through import Model, ask, metric, request, settings
+from support.cache_doubles import Model, ask, metric, request, settings
+from support.processes import RedisProcess
 
 from cachefleet.runtime.cache.api import CacheDirectives, CacheStatus
 from cachefleet.runtime.cache.entry import encode_entry
@@ -87,13 +87,13 @@ async def test_redis_down_at_start_does_not_stop_the_cache(redis_server: RedisPr
 async def test_paused_redis_costs_at_most_the_socket_timeout(redis_server: RedisProcess) -> None:
     cache, metrics = await started("redis", redis_server, socket_timeout_s=0.2)
     try:
-        redis_server.client().execute_command("CLIENT", "PAUSE", "5000", "ALL")
+        redis_server.command("CLIENT", "PAUSE", "5000", "ALL")
         # Bounded well below the 5 s pause: socket timeout + compute + scheduling slack.
         outputs, status = await asyncio.wait_for(ask(cache, request(1), Model()), timeout=2.0)
         assert (outputs, status) == (expected(1), CacheStatus.MISS)
         assert metric(metrics, "cachefleet_cache_errors_total", tier="redis", kind="timeout") >= 1
     finally:
-        redis_server.client().execute_command("CLIENT", "UNPAUSE")
+        redis_server.command("CLIENT", "UNPAUSE")
         await cache.close()
 
 
@@ -151,7 +151,7 @@ async def test_saturated_pool_fails_fast_without_opening_the_breaker(
     try:
         assert cache.redis is not None
         pool = cache.redis.client.connection_pool
-        held = await pool.get_connection()  # the only connection, busy elsewhere
+        held = await pool.get_connection()  # type: ignore[no-untyped-call]  # the only one, busy
         try:
             for value in range(5):
                 outputs, status = await asyncio.wait_for(

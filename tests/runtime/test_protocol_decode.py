@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from protocol_models import (
+from support.protocol_models import (
     IMAGE,
     SIMPLE,
     STRINGS,
@@ -17,11 +17,15 @@ from protocol_models import (
 )
 
 from cachefleet.runtime.errors import BadRequestError
+from cachefleet.runtime.models.types import ModelConfig
 from cachefleet.runtime.protocol import decode_request
+from cachefleet.runtime.protocol.request import InferRequest
 from cachefleet.runtime.tensor import encode_bytes_elements
 
 
-def _decode_both(model, inputs, datatypes):  # type: ignore[no-untyped-def]
+def _decode_both(
+    model: ModelConfig, inputs: dict[str, np.ndarray], datatypes: dict[str, str]
+) -> list[InferRequest]:
     decoded = []
     for binary in (False, True):
         body, length = triton_body(inputs, datatypes, binary=binary)
@@ -86,7 +90,9 @@ def test_request_fields_are_kept() -> None:
 
 
 def _simple_json(**overrides: object) -> dict[str, object]:
-    first = {"name": "INPUT0", "datatype": "INT32", "shape": [1, 16], "data": list(range(16))}
+    first: dict[str, object] = {
+        "name": "INPUT0", "datatype": "INT32", "shape": [1, 16], "data": list(range(16)),
+    }  # fmt: skip
     second = {"name": "INPUT1", "datatype": "INT32", "shape": [1, 16], "data": [1] * 16}
     first.update(overrides)
     return {"inputs": [first, second]}

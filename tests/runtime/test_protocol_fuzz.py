@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from protocol_models import IMAGE, SIMPLE, STRINGS
+from support.protocol_models import IMAGE, SIMPLE, STRINGS
 
 from cachefleet.runtime.errors import BadRequestError
 from cachefleet.runtime.protocol import decode_request

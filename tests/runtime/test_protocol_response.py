@@ -7,7 +7,7 @@ import numpy as np
 import orjson
 import pytest
 import tritonclient.http as httpclient
-from protocol_models import IMAGE, SIMPLE, STRINGS, simple_inputs, triton_body
+from support.protocol_models import IMAGE, SIMPLE, STRINGS, simple_inputs, triton_body
 
 from cachefleet.runtime.protocol import InferRequest, decode_request, encode_response
 from cachefleet.runtime.protocol.classification import classify
