@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from cachefleet.runtime.cache.api import CacheDirectives, CacheRequest, CacheStatus, Compute
 from cachefleet.runtime.cache.breaker import CircuitBreaker
@@ -53,8 +53,12 @@ class ReadThroughCache:
         breaker: CircuitBreaker | None = None,
         insert_queue_size: int = 1024,
         listener: InvalidationListener | None = None,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.metrics = metrics
+        #: Unix time, for entry expiry (shared by every replica through Redis); injectable, like
+        #: the local tier's and the breaker's clocks, so expiry is tested without waiting.
+        self._wall_clock = wall_clock
         self.model_metrics = CacheMetrics(metrics)
         self.local = local
         self.redis = redis
@@ -193,7 +197,7 @@ class ReadThroughCache:
         # A promoted copy lives no longer than the Redis entry it came from.
         ttl_s = request.ttl_s  # 0: never expires
         if entry.expires_at is not None:
-            ttl_s = entry.expires_at - time.time()
+            ttl_s = entry.expires_at - self._wall_clock()
         fresh = entry.expires_at is None or ttl_s > 0
         if self.local is not None and fresh and self.local.put(key, entry.outputs, ttl_s):
             series.inserts_local.inc()
@@ -221,7 +225,7 @@ class ReadThroughCache:
             if not self.breaker.allow():
                 return
             try:
-                expires_at = time.time() + ttl_s if ttl_s > 0 else None
+                expires_at = self._wall_clock() + ttl_s if ttl_s > 0 else None
                 blob = encode_entry(key.digest, outputs, expires_at)
                 await self.redis.set(key.redis_key, blob, ttl_s)
             except CacheTierError as error:

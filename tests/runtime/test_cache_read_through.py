@@ -14,7 +14,9 @@ from support.processes import RedisProcess
 from cachefleet.runtime.cache.api import CacheDirectives, CacheRequest, CacheStatus
 from cachefleet.runtime.cache.factory import build_cache
 from cachefleet.runtime.cache.key import compute_key
+from cachefleet.runtime.cache.local import LocalTier
 from cachefleet.runtime.cache.read_through import ReadThroughCache
+from cachefleet.runtime.cache.redis_tier import RedisTier
 from cachefleet.runtime.cache.writebehind import WriteBehind
 from cachefleet.runtime.metrics import RuntimeMetrics
 
@@ -215,16 +217,46 @@ def test_build_cache_needs_a_redis_url_for_redis_modes() -> None:
         build_cache(settings("tiered"), RuntimeMetrics())
 
 
-async def test_promoted_copy_expires_with_the_redis_entry(
-    caches: Callable[..., Any], redis_server: RedisProcess
-) -> None:
-    first, _ = await caches("tiered")
-    second, _ = await caches("tiered")
-    short = CacheRequest("simple", "1", request(8).inputs, {}, enabled=True, ttl_s=0.5)
-    await ask(first, short, Model())
-    await first.writes.join()
-    long = CacheRequest("simple", "1", short.inputs, {}, enabled=True, ttl_s=3600)
-    assert (await ask(second, long, Model()))[1] is CacheStatus.HIT_REDIS
-    await asyncio.sleep(0.6)
-    # The second replica asked for an hour, but the entry it copied had half a second left.
-    assert (await ask(second, long, Model()))[1] is CacheStatus.MISS
+class FakeClock:
+    """Wall and monotonic time that move only when the test says so."""
+
+    def __init__(self) -> None:
+        self.now = 1_900_000_000.0
+
+    def wall(self) -> float:
+        return self.now
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+async def test_promoted_copy_expires_with_the_redis_entry(redis_server: RedisProcess) -> None:
+    clock = FakeClock()
+
+    def replica() -> ReadThroughCache:
+        return ReadThroughCache(
+            RuntimeMetrics(),
+            local=LocalTier(1 << 20, clock=clock.monotonic),
+            redis=RedisTier(settings("tiered", redis_server.url).redis),
+            wall_clock=clock.wall,
+        )
+
+    first, second = replica(), replica()
+    await first.start()
+    await second.start()
+    try:
+        short = CacheRequest("simple", "1", request(8).inputs, {}, enabled=True, ttl_s=600)
+        await ask(first, short, Model())
+        await first.writes.join()
+        long = CacheRequest("simple", "1", short.inputs, {}, enabled=True, ttl_s=3600)
+        assert (await ask(second, long, Model()))[1] is CacheStatus.HIT_REDIS
+        clock.now += 599
+        assert (await ask(second, long, Model()))[1] is CacheStatus.HIT_LOCAL
+        # Ten minutes on, Redis drops the entry (its PX); the copy promoted for a replica that
+        # asked for an hour must be gone too, since the entry it copied had ten minutes left.
+        clock.now += 2
+        redis_server.command("DEL", compute_key("simple", "1", short.inputs, {}).redis_key)
+        assert (await ask(second, long, Model()))[1] is CacheStatus.MISS
+    finally:
+        await first.close()
+        await second.close()
