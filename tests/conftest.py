@@ -3,6 +3,8 @@
 - ``make_redis``/``redis_server``: a real ``redis-server`` without persistence, killed at teardown.
 - ``model_repository``: the sample models, generated once per session by ``cachefleet samples``.
 - ``make_server`` / ``server``: a real ``cachefleet serve`` process, stopped at teardown.
+
+Under ``CI=true`` any skipped test fails, except those marked ``gpu`` (``support/ci_skips.py``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import pytest
 # Shared operator fixtures, loaded as a plugin by the modules that use them (pytest_plugins) after
 # those modules import its helpers: register it first so its asserts are still rewritten.
 pytest.register_assert_rewrite("kmock_fixtures", "support")
+#: Under CI=true a skip fails the test (see support/ci_skips.py).
+pytest_plugins = ("support.ci_skips",)
 
 from support.processes import (  # noqa: E402  (after the assert-rewrite registration)
     CACHEFLEET,
