@@ -162,18 +162,20 @@ def _start_target(
         process, base_url = peer.start(
             repository, "simple", options.peer_python, workdir, options.cpus.server
         )
+        stop, pid, name = process.stop, process.pid, process.name
         note = f"KServe peer: {peer.describe(options.peer_python)}"
         if note not in record.notes:
             record.notes.append(note)
     else:
         if cache in ("redis", "tiered") and redis_url is None:
             raise BenchError("no Redis for this cache mode (redis-server is not installed)")
-        process, base_url = processes.start_server(
+        ours = processes.start_server(
             repository, cache, redis_url, workdir, options.cpus.server, options.cpus.server_args
         )
-    stack.callback(process.stop)
-    log(f"{process.name} at {base_url}")
-    return Target(base_url, process.pid)
+        stop, pid, name, base_url = ours.stop, ours.pid, ours.name, ours.base_url
+    stack.callback(stop)
+    log(f"{name} at {base_url}")
+    return Target(base_url, pid)
 
 
 def _run_scenario(

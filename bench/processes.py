@@ -16,7 +16,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -24,6 +24,9 @@ from cachefleet.bench.errors import BenchError
 from cachefleet.bench.pinning import pinned
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+#: Our command line, as a module with -P: the repository root holds a folder named "operator"
+#: that must never shadow the standard library's module when the working directory is the root.
+CACHEFLEET = [sys.executable, "-P", "-m", "cachefleet.cli.main"]
 
 
 def free_port() -> int:
@@ -181,6 +184,70 @@ def start_redis(workdir: Path, cpus: str | None) -> RedisServer | None:
     return redis
 
 
+class ServerProcess:
+    """``cachefleet serve`` on a free loopback port, logging to ``logdir``.
+
+    The one way the harness, the chaos run and the tests start our server. ``start`` returns once
+    ``/v2/health/ready`` answers 200 (or raises with the log's tail); ``restart`` keeps the port.
+    """
+
+    def __init__(
+        self,
+        args: Sequence[str],
+        logdir: Path,
+        *,
+        env: Mapping[str, str] | None = None,
+        cpus: str | None = None,
+        name: str = "cachefleet serve",
+    ) -> None:
+        self.port = free_port()
+        self.args = list(args)
+        self.env = dict(env or {})
+        self.cpus = cpus
+        self.name = name
+        self.log_path = logdir / f"server-{self.port}.log"
+        self.managed: ManagedProcess | None = None
+
+    @property
+    def url(self) -> str:
+        """host:port, as tritonclient wants it."""
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.url}"
+
+    @property
+    def process(self) -> subprocess.Popen[bytes] | None:
+        return self.managed.process if self.managed is not None else None
+
+    @property
+    def pid(self) -> int:
+        assert self.managed is not None, "not started"
+        return self.managed.pid
+
+    def start(self, timeout_s: float = 180) -> None:
+        command = [*CACHEFLEET, "serve", "--host", "127.0.0.1", "--port", str(self.port)]
+        self.managed = ManagedProcess(
+            self.name,
+            pinned([*command, *self.args], self.cpus),
+            self.log_path,
+            {**os.environ, **self.env},
+        )
+        self.managed.wait_until(http_ok(f"{self.base_url}/v2/health/ready"), timeout_s)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self) -> None:
+        if self.managed is not None:
+            self.managed.stop()
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+
 def start_server(
     repository: Path,
     cache: str,
@@ -188,25 +255,15 @@ def start_server(
     logdir: Path,
     cpus: str | None,
     extra_args: list[str] | None = None,
-) -> tuple[ManagedProcess, str]:
-    """``cachefleet serve`` with ``--cache cache`` on a free port; returns it and its base URL."""
-    port = free_port()
-    command = [
-        sys.executable, "-P", "-m", "cachefleet.cli.main", "serve", "--model-repository",
-        str(repository), "--host", "127.0.0.1", "--port", str(port), "--cache", cache,
-        "--log-level", "warning", *(extra_args or []),
-    ]  # fmt: skip
+) -> ServerProcess:
+    """A started :class:`ServerProcess` on ``repository`` with ``--cache cache``."""
+    args = ["--model-repository", str(repository), "--cache", cache, "--log-level", "warning"]
     if redis_url and cache in ("redis", "tiered"):
-        command += ["--redis-url", redis_url]
-    server = ManagedProcess(
-        f"cachefleet serve --cache {cache}",
-        pinned(command, cpus),
-        logdir / f"server-{cache}-{port}.log",
-        dict(os.environ),
-    )
-    base_url = f"http://127.0.0.1:{port}"
-    server.wait_until(http_ok(f"{base_url}/v2/health/ready"), 180)
-    return server, base_url
+        args += ["--redis-url", redis_url]
+    server = ServerProcess([*args, *(extra_args or [])], logdir, cpus=cpus,
+                           name=f"cachefleet serve --cache {cache}")  # fmt: skip
+    server.start()
+    return server
 
 
 def cpu_seconds(pid: int) -> float:

@@ -25,7 +25,6 @@ from support.processes import (  # noqa: E402  (after the assert-rewrite registr
     CACHEFLEET,
     RedisProcess,
     ServerProcess,
-    free_port,
     openssl,
 )
 
@@ -83,8 +82,7 @@ def make_server(model_repository: Path, tmp_path: Path) -> Iterator[Callable[...
         *args: str, env: dict[str, str] | None = None, repository: Path | None = None
     ) -> ServerProcess:
         repo = repository or model_repository
-        server = ServerProcess(free_port(), ["--model-repository", str(repo), *args], env or {})
-        server.log_path = tmp_path / f"server-{server.port}.log"
+        server = ServerProcess(["--model-repository", str(repo), *args], tmp_path, env=env)
         server.start()
         started.append(server)
         return server

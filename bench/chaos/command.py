@@ -34,9 +34,9 @@ def _fleet(workdir: Path) -> Iterator[tuple[list[str], RedisServer]]:
         url = redis.url
         for _ in range(2):
             servers.append(start_server(repository, "tiered", url, workdir, None))
-        yield [base for _, base in servers], redis
+        yield [server.base_url for server in servers], redis
     finally:
-        for server, _ in servers:
+        for server in servers:
             server.stop()
         redis.stop()
 

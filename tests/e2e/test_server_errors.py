@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from support.processes import ServerProcess, free_port
+from support.processes import ServerProcess
 
 SIMPLE = "/v2/models/simple/infer"
 SIXTEEN = list(range(16))
@@ -21,8 +21,7 @@ def small_server(
 ) -> Iterator[ServerProcess]:
     """One server with a 64 KiB body limit for every test here (none of them change state)."""
     args = ["--model-repository", str(model_repository), "--max-request-size", "64Ki"]
-    server = ServerProcess(free_port(), args)
-    server.log_path = tmp_path_factory.mktemp("server") / "server.log"
+    server = ServerProcess(args, tmp_path_factory.mktemp("server"))
     server.start()
     yield server
     server.stop()
