@@ -71,7 +71,7 @@ def _ratio(text: str) -> float:
 
 def run(args: argparse.Namespace) -> int:
     if args.chaos:
-        from cachefleet.bench import chaos
+        from cachefleet.bench.chaos import command as chaos
 
         return chaos.run_command(args)
     from cachefleet.bench import chart, harness, pinning, report, scenarios, targets

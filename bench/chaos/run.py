@@ -14,14 +14,15 @@ from typing import Any
 from cachefleet.bench import server_metrics
 from cachefleet.bench.chaos.answers import MODEL
 from cachefleet.bench.chaos.clients import ClientResult, client_main
-from cachefleet.bench.chaos.control import ChaosOptions, Log, RedisControl
+from cachefleet.bench.chaos.control import ChaosOptions, Log
 from cachefleet.bench.chaos.faults import Conductor, FaultLog
 from cachefleet.bench.chaos.planted import Planter
 from cachefleet.bench.chaos.report import ChaosReport
+from cachefleet.bench.processes import RedisServer
 
 
 def run_chaos(
-    urls: list[str], redis: RedisControl, options: ChaosOptions, log: Log = print
+    urls: list[str], redis: RedisServer, options: ChaosOptions, log: Log = print
 ) -> ChaosReport:
     """Load every server in ``urls`` from client processes while ``redis`` misbehaves."""
     context = multiprocessing.get_context("spawn")

@@ -16,7 +16,12 @@ import pytest
 import redis as redis_py
 from support.processes import RedisProcess, ServerProcess
 
-from cachefleet.bench.chaos import answer_is_right, decode_outputs, input_tensors, request_body
+from cachefleet.bench.chaos.answers import (
+    answer_is_right,
+    decode_outputs,
+    input_tensors,
+    request_body,
+)
 from cachefleet.runtime.cache.key import compute_key
 from cachefleet.runtime.tensor import Tensor, encode_bytes_elements
 

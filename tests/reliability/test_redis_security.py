@@ -13,7 +13,7 @@ import httpx
 import redis as redis_py
 from support.processes import CACHEFLEET, RedisProcess, ServerProcess, free_port
 
-from cachefleet.bench.chaos import answer_is_right, decode_outputs, redis_key, request_body
+from cachefleet.bench.chaos.answers import answer_is_right, decode_outputs, redis_key, request_body
 
 MakeServer = Callable[..., ServerProcess]
 MakeRedis = Callable[..., RedisProcess]
