@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-import time
 
 import pytest
 from support.cache_doubles import Model, ask, request, settings
 from support.processes import RedisProcess
+from support.waiting import wait_for_async
 
 from cachefleet.runtime.cache.api import CacheStatus
 from cachefleet.runtime.cache.errors import CacheTierError
@@ -38,11 +38,14 @@ def redis_keys(redis: RedisProcess, model: str) -> list[bytes]:
 
 
 async def eventually_miss(cache: ReadThroughCache, value: int, model: str) -> None:
-    deadline = time.monotonic() + 5
-    assert cache.local is not None
-    while cache.local.get(cache._key(request(value, model=model))) is not None:
-        assert time.monotonic() < deadline, "the flush never reached this replica"
-        await asyncio.sleep(0.02)
+    local = cache.local
+    assert local is not None
+    key = cache._key(request(value, model=model))
+
+    async def dropped() -> bool:
+        return local.get(key) is None
+
+    await wait_for_async(dropped, "the flush to reach this replica", timeout_s=5)
 
 
 async def test_flush_removes_one_model_from_both_tiers(redis_server: RedisProcess) -> None:

@@ -7,8 +7,6 @@ one way to start each and wait for it.
 from __future__ import annotations
 
 import subprocess
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,16 +14,7 @@ import redis
 
 from cachefleet.bench.processes import CACHEFLEET, RedisServer, ServerProcess, free_port
 
-__all__ = ["CACHEFLEET", "RedisProcess", "ServerProcess", "free_port", "openssl", "wait_until"]
-
-
-def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")
+__all__ = ["CACHEFLEET", "RedisProcess", "ServerProcess", "free_port", "openssl"]
 
 
 class RedisProcess(RedisServer):
