@@ -82,3 +82,17 @@ def test_unknown_key_in_config_file_is_an_error(tmp_path: Path) -> None:
     config.write_text("prot: 1\n")
     with pytest.raises(SettingsError, match="unknown setting 'prot'"):
         load_settings(parse("--config", str(config)), {})
+
+
+def test_model_control_flags_repeat_and_read_comma_lists(tmp_path: Path) -> None:
+    args = parse("--model-control-mode", "explicit", "--load-model", "a", "--load-model", "b")
+    settings = load_settings(args, environ={})
+    assert (settings.models.control_mode, settings.models.load_models) == ("explicit", ("a", "b"))
+    from_env = load_settings(parse(), environ={"CACHEFLEET_LOAD_MODEL": "simple, densenet_onnx"})
+    assert from_env.models.load_models == ("simple", "densenet_onnx")
+    config = tmp_path / "serve.yaml"
+    config.write_text("model-control-mode: explicit\nload-model: ['*']\n")
+    from_file = load_settings(parse("--config", str(config)), environ={})
+    assert (from_file.models.control_mode, from_file.models.load_models) == ("explicit", ("*",))
+    with pytest.raises(SystemExit):
+        parse("--model-control-mode", "poll")
