@@ -29,6 +29,9 @@ class ModelCacheMetrics:
     insert_dropped: Counter
     lookup_local: Histogram
     lookup_redis: Histogram
+    row_hits_local: Counter
+    row_hits_redis: Counter
+    row_misses: Counter
 
 
 class CacheMetrics:
@@ -60,4 +63,7 @@ class CacheMetrics:
             insert_dropped=m.cache_insert_dropped.labels(*labels),
             lookup_local=m.cache_lookup_seconds.labels(*labels, "local"),
             lookup_redis=m.cache_lookup_seconds.labels(*labels, "redis"),
+            row_hits_local=m.cache_row_hits.labels(*labels, "local"),
+            row_hits_redis=m.cache_row_hits.labels(*labels, "redis"),
+            row_misses=m.cache_row_misses.labels(*labels),
         )
