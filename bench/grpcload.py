@@ -54,4 +54,4 @@ def _send(spec: LoadSpec, sender: int, start_at: float) -> SenderReport:
             except grpc.RpcError:
                 errors += 1
             latencies.append(time.perf_counter() - sent)
-    return SenderReport(latencies, errors, hits, misses, time.perf_counter() - began)
+    return SenderReport(latencies, errors, time.perf_counter() - began)

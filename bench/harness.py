@@ -113,11 +113,11 @@ def run_plan(plan: list[Scenario], options: BenchOptions, log: Log) -> RunRecord
                         *key, repository, redis_url, workdir, options, stack, record, log
                     )
                 except BenchError as error:
-                    log(f"  {scenario.server} {scenario.cache}: {error.message.splitlines()[0]}")
+                    log(f"  {scenario.server} {scenario.cache}: {str(error).splitlines()[0]}")
                     targets[key] = error
             target = targets[key]
             if isinstance(target, BenchError):
-                record.failures.append(Failure(scenario, target.message.splitlines()[0]))
+                record.failures.append(Failure(scenario, str(target).splitlines()[0]))
                 continue
             settle(*(t.pid for t in targets.values() if isinstance(t, Target)))
             _run_scenario(target, scenario, options, record, log, workdir)
@@ -144,14 +144,13 @@ def _redis(
 ) -> str | None:
     if not any(s.cache in ("redis", "tiered") for s in plan):
         return None
-    started = processes.start_redis(workdir, options.cpus.client)
-    if started is None:
+    redis = processes.start_redis(workdir, options.cpus.client)
+    if redis is None:
         record.notes.append("redis-server is not installed: redis and tiered scenarios failed.")
         return None
-    redis, url = started
     stack.callback(redis.stop)
-    log(f"redis-server at {url}")
-    return url
+    log(f"redis-server at {redis.url}")
+    return redis.url
 
 
 def _start_target(
@@ -169,23 +168,22 @@ def _start_target(
         process, base_url = peer.start(
             repository, "simple", options.peer_python, workdir, options.cpus.server
         )
+        stop, pid, name = process.stop, process.pid, process.name
         note = f"KServe peer: {peer.describe(options.peer_python)}"
         if note not in record.notes:
             record.notes.append(note)
     else:
         if cache in ("redis", "tiered") and redis_url is None:
             raise BenchError("no Redis for this cache mode (redis-server is not installed)")
-        grpc_port = processes.free_port()
-        process, base_url = processes.start_server(
-            repository, cache, redis_url, workdir, options.cpus.server, options.cpus.server_args,
-            grpc_port=grpc_port,
-        )  # fmt: skip
-        stack.callback(process.stop)
-        log(f"{process.name} at {base_url}, gRPC at 127.0.0.1:{grpc_port}")
-        return Target(base_url, process.pid, f"127.0.0.1:{grpc_port}")
-    stack.callback(process.stop)
-    log(f"{process.name} at {base_url}")
-    return Target(base_url, process.pid)
+        ours = processes.start_server(
+            repository, cache, redis_url, workdir, options.cpus.server, options.cpus.server_args
+        )
+        stack.callback(ours.stop)
+        log(f"{ours.name} at {ours.base_url}, gRPC at {ours.grpc_url}")
+        return Target(ours.base_url, ours.pid, ours.grpc_url)
+    stack.callback(stop)
+    log(f"{name} at {base_url}")
+    return Target(base_url, pid)
 
 
 def _run_scenario(
@@ -206,7 +204,7 @@ def _run_scenario(
             load=_grpc_load(target, scenario, requests),
         )  # fmt: skip
     except BenchError as error:
-        reason = error.message.splitlines()[0]
+        reason = str(error).splitlines()[0]
         log(f"  {scenario.label:<38} failed: {reason}")
         record.failures.append(Failure(scenario, reason))
         return

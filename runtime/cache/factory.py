@@ -7,8 +7,8 @@ from cachefleet.runtime.cache.breaker import BreakerState, CircuitBreaker
 from cachefleet.runtime.cache.errors import CacheConfigError
 from cachefleet.runtime.cache.invalidation import InvalidationListener
 from cachefleet.runtime.cache.local import LocalTier
+from cachefleet.runtime.cache.read_through import ReadThroughCache
 from cachefleet.runtime.cache.redis_tier import RedisTier
-from cachefleet.runtime.cache.tiered import TieredCache
 from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.metrics import RuntimeMetrics
 
@@ -34,7 +34,7 @@ def build_cache(settings: RuntimeSettings, metrics: RuntimeMetrics) -> ResponseC
             0 if state is BreakerState.CLOSED else 1
         ),
     )
-    cache = TieredCache(
+    cache = ReadThroughCache(
         metrics,
         local=local,
         redis=redis,

@@ -15,7 +15,7 @@ from typing import Any, TypeVar, cast
 
 import grpc
 
-from cachefleet.runtime.errors import CachefleetError
+from cachefleet.runtime.errors import ServingError
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ _CODES = {
 Method = TypeVar("Method", bound=Callable[..., Awaitable[Any]])
 
 
-def status_code(error: CachefleetError) -> grpc.StatusCode:
+def status_code(error: ServingError) -> grpc.StatusCode:
     """The gRPC code for ``error``'s HTTP status (another 4xx is INVALID_ARGUMENT, 5xx INTERNAL)."""
     code = _CODES.get(error.status_code)
     if code is not None:
@@ -49,7 +49,7 @@ def translated(method: Method) -> Method:
             return await method(self, request, context)
         except grpc.aio.AbortError:
             raise
-        except CachefleetError as error:
+        except ServingError as error:
             if error.status_code >= 500:
                 log.warning("gRPC %s: %s", method.__name__, error.message)
             await context.abort(status_code(error), error.message)

@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 
 from cachefleet.runtime.config import ServerSettings
-from cachefleet.runtime.errors import CachefleetError
+from cachefleet.runtime.errors import ServingError
 from cachefleet.runtime.grpc.messages import service_pb2_grpc
 from cachefleet.runtime.grpc.servicer import InferenceServicer, ServerParts
 
@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 STOP_GRACE_S = 5.0
 
 
-class GrpcStartError(CachefleetError):
+class GrpcStartError(ServingError):
     """The gRPC port cannot be bound."""
 
 

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import grpc
 
 from cachefleet.runtime.cache.api import CacheDirectives
-from cachefleet.runtime.errors import BadRequestError, CachefleetError, NotReadyError
+from cachefleet.runtime.errors import BadRequestError, NotReadyError, ServingError
 from cachefleet.runtime.grpc import documents
 from cachefleet.runtime.grpc.decode import decode_infer_request, parameters
 from cachefleet.runtime.grpc.encode import encode_infer_response
@@ -77,7 +77,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         """Ready or not, as Triton answers: an unknown model is not ready, not an error."""
         try:
             self._service().check_model(request.name, request.version or None)
-        except CachefleetError:
+        except ServingError:
             return service_pb2.ModelReadyResponse(ready=False)
         return service_pb2.ModelReadyResponse(ready=True)
 
@@ -138,7 +138,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         async for request in requests:
             try:
                 response, _ = await self._infer(request, directives)
-            except CachefleetError as error:
+            except ServingError as error:
                 yield service_pb2.ModelStreamInferResponse(error_message=error.message)
                 continue
             except Exception as error:  # a bug: say so in band, keep the stream for the others

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
-from conftest import ServerProcess
+from support.processes import ServerProcess
 from tritonclient.utils import InferenceServerException
 
 

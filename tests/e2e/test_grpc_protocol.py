@@ -14,7 +14,7 @@ import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from conftest import ServerProcess, free_port
+from support.processes import ServerProcess
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException, deserialize_bytes_tensor
 
@@ -25,8 +25,9 @@ Stub = service_pb2_grpc.GRPCInferenceServiceStub
 def server(
     model_repository: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
-    server = ServerProcess(free_port(), ["--model-repository", str(model_repository)])
-    server.log_path = tmp_path_factory.mktemp("server") / "server.log"
+    server = ServerProcess(
+        ["--model-repository", str(model_repository)], tmp_path_factory.mktemp("server")
+    )
     server.start()
     yield server
     server.stop()
@@ -61,7 +62,7 @@ def _output(response: Any, name: str, dtype: Any) -> np.ndarray:
             raw = response.raw_output_contents[index]
             shape = list(tensor.shape)
             if tensor.datatype == "BYTES":
-                return deserialize_bytes_tensor(raw).reshape(shape)
+                return np.asarray(deserialize_bytes_tensor(raw)).reshape(shape)
             return np.frombuffer(raw, dtype=dtype).reshape(shape)
     raise AssertionError(f"no output {name}")
 
@@ -113,7 +114,7 @@ def test_typed_int8_contents_and_their_range(stub: Any) -> None:
     with pytest.raises(grpc.RpcError) as caught:
         stub.ModelInfer(out_of_range)
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "out of range for INT8" in caught.value.details()
+    assert "out of range for INT8" in str(caught.value.details())
 
 
 def test_typed_bytes_contents(stub: Any) -> None:
@@ -202,7 +203,7 @@ def test_malformed_requests_are_invalid_arguments(
     with pytest.raises(grpc.RpcError) as caught:
         stub.ModelInfer(_request("simple", **request_fields))
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert message in caught.value.details()
+    assert message in str(caught.value.details())
 
 
 def _simple_raw(value: int) -> Any:

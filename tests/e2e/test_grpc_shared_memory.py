@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.utils.shared_memory as shm
-from conftest import ServerProcess, free_port
+from support.processes import ServerProcess
 from tritonclient import utils
 from tritonclient.utils import InferenceServerException
 
@@ -24,8 +24,9 @@ Region = Callable[[int], tuple[str, Any]]
 def shm_server(
     model_repository: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
-    server = ServerProcess(free_port(), ["--model-repository", str(model_repository)])
-    server.log_path = tmp_path_factory.mktemp("server") / "server.log"
+    server = ServerProcess(
+        ["--model-repository", str(model_repository)], tmp_path_factory.mktemp("server")
+    )
     server.start()
     yield server
     server.stop()

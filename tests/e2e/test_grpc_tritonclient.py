@@ -21,7 +21,7 @@ import onnxruntime
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
-from conftest import ServerProcess, free_port
+from support.processes import ServerProcess, free_port
 from tritonclient.utils import InferenceServerException
 
 
@@ -30,8 +30,9 @@ def shared_server(
     model_repository: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
     """One server for the tests that do not depend on a fresh cache."""
-    server = ServerProcess(free_port(), ["--model-repository", str(model_repository)])
-    server.log_path = tmp_path_factory.mktemp("server") / "server.log"
+    server = ServerProcess(
+        ["--model-repository", str(model_repository)], tmp_path_factory.mktemp("server")
+    )
     server.start()
     yield server
     server.stop()

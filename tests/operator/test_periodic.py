@@ -32,7 +32,8 @@ LOCAL_ONLY = {"mode": "local"}
 def periodic(**settings: Any) -> Periodic:
     import kubernetes
 
-    kubernetes.config.load_kube_config()  # the emulator's, as kopf's login would
+    # The emulator's, as kopf's login would.
+    kubernetes.config.load_kube_config()  # type: ignore[no-untyped-call]
     return Periodic(Reconciler(Kube(), OperatorSettings(**settings)), KeyedLocks())
 
 

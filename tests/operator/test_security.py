@@ -23,6 +23,7 @@ import base64
 import json
 import logging
 from collections.abc import Callable, Iterator, Mapping
+from functools import partial
 from typing import Any
 
 import pytest
@@ -88,6 +89,10 @@ def pod_hash(obj: dict[str, Any] | None) -> str:
     )
 
 
+def runtime_ready(cluster: Cluster, name: str) -> dict[str, Any] | None:
+    return condition(cis(cluster, name), "RuntimeReady")
+
+
 def password_of(secret: dict[str, Any] | None) -> str:
     return base64.b64decode(must(secret)["data"]["password"]).decode()
 
@@ -117,7 +122,7 @@ async def test_no_password_leaves_its_secret_in_requests_objects_events_status_o
         await eventually(lambda: live(cluster, "v1/secrets", "gen-redis-auth"), "the Secret")
     )
     for name in ("gen", "own", "ext"):
-        await eventually(lambda n=name: condition(cis(cluster, n), "RuntimeReady"), "status")
+        await eventually(partial(runtime_ready, cluster, name), "status")
 
     # Redis pods become ready: the operator logs in to set maxmemory live (refused for "gen").
     for name in ("gen-redis", "own-redis"):
