@@ -18,7 +18,7 @@ import pytest
 
 # Shared operator fixtures, loaded as a plugin by the modules that use them (pytest_plugins) after
 # those modules import its helpers: register it first so its asserts are still rewritten.
-pytest.register_assert_rewrite("kmock_fixtures", "support")
+pytest.register_assert_rewrite("support")
 #: Under CI=true a skip fails the test (see support/ci_skips.py).
 pytest_plugins = ("support.ci_skips",)
 

@@ -18,11 +18,11 @@ from typing import Any
 import aiohttp
 import kmock
 import pytest
-from kmock_cluster import Cluster
-from kmock_fixtures import CIS_PATH, NS, Api, cis, condition, eventually, live, must, service
+from support.kube.cluster import Cluster
+from support.kube.fixtures import CIS_PATH, NS, Api, cis, condition, eventually, live, must, service
 
 HASH = "cachefleet.io/config-hash"
-pytest_plugins = ("kmock_fixtures",)  # cluster, api, start_operator, operator
+pytest_plugins = ("support.kube.fixtures",)  # cluster, api, start_operator, operator
 
 pytestmark = pytest.mark.timeout(120)
 

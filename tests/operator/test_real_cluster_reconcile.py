@@ -21,9 +21,9 @@ import attrs
 import kmock
 import kopf
 import pytest
-from api_rules import claim_resize_refusal, statefulset_forbidden_changes
-from kmock_cluster import VERBS, Cluster, InvalidError
-from kmock_fixtures import (
+from support.kube.api_rules import claim_resize_refusal, statefulset_forbidden_changes
+from support.kube.cluster import VERBS, Cluster, InvalidError
+from support.kube.fixtures import (
     CIS_PATH,
     NS,
     Api,
@@ -45,7 +45,7 @@ from cachefleet.operator.reconcile.reconciler import Outcome, Reconciler
 from cachefleet.operator.reconcile.settings import OperatorSettings
 from cachefleet.runtime.config import parse_bytes
 
-pytest_plugins = ("kmock_fixtures",)  # cluster, api, start_operator, operator
+pytest_plugins = ("support.kube.fixtures",)  # cluster, api, start_operator, operator
 pytestmark = pytest.mark.timeout(120)
 
 HASH = "cachefleet.io/config-hash"

@@ -30,15 +30,15 @@ import pytest
 from delivery.support import NAMESPACE, RELEASE, Helm, Manifest, only, require_tool
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kmock_cluster import Cluster
-from kmock_fixtures import CIS_PATH, NS, Api, cis, condition, eventually, live, must, service
-from spec_strategies import valid_specs
+from support.kube.cluster import Cluster
+from support.kube.fixtures import CIS_PATH, NS, Api, cis, condition, eventually, live, must, service
+from support.kube.spec_strategies import valid_specs
 
 from cachefleet.operator.manifests.children import build_children, needs_generated_password
 from cachefleet.operator.manifests.meta import Owner
 from cachefleet.operator.manifests.spec import parse_spec
 
-pytest_plugins = ("kmock_fixtures",)
+pytest_plugins = ("support.kube.fixtures",)
 pytestmark = pytest.mark.timeout(120)
 
 OWNER = Owner("svc", "ml", "3f0e6c1a-8d2b-4e57-a1c9-0b7d5e2f4a66")
