@@ -12,8 +12,11 @@ because redis-py's ``Redis`` and ``RedisCluster`` share the command API. What di
   per-shard circuit breakers decide when a shard is asked again. :meth:`shard_of` names the node
   a key lives on, which is what the breakers are keyed by.
 - ``sentinel``: redis-py's :class:`~redis.asyncio.sentinel.Sentinel` asked for the primary's
-  address on every new connection; a failover closes the old primary's connections, and the next
-  connection goes to the new one, without a restart.
+  address on every new connection. redis-py only asks when it opens a connection, and after a
+  ``SENTINEL FAILOVER`` the demoted primary keeps accepting writes on old connections until
+  Sentinel reconfigures it (seconds later), so the pool is also told to ask every
+  :data:`PRIMARY_CHECK_S`: when the answer changes, its idle connections close and busy ones
+  are dropped when returned, and the next command goes to the new primary, without a restart.
 
 The same credentials, TLS files and timeouts go to every node (and to the Sentinel).
 """
@@ -21,6 +24,7 @@ The same credentials, TLS files and timeouts go to every node (and to the Sentin
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any, Protocol
 
 import redis.asyncio as aioredis
@@ -35,6 +39,8 @@ from cachefleet.runtime.config import RedisSettings
 
 #: The shard name when there is only one (standalone, sentinel) or the key's node is unknown.
 WHOLE = "redis"
+#: How often sentinel mode asks Sentinel which node is the primary.
+PRIMARY_CHECK_S = 0.5
 
 
 def connection_options(
@@ -147,6 +153,7 @@ class SentinelConnection:
         if settings.url.startswith("rediss://"):
             options["ssl"] = True
         sentinel_options = {k: v for k, v in options.items() if k != "client_name"}
+        self._deadline_s = settings.connect_timeout_s + 2 * socket_timeout_s
         self.sentinel = Sentinel(  # type: ignore[no-untyped-call]
             [(address.get("host", "localhost"), int(address.get("port", 26379)))],
             sentinel_kwargs=sentinel_options,
@@ -155,14 +162,28 @@ class SentinelConnection:
         self.client: Any = self.sentinel.master_for(
             settings.sentinel_master, max_connections=pool_size, db=int(address.get("db", 0))
         )
+        self._watch: asyncio.Task[None] | None = None
 
     def shard_of(self, key: str) -> str:
         return WHOLE
 
     async def start(self) -> None:
-        return None
+        self._watch = asyncio.create_task(self._follow_primary(), name="redis-sentinel-watch")
+
+    async def _follow_primary(self) -> None:
+        """Ask Sentinel for the primary now and then; the pool drops connections to an old one."""
+        while True:
+            with contextlib.suppress(rexc.RedisError, OSError, TimeoutError):
+                async with asyncio.timeout(max(PRIMARY_CHECK_S, self._deadline_s)):
+                    await self.client.connection_pool.get_master_address()
+            await asyncio.sleep(PRIMARY_CHECK_S)
 
     async def close(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch
+            self._watch = None
         await self.client.aclose(close_connection_pool=True)
         await self.sentinel.aclose()
 

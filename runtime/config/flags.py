@@ -109,9 +109,7 @@ def load_settings(
     config_path = getattr(args, "config", None) or environ.get(ENV_PREFIX + "CONFIG")
     if config_path:
         layers.append(_read_config_file(Path(config_path)))
-    layers.append(
-        {f.group: {f.field: _env_value(f, environ)} for f in FLAGS if f.env_var in environ}
-    )
+    layers.append(_flags_from_environment(environ))
     layers.append(_flags_from_args(args))
     merged: dict[str, dict[str, Any]] = {}
     for layer in layers:
@@ -121,6 +119,15 @@ def load_settings(
         return RuntimeSettings.model_validate(merged)
     except ValidationError as error:
         raise SettingsError(_describe(error)) from None
+
+
+def _flags_from_environment(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """Every ``CACHEFLEET_<FLAG>`` set, grouped (several variables may fill one group)."""
+    layer: dict[str, dict[str, Any]] = {}
+    for flag in FLAGS:
+        if flag.env_var in environ:
+            layer.setdefault(flag.group, {})[flag.field] = _env_value(flag, environ)
+    return layer
 
 
 def _env_value(flag: Flag, environ: Mapping[str, str]) -> Any:
