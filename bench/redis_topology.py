@@ -236,6 +236,21 @@ class ClusterProcesses:
             break
         return sorted(ports)
 
+    def port_of(self, key: str) -> int:
+        """The port of the primary that serves ``key`` now, as the cluster itself says."""
+        for node in self.nodes:
+            if not node.alive:
+                continue
+            try:
+                slot = int(command(node.port, "CLUSTER", "KEYSLOT", key))
+                ranges = command(node.port, "CLUSTER", "SLOTS")
+            except Exception:  # any failure: ask the next node
+                continue
+            for entry in ranges:
+                if int(entry[0]) <= slot <= int(entry[1]):
+                    return int(entry[2][1])
+        raise TopologyError(f"no live node knows where {key} lives")
+
     def replica_of(self, primary_port: int) -> int | None:
         """The port of a live replica of ``primary_port``, or None."""
         for node in self.nodes:

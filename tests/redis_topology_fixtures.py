@@ -143,6 +143,13 @@ class LoadLoop:
             assert time.monotonic() < deadline, f"load stalled at {len(self.answers)} answers"
             time.sleep(0.05)
 
+    def wait_for_after(self, moment: float, count: int, timeout_s: float = 60) -> None:
+        """Wait until ``count`` answers to requests sent from ``moment`` on have come back."""
+        deadline = time.monotonic() + timeout_s
+        while len(self.between(moment)) < count:
+            assert time.monotonic() < deadline, f"load stalled at {len(self.answers)} answers"
+            time.sleep(0.05)
+
     @property
     def failed(self) -> list[Answer]:
         return [a for a in list(self.answers) if a.status != 200 or not a.right]
