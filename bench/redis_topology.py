@@ -338,11 +338,20 @@ class SentinelProcesses:
         return self.primary_port()
 
     def _promoted(self, before: int) -> bool:
+        """The replica is primary, and Sentinel's failover is over (``SENTINEL MASTERS``, which
+        clients read, names the new primary only once it is)."""
+        assert self.sentinel is not None
         try:
             now = self.primary_port()
-            return now != before and info(now, "replication").get("role") == "master"
+            state = command(self.sentinel.port, "SENTINEL", "MASTER", MASTER_NAME)
         except Exception:
             return False
+        settled = (
+            isinstance(state, dict)
+            and int(state.get("port", 0)) == now
+            and "failover" not in str(state.get("flags", ""))
+        )
+        return settled and now != before and info(now, "replication").get("role") == "master"
 
     def wait_replica_synced(self, timeout_s: float = 30) -> None:
         _wait(self._replica_known, timeout_s, "the demoted primary to sync as a replica")
