@@ -56,6 +56,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="sample the server with py-spy during each load; the report says where time goes",
     )  # fmt: skip
     parser.add_argument(
+        "--redis-mode", choices=("standalone", "cluster"), default="standalone",
+        help="with --chaos: one Redis (default) or a Redis Cluster of three primaries with a "
+        "replica each, struck one shard at a time; written to chaos-cluster-<date>.md",
+    )  # fmt: skip
+    parser.add_argument(
         "--chaos", action="store_true",
         help="instead: the reliability run (Redis faults under load; --duration is its length, "
         "default 120 s), written to bench/results/chaos-<date>.md",

@@ -9,7 +9,9 @@ input, model or version) at the keys the clients are about to ask for. Every ans
 against numpy's: a cache may be slow or cold, never wrong.
 
 The same :func:`run_chaos` drives the reliability test (short) and ``cachefleet bench --chaos``
-(longer, with a Markdown report in ``bench/results/chaos-<date>.md``).
+(longer, with a Markdown report in ``bench/results/chaos-<date>.md``). :func:`run_cluster_chaos`
+is the Redis Cluster variant (``--chaos --redis-mode cluster``): three primaries with a replica
+each, one shard struck at a time (killed and restarted, failed over by hand, paused, filled).
 """
 
 from cachefleet.bench.chaos.answers import (
@@ -30,7 +32,7 @@ from cachefleet.bench.chaos.command import run_command
 from cachefleet.bench.chaos.control import STEADY, ChaosOptions, Log, RedisControl
 from cachefleet.bench.chaos.faults import FaultLog
 from cachefleet.bench.chaos.report import ChaosReport, render_table
-from cachefleet.bench.chaos.run import run_chaos
+from cachefleet.bench.chaos.run import run_chaos, run_cluster_chaos
 
 __all__ = [
     "MODEL",
@@ -54,5 +56,6 @@ __all__ = [
     "render_table",
     "request_body",
     "run_chaos",
+    "run_cluster_chaos",
     "run_command",
 ]
