@@ -107,11 +107,20 @@ def answers(port: int) -> bool:
 class RedisNode:
     """One ``redis-server`` on loopback; :meth:`kill` and :meth:`start` keep its port and files."""
 
-    def __init__(self, port: int, workdir: Path, args: list[str], sentinel: bool = False) -> None:
+    def __init__(
+        self,
+        port: int,
+        workdir: Path,
+        args: list[str],
+        sentinel: bool = False,
+        cpus: str | None = None,
+    ) -> None:
         self.port = port
         self.workdir = workdir
         self.args = args
         self.sentinel = sentinel
+        #: ``taskset -c`` CPUs (the bench pins Redis beside the load generator), or None.
+        self.cpus = cpus
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -126,6 +135,8 @@ class RedisNode:
             line = [_binary("redis-server"), "--port", str(self.port), "--bind", "127.0.0.1",
                     "--save", "", "--appendonly", "no", "--dir", workdir,
                     *self.args]  # fmt: skip
+        if self.cpus:
+            line = ["taskset", "-c", self.cpus, *line]
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 line, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -171,10 +182,13 @@ class RedisNode:
 class ClusterProcesses:
     """A Redis Cluster of ``primaries`` primaries, each with ``replicas`` replicas."""
 
-    def __init__(self, workdir: Path, primaries: int = 3, replicas: int = 0) -> None:
+    def __init__(
+        self, workdir: Path, primaries: int = 3, replicas: int = 0, cpus: str | None = None
+    ) -> None:
         self.workdir = workdir
         self.primaries = primaries
         self.replicas = replicas
+        self.cpus = cpus
         self.nodes: list[RedisNode] = []
 
     def start(self) -> None:
@@ -187,7 +201,7 @@ class ClusterProcesses:
                 "--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{port}.conf",
                 "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
                 "--cluster-require-full-coverage", "no",
-            ])  # fmt: skip
+            ], cpus=self.cpus)  # fmt: skip
             self.nodes.append(node)
             node.start()
         create = [_binary("redis-cli"), "--cluster", "create",
