@@ -3,11 +3,12 @@ numpy: a Redis Cluster with a primary killed, and Sentinel with a failover. No r
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Callable
 
 import httpx
-from conftest import ServerProcess
+from conftest import CACHEFLEET, ServerProcess
 from redis_topology_fixtures import LoadLoop
 
 from cachefleet.bench.chaos.answers import redis_key
@@ -41,6 +42,19 @@ def test_two_servers_share_a_cluster_and_flush_empties_every_primary(
     flushed = httpx.post(f"{servers[0].base_url}/v2/models/simple/cache/flush", timeout=30)
     assert flushed.status_code == 200, flushed.text
     assert flushed.json()["removed"] == len(SEEDS)
+    assert redis_cluster.keys_per_node("cachefleet:v1:simple:*") == dict.fromkeys(held, 0)
+
+    # And from the command line, with no server: the same flush of every primary.
+    with LoadLoop([s.base_url for s in servers], SEEDS, threads=2) as load:
+        load.wait_for(2 * len(SEEDS))
+    assert sum(redis_cluster.keys_per_node("cachefleet:v1:simple:*").values()) == len(SEEDS)
+    done = subprocess.run(
+        [*CACHEFLEET, "flush", "--model", "simple", "--redis-mode", "cluster",
+         "--redis-url", redis_cluster.url],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f"removed {len(SEEDS)} entries" in done.stdout
     assert redis_cluster.keys_per_node("cachefleet:v1:simple:*") == dict.fromkeys(held, 0)
 
 
