@@ -74,10 +74,11 @@ class ClusterConductor:
                 return port
         return None
 
-    def _watch(self, slots: list[tuple[int, int]]) -> None:
+    def _watch(self, slots: list[tuple[int, int]], what: str) -> None:
         """Measure hits on ``slots`` from now (called once the fault has struck)."""
         self.faults.back_at.append(time.time())
         self.faults.resume_slots.append(slots)
+        self.faults.resume_after.append(what)
 
     def _kill(self) -> None:
         port = self._primary_with_replica()
@@ -86,7 +87,7 @@ class ClusterConductor:
             return
         slots = slot_ranges(self.cluster, port)
         self.cluster.node(port).kill()
-        self._watch(slots)
+        self._watch(slots, "kill")
         self._killed = port
         self.faults.note("primary down", "a primary killed with SIGKILL; its replica takes over")
         self.log(f"chaos: primary {port} killed")
@@ -112,7 +113,7 @@ class ClusterConductor:
         except Exception as error:  # a replica still syncing refuses: the run goes on
             self.log(f"chaos: CLUSTER FAILOVER refused: {error}")
             return
-        self._watch(slots)
+        self._watch(slots, "manual failover")
         self.faults.note("manual failover", "CLUSTER FAILOVER on a replica")
         self.log(f"chaos: replica {replica} took over from {port}")
 

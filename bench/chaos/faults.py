@@ -25,6 +25,8 @@ class FaultLog:
     #: Per ``back_at`` entry, the slot ranges whose hits count as resumed (cluster runs);
     #: empty when any Redis hit counts.
     resume_slots: list[list[tuple[int, int]]] = field(default_factory=list)
+    #: Per ``back_at`` entry, what struck (cluster runs report kills and failovers apart).
+    resume_after: list[str] = field(default_factory=list)
     planted: int = 0
 
     def note(self, phase: str, what: str, at: float | None = None) -> None:

@@ -34,18 +34,32 @@ class ChaosReport:
     topology: str = "standalone"
 
 
+def _resume(values: list[float | None], events: str) -> str:
+    """Worst and median of the resume times, and how many never saw hits again."""
+    resumed = [r for r in values if r is not None]
+    if not resumed:
+        return "never"
+    text = (
+        f"{max(resumed):.2f} s (worst of {len(values)}{' ' + events if events else ''}"
+        f", median {statistics.median(resumed):.2f} s)"
+    )
+    if len(resumed) < len(values):
+        text += f"; {len(values) - len(resumed)} of them never saw hits again"
+    return text
+
+
 def render_table(report: ChaosReport) -> str:
     """The report as a Markdown table (the README's Reliability section shows one)."""
-    resumed = [r for r in report.resume_s if r is not None]
-    events = "restarts" if report.topology == "standalone" else "kills and failovers"
-    resume = (
-        f"{max(resumed):.2f} s (worst of {len(report.resume_s)} {events}"
-        f", median {statistics.median(resumed):.2f} s)"
-        if resumed
-        else "never"
-    )
-    if len(resumed) < len(report.resume_s):
-        resume += f"; {len(report.resume_s) - len(resumed)} of them never saw hits again"
+    after = report.faults.resume_after
+    if report.topology == "standalone" or len(after) != len(report.resume_s):
+        events = "restarts" if report.topology == "standalone" else "faults"
+        resume = _resume(report.resume_s, events)
+    else:
+        resume = "; ".join(
+            f"after {what}: "
+            + _resume([r for r, w in zip(report.resume_s, after, strict=True) if w == what], "")
+            for what in dict.fromkeys(after)
+        )
     statuses = ", ".join(f"{k} {v}" for k, v in sorted(report.statuses.items()))
     errors = ", ".join(f"{k} {v:.0f}" for k, v in sorted(report.cache_errors.items()))
     phases = [STEADY] + [p for _, p, _ in sorted(report.faults.events) if p != STEADY]

@@ -8,10 +8,12 @@ import asyncio
 import time
 from typing import Any
 
+import pytest
 from test_cache_tiered import Model, ask, metric, request
 
 from cachefleet.bench.redis_topology import ClusterProcesses, command
 from cachefleet.runtime.cache.api import CacheStatus
+from cachefleet.runtime.cache.errors import CacheTierError
 from cachefleet.runtime.cache.factory import build_cache
 from cachefleet.runtime.cache.tiered import TieredCache
 from cachefleet.runtime.config import RuntimeSettings
@@ -27,7 +29,14 @@ async def started(mode: str, url: str, **redis: Any) -> tuple[TieredCache, Runti
     config = RuntimeSettings.model_validate(
         {
             "cache": {"mode": mode},
-            "redis": {"url": url, "mode": "cluster", "breaker_reset_s": 0.2, **redis},
+            "redis": {
+                "url": url,
+                "mode": "cluster",
+                "breaker_reset_s": 0.2,
+                # A slow machine must not turn hits into timeouts: dead nodes refuse at once.
+                "socket_timeout_s": 1.0,
+                **redis,
+            },
         }
     )
     cache = build_cache(config, metrics)
@@ -105,6 +114,9 @@ async def test_a_dead_primary_costs_only_its_own_keys(redis_cluster: ClusterProc
         # shard again and again does not mean one failed connection per request.
         failed = metric(metrics, "cachefleet_cache_errors_total", tier="redis", kind="connection")
         assert failed < 20
+        # A flush cannot empty a shard it cannot reach: it says so (503) instead of half-working.
+        with pytest.raises(CacheTierError, match="SCAN/UNLINK"):
+            await cache.flush("simple")
     finally:
         await writer.close()
         await cache.close()

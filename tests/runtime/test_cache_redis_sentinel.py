@@ -30,6 +30,8 @@ async def started(mode: str, sentinel: SentinelProcesses, **redis: Any) -> Tiere
                 "mode": "sentinel",
                 "sentinel_master": MASTER_NAME,
                 "breaker_reset_s": 0.2,
+                # A slow machine must not turn hits into timeouts: dead nodes refuse at once.
+                "socket_timeout_s": 1.0,
                 **redis,
             },
         }
