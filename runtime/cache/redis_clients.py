@@ -131,7 +131,7 @@ class ClusterConnection:
         try:
             async with asyncio.timeout(self._connect_timeout_s * 4):
                 await self.client.initialize()
-        except (rexc.RedisError, OSError, TimeoutError):
+        except (rexc.RedisError, rexc.RedisClusterException, OSError, TimeoutError):
             pass  # the first command discovers again; the caller's ping reports the outage
 
     async def close(self) -> None:

@@ -154,3 +154,18 @@ async def test_a_cluster_failover_to_a_replica_is_followed(
         assert {shard(cache, value) for value in moved} == {f"127.0.0.1:{replica}"}
     finally:
         await cache.close()
+
+
+async def test_a_cluster_down_at_start_does_not_stop_the_cache() -> None:
+    from conftest import free_port
+
+    cache, metrics = await started("tiered", f"redis://127.0.0.1:{free_port()}/0")
+    assert cache.local is not None
+    try:
+        for _ in range(5):
+            assert await ask(cache, request(1), Model()) == (expected(1), CacheStatus.MISS)
+            cache.local.remove_model("simple")  # so the next request asks Redis again
+        assert metric(metrics, "cachefleet_cache_errors_total", tier="redis", kind="connection")
+        assert metric(metrics, "cachefleet_redis_circuit_open") == 1
+    finally:
+        await cache.close()
