@@ -22,10 +22,18 @@ from cachefleet.runtime.errors import CachefleetError, ModelExecutionError
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.models.types import Model, ModelRepository
 from cachefleet.runtime.protocol import (
+    InferRequest,
     decode_request,
     encode_response,
     model_metadata,
     repository_index,
+)
+from cachefleet.runtime.service.in_flight import InFlight
+from cachefleet.runtime.service.shared_memory import SharedMemoryRegistry
+from cachefleet.runtime.service.statistics import (
+    ExecutionTimes,
+    ModelStatistics,
+    StatisticsRegistry,
 )
 from cachefleet.runtime.tensor import Tensor
 
@@ -40,6 +48,14 @@ class InferOutcome:
     #: JSON header length when binary outputs follow the header, else None.
     header_length: int | None
     cache_status: CacheStatus
+
+
+@dataclass(frozen=True, slots=True)
+class _RunTimes:
+    """How long one model run waited for a model thread, and how long it ran."""
+
+    queue_ns: int
+    infer_ns: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +75,13 @@ class InferenceService:
         metrics: RuntimeMetrics,
         settings: RuntimeSettings,
         executor: Executor,
+        statistics: StatisticsRegistry | None = None,
+        in_flight: InFlight | None = None,
+        shared_memory: SharedMemoryRegistry | None = None,
     ) -> None:
+        """``statistics`` and ``in_flight`` are shared with :class:`ModelControl` (which forgets
+        an unloaded model's statistics and waits for its requests), ``shared_memory`` with the
+        shared-memory endpoints; each is made here when not given."""
         self._repository = repository
         self._cache = cache
         self._metrics = metrics
@@ -67,6 +89,9 @@ class InferenceService:
         self._cache_all = settings.models.cache_all_models
         self._default_ttl_s = settings.cache.ttl_s
         self._model_series: dict[tuple[str, str], _ModelSeries] = {}
+        self._statistics = statistics if statistics is not None else StatisticsRegistry()
+        self._in_flight = in_flight if in_flight is not None else InFlight()
+        self._shared_memory = shared_memory if shared_memory is not None else SharedMemoryRegistry()
 
     async def infer(
         self,
@@ -77,24 +102,39 @@ class InferenceService:
         directives: CacheDirectives,
     ) -> InferOutcome:
         """Answer one inference request; raises CachefleetError subclasses for the client."""
-        started = time.perf_counter()
+        started = time.perf_counter_ns()
         model = self._repository.get(model_name, version)
         series = self._series(model)
+        stats = self._statistics.for_version(model.name, model.version)
+        self._in_flight.enter(model.name)  # no await since get(): an unload cannot slip between
         try:
-            outcome = await self._infer(model, body, header_length, directives)
+            outcome = await self._infer(model, stats, body, header_length, directives)
         except CachefleetError as error:
+            elapsed_ns = time.perf_counter_ns() - started
             self._metrics.requests.labels(model.name, model.version, str(error.status_code)).inc()
-            series.request_seconds.observe(time.perf_counter() - started)
+            series.request_seconds.observe(elapsed_ns / 1e9)
+            stats.record_failure(elapsed_ns)
             raise
+        finally:
+            self._in_flight.leave(model.name)
+        elapsed_ns = time.perf_counter_ns() - started
         series.ok.inc()
-        series.request_seconds.observe(time.perf_counter() - started)
+        series.request_seconds.observe(elapsed_ns / 1e9)
+        stats.record_success(elapsed_ns)
         return outcome
 
     async def _infer(
-        self, model: Model, body: bytes, header_length: int | None, directives: CacheDirectives
+        self,
+        model: Model,
+        stats: ModelStatistics,
+        body: bytes,
+        header_length: int | None,
+        directives: CacheDirectives,
     ) -> InferOutcome:
         config = model.config
-        request = decode_request(body, header_length, config)
+        decode_started = time.perf_counter_ns()
+        request = decode_request(body, header_length, config, self._shared_memory)
+        decode_ns = time.perf_counter_ns() - decode_started
         cache_request = CacheRequest(
             model=model.name,
             version=model.version,
@@ -104,12 +144,20 @@ class InferenceService:
             ttl_s=self._default_ttl_s if config.cache_ttl_s is None else config.cache_ttl_s,
         )
 
-        async def compute() -> list[Tensor]:
-            return await self._run(model, request.inputs)
+        run: list[_RunTimes] = []
 
+        async def compute() -> list[Tensor]:
+            outputs, times = await self._run(model, request.inputs)
+            run.append(times)
+            return outputs
+
+        cache_started = time.perf_counter_ns()
         outputs, status = await self._cache.get_or_compute(
             cache_request, directives if request.use_cache else _NO_CACHE, compute
         )
+        cache_ns = time.perf_counter_ns() - cache_started
+        encode_started = time.perf_counter_ns()
+        self._write_shared_memory(request, outputs)
         encoded = encode_response(
             request,
             outputs,
@@ -118,22 +166,41 @@ class InferenceService:
             labels=model.labels,
             batched=config.max_batch_size > 0,
         )
+        encode_ns = time.perf_counter_ns() - encode_started
+        rows = request.inputs[0].shape[0] if config.max_batch_size > 0 else 1
+        _record(stats, status, cache_ns, run[0] if run else None, rows, decode_ns, encode_ns)
         return InferOutcome(encoded.body, encoded.header_length, status)
 
-    async def _run(self, model: Model, inputs: Sequence[Tensor]) -> list[Tensor]:
+    def _write_shared_memory(self, request: InferRequest, outputs: Sequence[Tensor]) -> None:
+        """Write the outputs the client asked for in shared memory into their regions."""
+        by_name = {tensor.name: tensor for tensor in outputs}
+        for wanted in request.outputs:
+            window, tensor = wanted.shared_memory, by_name.get(wanted.name)
+            if window is not None and tensor is not None:
+                self._shared_memory.write(
+                    window.region, window.offset, window.byte_size, tensor.data
+                )
+
+    async def _run(self, model: Model, inputs: Sequence[Tensor]) -> tuple[list[Tensor], _RunTimes]:
         """Run the model in the bounded executor; other failures become ModelExecutionError."""
-        started = time.perf_counter()
+        submitted = time.perf_counter_ns()
         loop = asyncio.get_running_loop()
+
+        def timed_run() -> tuple[list[Tensor], int]:
+            started = time.perf_counter_ns()
+            return model.run(inputs), started
+
         try:
-            outputs = await loop.run_in_executor(self._executor, model.run, inputs)
+            outputs, started = await loop.run_in_executor(self._executor, timed_run)
         except CachefleetError:
             raise
         except Exception as error:
             raise ModelExecutionError(
                 f"model {model.name!r} version {model.version} failed: {error}"
             ) from error
-        self._series(model).inference_seconds.observe(time.perf_counter() - started)
-        return outputs
+        finished = time.perf_counter_ns()
+        self._series(model).inference_seconds.observe((finished - submitted) / 1e9)
+        return outputs, _RunTimes(queue_ns=started - submitted, infer_ns=finished - started)
 
     def _series(self, model: Model) -> _ModelSeries:
         """The model's labelled metric children, looked up once (``labels()`` takes a lock)."""
@@ -164,7 +231,43 @@ class InferenceService:
     def index(self, *, ready_only: bool) -> list[Any]:
         return repository_index(self._repository.index(), ready_only=ready_only)
 
+    def statistics(self, name: str | None = None, version: str | None = None) -> dict[str, Any]:
+        """Triton's ``ModelStatisticsResponse`` as a dict (proto field names, integer values).
+
+        ``name`` None: every loaded model version; ``version`` None: every loaded version of
+        ``name``. Raises ModelNotFoundError for a model or version that is not loaded.
+        """
+        loaded = [
+            (entry.name, entry.version)
+            for entry in self._repository.index()
+            if entry.state == "READY"
+        ]
+        return self._statistics.report(loaded, name, version)
+
     async def flush(self, name: str) -> int:
         """Remove a loaded model's entries from every cache tier; returns how many went."""
         self._repository.versions(name)
         return await self._cache.flush(name)
+
+
+def _record(
+    stats: ModelStatistics,
+    status: CacheStatus,
+    cache_ns: int,
+    run: _RunTimes | None,
+    rows: int,
+    decode_ns: int,
+    encode_ns: int,
+) -> None:
+    """Add one answered request's cache outcome and, if it ran the model (not a hit, not a
+    follower of an identical request in flight), its execution to the model's statistics."""
+    run_ns = 0
+    if run is not None:
+        run_ns = run.queue_ns + run.infer_ns
+        stats.record_execution(
+            rows, ExecutionTimes(run.queue_ns, decode_ns, run.infer_ns, encode_ns)
+        )
+    if status is CacheStatus.HIT_LOCAL or status is CacheStatus.HIT_REDIS:
+        stats.record_cache_hit(cache_ns)
+    elif status is CacheStatus.MISS:
+        stats.record_cache_miss(cache_ns - run_ns)
