@@ -15,8 +15,6 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-import redis.exceptions as rexc
-
 from cachefleet.runtime.cache.redis_clients import SubscriberSource
 from cachefleet.runtime.config import RedisSettings
 
@@ -56,7 +54,7 @@ class InvalidationListener:
         while True:
             try:
                 await self._listen()
-            except (rexc.RedisError, rexc.RedisClusterException, OSError) as error:
+            except Exception as error:  # any client fault: reconnect (never end the task)
                 if self._healthy:
                     logger.warning("cache flush channel lost, reconnecting: %s", error)
                 self._healthy = False

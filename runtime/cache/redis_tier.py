@@ -25,9 +25,11 @@ from cachefleet.runtime.config import RedisSettings
 logger = logging.getLogger(__name__)
 _UNLINK_BATCH = 500
 _SCAN_COUNT = 1000
-#: What a redis-py call can raise: its errors, socket errors, our deadline, and the cluster
-#: client's own exception base (not a RedisError: an uncovered slot, no reachable node).
-_FAULTS = (rexc.RedisError, rexc.RedisClusterException, OSError, TimeoutError)
+#: What a redis-py call is caught for: anything but cancellation. Besides its own errors, socket
+#: errors and our deadline, the cluster client raises ``RedisClusterException`` (not a RedisError)
+#: and, while its topology is changing, even AttributeError or KeyError (redis-py issues 3815,
+#: 3835): none of it may reach a request, which only ever calls the commands below.
+_FAULTS = (Exception,)
 
 
 def error_kind(error: BaseException) -> ErrorKind:
@@ -44,6 +46,8 @@ def error_kind(error: BaseException) -> ErrorKind:
         return "connection"  # the cluster cannot serve this key now: a shard is down
     if isinstance(error, rexc.OutOfMemoryError) or str(error).startswith("OOM"):
         return "oom"
+    if not isinstance(error, rexc.RedisError):
+        logger.debug("redis client raised %r", error, exc_info=error)
     return "other"
 
 
