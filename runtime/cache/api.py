@@ -14,6 +14,10 @@ from typing import Any, Protocol
 from cachefleet.runtime.tensor import Tensor
 
 Compute = Callable[[], Awaitable[list[Tensor]]]
+#: A row's outputs and how it was answered (HIT_LOCAL, HIT_REDIS or MISS).
+RowHit = tuple[list[Tensor], "CacheStatus"]
+#: Computes the rows at the given indices; returns their outputs in the same order.
+RowsCompute = Callable[[Sequence[int]], Awaitable[Sequence[Sequence[Tensor]]]]
 
 
 class CacheStatus(StrEnum):
@@ -23,6 +27,8 @@ class CacheStatus(StrEnum):
     HIT_REDIS = "hit-redis"
     MISS = "miss"
     BYPASS = "bypass"
+    #: Some rows of a batched request came from the row cache, the others ran.
+    PARTIAL = "partial"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +68,16 @@ class ResponseCache(Protocol):
         """Remove every entry of ``model`` from every tier; returns how many were removed."""
         ...
 
+    async def get_rows_or_compute(
+        self, rows: Sequence[CacheRequest], compute: RowsCompute
+    ) -> list[RowHit]:
+        """Each one-row request's outputs (the rows of one batched request) and how it was
+        answered: HIT_LOCAL or HIT_REDIS from a tier (looked up together), MISS when
+        ``compute`` ran it. ``compute`` gets the indices of the rows no tier held and returns
+        their outputs in that order; they are inserted as ``get_or_compute`` inserts answers.
+        Tier faults make misses; only ``compute``'s exceptions propagate."""
+        ...
+
 
 class NullCache:
     """``--cache none``: always computes, and says so."""
@@ -79,3 +95,9 @@ class NullCache:
 
     async def flush(self, model: str) -> int:
         return 0
+
+    async def get_rows_or_compute(
+        self, rows: Sequence[CacheRequest], compute: RowsCompute
+    ) -> list[RowHit]:
+        computed = await compute(list(range(len(rows))))
+        return [(list(outputs), CacheStatus.MISS) for outputs in computed]

@@ -104,6 +104,8 @@ async def _serving(state: ServerState) -> AsyncIterator[None]:
         )
         yield
     finally:
+        if state.service is not None:
+            await state.service.close()
         state.service = None
         state.control = None
         if state.shared_memory is not None:

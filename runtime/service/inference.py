@@ -1,25 +1,32 @@
 """The inference service: one request from body bytes to rendered response bytes.
 
 Per request: resolve the model, decode and validate the body, ask the cache for the outputs
-(computing them off the event loop on a miss), then render them as this client asked. The cache
+(on a miss, the model's scheduler runs them off the event loop, batched with other misses when
+the model asks for dynamic batching), then render them as this client asked. The cache
 sees only the raw output tensors, never the rendering.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import Counter, Histogram
 
-from cachefleet.runtime.cache.api import CacheDirectives, CacheRequest, CacheStatus, ResponseCache
+from cachefleet.runtime.cache.api import (
+    CacheDirectives,
+    CacheRequest,
+    CacheStatus,
+    Compute,
+    ResponseCache,
+)
 from cachefleet.runtime.config import RuntimeSettings
-from cachefleet.runtime.errors import CachefleetError, ModelExecutionError
+from cachefleet.runtime.errors import BadRequestError, CachefleetError
 from cachefleet.runtime.metrics import RuntimeMetrics
+from cachefleet.runtime.metrics import TritonInferenceCounters as TRITON
 from cachefleet.runtime.models.types import Model, ModelRepository
 from cachefleet.runtime.protocol import (
     InferRequest,
@@ -28,13 +35,12 @@ from cachefleet.runtime.protocol import (
     model_metadata,
     repository_index,
 )
+from cachefleet.runtime.service import rows
 from cachefleet.runtime.service.in_flight import InFlight
+from cachefleet.runtime.service.row_cache import answer_by_rows
+from cachefleet.runtime.service.scheduler import OnWait, Schedulers
 from cachefleet.runtime.service.shared_memory import SharedMemoryRegistry
-from cachefleet.runtime.service.statistics import (
-    ExecutionTimes,
-    ModelStatistics,
-    StatisticsRegistry,
-)
+from cachefleet.runtime.service.statistics import ModelStatistics, StatisticsRegistry
 from cachefleet.runtime.tensor import Tensor
 
 _NO_CACHE = CacheDirectives(lookup=False, store=False)
@@ -51,17 +57,8 @@ class InferOutcome:
 
 
 @dataclass(frozen=True, slots=True)
-class _RunTimes:
-    """How long one model run waited for a model thread, and how long it ran."""
-
-    queue_ns: int
-    infer_ns: int
-
-
-@dataclass(frozen=True, slots=True)
 class _ModelSeries:
     request_seconds: Histogram
-    inference_seconds: Histogram
     ok: Counter
 
 
@@ -87,11 +84,17 @@ class InferenceService:
         self._metrics = metrics
         self._executor = executor
         self._cache_all = settings.models.cache_all_models
+        self._row_cache_models = frozenset(settings.models.row_cache_models)
         self._default_ttl_s = settings.cache.ttl_s
         self._model_series: dict[tuple[str, str], _ModelSeries] = {}
         self._statistics = statistics if statistics is not None else StatisticsRegistry()
         self._in_flight = in_flight if in_flight is not None else InFlight()
         self._shared_memory = shared_memory if shared_memory is not None else SharedMemoryRegistry()
+        self._schedulers = Schedulers(executor, metrics, self._statistics)
+
+    async def close(self) -> None:
+        """Stop the models' batchers (executions already running finish)."""
+        await self._schedulers.close()
 
     async def infer(
         self,
@@ -100,18 +103,24 @@ class InferenceService:
         body: bytes,
         header_length: int | None,
         directives: CacheDirectives,
+        on_wait: OnWait | None = None,
     ) -> InferOutcome:
-        """Answer one inference request; raises CachefleetError subclasses for the client."""
+        """Answer one inference request; raises CachefleetError subclasses for the client.
+
+        ``on_wait`` is called when the request starts waiting for a model execution: the
+        transport may then watch for its client going away and cancel the call.
+        """
         started = time.perf_counter_ns()
         model = self._repository.get(model_name, version)
         series = self._series(model)
         stats = self._statistics.for_version(model.name, model.version)
         self._in_flight.enter(model.name)  # no await since get(): an unload cannot slip between
         try:
-            outcome = await self._infer(model, stats, body, header_length, directives)
+            outcome = await self._infer(model, stats, body, header_length, directives, on_wait)
         except CachefleetError as error:
             elapsed_ns = time.perf_counter_ns() - started
             self._metrics.requests.labels(model.name, model.version, str(error.status_code)).inc()
+            self._metrics.inference.add(TRITON.FAILURE, model.name, model.version)
             series.request_seconds.observe(elapsed_ns / 1e9)
             stats.record_failure(elapsed_ns)
             raise
@@ -119,6 +128,7 @@ class InferenceService:
             self._in_flight.leave(model.name)
         elapsed_ns = time.perf_counter_ns() - started
         series.ok.inc()
+        self._metrics.inference.add(TRITON.SUCCESS, model.name, model.version)
         series.request_seconds.observe(elapsed_ns / 1e9)
         stats.record_success(elapsed_ns)
         return outcome
@@ -130,11 +140,10 @@ class InferenceService:
         body: bytes,
         header_length: int | None,
         directives: CacheDirectives,
+        on_wait: OnWait | None,
     ) -> InferOutcome:
         config = model.config
-        decode_started = time.perf_counter_ns()
         request = decode_request(body, header_length, config, self._shared_memory)
-        decode_ns = time.perf_counter_ns() - decode_started
         cache_request = CacheRequest(
             model=model.name,
             version=model.version,
@@ -144,19 +153,14 @@ class InferenceService:
             ttl_s=self._default_ttl_s if config.cache_ttl_s is None else config.cache_ttl_s,
         )
 
-        run: list[_RunTimes] = []
-
-        async def compute() -> list[Tensor]:
-            outputs, times = await self._run(model, request.inputs)
-            run.append(times)
-            return outputs
-
+        directives = directives if request.use_cache else _NO_CACHE
+        miss = _Miss()
+        compute = self._compute(model, request, cache_request, directives, on_wait, miss)
         cache_started = time.perf_counter_ns()
-        outputs, status = await self._cache.get_or_compute(
-            cache_request, directives if request.use_cache else _NO_CACHE, compute
-        )
+        outputs, status = await self._cache.get_or_compute(cache_request, directives, compute)
         cache_ns = time.perf_counter_ns() - cache_started
-        encode_started = time.perf_counter_ns()
+        if miss.row_status is not None and status is CacheStatus.MISS:
+            status = miss.row_status  # the whole request missed; its rows may not have
         self._write_shared_memory(request, outputs)
         encoded = encode_response(
             request,
@@ -166,10 +170,46 @@ class InferenceService:
             labels=model.labels,
             batched=config.max_batch_size > 0,
         )
-        encode_ns = time.perf_counter_ns() - encode_started
-        rows = request.inputs[0].shape[0] if config.max_batch_size > 0 else 1
-        _record(stats, status, cache_ns, run[0] if run else None, rows, decode_ns, encode_ns)
+        _record(stats, status, cache_ns, miss.waited_ns)
         return InferOutcome(encoded.body, encoded.header_length, status)
+
+    def _compute(
+        self,
+        model: Model,
+        request: InferRequest,
+        cache_request: CacheRequest,
+        directives: CacheDirectives,
+        on_wait: OnWait | None,
+        miss: _Miss,
+    ) -> Compute:
+        """How a miss is computed: through the model's scheduler, row by row through the row
+        cache when the model has it; what happened goes into ``miss``."""
+        priority = _priority(request.parameters)
+        scheduler = self._schedulers.of(model)
+
+        async def run(inputs: Sequence[Tensor]) -> list[Tensor]:
+            started = time.perf_counter_ns()
+            try:
+                return await scheduler.run(inputs, priority, on_wait)
+            finally:
+                miss.waited_ns += time.perf_counter_ns() - started
+
+        by_rows = (
+            (scheduler.policy.row_cache or model.name in self._row_cache_models)
+            and model.config.max_batch_size > 0
+            and cache_request.enabled
+            and directives.lookup
+            and rows.batch_rows(request.inputs) > 1
+        )
+
+        async def compute() -> list[Tensor]:
+            if not by_rows:
+                return await run(request.inputs)
+            answer = await answer_by_rows(self._cache, cache_request, run)
+            miss.row_status = answer.status
+            return answer.outputs
+
+        return compute
 
     def _write_shared_memory(self, request: InferRequest, outputs: Sequence[Tensor]) -> None:
         """Write the outputs the client asked for in shared memory into their regions."""
@@ -181,27 +221,6 @@ class InferenceService:
                     window.region, window.offset, window.byte_size, tensor.data
                 )
 
-    async def _run(self, model: Model, inputs: Sequence[Tensor]) -> tuple[list[Tensor], _RunTimes]:
-        """Run the model in the bounded executor; other failures become ModelExecutionError."""
-        submitted = time.perf_counter_ns()
-        loop = asyncio.get_running_loop()
-
-        def timed_run() -> tuple[list[Tensor], int]:
-            started = time.perf_counter_ns()
-            return model.run(inputs), started
-
-        try:
-            outputs, started = await loop.run_in_executor(self._executor, timed_run)
-        except CachefleetError:
-            raise
-        except Exception as error:
-            raise ModelExecutionError(
-                f"model {model.name!r} version {model.version} failed: {error}"
-            ) from error
-        finished = time.perf_counter_ns()
-        self._series(model).inference_seconds.observe((finished - submitted) / 1e9)
-        return outputs, _RunTimes(queue_ns=started - submitted, infer_ns=finished - started)
-
     def _series(self, model: Model) -> _ModelSeries:
         """The model's labelled metric children, looked up once (``labels()`` takes a lock)."""
         key = (model.name, model.version)
@@ -210,7 +229,6 @@ class InferenceService:
             metrics = self._metrics
             series = _ModelSeries(
                 request_seconds=metrics.request_seconds.labels(*key),
-                inference_seconds=metrics.inference_seconds.labels(*key),
                 ok=metrics.requests.labels(*key, "200"),
             )
             self._model_series[key] = series
@@ -250,24 +268,28 @@ class InferenceService:
         return await self._cache.flush(name)
 
 
-def _record(
-    stats: ModelStatistics,
-    status: CacheStatus,
-    cache_ns: int,
-    run: _RunTimes | None,
-    rows: int,
-    decode_ns: int,
-    encode_ns: int,
-) -> None:
-    """Add one answered request's cache outcome and, if it ran the model (not a hit, not a
-    follower of an identical request in flight), its execution to the model's statistics."""
-    run_ns = 0
-    if run is not None:
-        run_ns = run.queue_ns + run.infer_ns
-        stats.record_execution(
-            rows, ExecutionTimes(run.queue_ns, decode_ns, run.infer_ns, encode_ns)
-        )
+def _priority(parameters: Mapping[str, Any]) -> int:
+    """The request parameter ``priority`` (0, the default level, when absent)."""
+    value = parameters.get("priority", 0)
+    if type(value) is not int or value < 0:
+        raise BadRequestError(f"parameter 'priority' must be a non-negative integer, not {value!r}")
+    return value
+
+
+@dataclass(slots=True)
+class _Miss:
+    """What this request's compute did, if it ran (a hit or a follower of an identical request
+    in flight runs none): its time waiting for and in model executions, and the row cache's
+    status."""
+
+    waited_ns: int = 0
+    row_status: CacheStatus | None = None
+
+
+def _record(stats: ModelStatistics, status: CacheStatus, cache_ns: int, waited_ns: int) -> None:
+    """Add one answered request's cache outcome to the model's statistics (its executions are
+    recorded by the model's scheduler, once per execution, batched or not)."""
     if status is CacheStatus.HIT_LOCAL or status is CacheStatus.HIT_REDIS:
         stats.record_cache_hit(cache_ns)
-    elif status is CacheStatus.MISS:
-        stats.record_cache_miss(cache_ns - run_ns)
+    elif status is CacheStatus.MISS or status is CacheStatus.PARTIAL:
+        stats.record_cache_miss(cache_ns - waited_ns)
