@@ -21,6 +21,7 @@ exceptions propagate, and a failed compute stores nothing.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Sequence
@@ -235,30 +236,42 @@ class TieredCache:
     async def _redis_get_many(
         self, keys: Sequence[CacheKey], counters: ModelCounters
     ) -> list[bytes | None]:
-        """One pipelined round trip for the keys whose shard's breaker lets them through (every
-        key in standalone and sentinel modes); the others are misses at once."""
+        """The keys' entries in one round trip per shard, the shards asked concurrently (one
+        in standalone and sentinel modes). A shard whose breaker is open is not asked, and a
+        shard that fails costs only its own keys: they are misses, the others still hit."""
         blobs: list[bytes | None] = [None] * len(keys)
         if not keys or self.redis is None:
             return blobs
-        breakers = [self._breaker(key) for key in keys]
-        allowed = {id(breaker): breaker.allow() for breaker in breakers}  # one probe per shard
-        asked = [index for index, breaker in enumerate(breakers) if allowed[id(breaker)]]
+        shards: dict[str, list[int]] = {}
+        for index, key in enumerate(keys):
+            shards.setdefault(self.redis.shard_of(key.redis_key), []).append(index)
+        asked = {
+            shard: indices
+            for shard, indices in shards.items()
+            if self.breakers.of(shard).allow()  # one probe per shard
+        }
         if not asked:
             return blobs
-        involved = list({id(breakers[i]): breakers[i] for i in asked}.values())
         started = time.perf_counter()
-        try:
-            found = await self.redis.get_many([keys[index].redis_key for index in asked])
-        except CacheTierError as error:
-            self._fault("redis", error, *involved)
-            return blobs
-        finally:
-            counters.lookup_redis.observe(time.perf_counter() - started)
-        for breaker in involved:
-            breaker.record_success()
-        for index, blob in zip(asked, found, strict=True):
-            blobs[index] = blob
+        found = await asyncio.gather(
+            *(self._shard_get_many(shard, [keys[i] for i in idx]) for shard, idx in asked.items())
+        )
+        counters.lookup_redis.observe(time.perf_counter() - started)
+        for indices, values in zip(asked.values(), found, strict=True):
+            for index, blob in zip(indices, values, strict=True):
+                blobs[index] = blob
         return blobs
+
+    async def _shard_get_many(self, shard: str, keys: Sequence[CacheKey]) -> list[bytes | None]:
+        assert self.redis is not None
+        breaker = self.breakers.of(shard)
+        try:
+            values = await self.redis.get_many([key.redis_key for key in keys])
+        except CacheTierError as error:
+            self._fault("redis", error, breaker)
+            return [None] * len(keys)
+        breaker.record_success()
+        return values
 
     def _accept(self, key: CacheKey, blob: bytes, ttl_s: float) -> list[Tensor] | None:
         """The outputs of a Redis entry, promoted to the local tier; None (and the entry

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -168,4 +169,39 @@ async def test_a_cluster_down_at_start_does_not_stop_the_cache() -> None:
         assert metric(metrics, "cachefleet_cache_errors_total", tier="redis", kind="connection")
         assert metric(metrics, "cachefleet_redis_circuit_open") == 1
     finally:
+        await cache.close()
+
+
+async def test_row_lookups_span_the_shards_and_skip_only_a_dead_one(
+    redis_cluster: ClusterProcesses,
+) -> None:
+    writer, _ = await started("redis", redis_cluster.url)
+    cache, _ = await started("redis", redis_cluster.url)
+    rows = [request(value) for value in range(30)]
+
+    async def compute(indices: Sequence[int]) -> list[list[Tensor]]:
+        return [expected(index) for index in indices]
+
+    try:
+        first = await writer.get_rows_or_compute(rows, compute)
+        assert {status for _, status in first} == {CacheStatus.MISS}
+        await writer.writes.join()
+        # One pipelined round trip reads rows living on all three primaries.
+        again = await cache.get_rows_or_compute(rows, compute)
+        assert again == [(expected(v), CacheStatus.HIT_REDIS) for v in range(30)]
+
+        shards = {value: shard(cache, value) for value in range(30)}
+        dead = shards[0]
+        redis_cluster.node(int(dead.rsplit(":", 1)[1])).kill()
+        for _ in range(3):
+            answers = await cache.get_rows_or_compute(rows, compute)
+            assert [outputs for outputs, _ in answers] == [expected(v) for v in range(30)]
+        # After the breaker of the dead shard opened, the live shards' rows still hit.
+        statuses = [status for _, status in answers]
+        for value in range(30):
+            wanted = CacheStatus.MISS if shards[value] == dead else CacheStatus.HIT_REDIS
+            assert statuses[value] is wanted, (value, shards[value])
+        assert cache.breakers.open_shards == [dead]
+    finally:
+        await writer.close()
         await cache.close()
