@@ -87,7 +87,7 @@ def _ratio(text: str) -> float:
 
 def run(args: argparse.Namespace) -> int:
     if args.chaos:
-        from cachefleet.bench import chaos
+        from cachefleet.bench.chaos import command as chaos
 
         return chaos.run_command(args)
     if args.batching:
@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         record = harness.run_plan(plan, options, lambda line: print(line, flush=True))
     except BenchError as error:
-        print(f"cachefleet bench: {error.message}", file=sys.stderr)
+        print(f"cachefleet bench: {error!s}", file=sys.stderr)
         return 1
     name = args.name or f"{datetime.now(UTC):%Y-%m-%d}-{record.machine}"
     command = "cachefleet bench " + shlex.join(sys.argv[2:] if len(sys.argv) > 1 else [])

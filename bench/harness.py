@@ -110,11 +110,11 @@ def run_plan(plan: list[Scenario], options: BenchOptions, log: Log) -> RunRecord
                         *key, repository, url, workdir, options, stack, record, log
                     )
                 except BenchError as error:
-                    log(f"  {scenario.server} {scenario.cache}: {error.message.splitlines()[0]}")
+                    log(f"  {scenario.server} {scenario.cache}: {str(error).splitlines()[0]}")
                     targets[key] = error
             target = targets[key]
             if isinstance(target, BenchError):
-                record.failures.append(Failure(scenario, target.message.splitlines()[0]))
+                record.failures.append(Failure(scenario, str(target).splitlines()[0]))
                 continue
             settle(*(t.pid for t in targets.values() if isinstance(t, Target)))
             _run_scenario(target, scenario, options, record, log, workdir)
@@ -141,14 +141,13 @@ def _redis(
 ) -> str | None:
     if not any(s.cache in ("redis", "tiered") for s in plan):
         return None
-    started = processes.start_redis(workdir, options.cpus.client)
-    if started is None:
+    redis = processes.start_redis(workdir, options.cpus.client)
+    if redis is None:
         record.notes.append("redis-server is not installed: redis and tiered scenarios failed.")
         return None
-    redis, url = started
     stack.callback(redis.stop)
-    log(f"redis-server at {url}")
-    return url
+    log(f"redis-server at {redis.url}")
+    return redis.url
 
 
 def _cluster(
@@ -190,6 +189,7 @@ def _start_target(
         process, base_url = peer.start(
             repository, "simple", options.peer_python, workdir, options.cpus.server
         )
+        stop, pid, name = process.stop, process.pid, process.name
         note = f"KServe peer: {peer.describe(options.peer_python)}"
         if note not in record.notes:
             record.notes.append(note)
@@ -199,12 +199,13 @@ def _start_target(
         extra = list(options.cpus.server_args)
         if cache in CLUSTER_CACHES:
             cache, extra = CLUSTER_CACHES[cache], [*extra, "--redis-mode", "cluster"]
-        process, base_url = processes.start_server(
+        ours = processes.start_server(
             repository, cache, redis_url, workdir, options.cpus.server, extra
         )
-    stack.callback(process.stop)
-    log(f"{process.name} at {base_url}")
-    return Target(base_url, process.pid)
+        stop, pid, name, base_url = ours.stop, ours.pid, ours.name, ours.base_url
+    stack.callback(stop)
+    log(f"{name} at {base_url}")
+    return Target(base_url, pid)
 
 
 def _run_scenario(
@@ -224,7 +225,7 @@ def _run_scenario(
             probe_s=options.probe_s, profile_dir=workdir if options.profile else None,
         )  # fmt: skip
     except BenchError as error:
-        reason = error.message.splitlines()[0]
+        reason = str(error).splitlines()[0]
         log(f"  {scenario.label:<38} failed: {reason}")
         record.failures.append(Failure(scenario, reason))
         return

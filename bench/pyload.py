@@ -23,8 +23,6 @@ from cachefleet.bench.load import LoadResult, LoadSpec, is_miss
 class _SenderReport:
     latencies_s: list[float]
     errors: int
-    hits: int
-    misses: int
     elapsed_s: float
 
 
@@ -48,8 +46,6 @@ def run(spec: LoadSpec) -> LoadResult:
         p50_ms=_percentile(latencies, 50) * 1000,
         p90_ms=_percentile(latencies, 90) * 1000,
         p99_ms=_percentile(latencies, 99) * 1000,
-        sent_hits=sum(report.hits for report in reports),
-        sent_misses=sum(report.misses for report in reports),
         generator=f"python ({spec.connections} processes)",
     )
 
@@ -87,7 +83,7 @@ def _send(spec: LoadSpec, sender: int, start_at: float) -> _SenderReport:
             errors += 1
             connection.close()
     connection.close()
-    return _SenderReport(latencies, errors, hits, misses, time.perf_counter() - began)
+    return _SenderReport(latencies, errors, time.perf_counter() - began)
 
 
 def _post(connection: http.client.HTTPConnection, requests: RequestSet, body: bytes) -> bool:

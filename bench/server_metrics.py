@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 
 @dataclass(frozen=True)
-class CacheCounters:
+class CacheMetrics:
     """Cumulative counters of one model; empty when the server exports none (yet)."""
 
     hits_by_tier: dict[str, float] = field(default_factory=dict)
@@ -25,8 +25,8 @@ class CacheCounters:
     #: Requests answered by an identical one in flight: neither the model nor a tier was asked.
     coalesced: float = 0.0
 
-    def minus(self, before: CacheCounters) -> CacheCounters:
-        return CacheCounters(
+    def minus(self, before: CacheMetrics) -> CacheMetrics:
+        return CacheMetrics(
             _difference(self.hits_by_tier, before.hits_by_tier),
             self.misses - before.misses,
             self.available and before.available,
@@ -42,13 +42,13 @@ class CacheCounters:
         return hits / total if self.available and total > 0 else None
 
 
-def read(base_url: str, model: str) -> CacheCounters:
+def read(base_url: str, model: str) -> CacheMetrics:
     """Scrape ``base_url/metrics`` for ``model``'s cache counters."""
     try:
         with urllib.request.urlopen(f"{base_url}/metrics", timeout=5) as response:
             text = response.read().decode()
     except (urllib.error.URLError, OSError):
-        return CacheCounters()
+        return CacheMetrics()
     hits: dict[str, float] = {}
     misses = coalesced = 0.0
     found = False
@@ -69,7 +69,7 @@ def read(base_url: str, model: str) -> CacheCounters:
             if sample.name == "cachefleet_cache_errors_total":
                 kind = f"{sample.labels.get('tier', '?')}/{sample.labels.get('kind', '?')}"
                 errors[kind] = errors.get(kind, 0.0) + sample.value
-    return CacheCounters(hits, misses, found, errors, coalesced)
+    return CacheMetrics(hits, misses, found, errors, coalesced)
 
 
 def _difference(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:

@@ -21,8 +21,9 @@ from cachefleet.bench.chaos.answers import (
     input_tensors,
     redis_key,
 )
-from cachefleet.bench.chaos.control import RedisControl, connect
+from cachefleet.bench.chaos.control import connect
 from cachefleet.bench.chaos.faults import FaultLog
+from cachefleet.bench.processes import RedisServer
 from cachefleet.runtime.cache.entry import encode_entry
 from cachefleet.runtime.cache.key import compute_key
 from cachefleet.runtime.tensor import Tensor
@@ -33,14 +34,14 @@ class Planter:
 
     def __init__(
         self,
-        redis: RedisControl,
+        redis: RedisServer | None,
         faults: FaultLog,
         stop: threading.Event,
         connect_to: Callable[[], Any] | None = None,
     ) -> None:
         self.redis = redis
         #: Makes the planter's client (a cluster run passes a Redis Cluster client's maker).
-        self.connect_to = connect_to or (lambda: connect(redis))
+        self.connect_to = connect_to or (lambda: connect(_given(redis)))
         self.faults = faults
         self.stop = stop
         self.rng = random.Random(7)
@@ -93,3 +94,9 @@ def foreign_entries() -> list[bytes]:
         compute_key(MODEL, "1", inputs, {"sequence_id": 1}).digest,  # other parameters
     ]
     return [encode_entry(digest, tensors, time.time() + 3600) for digest in digests]
+
+
+def _given(redis: RedisServer | None) -> RedisServer:
+    if redis is None:
+        raise ValueError("a Planter without a Redis server needs connect_to")
+    return redis

@@ -10,21 +10,22 @@ import multiprocessing
 import queue
 import threading
 import time
-import urllib.request
 from typing import Any
 
-from cachefleet.bench.chaos.answers import redis_key
+from cachefleet.bench import server_metrics
+from cachefleet.bench.chaos.answers import MODEL, redis_key
 from cachefleet.bench.chaos.clients import ClientResult, client_main
 from cachefleet.bench.chaos.cluster_faults import ClusterConductor
-from cachefleet.bench.chaos.control import ChaosOptions, Log, RedisControl
+from cachefleet.bench.chaos.control import ChaosOptions, Log
 from cachefleet.bench.chaos.faults import Conductor, FaultLog
 from cachefleet.bench.chaos.planted import Planter
 from cachefleet.bench.chaos.report import ChaosReport
+from cachefleet.bench.processes import RedisServer
 from cachefleet.bench.redis_topology import ClusterProcesses
 
 
 def run_chaos(
-    urls: list[str], redis: RedisControl, options: ChaosOptions, log: Log = print
+    urls: list[str], redis: RedisServer, options: ChaosOptions, log: Log = print
 ) -> ChaosReport:
     """Load every server in ``urls`` from client processes while ``redis`` misbehaves."""
     conductor = Conductor(redis, options, log)
@@ -43,8 +44,7 @@ def run_cluster_chaos(
     def connect_cluster() -> Any:
         return RedisCluster.from_url(cluster.url, socket_timeout=5, require_full_coverage=False)
 
-    seed = cluster.nodes[0]
-    planting = Planter(seed, conductor.faults, conductor.stop, connect_to=connect_cluster)
+    planting = Planter(None, conductor.faults, conductor.stop, connect_to=connect_cluster)
     return _run(urls, conductor, planting, options, "cluster")
 
 
@@ -168,10 +168,7 @@ def _error_counts(urls: list[str]) -> dict[str, float]:
     """``cachefleet_cache_errors_total`` of every server, summed by ``kind``."""
     counts: dict[str, float] = {}
     for url in urls:
-        with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
-            text = response.read().decode()
-        for line in text.splitlines():
-            if line.startswith("cachefleet_cache_errors_total{"):
-                kind = line.split('kind="', 1)[1].split('"', 1)[0]
-                counts[kind] = counts.get(kind, 0.0) + float(line.rsplit(" ", 1)[1])
+        for tier_kind, value in server_metrics.read(url, MODEL).errors.items():
+            kind = tier_kind.partition("/")[2]
+            counts[kind] = counts.get(kind, 0.0) + value
     return counts

@@ -19,11 +19,12 @@ from starlette.exceptions import HTTPException
 
 from cachefleet.runtime.cache.factory import build_cache
 from cachefleet.runtime.config import RuntimeSettings
-from cachefleet.runtime.errors import CachefleetError, NotReadyError
+from cachefleet.runtime.errors import ServingError
 from cachefleet.runtime.http.errors import handle_error
 from cachefleet.runtime.http.routes import build_routes
 from cachefleet.runtime.http.state import ServerState
 from cachefleet.runtime.metrics import RuntimeMetrics
+from cachefleet.runtime.models.errors import ModelLoadError
 from cachefleet.runtime.models.repository import load_repository
 from cachefleet.runtime.service import (
     InferenceService,
@@ -56,9 +57,8 @@ def create_app(settings: RuntimeSettings) -> FastAPI:
         telemetry={"tracing": False, "metrics": False, "logs": False},
         routes=build_routes(state),
     )
-    for error_type in (CachefleetError, HTTPException, Exception):
+    for error_type in (ServingError, HTTPException, Exception):
         app.add_exception_handler(error_type, handle_error)
-    app.state.cachefleet = state
     return app
 
 
@@ -69,7 +69,7 @@ async def _serving(state: ServerState) -> AsyncIterator[None]:
     half-loaded fleet; until then ``/v2/health/live`` fails, which a startup probe allows for."""
     settings = state.settings
     if settings.models.repository is None:
-        raise NotReadyError("no model repository configured (--model-repository)")
+        raise ModelLoadError("no model repository configured (--model-repository)")
     metrics = RuntimeMetrics()
     state.metrics = metrics
     repository = await asyncio.to_thread(

@@ -197,7 +197,7 @@ def _load_model(
         chosen, missing = select_versions(message, version_folders(folder))
         plan = plan_execution(config_document(message), settings, ort.get_available_providers())
     except ModelLoadError as error:
-        state.failed[None] = error.message
+        state.failed[None] = str(error)
         return state
     for version in missing:
         state.failed[version] = f"version folder {version}/ named by version_policy is missing"
@@ -206,7 +206,7 @@ def _load_model(
         try:
             state.loaded[version] = loader.load(version)
         except ModelLoadError as error:
-            state.failed[version] = error.message
+            state.failed[version] = str(error)
     state.fingerprint = _fingerprint(folder, message, sorted(state.loaded))
     return state
 

@@ -23,8 +23,9 @@ from cachefleet.runtime.cache.api import (
     Compute,
     ResponseCache,
 )
+from cachefleet.runtime.cache.errors import CacheTierError
 from cachefleet.runtime.config import RuntimeSettings
-from cachefleet.runtime.errors import BadRequestError, CachefleetError
+from cachefleet.runtime.errors import NotReadyError, ServingError
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.metrics import TritonInferenceCounters as TRITON
 from cachefleet.runtime.models.types import Model, ModelRepository
@@ -105,7 +106,7 @@ class InferenceService:
         directives: CacheDirectives,
         on_wait: OnWait | None = None,
     ) -> InferOutcome:
-        """Answer one inference request; raises CachefleetError subclasses for the client.
+        """Answer one inference request; raises ServingError subclasses for the client.
 
         ``on_wait`` is called when the request starts waiting for a model execution: the
         transport may then watch for its client going away and cancel the call.
@@ -117,7 +118,7 @@ class InferenceService:
         self._in_flight.enter(model.name)  # no await since get(): an unload cannot slip between
         try:
             outcome = await self._infer(model, stats, body, header_length, directives, on_wait)
-        except CachefleetError as error:
+        except ServingError as error:
             elapsed_ns = time.perf_counter_ns() - started
             self._metrics.requests.labels(model.name, model.version, str(error.status_code)).inc()
             self._metrics.inference.add(TRITON.FAILURE, model.name, model.version)
@@ -263,17 +264,22 @@ class InferenceService:
         return self._statistics.report(loaded, name, version)
 
     async def flush(self, name: str) -> int:
-        """Remove a loaded model's entries from every cache tier; returns how many went."""
+        """Remove a loaded model's entries from every cache tier; returns how many went.
+
+        A tier that cannot be flushed is a 503: unlike a lookup, a flush that silently did
+        nothing would leave stale answers in place.
+        """
         self._repository.versions(name)
-        return await self._cache.flush(name)
+        try:
+            return await self._cache.flush(name)
+        except CacheTierError as error:
+            raise NotReadyError(f"cache flush of model {name!r} failed: {error}") from error
 
 
 def _priority(parameters: Mapping[str, Any]) -> int:
-    """The request parameter ``priority`` (0, the default level, when absent)."""
-    value = parameters.get("priority", 0)
-    if type(value) is not int or value < 0:
-        raise BadRequestError(f"parameter 'priority' must be a non-negative integer, not {value!r}")
-    return value
+    """The request parameter ``priority`` (0, the default level, when absent); checked while
+    the request was decoded."""
+    return int(parameters.get("priority", 0))
 
 
 @dataclass(slots=True)

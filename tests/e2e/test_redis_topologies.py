@@ -8,8 +8,8 @@ import time
 from collections.abc import Callable
 
 import httpx
-from conftest import CACHEFLEET, ServerProcess
 from redis_topology_fixtures import LoadLoop
+from support.processes import CACHEFLEET, ServerProcess
 
 from cachefleet.bench.chaos.answers import redis_key
 from cachefleet.bench.redis_topology import MASTER_NAME, ClusterProcesses, SentinelProcesses, info

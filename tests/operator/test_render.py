@@ -11,7 +11,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-from crd_schema import EXAMPLES
+from support.kube.crd_schema import EXAMPLES
 
 from cachefleet.operator.manifests.children import build_children
 from cachefleet.operator.manifests.errors import SpecError

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from conftest import ServerProcess
+from support.processes import ServerProcess
 
-from cachefleet.bench.chaos import ChaosOptions, render_table, run_cluster_chaos
+from cachefleet.bench.chaos.control import ChaosOptions
+from cachefleet.bench.chaos.report import render_table
+from cachefleet.bench.chaos.run import run_cluster_chaos
 from cachefleet.bench.redis_topology import ClusterProcesses
 
 pytest_plugins = ("redis_topology_fixtures",)

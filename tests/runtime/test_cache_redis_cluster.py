@@ -10,13 +10,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from test_cache_tiered import Model, ask, metric, request
+from support.cache_doubles import Model, ask, metric, request
 
 from cachefleet.bench.redis_topology import ClusterProcesses, command
 from cachefleet.runtime.cache.api import CacheStatus
 from cachefleet.runtime.cache.errors import CacheTierError
 from cachefleet.runtime.cache.factory import build_cache
-from cachefleet.runtime.cache.tiered import TieredCache
+from cachefleet.runtime.cache.read_through import ReadThroughCache
 from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.tensor import Tensor
@@ -25,7 +25,7 @@ pytest_plugins = ("redis_topology_fixtures",)
 KEYS = "cachefleet:v1:simple:*"
 
 
-async def started(mode: str, url: str, **redis: Any) -> tuple[TieredCache, RuntimeMetrics]:
+async def started(mode: str, url: str, **redis: Any) -> tuple[ReadThroughCache, RuntimeMetrics]:
     metrics = RuntimeMetrics()
     config = RuntimeSettings.model_validate(
         {
@@ -41,7 +41,7 @@ async def started(mode: str, url: str, **redis: Any) -> tuple[TieredCache, Runti
         }
     )
     cache = build_cache(config, metrics)
-    assert isinstance(cache, TieredCache)
+    assert isinstance(cache, ReadThroughCache)
     await cache.start()
     return cache, metrics
 
@@ -50,7 +50,7 @@ def expected(value: int) -> list[Tensor]:
     return [Tensor.from_numpy("OUTPUT0", request(value).inputs[0].to_numpy() * 2)]
 
 
-def shard(cache: TieredCache, value: int) -> str:
+def shard(cache: ReadThroughCache, value: int) -> str:
     assert cache.redis is not None
     return cache.redis.shard_of(cache._key(request(value)).redis_key)
 
@@ -144,21 +144,28 @@ async def test_a_cluster_failover_to_a_replica_is_followed(
             assert time.monotonic() < deadline, "CLUSTER FAILOVER did not finish"
             await asyncio.sleep(0.1)
 
-        # The replica had every entry: the moved keys hit at once, served by the new primary
-        # (the client follows the MOVED reply and learns the new slot owner).
+        # The replica had every entry: the moved keys hit again, served by the new primary
+        # (the client follows the MOVED reply and learns the new slot owner). On a busy machine
+        # a lookup may time out once; answers are right throughout.
         moved = [value for value in range(60) if before[value] == before[0]]
-        for value in moved:
-            assert await ask(cache, request(value), Model()) == (
-                expected(value),
-                CacheStatus.HIT_REDIS,
-            )
+        deadline = time.monotonic() + 20
+        while True:
+            statuses = []
+            for value in moved:
+                outputs, status = await ask(cache, request(value), Model())
+                assert outputs == expected(value)
+                statuses.append(status)
+            if all(status is CacheStatus.HIT_REDIS for status in statuses):
+                break
+            assert time.monotonic() < deadline, f"hits did not resume: {statuses}"
+            await asyncio.sleep(0.1)
         assert {shard(cache, value) for value in moved} == {f"127.0.0.1:{replica}"}
     finally:
         await cache.close()
 
 
 async def test_a_cluster_down_at_start_does_not_stop_the_cache() -> None:
-    from conftest import free_port
+    from support.processes import free_port
 
     cache, metrics = await started("tiered", f"redis://127.0.0.1:{free_port()}/0")
     assert cache.local is not None
