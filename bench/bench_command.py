@@ -28,8 +28,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--models", nargs="+", help="models to load (default: simple densenet_onnx)"
     )
     parser.add_argument(
-        "--caches", nargs="+", choices=("none", "local", "redis", "tiered"),
-        help="cache modes (default: all four)",
+        "--caches", nargs="+",
+        choices=("none", "local", "redis", "tiered", "redis-cluster", "tiered-cluster"),
+        help="cache modes (default: the first four; redis-cluster and tiered-cluster run over "
+        "a three-primary Redis Cluster started for the run)",
     )  # fmt: skip
     parser.add_argument("--sweep", nargs="*", type=_ratio, help="hit ratios between 0 and 1")
     parser.add_argument("--connections", type=int, default=8, help="concurrent connections (8)")
@@ -60,6 +62,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--profile", action="store_true",
         help="sample the server with py-spy during each load; the report says where time goes",
+    )  # fmt: skip
+    parser.add_argument(
+        "--redis-mode", choices=("standalone", "cluster"), default="standalone",
+        help="with --chaos: one Redis (default) or a Redis Cluster of three primaries with a "
+        "replica each, struck one shard at a time; written to chaos-cluster-<date>.md",
     )  # fmt: skip
     parser.add_argument(
         "--chaos", action="store_true",

@@ -12,7 +12,14 @@ from pathlib import Path
 
 from cachefleet.bench.measure import Measurement
 
-_COLOURS = {"none": "#8c8c8c", "local": "#1f77b4", "redis": "#d62728", "tiered": "#2ca02c"}
+_COLOURS = {
+    "none": "#8c8c8c",
+    "local": "#1f77b4",
+    "redis": "#d62728",
+    "tiered": "#2ca02c",
+    "redis-cluster": "#9467bd",
+    "tiered-cluster": "#17becf",
+}
 _PEER_COLOUR = "#ff7f0e"
 
 

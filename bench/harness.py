@@ -27,7 +27,8 @@ from cachefleet.bench.errors import BenchError
 from cachefleet.bench.load import LoadResult, LoadSpec
 from cachefleet.bench.measure import Measurement, Target, measure, request_set, settle
 from cachefleet.bench.pinning import CpuPlan
-from cachefleet.bench.scenarios import Scenario
+from cachefleet.bench.redis_topology import ClusterProcesses, TopologyError
+from cachefleet.bench.scenarios import CLUSTER_CACHES, Scenario
 
 Log = Callable[[str], None]
 
@@ -104,13 +105,15 @@ def run_plan(plan: list[Scenario], options: BenchOptions, log: Log) -> RunRecord
         log(f"working folder {workdir} (removed at the end)")
         repository = write_samples(workdir / "models")
         redis_url = _redis(plan, workdir, options, stack, record, log)
+        cluster_url = _cluster(plan, workdir, options, stack, record, log)
         targets: dict[tuple[str, str], Target | BenchError] = {}
         for scenario in plan:
             key = (scenario.server, scenario.cache)
             if key not in targets:
                 try:
+                    url = cluster_url if scenario.cache in CLUSTER_CACHES else redis_url
                     targets[key] = _start_target(
-                        *key, repository, redis_url, workdir, options, stack, record, log
+                        *key, repository, url, workdir, options, stack, record, log
                     )
                 except BenchError as error:
                     log(f"  {scenario.server} {scenario.cache}: {str(error).splitlines()[0]}")
@@ -153,6 +156,30 @@ def _redis(
     return redis.url
 
 
+def _cluster(
+    plan: Iterable[Scenario],
+    workdir: Path,
+    options: BenchOptions,
+    stack: contextlib.ExitStack,
+    record: RunRecord,
+    log: Log,
+) -> str | None:
+    """A three-primary Redis Cluster on the client CPUs, when a scenario asks for one."""
+    if not any(s.cache in CLUSTER_CACHES for s in plan):
+        return None
+    folder = workdir / "cluster"
+    folder.mkdir()
+    cluster = ClusterProcesses(folder, primaries=3, replicas=0, cpus=options.cpus.client)
+    stack.callback(cluster.stop)
+    try:
+        cluster.start()
+    except TopologyError as error:
+        record.notes.append(f"no Redis Cluster: {str(error).splitlines()[0]}")
+        return None
+    log(f"Redis Cluster (3 primaries) seeded at {cluster.url}")
+    return cluster.url
+
+
 def _start_target(
     server: str,
     cache: str,
@@ -173,10 +200,13 @@ def _start_target(
         if note not in record.notes:
             record.notes.append(note)
     else:
-        if cache in ("redis", "tiered") and redis_url is None:
+        if cache in ("redis", "tiered", *CLUSTER_CACHES) and redis_url is None:
             raise BenchError("no Redis for this cache mode (redis-server is not installed)")
+        extra = list(options.cpus.server_args)
+        if cache in CLUSTER_CACHES:
+            cache, extra = CLUSTER_CACHES[cache], [*extra, "--redis-mode", "cluster"]
         ours = processes.start_server(
-            repository, cache, redis_url, workdir, options.cpus.server, options.cpus.server_args
+            repository, cache, redis_url, workdir, options.cpus.server, extra
         )
         stack.callback(ours.stop)
         log(f"{ours.name} at {ours.base_url}, gRPC at {ours.grpc_url}")

@@ -22,7 +22,13 @@ from cachefleet.bench.processes import cpu_seconds
 from cachefleet.bench.scenarios import Scenario
 
 LoadRunner = Callable[[LoadSpec], LoadResult]
-_WANTED_HIT = {"local": "hit-local", "tiered": "hit-local", "redis": "hit-redis"}
+_WANTED_HIT = {
+    "local": "hit-local",
+    "tiered": "hit-local",
+    "redis": "hit-redis",
+    "redis-cluster": "hit-redis",
+    "tiered-cluster": "hit-local",
+}
 
 
 @dataclass(frozen=True)

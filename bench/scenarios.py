@@ -9,6 +9,9 @@ from typing import Literal
 from cachefleet.bench.bodies import Encoding
 
 CACHE_MODES: tuple[str, ...] = ("none", "local", "redis", "tiered")
+#: Opt-in modes over a three-primary Redis Cluster started by the harness, with the
+#: ``--cache`` value each runs: ``--caches redis redis-cluster`` puts them side by side.
+CLUSTER_CACHES: dict[str, str] = {"redis-cluster": "redis", "tiered-cluster": "tiered"}
 MODELS: tuple[str, ...] = ("simple", "densenet_onnx")
 SWEEP: tuple[float, ...] = (0.5, 0.9, 0.99)
 QUICK_SWEEP: tuple[float, ...] = (0.9,)

@@ -8,7 +8,8 @@ use with ``noeviction``), and keeps planting corrupt and foreign entries (valid 
 input, model or version) at the keys the clients are about to ask for. Every answer is checked
 against numpy's: a cache may be slow or cold, never wrong.
 
-The same ``run.run_chaos`` drives the reliability test (short) and ``cachefleet bench --chaos``
+The same ``run.run_chaos`` (and ``run.run_cluster_chaos``, its Redis Cluster variant) drives
+the reliability tests (short) and ``cachefleet bench --chaos``
 (``command``: longer, with a Markdown report in ``bench/results/chaos-<date>.md``). Modules:
 ``answers`` (requests and the answers numpy says they must get), ``clients`` (the load
 processes), ``faults`` (the conductor), ``planted`` (corrupt and foreign entries), ``report``.

@@ -28,7 +28,9 @@ SLOW_S = 0.02
 
 @dataclass
 class ClientResult:
-    """What one client process saw. ``hit_redis_at`` are wall-clock times of hit-redis answers."""
+    """What one client process saw. ``hit_redis_at`` are the wall-clock times at which the
+    requests answered hit-redis were sent (so a request already in flight at a fault never
+    counts as a hit after it)."""
 
     sent: int = 0
     failed: int = 0
@@ -36,6 +38,8 @@ class ClientResult:
     latencies_s: list[float] = field(default_factory=list)
     statuses: dict[str, int] = field(default_factory=dict)
     hit_redis_at: list[float] = field(default_factory=list)
+    #: the request seed of each ``hit_redis_at`` entry (cluster runs place it on a shard)
+    hit_redis_seeds: list[int] = field(default_factory=list)
     #: (wall-clock start, seconds) of requests slower than :data:`SLOW_S`, to place stalls.
     slow: list[tuple[float, float]] = field(default_factory=list)
     examples: list[str] = field(default_factory=list)
@@ -99,7 +103,8 @@ class _Client:
         cache = reply_headers.get("x-cache", "?")
         result.statuses[cache] = result.statuses.get(cache, 0) + 1
         if cache == "hit-redis":
-            result.hit_redis_at.append(time.time())
+            result.hit_redis_at.append(wall)
+            result.hit_redis_seeds.append(seed)
         try:
             right = answer_is_right(
                 seed, decode_outputs(reply, reply_headers.get("inference-header-content-length"))

@@ -1,4 +1,5 @@
-"""``cachefleet bench --chaos``: its own Redis and two tiered servers, then the report file."""
+"""``cachefleet bench --chaos``: its own Redis (or Redis Cluster) and two tiered servers, then the
+report file."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from typing import TYPE_CHECKING
 
 from cachefleet.bench.chaos.control import ChaosOptions
 from cachefleet.bench.chaos.report import render_table
-from cachefleet.bench.chaos.run import run_chaos
+from cachefleet.bench.chaos.run import run_chaos, run_cluster_chaos
+from cachefleet.bench.redis_topology import ClusterProcesses
 
 if TYPE_CHECKING:
     from cachefleet.bench.processes import RedisServer
@@ -41,27 +43,58 @@ def _fleet(workdir: Path) -> Iterator[tuple[list[str], RedisServer]]:
         redis.stop()
 
 
+@contextlib.contextmanager
+def _cluster_fleet(workdir: Path) -> Iterator[tuple[list[str], ClusterProcesses]]:
+    """Three primaries with a replica each, and two tiered servers in cluster mode."""
+    from cachefleet.bench.harness import write_samples
+    from cachefleet.bench.processes import start_server
+
+    repository = write_samples(workdir / "models")
+    cluster = ClusterProcesses(workdir, primaries=3, replicas=1)
+    servers = []
+    try:
+        cluster.start()
+        for _ in range(2):
+            servers.append(
+                start_server(
+                    repository, "tiered", cluster.url, workdir, None, ["--redis-mode", "cluster"]
+                )
+            )
+        yield [server.base_url for server in servers], cluster
+    finally:
+        for server in servers:
+            server.stop()
+        cluster.stop()
+
+
 def run_command(args: argparse.Namespace) -> int:
-    """``cachefleet bench --chaos [--duration S] [--output DIR] [--name STEM]``."""
+    """``cachefleet bench --chaos [--redis-mode cluster] [--duration S] [--output DIR]
+    [--name STEM]``."""
     duration = args.duration if args.duration is not None else 120.0
     options = ChaosOptions(duration_s=duration, clients=4, cycle_s=min(30.0, duration))
+    cluster = getattr(args, "redis_mode", "standalone") == "cluster"
     load_before = os.getloadavg()[0]
+    redis_text = "a Redis Cluster (3 primaries, 1 replica each)" if cluster else "1 Redis"
     print(f"cachefleet bench --chaos: {duration:g} s, {options.clients} client processes, "
-          "2 tiered servers, 1 Redis", flush=True)  # fmt: skip
-    with (
-        tempfile.TemporaryDirectory(prefix="cachefleet-chaos-") as folder,
-        _fleet(Path(folder)) as (urls, redis),
-    ):
-        report = run_chaos(urls, redis, options, lambda line: print(line, flush=True))
+          f"2 tiered servers, {redis_text}", flush=True)  # fmt: skip
+    log = lambda line: print(line, flush=True)  # noqa: E731
+    with tempfile.TemporaryDirectory(prefix="cachefleet-chaos-") as folder:
+        if cluster:
+            with _cluster_fleet(Path(folder)) as (urls, processes):
+                report = run_cluster_chaos(urls, processes, options, log)
+        else:
+            with _fleet(Path(folder)) as (urls, redis):
+                report = run_chaos(urls, redis, options, log)
     table = render_table(report)
     command = "cachefleet bench " + shlex.join(sys.argv[2:] if len(sys.argv) > 1 else [])
-    name = args.name or f"chaos-{datetime.now(UTC):%Y-%m-%d}"
+    suffix = "-cluster" if cluster else ""
+    name = args.name or f"chaos{suffix}-{datetime.now(UTC):%Y-%m-%d}"
     args.output.mkdir(parents=True, exist_ok=True)
     path = args.output / f"{name}.md"
     path.write_text(
         f"# Chaos run, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC\n\n`{command}`\n\n"
         f"{report.duration_s:.0f} s, {report.clients} client processes, {report.servers} "
-        f"servers (`--cache tiered`), one Redis, {os.cpu_count()} CPUs, load average "
+        f"servers (`--cache tiered`), {redis_text}, {os.cpu_count()} CPUs, load average "
         f"{load_before:.1f} before and {os.getloadavg()[0]:.1f} after (other processes "
         f"included).\n\n{table}\n" + "".join(f"\n- {example}" for example in report.examples)
     )

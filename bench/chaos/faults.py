@@ -23,6 +23,11 @@ class FaultLog:
     #: (wall-clock time, phase that starts then, what was done)
     events: list[tuple[float, str, str]] = field(default_factory=list)
     back_at: list[float] = field(default_factory=list)
+    #: Per ``back_at`` entry, the slot ranges whose hits count as resumed (cluster runs);
+    #: empty when any Redis hit counts.
+    resume_slots: list[list[tuple[int, int]]] = field(default_factory=list)
+    #: Per ``back_at`` entry, what struck (cluster runs report kills and failovers apart).
+    resume_after: list[str] = field(default_factory=list)
     planted: int = 0
 
     def note(self, phase: str, what: str, at: float | None = None) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from cachefleet.bench.chaos.answers import (
@@ -31,8 +32,16 @@ from cachefleet.runtime.tensor import Tensor
 class Planter:
     """Plants entries into ``redis`` from its own thread until ``stop`` is set."""
 
-    def __init__(self, redis: RedisServer, faults: FaultLog, stop: threading.Event) -> None:
+    def __init__(
+        self,
+        redis: RedisServer | None,
+        faults: FaultLog,
+        stop: threading.Event,
+        connect_to: Callable[[], Any] | None = None,
+    ) -> None:
         self.redis = redis
+        #: Makes the planter's client (a cluster run passes a Redis Cluster client's maker).
+        self.connect_to = connect_to or (lambda: connect(_given(redis)))
         self.faults = faults
         self.stop = stop
         self.rng = random.Random(7)
@@ -43,7 +52,7 @@ class Planter:
         client = None
         while not self.stop.wait(0.1):
             try:
-                client = client or connect(self.redis)
+                client = client or self.connect_to()
                 pipe = client.pipeline(transaction=False)
                 for _ in range(50):
                     seed = PLANTED_BASE + self.rng.randrange(PLANTED_COUNT)
@@ -85,3 +94,9 @@ def foreign_entries() -> list[bytes]:
         compute_key(MODEL, "1", inputs, {"sequence_id": 1}).digest,  # other parameters
     ]
     return [encode_entry(digest, tensors, time.time() + 3600) for digest in digests]
+
+
+def _given(redis: RedisServer | None) -> RedisServer:
+    if redis is None:
+        raise ValueError("a Planter without a Redis server needs connect_to")
+    return redis

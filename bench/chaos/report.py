@@ -30,24 +30,42 @@ class ChaosReport:
     cache_errors: dict[str, float]
     faults: FaultLog
     examples: list[str]
+    #: standalone (one Redis killed, paused, filled) or cluster (one shard at a time)
+    topology: str = "standalone"
+
+
+def _resume(values: list[float | None], events: str) -> str:
+    """Worst and median of the resume times, and how many never saw hits again."""
+    resumed = [r for r in values if r is not None]
+    if not resumed:
+        return "never"
+    text = (
+        f"{max(resumed):.2f} s (worst of {len(values)}{' ' + events if events else ''}"
+        f", median {statistics.median(resumed):.2f} s)"
+    )
+    if len(resumed) < len(values):
+        text += f"; {len(values) - len(resumed)} of them never saw hits again"
+    return text
 
 
 def render_table(report: ChaosReport) -> str:
     """The report as a Markdown table (the README's Reliability section shows one)."""
-    resumed = [r for r in report.resume_s if r is not None]
-    resume = (
-        f"{max(resumed):.2f} s (worst of {len(report.resume_s)} restarts"
-        f", median {statistics.median(resumed):.2f} s)"
-        if resumed
-        else "never"
-    )
-    if len(resumed) < len(report.resume_s):
-        resume += f"; {len(report.resume_s) - len(resumed)} restart(s) never saw hits again"
+    after = report.faults.resume_after
+    if report.topology == "standalone" or len(after) != len(report.resume_s):
+        events = "restarts" if report.topology == "standalone" else "faults"
+        resume = _resume(report.resume_s, events)
+    else:
+        resume = "; ".join(
+            f"after {what}: "
+            + _resume([r for r, w in zip(report.resume_s, after, strict=True) if w == what], "")
+            for what in dict.fromkeys(after)
+        )
     statuses = ", ".join(f"{k} {v}" for k, v in sorted(report.statuses.items()))
     errors = ", ".join(f"{k} {v:.0f}" for k, v in sorted(report.cache_errors.items()))
+    phases = [STEADY] + [p for _, p, _ in sorted(report.faults.events) if p != STEADY]
     stalls = ", ".join(
         f"{phase} {report.stalls_s[phase] * 1000:.0f} ms"
-        for phase in (STEADY, "redis down", "after restart", "redis paused", "redis full")
+        for phase in dict.fromkeys(phases)
         if phase in report.stalls_s
     )
     faults = collections.Counter(
@@ -60,7 +78,12 @@ def render_table(report: ChaosReport) -> str:
         ("longest stall (max latency)", f"{report.max_latency_s * 1000:.0f} ms"),
         ("longest stall by phase", stalls),
         ("p99 latency", f"{report.p99_latency_s * 1000:.1f} ms"),
-        ("Redis hits resume after restart", resume),
+        (
+            "Redis hits resume after restart"
+            if report.topology == "standalone"
+            else "Redis hits on the struck shard's keys resume after the fault",
+            resume,
+        ),
         ("planted entries written / refused by the servers",
          f"{report.faults.planted} / {report.cache_errors.get('corrupt', 0):.0f}"),
         ("cache errors counted by the servers", errors),

@@ -1,6 +1,7 @@
 """One chaos run: client processes, the fault schedule and the planter, then the figures.
 
-The same :func:`run_chaos` drives the reliability test (short) and ``cachefleet bench --chaos``.
+The same :func:`run_chaos` drives the reliability test (short) and ``cachefleet bench --chaos``;
+:func:`run_cluster_chaos` is its Redis Cluster variant (``--chaos --redis-mode cluster``).
 """
 
 from __future__ import annotations
@@ -12,23 +13,50 @@ import time
 from typing import Any
 
 from cachefleet.bench import server_metrics
-from cachefleet.bench.chaos.answers import MODEL
+from cachefleet.bench.chaos.answers import MODEL, redis_key
 from cachefleet.bench.chaos.clients import ClientResult, client_main
+from cachefleet.bench.chaos.cluster_faults import ClusterConductor
 from cachefleet.bench.chaos.control import ChaosOptions, Log
 from cachefleet.bench.chaos.faults import Conductor, FaultLog
 from cachefleet.bench.chaos.planted import Planter
 from cachefleet.bench.chaos.report import ChaosReport
 from cachefleet.bench.processes import RedisServer
+from cachefleet.bench.redis_topology import ClusterProcesses
 
 
 def run_chaos(
     urls: list[str], redis: RedisServer, options: ChaosOptions, log: Log = print
 ) -> ChaosReport:
     """Load every server in ``urls`` from client processes while ``redis`` misbehaves."""
-    context = multiprocessing.get_context("spawn")
-    results = context.Queue()
     conductor = Conductor(redis, options, log)
     planting = Planter(redis, conductor.faults, conductor.stop)
+    return _run(urls, conductor, planting, options, "standalone")
+
+
+def run_cluster_chaos(
+    urls: list[str], cluster: ClusterProcesses, options: ChaosOptions, log: Log = print
+) -> ChaosReport:
+    """The cluster variant: the servers share ``cluster`` while its shards misbehave."""
+    from redis.cluster import RedisCluster
+
+    conductor = ClusterConductor(cluster, options, log)
+
+    def connect_cluster() -> Any:
+        return RedisCluster.from_url(cluster.url, socket_timeout=5, require_full_coverage=False)
+
+    planting = Planter(None, conductor.faults, conductor.stop, connect_to=connect_cluster)
+    return _run(urls, conductor, planting, options, "cluster")
+
+
+def _run(
+    urls: list[str],
+    conductor: Conductor | ClusterConductor,
+    planting: Planter,
+    options: ChaosOptions,
+    topology: str,
+) -> ChaosReport:
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
     started = time.time()
     stop_at = started + options.duration_s + 2.0  # spawned clients take a moment to start
     clients = [
@@ -52,7 +80,9 @@ def run_chaos(
         for client in clients:
             if client.is_alive():
                 client.kill()
-    return _report(gathered, conductor.faults, urls, options, time.time() - started)
+    report = _report(gathered, conductor.faults, urls, options, time.time() - started)
+    report.topology = topology
+    return report
 
 
 def _gather(results: Any, clients: list[Any], deadline: float) -> list[ClientResult]:
@@ -76,6 +106,7 @@ def _report(
 ) -> ChaosReport:
     latencies = sorted(x for r in results for x in r.latencies_s)
     hits = sorted(x for r in results for x in r.hit_redis_at)
+    seeded_hits = [h for r in results for h in zip(r.hit_redis_at, r.hit_redis_seeds, strict=True)]
     statuses: dict[str, int] = {}
     for result in results:
         for status, count in result.statuses.items():
@@ -91,7 +122,10 @@ def _report(
         p99_latency_s=latencies[int(0.99 * (len(latencies) - 1))] if latencies else 0.0,
         stalls_s=_stalls(results, faults),
         statuses=statuses,
-        resume_s=[_first_after(hits, back) for back in faults.back_at],
+        resume_s=[
+            _first_hit_on(seeded_hits, back, slots) if slots else _first_after(hits, back)
+            for back, slots in zip(faults.back_at, _padded(faults), strict=True)
+        ],
         cache_errors=_error_counts(urls),
         faults=faults,
         examples=[example for r in results for example in r.examples][:10],
@@ -109,6 +143,25 @@ def _stalls(results: list[ClientResult], faults: FaultLog) -> dict[str, float]:
 def _first_after(times: list[float], moment: float) -> float | None:
     later = [t - moment for t in times if t >= moment]
     return min(later) if later else None
+
+
+def _padded(faults: FaultLog) -> list[list[tuple[int, int]]]:
+    return faults.resume_slots + [[]] * (len(faults.back_at) - len(faults.resume_slots))
+
+
+def _first_hit_on(
+    hits: list[tuple[float, int]], moment: float, slots: list[tuple[int, int]]
+) -> float | None:
+    """Seconds from ``moment`` to the first Redis hit on a key of ``slots``."""
+    from redis.crc import key_slot
+
+    for at, seed in sorted(hits):
+        if at < moment:
+            continue
+        slot = key_slot(redis_key(seed).encode())
+        if any(low <= slot <= high for low, high in slots):
+            return at - moment
+    return None
 
 
 def _error_counts(urls: list[str]) -> dict[str, float]:

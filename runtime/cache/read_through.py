@@ -22,6 +22,7 @@ exceptions propagate, and a failed compute stores nothing.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -35,6 +36,7 @@ from cachefleet.runtime.cache.api import (
     RowsCompute,
 )
 from cachefleet.runtime.cache.breaker import CircuitBreaker
+from cachefleet.runtime.cache.breakers import ShardBreakers
 from cachefleet.runtime.cache.entry import encode_entry, read_entry
 from cachefleet.runtime.cache.errors import CacheTierError, CorruptEntryError, ErrorKind
 from cachefleet.runtime.cache.invalidation import CHANNEL, InvalidationListener
@@ -61,7 +63,7 @@ class ReadThroughCache:
         *,
         local: LocalTier | None = None,
         redis: RedisTier | None = None,
-        breaker: CircuitBreaker | None = None,
+        breakers: ShardBreakers | None = None,
         insert_queue_size: int = 1024,
         listener: InvalidationListener | None = None,
         wall_clock: Callable[[], float] = time.time,
@@ -73,7 +75,8 @@ class ReadThroughCache:
         self.model_metrics = CacheMetrics(metrics)
         self.local = local
         self.redis = redis
-        self.breaker = breaker or CircuitBreaker("redis", 3, 1.0)
+        #: One breaker per Redis shard (one in all in standalone and sentinel modes).
+        self.breakers = breakers or ShardBreakers(3, 1.0)
         self.writes = WriteBehind(insert_queue_size)
         self.listener = listener
         self._flight: SingleFlight[_Outcome] = SingleFlight()
@@ -146,7 +149,7 @@ class ReadThroughCache:
             try:
                 await self.redis.publish(CHANNEL, model)
             except CacheTierError as error:
-                self._fault("redis", error)
+                self._fault("redis", error, self.breakers.of("redis"))
         logger.info("cache: flushed %d entries of model %r", removed, model)
         return removed
 
@@ -181,19 +184,22 @@ class ReadThroughCache:
         return outputs, CacheStatus.MISS
 
     async def _redis_lookup(self, key: CacheKey, request: CacheRequest) -> list[Tensor] | None:
-        if self.redis is None or not self.breaker.allow():
+        if self.redis is None:
+            return None
+        breaker = self._breaker(key)
+        if not breaker.allow():
             return None
         series = self.model_metrics.of(request.model, request.version)
         started = time.perf_counter()
         try:
             blob = await self.redis.get(key.redis_key)
         except CacheTierError as error:
-            self._fault("redis", error)
+            self._fault("redis", error, breaker)
             return None
         finally:
             elapsed = time.perf_counter() - started
             series.lookup_redis.observe(elapsed)
-        self.breaker.record_success()
+        breaker.record_success()
         outputs = None if blob is None else self._accept(key, blob, request.ttl_s)
         if outputs is not None:
             series.hits_redis.inc()
@@ -235,18 +241,42 @@ class ReadThroughCache:
     async def _redis_get_many(
         self, keys: Sequence[CacheKey], series: ModelCacheMetrics
     ) -> list[bytes | None]:
-        if not keys or self.redis is None or not self.breaker.allow():
-            return [None] * len(keys)
+        """The keys' entries in one round trip per shard, the shards asked concurrently (one
+        in standalone and sentinel modes). A shard whose breaker is open is not asked, and a
+        shard that fails costs only its own keys: they are misses, the others still hit."""
+        blobs: list[bytes | None] = [None] * len(keys)
+        if not keys or self.redis is None:
+            return blobs
+        shards: dict[str, list[int]] = {}
+        for index, key in enumerate(keys):
+            shards.setdefault(self.redis.shard_of(key.redis_key), []).append(index)
+        asked = {
+            shard: indices
+            for shard, indices in shards.items()
+            if self.breakers.of(shard).allow()  # one probe per shard
+        }
+        if not asked:
+            return blobs
         started = time.perf_counter()
-        try:
-            blobs = await self.redis.get_many([key.redis_key for key in keys])
-        except CacheTierError as error:
-            self._fault("redis", error)
-            return [None] * len(keys)
-        finally:
-            series.lookup_redis.observe(time.perf_counter() - started)
-        self.breaker.record_success()
+        found = await asyncio.gather(
+            *(self._shard_get_many(shard, [keys[i] for i in idx]) for shard, idx in asked.items())
+        )
+        series.lookup_redis.observe(time.perf_counter() - started)
+        for indices, values in zip(asked.values(), found, strict=True):
+            for index, blob in zip(indices, values, strict=True):
+                blobs[index] = blob
         return blobs
+
+    async def _shard_get_many(self, shard: str, keys: Sequence[CacheKey]) -> list[bytes | None]:
+        assert self.redis is not None
+        breaker = self.breakers.of(shard)
+        try:
+            values = await self.redis.get_many([key.redis_key for key in keys])
+        except CacheTierError as error:
+            self._fault("redis", error, breaker)
+            return [None] * len(keys)
+        breaker.record_success()
+        return values
 
     def _accept(self, key: CacheKey, blob: bytes, ttl_s: float) -> list[Tensor] | None:
         """The outputs of a Redis entry, promoted to the local tier; None (and the entry
@@ -285,16 +315,17 @@ class ReadThroughCache:
         async def insert() -> None:
             if self.redis is None or self._flushed_at.get(key.model, -1.0) >= since:
                 return
-            if not self.breaker.allow():
+            breaker = self._breaker(key)
+            if not breaker.allow():
                 return
             try:
                 expires_at = self._wall_clock() + ttl_s if ttl_s > 0 else None
                 blob = encode_entry(key.digest, outputs, expires_at)
                 await self.redis.set(key.redis_key, blob, ttl_s)
             except CacheTierError as error:
-                self._fault("redis", error)
+                self._fault("redis", error, breaker)
                 return
-            self.breaker.record_success()
+            breaker.record_success()
             self._reported.clear()
             self.model_metrics.of(key.model, key.version).inserts_redis.inc()
 
@@ -302,26 +333,37 @@ class ReadThroughCache:
 
     def _delete_job(self, key: CacheKey) -> WriteJob:
         async def delete() -> None:
-            if self.redis is None or not self.breaker.allow():
+            if self.redis is None:
+                return
+            breaker = self._breaker(key)
+            if not breaker.allow():
                 return
             try:
                 await self.redis.delete(key.redis_key)
             except CacheTierError as error:
-                self._fault("redis", error)
+                self._fault("redis", error, breaker)
                 return
-            self.breaker.record_success()
+            breaker.record_success()
 
         return delete
 
-    def _fault(self, tier: str, error: CacheTierError) -> None:
+    def _breaker(self, key: CacheKey) -> CircuitBreaker:
+        """The breaker of the shard that serves ``key`` (the only one outside cluster mode)."""
+        assert self.redis is not None
+        return self.breakers.of(self.redis.shard_of(key.redis_key))
+
+    def _fault(self, tier: str, error: CacheTierError, *breakers: CircuitBreaker) -> None:
+        """Count a fault once, and tell the breakers of every shard the call went to."""
         kind: ErrorKind = error.kind
         self.metrics.cache_errors.labels(tier, kind).inc()
         if is_outage(kind):
-            self.breaker.record_failure(f"{kind}: {error!s}")
+            for breaker in breakers:
+                breaker.record_failure(f"{kind}: {error!s}")
         elif kind == "pool":
             logger.debug("cache: %s", str(error))  # load, not a Redis fault: counted only
         else:
-            self.breaker.record_success()  # Redis answered; it is up, just unhappy
+            for breaker in breakers:
+                breaker.record_success()  # Redis answered; it is up, just unhappy
             if kind not in self._reported:
                 self._reported.add(kind)
                 logger.warning("cache: %s (logged once until an insert succeeds)", str(error))

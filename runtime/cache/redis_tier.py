@@ -2,8 +2,9 @@
 
 One round trip per operation (``GET``; ``SET key value PX ttl``), no client-side retries (a
 retry doubles the time a dead Redis costs; the circuit breaker decides when to try again), and
-a blocking pool with a short wait, so a saturated pool fails fast instead of queueing requests.
-Every redis-py error leaves this module as a :class:`CacheTierError` with a ``kind``.
+pools that fail fast when saturated instead of queueing requests. The client itself (one server,
+a Redis Cluster or Sentinel) is built by ``redis_clients``; the commands here are the same for
+all three. Every redis-py error leaves this module as a :class:`CacheTierError` with a ``kind``.
 """
 
 from __future__ import annotations
@@ -14,54 +15,39 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-import redis.asyncio as aioredis
 import redis.exceptions as rexc
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 
 from cachefleet.runtime.cache.errors import CacheTierError, ErrorKind
 from cachefleet.runtime.cache.key import key_of_model, redis_model_pattern
+from cachefleet.runtime.cache.redis_clients import RedisConnection, connect
 from cachefleet.runtime.config import RedisSettings
 
 logger = logging.getLogger(__name__)
 _UNLINK_BATCH = 500
 _SCAN_COUNT = 1000
-
-
-def connection_options(
-    settings: RedisSettings, *, socket_timeout_s: float | None
-) -> dict[str, Any]:
-    """Keyword arguments for a redis-py pool or client built from ``settings.url``."""
-    assert settings.url is not None
-    options: dict[str, Any] = {
-        "socket_connect_timeout": settings.connect_timeout_s,
-        "socket_timeout": socket_timeout_s,
-        "retry": Retry(NoBackoff(), 0),
-        "client_name": "cachefleet",
-    }
-    if settings.password is not None:
-        options["password"] = settings.password.get_secret_value()
-    if settings.url.startswith("rediss://"):
-        options["ssl_ca_certs"] = _path(settings.tls_ca_file)
-        options["ssl_certfile"] = _path(settings.tls_cert_file)
-        options["ssl_keyfile"] = _path(settings.tls_key_file)
-    return options
-
-
-def _path(value: object) -> str | None:
-    return None if value is None else str(value)
+#: What a redis-py call is caught for: anything but cancellation. Besides its own errors, socket
+#: errors and our deadline, the cluster client raises ``RedisClusterException`` (not a RedisError)
+#: and, while its topology is changing, even AttributeError or KeyError (redis-py issues 3815,
+#: 3835): none of it may reach a request, which only ever calls the commands below.
+_FAULTS = (Exception,)
 
 
 def error_kind(error: BaseException) -> ErrorKind:
     """How a Redis call failed, as the ``kind`` label and the breaker see it."""
     if isinstance(error, rexc.TimeoutError | asyncio.TimeoutError | TimeoutError):
         return "timeout"
-    if isinstance(error, rexc.ConnectionError) and "No connection available" in str(error):
-        return "pool"  # redis-py's BlockingConnectionPool gave up waiting
+    if isinstance(error, rexc.MaxConnectionsError) or (
+        isinstance(error, rexc.ConnectionError) and "No connection available" in str(error)
+    ):
+        return "pool"  # every pooled connection is busy (the blocking pool gave up waiting)
     if isinstance(error, rexc.ConnectionError | OSError):
         return "connection"
+    if isinstance(error, rexc.ClusterDownError | rexc.RedisClusterException):
+        return "connection"  # the cluster cannot serve this key now: a shard is down
     if isinstance(error, rexc.OutOfMemoryError) or str(error).startswith("OOM"):
         return "oom"
+    if not isinstance(error, rexc.RedisError):
+        logger.debug("redis client raised %r", error, exc_info=error)
     return "other"
 
 
@@ -72,7 +58,7 @@ def is_outage(kind: ErrorKind) -> bool:
 
 
 class RedisTier:
-    """A pool of connections to one Redis, made in :meth:`start` (nothing connects before)."""
+    """Connections to Redis (one server, a cluster or Sentinel's primary), made in :meth:`start`."""
 
     def __init__(self, settings: RedisSettings) -> None:
         if settings.url is None:
@@ -81,28 +67,33 @@ class RedisTier:
         self.url = settings.url
         # The whole operation, pool wait included, never outlives one connect plus one read.
         self.deadline_s = settings.connect_timeout_s + 2 * settings.socket_timeout_s + 0.05
-        self._client: aioredis.Redis | None = None
+        self._connection: RedisConnection | None = None
 
     async def start(self) -> None:
-        options = connection_options(self.settings, socket_timeout_s=self.settings.socket_timeout_s)
-        pool = aioredis.BlockingConnectionPool.from_url(
-            self.url,
-            max_connections=self.settings.pool_size,
-            timeout=max(self.settings.socket_timeout_s, 0.01),
-            **options,
+        self._connection = connect(
+            self.settings,
+            socket_timeout_s=self.settings.socket_timeout_s,
+            pool_size=self.settings.pool_size,
         )
-        self._client = aioredis.Redis(connection_pool=pool)
+        await self._connection.start()
 
     async def close(self) -> None:
-        if self._client is not None:
-            client, self._client = self._client, None
-            await client.aclose(close_connection_pool=True)
+        if self._connection is not None:
+            connection, self._connection = self._connection, None
+            await connection.close()
 
     @property
-    def client(self) -> aioredis.Redis:
-        if self._client is None:
+    def client(self) -> Any:
+        """``redis.asyncio.Redis`` or ``RedisCluster``; the commands used here exist on both."""
+        if self._connection is None:
             raise CacheTierError("the Redis tier is not started", "connection")
-        return self._client
+        return self._connection.client
+
+    def shard_of(self, key: str) -> str:
+        """The node that serves ``key`` (in cluster mode), for per-shard circuit breakers."""
+        if self._connection is None:
+            return "redis"
+        return self._connection.shard_of(key)
 
     async def get(self, key: str) -> bytes | None:
         async with self._translated("GET", key):
@@ -143,7 +134,11 @@ class RedisTier:
             await self.client.publish(channel, message)
 
     async def flush_model(self, model: str) -> int:
-        """UNLINK every key of ``model`` (SCAN MATCH in batches); returns how many went."""
+        """UNLINK every key of ``model`` (SCAN MATCH in batches); returns how many went.
+
+        In cluster mode redis-py's ``scan_iter`` walks every primary and ``unlink`` splits a
+        batch by slot, so every shard is emptied; a shard that cannot be reached fails the flush.
+        """
         removed = 0
         batch: list[bytes] = []
         try:
@@ -158,7 +153,7 @@ class RedisTier:
                     batch.clear()
             if batch:
                 removed += int(await self.client.unlink(*batch))
-        except (rexc.RedisError, OSError) as error:
+        except _FAULTS as error:
             raise self._error("SCAN/UNLINK", model, error) from None
         return removed
 
@@ -167,7 +162,7 @@ class RedisTier:
         try:
             async with asyncio.timeout(self.deadline_s):
                 yield
-        except (rexc.RedisError, OSError, TimeoutError) as error:
+        except _FAULTS as error:
             raise self._error(command, key, error) from None
 
     def _error(self, command: str, key: str, error: BaseException) -> CacheTierError:
@@ -179,4 +174,9 @@ class RedisTier:
     def where(self) -> str:
         """The URL without credentials, for messages."""
         scheme, _, rest = self.url.partition("://")
-        return f"{scheme}://{rest.rpartition('@')[2]}"
+        where = f"{scheme}://{rest.rpartition('@')[2]}"
+        if self.settings.mode == "cluster":
+            return f"cluster seeded by {where}"
+        if self.settings.mode == "sentinel":
+            return f"primary {self.settings.sentinel_master!r} of Sentinel {where}"
+        return where

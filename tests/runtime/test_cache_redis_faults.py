@@ -151,7 +151,7 @@ async def test_saturated_pool_fails_fast_without_opening_the_breaker(
     try:
         assert cache.redis is not None
         pool = cache.redis.client.connection_pool
-        held = await pool.get_connection()  # type: ignore[no-untyped-call]  # the only one, busy
+        held = await pool.get_connection()  # the only one, busy
         try:
             for value in range(5):
                 outputs, status = await asyncio.wait_for(
