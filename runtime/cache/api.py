@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
+from cachefleet.runtime.cache.key import CacheKey
 from cachefleet.runtime.tensor import Tensor
 
 Compute = Callable[[], Awaitable[list[Tensor]]]
@@ -45,6 +46,8 @@ class CacheRequest:
     #: Whether the model's config enables caching (or the server caches every model).
     enabled: bool
     ttl_s: float
+    #: The request's key when the caller already computed it (the cache computes it otherwise).
+    key: CacheKey | None = None
 
 
 class ResponseCache(Protocol):
@@ -60,6 +63,20 @@ class ResponseCache(Protocol):
 
     async def flush(self, model: str) -> int:
         """Remove every entry of ``model`` from every tier; returns how many were removed."""
+        ...
+
+    def local_entry(self, key: CacheKey) -> object | None:
+        """An opaque identity of the local tier's live entry for ``key`` (None: not held).
+
+        Lets a layer above keep something derived from an entry (a rendered response) for
+        exactly as long as the entry itself lives: flush, expiry, eviction and replacement all
+        end the identity.
+        """
+        ...
+
+    def confirm_local_hit(self, key: CacheKey, entry: object, started: float) -> bool:
+        """Whether ``entry`` is still ``key``'s live local entry; if so, count a local hit
+        (lookup time from ``started``, a ``time.perf_counter()`` value) as a lookup would."""
         ...
 
 
@@ -79,3 +96,9 @@ class NullCache:
 
     async def flush(self, model: str) -> int:
         return 0
+
+    def local_entry(self, key: CacheKey) -> object | None:
+        return None
+
+    def confirm_local_hit(self, key: CacheKey, entry: object, started: float) -> bool:
+        return False

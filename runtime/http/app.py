@@ -21,6 +21,7 @@ from cachefleet.runtime.cache.factory import build_cache
 from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.errors import CachefleetError, NotReadyError
 from cachefleet.runtime.http.errors import handle_error
+from cachefleet.runtime.http.front_door import InferFrontDoor
 from cachefleet.runtime.http.routes import build_routes
 from cachefleet.runtime.http.state import ServerState
 from cachefleet.runtime.metrics import RuntimeMetrics
@@ -54,6 +55,12 @@ def create_app(settings: RuntimeSettings) -> FastAPI:
         app.add_exception_handler(error_type, handle_error)
     app.state.cachefleet = state
     return app
+
+
+def create_server(settings: RuntimeSettings) -> InferFrontDoor:
+    """What uvicorn serves: the infer fast path in front of :func:`create_app`'s application."""
+    app = create_app(settings)
+    return InferFrontDoor(app, app.state.cachefleet)
 
 
 @asynccontextmanager

@@ -2,7 +2,9 @@
 
 Per request: resolve the model, decode and validate the body, ask the cache for the outputs
 (computing them off the event loop on a miss), then render them as this client asked. The cache
-sees only the raw output tensors, never the rendering.
+sees only the raw output tensors, never the rendering. With a local tier, a byte-identical
+repeat of a request is answered from a memo of rendered responses (see ``memo``) before any of
+that, for as long as the local entry it was rendered from lives.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 from prometheus_client import Counter, Histogram
 
 from cachefleet.runtime.cache.api import CacheDirectives, CacheRequest, CacheStatus, ResponseCache
+from cachefleet.runtime.cache.key import CacheKey, compute_key
 from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.errors import CachefleetError, ModelExecutionError
 from cachefleet.runtime.metrics import RuntimeMetrics
@@ -27,6 +30,7 @@ from cachefleet.runtime.protocol import (
     model_metadata,
     repository_index,
 )
+from cachefleet.runtime.service.memo import ResponseMemo, request_digest
 from cachefleet.runtime.tensor import Tensor
 
 _NO_CACHE = CacheDirectives(lookup=False, store=False)
@@ -43,10 +47,17 @@ class InferOutcome:
 
 
 @dataclass(frozen=True, slots=True)
-class _ModelSeries:
+class _ModelPlan:
+    """What every request of one loaded model needs, worked out once per model object."""
+
+    model: Model
     request_seconds: Histogram
     inference_seconds: Histogram
     ok: Counter
+    #: The model's config enables caching (or the server caches every model).
+    cached: bool
+    ttl_s: float
+    batched: bool
 
 
 class InferenceService:
@@ -66,7 +77,14 @@ class InferenceService:
         self._executor = executor
         self._cache_all = settings.models.cache_all_models
         self._default_ttl_s = settings.cache.ttl_s
-        self._model_series: dict[tuple[str, str], _ModelSeries] = {}
+        self._plans: dict[tuple[str, str], _ModelPlan] = {}
+        #: Rendered responses, only where a local tier can vouch for them (``local``, ``tiered``);
+        #: an eighth of the local tier's bound, on top of it.
+        self._memo = (
+            ResponseMemo(settings.cache.local_size_bytes // 8)
+            if settings.cache.mode in ("local", "tiered")
+            else None
+        )
 
     async def infer(
         self,
@@ -79,33 +97,54 @@ class InferenceService:
         """Answer one inference request; raises CachefleetError subclasses for the client."""
         started = time.perf_counter()
         model = self._repository.get(model_name, version)
-        series = self._series(model)
+        plan = self._plan(model)
         try:
-            outcome = await self._infer(model, body, header_length, directives)
+            outcome = await self._infer(plan, body, header_length, directives, started)
         except CachefleetError as error:
             self._metrics.requests.labels(model.name, model.version, str(error.status_code)).inc()
-            series.request_seconds.observe(time.perf_counter() - started)
+            plan.request_seconds.observe(time.perf_counter() - started)
             raise
-        series.ok.inc()
-        series.request_seconds.observe(time.perf_counter() - started)
+        plan.ok.inc()
+        plan.request_seconds.observe(time.perf_counter() - started)
         return outcome
 
     async def _infer(
-        self, model: Model, body: bytes, header_length: int | None, directives: CacheDirectives
+        self,
+        plan: _ModelPlan,
+        body: bytes,
+        header_length: int | None,
+        directives: CacheDirectives,
+        started: float,
     ) -> InferOutcome:
-        config = model.config
-        request = decode_request(body, header_length, config)
+        model = plan.model
+        memo = self._memo if plan.cached and directives.lookup else None
+        digest = b""
+        if memo is not None:
+            digest = request_digest(model, body, header_length)
+            found = memo.get(digest)
+            if found is not None:
+                if found.model is model and self._cache.confirm_local_hit(
+                    found.key, found.entry, started
+                ):
+                    return InferOutcome(found.body, found.header_length, CacheStatus.HIT_LOCAL)
+                memo.discard(digest)
+        request = decode_request(body, header_length, model.config)
+        parameters = request.keyed_parameters()
+        key: CacheKey | None = None
+        if memo is not None and request.use_cache:
+            key = compute_key(model.name, model.version, request.inputs, parameters)
         cache_request = CacheRequest(
             model=model.name,
             version=model.version,
             inputs=request.inputs,
-            parameters=request.keyed_parameters(),
-            enabled=config.response_cache or self._cache_all,
-            ttl_s=self._default_ttl_s if config.cache_ttl_s is None else config.cache_ttl_s,
+            parameters=parameters,
+            enabled=plan.cached,
+            ttl_s=plan.ttl_s,
+            key=key,
         )
 
         async def compute() -> list[Tensor]:
-            return await self._run(model, request.inputs)
+            return await self._run(plan, request.inputs)
 
         outputs, status = await self._cache.get_or_compute(
             cache_request, directives if request.use_cache else _NO_CACHE, compute
@@ -116,12 +155,17 @@ class InferenceService:
             model_name=model.name,
             model_version=model.version,
             labels=model.labels,
-            batched=config.max_batch_size > 0,
+            batched=plan.batched,
         )
+        if memo is not None and key is not None and status is not CacheStatus.BYPASS:
+            entry = self._cache.local_entry(key)
+            if entry is not None:
+                memo.put(digest, model, key, entry, encoded.body, encoded.header_length)
         return InferOutcome(encoded.body, encoded.header_length, status)
 
-    async def _run(self, model: Model, inputs: Sequence[Tensor]) -> list[Tensor]:
+    async def _run(self, plan: _ModelPlan, inputs: Sequence[Tensor]) -> list[Tensor]:
         """Run the model in the bounded executor; other failures become ModelExecutionError."""
+        model = plan.model
         started = time.perf_counter()
         loop = asyncio.get_running_loop()
         try:
@@ -132,22 +176,27 @@ class InferenceService:
             raise ModelExecutionError(
                 f"model {model.name!r} version {model.version} failed: {error}"
             ) from error
-        self._series(model).inference_seconds.observe(time.perf_counter() - started)
+        plan.inference_seconds.observe(time.perf_counter() - started)
         return outputs
 
-    def _series(self, model: Model) -> _ModelSeries:
-        """The model's labelled metric children, looked up once (``labels()`` takes a lock)."""
+    def _plan(self, model: Model) -> _ModelPlan:
+        """The model's per-request constants and labelled metric children, made once per
+        loaded model object (``labels()`` takes a lock; a reloaded model gets a new plan)."""
         key = (model.name, model.version)
-        series = self._model_series.get(key)
-        if series is None:
-            metrics = self._metrics
-            series = _ModelSeries(
+        plan = self._plans.get(key)
+        if plan is None or plan.model is not model:
+            metrics, config = self._metrics, model.config
+            plan = _ModelPlan(
+                model=model,
                 request_seconds=metrics.request_seconds.labels(*key),
                 inference_seconds=metrics.inference_seconds.labels(*key),
                 ok=metrics.requests.labels(*key, "200"),
+                cached=config.response_cache or self._cache_all,
+                ttl_s=self._default_ttl_s if config.cache_ttl_s is None else config.cache_ttl_s,
+                batched=config.max_batch_size > 0,
             )
-            self._model_series[key] = series
-        return series
+            self._plans[key] = plan
+        return plan
 
     def model_metadata(self, name: str, version: str | None) -> dict[str, Any]:
         model = self._repository.get(name, version)
