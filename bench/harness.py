@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from cachefleet.bench import peer, processes, profiling, pyload, wrk
+from cachefleet.bench import peer, processes, profiling, pyload, triton_peer, wrk
 from cachefleet.bench.errors import BenchError
 from cachefleet.bench.load import LoadResult, LoadSpec
 from cachefleet.bench.measure import Measurement, Target, measure, request_set, settle
@@ -46,6 +46,8 @@ class BenchOptions:
     wrk_threads: int = 2
     cpus: CpuPlan = field(default_factory=lambda: CpuPlan(None, None))
     peer_python: Path | None = None
+    #: Python of the Triton peer's venv (None: the default under .cache/).
+    triton_python: Path | None = None
 
 
 @dataclass
@@ -104,8 +106,9 @@ def run_plan(plan: list[Scenario], options: BenchOptions, log: Log) -> RunRecord
             if key not in targets:
                 try:
                     targets[key] = _start_target(
-                        *key, repository, redis_url, workdir, options, stack, record, log
-                    )
+                        *key, repository, redis_url, workdir, options, stack, record, log,
+                        models=sorted({s.model for s in plan}),
+                    )  # fmt: skip
                 except BenchError as error:
                     log(f"  {scenario.server} {scenario.cache}: {error.message.splitlines()[0]}")
                     targets[key] = error
@@ -158,7 +161,18 @@ def _start_target(
     stack: contextlib.ExitStack,
     record: RunRecord,
     log: Log,
+    models: list[str],
 ) -> Target:
+    if server == "triton":
+        triton, base_url, metrics_url = triton_peer.start(
+            repository, models, options.triton_python, workdir, options.cpus.server
+        )
+        stack.callback(triton.stop)
+        note = triton_peer.describe(options.triton_python)
+        if note not in record.notes:
+            record.notes.append(note)
+        log(f"{triton.name} at {base_url}")
+        return Target(base_url, triton.pid, metrics_url)
     if server == "kserve":
         process, base_url = peer.start(
             repository, "simple", options.peer_python, workdir, options.cpus.server

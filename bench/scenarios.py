@@ -15,7 +15,7 @@ QUICK_SWEEP: tuple[float, ...] = (0.9,)
 #: The model and encoding on which our no-cache path is compared with KServe's server.
 PEER_MODEL = "simple"
 
-Server = Literal["cachefleet", "kserve"]
+Server = Literal["cachefleet", "kserve", "triton"]
 Group = Literal["hits", "sweep", "misses", "peer"]
 GROUP_TITLES: dict[Group, str] = {
     "hits": "100% hits",
@@ -38,7 +38,7 @@ class Scenario:
 
     @property
     def label(self) -> str:
-        who = "kserve" if self.server == "kserve" else self.cache
+        who = self.cache if self.server == "cachefleet" else self.server
         return f"{self.model} {self.encoding} {who} {self.hit_ratio:.0%}"
 
 
@@ -47,8 +47,14 @@ def build_plan(
     caches: Sequence[str] = CACHE_MODES,
     sweep: Sequence[float] = SWEEP,
     peer: bool = True,
+    triton: bool = False,
 ) -> list[Scenario]:
-    """Every scenario, comparable ones adjacent: per model and hit ratio, each cache mode."""
+    """Every scenario, comparable ones adjacent: per model and hit ratio, each cache mode.
+
+    With ``triton``, Triton's local response cache runs right after ours on the same model,
+    once at 100% hits (the comparison) and once at 0% (reported, not compared: its model is a
+    Python function there).
+    """
     plan: list[Scenario] = []
     if peer and PEER_MODEL in models:
         plan.append(Scenario("peer", PEER_MODEL, "none", 1.0, "json"))
@@ -56,7 +62,11 @@ def build_plan(
     cached = [cache for cache in caches if cache != "none"]
     for model in models:
         plan += [Scenario("hits", model, cache, 1.0) for cache in caches]
+        if triton:
+            plan.append(Scenario("hits", model, "local", 1.0, server="triton"))
         for ratio in sweep:
             plan += [Scenario("sweep", model, cache, ratio) for cache in cached]
         plan += [Scenario("misses", model, cache, 0.0) for cache in caches]
+        if triton:
+            plan.append(Scenario("misses", model, "local", 0.0, server="triton"))
     return plan
