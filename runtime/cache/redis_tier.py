@@ -1,8 +1,10 @@
 """The shared tier: Redis through redis-py's asyncio client, with every fault translated here.
 
-One round trip per operation (``GET``; ``SET key value PX ttl``), no client-side retries (a
-retry doubles the time a dead Redis costs; the circuit breaker decides when to try again), and
-a blocking pool with a short wait, so a saturated pool fails fast instead of queueing requests.
+One round trip per operation (``GET``; ``SET key value PX ttl``), and fewer under load: the
+lookups and inserts issued during one event-loop turn share one pipelined round trip (see
+``batch``). No client-side retries (a retry doubles the time a dead Redis costs; the circuit
+breaker decides when to try again), and a blocking pool with a short wait, so a saturated
+pool fails fast instead of queueing requests.
 Every redis-py error leaves this module as a :class:`CacheTierError` with a ``kind``.
 """
 
@@ -19,6 +21,7 @@ import redis.exceptions as rexc
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from cachefleet.runtime.cache.batch import TurnBatch
 from cachefleet.runtime.cache.errors import CacheTierError, ErrorKind
 from cachefleet.runtime.cache.key import key_of_model, redis_model_pattern
 from cachefleet.runtime.config import RedisSettings
@@ -82,6 +85,7 @@ class RedisTier:
         # The whole operation, pool wait included, never outlives one connect plus one read.
         self.deadline_s = settings.connect_timeout_s + 2 * settings.socket_timeout_s + 0.05
         self._client: aioredis.Redis | None = None
+        self._batch = TurnBatch(self._send)
 
     async def start(self) -> None:
         options = connection_options(self.settings, socket_timeout_s=self.settings.socket_timeout_s)
@@ -105,16 +109,35 @@ class RedisTier:
         return self._client
 
     async def get(self, key: str) -> bytes | None:
-        async with self._translated("GET", key):
-            value = await self.client.get(key)
+        value = await self._batch.run(("GET", key))
         if value is None or isinstance(value, bytes):
             return value
         raise CacheTierError(f"redis GET {key}: decoded reply, expected bytes", "other")
 
     async def set(self, key: str, value: bytes, ttl_s: float) -> None:
-        ttl_ms = int(ttl_s * 1000) if ttl_s > 0 else None
-        async with self._translated("SET", key):
-            await self.client.set(key, value, px=ttl_ms)
+        command: tuple[Any, ...] = ("SET", key, value)
+        if ttl_s > 0:
+            command += ("PX", int(ttl_s * 1000))
+        await self._batch.run(command)
+
+    async def _send(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """One round trip for ``commands``: the command itself, or a pipeline of them.
+
+        A reply that is an error comes back as a :class:`CacheTierError` in its place; a fault
+        of the round trip itself raises one for all of them.
+        """
+        name, key = commands[0][0], commands[0][1]
+        async with self._translated(name if len(commands) == 1 else f"{name}+pipeline", key):
+            if len(commands) == 1:
+                return [await self.client.execute_command(*commands[0])]
+            pipeline = self.client.pipeline(transaction=False)
+            for command in commands:
+                pipeline.execute_command(*command)  # type: ignore[no-untyped-call]
+            replies = await pipeline.execute(raise_on_error=False)
+        return [
+            self._error(command[0], command[1], reply) if isinstance(reply, Exception) else reply
+            for command, reply in zip(commands, replies, strict=True)
+        ]
 
     async def delete(self, key: str) -> None:
         async with self._translated("UNLINK", key):
