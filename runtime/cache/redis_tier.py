@@ -129,10 +129,11 @@ class RedisTier:
         name, key = commands[0][0], commands[0][1]
         async with self._translated(name if len(commands) == 1 else f"{name}+pipeline", key):
             if len(commands) == 1:
-                return [await self.client.execute_command(*commands[0])]
+                reply = await self.client.execute_command(*commands[0])  # type: ignore[no-untyped-call]
+                return [reply]
             pipeline = self.client.pipeline(transaction=False)
             for command in commands:
-                pipeline.execute_command(*command)  # type: ignore[no-untyped-call]
+                pipeline.execute_command(*command)
             replies = await pipeline.execute(raise_on_error=False)
         return [
             self._error(command[0], command[1], reply) if isinstance(reply, Exception) else reply
