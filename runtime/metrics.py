@@ -36,16 +36,21 @@ class TritonCacheCounters(Collector):
         self._values: dict[str, dict[tuple[str, str], float]] = {
             name: defaultdict(float) for name in self._NAMES
         }
+        #: (count, duration) series of a hit and of a miss, looked up once.
+        self._hit = (
+            self._values["nv_cache_num_hits_per_model"],
+            self._values["nv_cache_hit_duration_per_model"],
+        )
+        self._miss = (
+            self._values["nv_cache_num_misses_per_model"],
+            self._values["nv_cache_miss_duration_per_model"],
+        )
 
     def record(self, model: str, version: str, *, hit: bool, duration_s: float) -> None:
-        kind = "hit" if hit else "miss"
+        count, duration = self._hit if hit else self._miss
         with self._lock:
-            self._values[f"nv_cache_num_{kind}{'es' if kind == 'miss' else 's'}_per_model"][
-                (model, version)
-            ] += 1
-            self._values[f"nv_cache_{kind}_duration_per_model"][(model, version)] += (
-                duration_s * 1e6
-            )
+            count[(model, version)] += 1
+            duration[(model, version)] += duration_s * 1e6
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:

@@ -48,6 +48,9 @@ class CacheRequest:
     ttl_s: float
     #: The request's key when the caller already computed it (the cache computes it otherwise).
     key: CacheKey | None = None
+    #: Compute runs to completion once started (a model run on the event loop): a miss may
+    #: then be computed in the caller's own task instead of a task of its own.
+    quick: bool = False
 
 
 class ResponseCache(Protocol):

@@ -3,6 +3,13 @@
 The shared work runs in its own task, so a caller that goes away (a client disconnect cancels
 its request) cancels neither the work nor the other callers' wait. Everyone gets the same
 result, or the same exception.
+
+A task per miss costs the event loop more than a quick model takes to run, and is only needed
+when the work can be interrupted midway. :meth:`SingleFlight.do` with ``inline=True`` runs
+the work in the caller's own task instead, still registered so that identical calls join it.
+Use it for work whose costly part cannot be cancelled once started (a model run on the event
+loop): if such a caller is cancelled at an earlier await, the callers that joined it simply
+start the work again themselves.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ class SingleFlight(Generic[T]):
     """One in-flight task per key, in one event loop."""
 
     def __init__(self) -> None:
-        self._calls: dict[Hashable, asyncio.Task[T]] = {}
+        self._calls: dict[Hashable, asyncio.Future[T]] = {}
 
     def __len__(self) -> int:
         return len(self._calls)
@@ -27,15 +34,52 @@ class SingleFlight(Generic[T]):
         """Whether a call for ``key`` is in flight: a ``do`` now would join it."""
         return key in self._calls
 
-    async def do(self, key: Hashable, work: Callable[[], Awaitable[T]]) -> T:
-        task = self._calls.get(key)
-        if task is None:
-            task = asyncio.ensure_future(work())
-            self._calls[key] = task
-            task.add_done_callback(lambda done: self._finished(key, done))
+    async def do(
+        self, key: Hashable, work: Callable[[], Awaitable[T]], *, inline: bool = False
+    ) -> T:
+        flight = self._calls.get(key)
+        if flight is not None:
+            return await self._join(key, flight, work, inline)
+        if inline:
+            return await self._lead(key, work)
+        task = asyncio.ensure_future(work())
+        self._calls[key] = task
+        task.add_done_callback(lambda done: self._finished(key, done))
         return await asyncio.shield(task)
 
-    def _finished(self, key: Hashable, task: asyncio.Task[T]) -> None:
+    async def _lead(self, key: Hashable, work: Callable[[], Awaitable[T]]) -> T:
+        """Run ``work`` in this task; callers that join meanwhile wait on ``flight``."""
+        flight: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._calls[key] = flight
+        try:
+            result = await work()
+        except BaseException as error:
+            if self._calls.get(key) is flight:
+                del self._calls[key]
+            if isinstance(error, asyncio.CancelledError):
+                flight.cancel()  # the joiners start over on their own
+            else:
+                flight.set_exception(error)
+                flight.exception()  # retrieved: nobody may have joined
+            raise
+        if self._calls.get(key) is flight:
+            del self._calls[key]
+        flight.set_result(result)
+        return result
+
+    async def _join(
+        self, key: Hashable, flight: asyncio.Future[T], work: Callable[[], Awaitable[T]],
+        inline: bool,
+    ) -> T:  # fmt: skip
+        try:
+            return await asyncio.shield(flight)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if not flight.cancelled() or (task is not None and task.cancelling()):
+                raise  # this caller was cancelled, not the leader
+        return await self.do(key, work, inline=inline)
+
+    def _finished(self, key: Hashable, task: asyncio.Future[T]) -> None:
         if self._calls.get(key) is task:
             del self._calls[key]
         if not task.cancelled():

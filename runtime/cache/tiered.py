@@ -113,7 +113,7 @@ class TieredCache:
             # once per key, and this request made neither do anything.
             counters.coalesced.inc()
         outputs, status = await self._flight.do(
-            key, lambda: self._fill(key, request, store, compute, started)
+            key, lambda: self._fill(key, request, store, compute, started), inline=request.quick
         )
         return list(outputs), status
 

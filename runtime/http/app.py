@@ -82,7 +82,9 @@ async def _serving(state: ServerState) -> AsyncIterator[None]:
     cache = build_cache(settings, metrics)
     try:
         await cache.start()
-        state.service = InferenceService(repository, cache, metrics, settings, executor)
+        service = InferenceService(repository, cache, metrics, settings, executor)
+        await asyncio.to_thread(service.prepare)
+        state.service = service
         log.info(
             "serving %d model version(s) from %s, cache %s",
             len(repository.index()),

@@ -31,6 +31,7 @@ from cachefleet.runtime.protocol import (
     repository_index,
 )
 from cachefleet.runtime.service.memo import ResponseMemo, request_digest
+from cachefleet.runtime.service.placement import runs_inline
 from cachefleet.runtime.tensor import Tensor
 
 _NO_CACHE = CacheDirectives(lookup=False, store=False)
@@ -58,6 +59,8 @@ class _ModelPlan:
     cached: bool
     ttl_s: float
     batched: bool
+    #: Quick enough to run on the event loop instead of the executor (see ``placement``).
+    inline: bool = False
 
 
 class InferenceService:
@@ -141,6 +144,7 @@ class InferenceService:
             enabled=plan.cached,
             ttl_s=plan.ttl_s,
             key=key,
+            quick=plan.inline,
         )
 
         async def compute() -> list[Tensor]:
@@ -157,19 +161,34 @@ class InferenceService:
             labels=model.labels,
             batched=plan.batched,
         )
-        if memo is not None and key is not None and status is not CacheStatus.BYPASS:
+        if memo is not None and key is not None and status is CacheStatus.HIT_LOCAL:
+            # Memoized from the second sighting on: a one-off request (a miss) costs nothing more.
             entry = self._cache.local_entry(key)
             if entry is not None:
                 memo.put(digest, model, key, entry, encoded.body, encoded.header_length)
         return InferOutcome(encoded.body, encoded.header_length, status)
 
+    def prepare(self) -> None:
+        """Work out every loaded model's plan now, trial runs included (blocking: call it off
+        the event loop, before serving), so that no request pays for it."""
+        for entry in self._repository.index():
+            if entry.state == "READY":
+                model = self._repository.get(entry.name, entry.version)
+                self._plans[(model.name, model.version)] = self._new_plan(
+                    model, inline=runs_inline(model)
+                )
+
     async def _run(self, plan: _ModelPlan, inputs: Sequence[Tensor]) -> list[Tensor]:
-        """Run the model in the bounded executor; other failures become ModelExecutionError."""
+        """Run the model (inline or in the bounded executor, as its plan says); failures other
+        than CachefleetErrors become ModelExecutionError."""
         model = plan.model
         started = time.perf_counter()
-        loop = asyncio.get_running_loop()
         try:
-            outputs = await loop.run_in_executor(self._executor, model.run, inputs)
+            if plan.inline:
+                outputs = model.run(inputs)
+            else:
+                loop = asyncio.get_running_loop()
+                outputs = await loop.run_in_executor(self._executor, model.run, inputs)
         except CachefleetError:
             raise
         except Exception as error:
@@ -185,18 +204,22 @@ class InferenceService:
         key = (model.name, model.version)
         plan = self._plans.get(key)
         if plan is None or plan.model is not model:
-            metrics, config = self._metrics, model.config
-            plan = _ModelPlan(
-                model=model,
-                request_seconds=metrics.request_seconds.labels(*key),
-                inference_seconds=metrics.inference_seconds.labels(*key),
-                ok=metrics.requests.labels(*key, "200"),
-                cached=config.response_cache or self._cache_all,
-                ttl_s=self._default_ttl_s if config.cache_ttl_s is None else config.cache_ttl_s,
-                batched=config.max_batch_size > 0,
-            )
+            plan = self._new_plan(model, inline=False)  # not trialled: the executor is safe
             self._plans[key] = plan
         return plan
+
+    def _new_plan(self, model: Model, *, inline: bool) -> _ModelPlan:
+        metrics, config, key = self._metrics, model.config, (model.name, model.version)
+        return _ModelPlan(
+            model=model,
+            request_seconds=metrics.request_seconds.labels(*key),
+            inference_seconds=metrics.inference_seconds.labels(*key),
+            ok=metrics.requests.labels(*key, "200"),
+            cached=config.response_cache or self._cache_all,
+            ttl_s=self._default_ttl_s if config.cache_ttl_s is None else config.cache_ttl_s,
+            batched=config.max_batch_size > 0,
+            inline=inline,
+        )
 
     def model_metadata(self, name: str, version: str | None) -> dict[str, Any]:
         model = self._repository.get(name, version)
