@@ -25,6 +25,7 @@ import pytest
 # Shared operator fixtures, loaded as a plugin by the modules that use them (pytest_plugins) after
 # those modules import its helpers: register it first so its asserts are still rewritten.
 pytest.register_assert_rewrite("kmock_fixtures")
+pytest.register_assert_rewrite("redis_topology_fixtures")
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 #: Run the CLI as a module with -P: the repository root holds a folder named "operator" that must

@@ -52,7 +52,17 @@ def runtime_settings(spec: ServiceSpec, *, owner: Owner) -> RuntimeSettings:
             execution_provider=spec.runtime.execution_provider,
         ),
         cache=cache_settings,
-        redis=RedisSettings(url=redis_url(spec, owner=owner)),
+        redis=redis_settings(spec, owner=owner),
+    )
+
+
+def redis_settings(spec: ServiceSpec, *, owner: Owner) -> RedisSettings:
+    """Where the pods find Redis: the managed one, or the external one in its mode."""
+    external = spec.cache.redis.external
+    if external is None or not spec.cache.uses_redis:
+        return RedisSettings(url=redis_url(spec, owner=owner))
+    return RedisSettings(
+        url=external.url, mode=external.mode, sentinel_master=external.sentinel_master
     )
 
 

@@ -154,9 +154,30 @@ class Auth(_Spec):
     password_secret_ref: SecretKeyRef | None = None
 
 
+RedisMode = Literal["standalone", "cluster", "sentinel"]
+
+
 class ExternalRedis(_Spec):
     url: str = Field(pattern=r"^(redis|rediss|unix)://.+")
     password_secret_ref: SecretKeyRef | None = None
+    #: standalone: one Redis; cluster: url is a seed node of a Redis Cluster; sentinel: url is a
+    #: Sentinel and sentinel_master the monitored primary's name.
+    mode: RedisMode = "standalone"
+    sentinel_master: str | None = Field(None, min_length=1)
+
+    @model_validator(mode="after")
+    def _mode_fields(self) -> ExternalRedis:
+        if (self.mode == "sentinel") != (self.sentinel_master is not None):
+            raise ValueError(
+                "cache.redis.external.sentinelMaster is required in mode sentinel, "
+                "and only read there"
+            )
+        if self.mode != "standalone" and self.url.startswith("unix://"):
+            raise ValueError(
+                "cache.redis.external.url must be redis:// or rediss:// in modes cluster "
+                "and sentinel"
+            )
+        return self
 
 
 class Switch(_Spec):

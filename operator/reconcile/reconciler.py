@@ -34,6 +34,7 @@ from cachefleet.operator.reconcile.redis_live import (
     apply_memory_settings,
     read_cache_figures,
 )
+from cachefleet.operator.reconcile.redis_topology import ExternalRedis, read_topology_figures
 from cachefleet.operator.reconcile.settings import OperatorSettings
 
 
@@ -141,12 +142,16 @@ class Reconciler:
         return None
 
     def cache_figures(self, body: Mapping[str, Any]) -> dict[str, Any] | None:
-        """Redis INFO figures for the status, or None when there is no managed Redis to ask."""
+        """Redis INFO figures for the status: from the managed Redis, or from an external
+        cluster's primaries or Sentinel's primary; None when there is nothing to ask."""
         owner = Owner.from_body(body)
         try:
             spec = parse_spec(body.get("spec") or {})
         except SpecError:
             return None
+        external = spec.cache.redis.external
+        if spec.cache.uses_redis and external is not None and external.mode != "standalone":
+            return read_topology_figures(self.external_redis(spec, owner)).to_status()
         if not spec.cache.managed_redis:
             return None
         figures = read_cache_figures(self.redis_address(spec, owner))
@@ -163,6 +168,22 @@ class Reconciler:
             host, _, raw_port = self.settings.redis_address.rpartition(":")
             port = int(raw_port)
         return RedisAddress(host, port, password, self.settings.redis_timeout_s)
+
+    def external_redis(self, spec: ServiceSpec, owner: Owner) -> ExternalRedis:
+        """The external Redis of ``spec``, with its password read from its Secret."""
+        external = spec.cache.redis.external
+        assert external is not None
+        ref = external.password_secret_ref
+        password = None
+        if ref is not None:
+            password = read_secret_key(self.kube, owner.namespace, ref.name, ref.key)
+        return ExternalRedis(
+            external.url,
+            external.mode,
+            external.sentinel_master,
+            password,
+            self.settings.redis_timeout_s,
+        )
 
     def generated_password(self, spec: ServiceSpec, owner: Owner) -> str | None:
         if not needs_generated_password(spec):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from cachefleet.runtime.cache.api import NullCache, ResponseCache
-from cachefleet.runtime.cache.breaker import BreakerState, CircuitBreaker
+from cachefleet.runtime.cache.breakers import ShardBreakers
 from cachefleet.runtime.cache.errors import CacheConfigError
 from cachefleet.runtime.cache.invalidation import InvalidationListener
 from cachefleet.runtime.cache.local import LocalTier
@@ -26,19 +26,16 @@ def build_cache(settings: RuntimeSettings, metrics: RuntimeMetrics) -> ResponseC
         if settings.redis.url is None:
             raise CacheConfigError(f"--cache {mode} needs --redis-url (or CACHEFLEET_REDIS_URL)")
         redis = RedisTier(settings.redis)
-    breaker = CircuitBreaker(
-        "redis",
+    breakers = ShardBreakers(
         settings.redis.breaker_failure_threshold,
         settings.redis.breaker_reset_s,
-        on_change=lambda state: metrics.redis_circuit_open.set(
-            0 if state is BreakerState.CLOSED else 1
-        ),
+        on_any_open=lambda is_open: metrics.redis_circuit_open.set(1 if is_open else 0),
     )
     cache = TieredCache(
         metrics,
         local=local,
         redis=redis,
-        breaker=breaker,
+        breakers=breakers,
         insert_queue_size=settings.cache.insert_queue_size,
     )
     if local is not None and redis is not None:

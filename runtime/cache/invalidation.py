@@ -2,9 +2,10 @@
 
 ``flush`` removes a model's entries from Redis, but each replica's in-process tier still holds
 its own copies; every server subscribes to :data:`CHANNEL` and drops the named model's local
-entries when a flush is published. The subscriber reconnects by itself after Redis restarts;
-a flush published while a replica is disconnected is not replayed to it (its local entries
-then live out their TTL).
+entries when a flush is published. The subscriber reconnects by itself after Redis restarts (in
+cluster mode to any reachable node, since a cluster delivers messages to every node; in sentinel
+mode to the current primary); a flush published while a replica is disconnected is not replayed
+to it (its local entries then live out their TTL).
 """
 
 from __future__ import annotations
@@ -14,10 +15,9 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-import redis.asyncio as aioredis
 import redis.exceptions as rexc
 
-from cachefleet.runtime.cache.redis_tier import connection_options
+from cachefleet.runtime.cache.redis_clients import SubscriberSource
 from cachefleet.runtime.config import RedisSettings
 
 logger = logging.getLogger(__name__)
@@ -38,6 +38,7 @@ class InvalidationListener:
         #: Set while subscribed; tests wait on it before publishing.
         self.subscribed = asyncio.Event()
         self._healthy = True
+        self._source = SubscriberSource(settings)
 
     async def start(self) -> None:
         if self._task is None:
@@ -49,12 +50,13 @@ class InvalidationListener:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        await self._source.close()
 
     async def _run(self) -> None:
         while True:
             try:
                 await self._listen()
-            except (rexc.RedisError, OSError) as error:
+            except (rexc.RedisError, rexc.RedisClusterException, OSError) as error:
                 if self._healthy:
                     logger.warning("cache flush channel lost, reconnecting: %s", error)
                 self._healthy = False
@@ -62,9 +64,7 @@ class InvalidationListener:
             await asyncio.sleep(self._retry_s)
 
     async def _listen(self) -> None:
-        assert self._settings.url is not None
-        options = connection_options(self._settings, socket_timeout_s=None)
-        client = aioredis.Redis.from_url(self._settings.url, **options)
+        client = await self._source.connect()
         try:
             async with client.pubsub(ignore_subscribe_messages=True) as pubsub:
                 await pubsub.subscribe(CHANNEL)

@@ -1,11 +1,13 @@
 """The shared tier: Redis through redis-py's asyncio client, with every fault translated here.
 
 One round trip per operation (``GET``; ``SET key value PX ttl``), and fewer under load: the
-lookups and inserts issued during one event-loop turn share one pipelined round trip (see
-``batch``). No client-side retries (a retry doubles the time a dead Redis costs; the circuit
-breaker decides when to try again), and a blocking pool with a short wait, so a saturated
-pool fails fast instead of queueing requests.
-Every redis-py error leaves this module as a :class:`CacheTierError` with a ``kind``.
+lookups and inserts issued during one event-loop turn for one shard share one pipelined round
+trip (see ``batch``; one batch per shard, so a failing shard never fails another's commands).
+No client-side retries (a retry doubles the time a dead Redis costs; the circuit breaker
+decides when to try again), and pools that fail fast when saturated instead of queueing
+requests. The client itself (one server, a Redis Cluster or Sentinel) is built by
+``redis_clients``; the commands here are the same for all three. Every redis-py error leaves
+this module as a :class:`CacheTierError` with a ``kind``.
 """
 
 from __future__ import annotations
@@ -16,53 +18,34 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import redis.asyncio as aioredis
 import redis.exceptions as rexc
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 
 from cachefleet.runtime.cache.batch import TurnBatch
 from cachefleet.runtime.cache.errors import CacheTierError, ErrorKind
 from cachefleet.runtime.cache.key import key_of_model, redis_model_pattern
+from cachefleet.runtime.cache.redis_clients import RedisConnection, connect
 from cachefleet.runtime.config import RedisSettings
 
 logger = logging.getLogger(__name__)
 _UNLINK_BATCH = 500
 _SCAN_COUNT = 1000
-
-
-def connection_options(
-    settings: RedisSettings, *, socket_timeout_s: float | None
-) -> dict[str, Any]:
-    """Keyword arguments for a redis-py pool or client built from ``settings.url``."""
-    assert settings.url is not None
-    options: dict[str, Any] = {
-        "socket_connect_timeout": settings.connect_timeout_s,
-        "socket_timeout": socket_timeout_s,
-        "retry": Retry(NoBackoff(), 0),
-        "client_name": "cachefleet",
-    }
-    if settings.password is not None:
-        options["password"] = settings.password.get_secret_value()
-    if settings.url.startswith("rediss://"):
-        options["ssl_ca_certs"] = _path(settings.tls_ca_file)
-        options["ssl_certfile"] = _path(settings.tls_cert_file)
-        options["ssl_keyfile"] = _path(settings.tls_key_file)
-    return options
-
-
-def _path(value: object) -> str | None:
-    return None if value is None else str(value)
+#: What a redis-py call can raise: its errors, socket errors, our deadline, and the cluster
+#: client's own exception base (not a RedisError: an uncovered slot, no reachable node).
+_FAULTS = (rexc.RedisError, rexc.RedisClusterException, OSError, TimeoutError)
 
 
 def error_kind(error: BaseException) -> ErrorKind:
     """How a Redis call failed, as the ``kind`` label and the breaker see it."""
     if isinstance(error, rexc.TimeoutError | asyncio.TimeoutError | TimeoutError):
         return "timeout"
-    if isinstance(error, rexc.ConnectionError) and "No connection available" in str(error):
-        return "pool"  # redis-py's BlockingConnectionPool gave up waiting
+    if isinstance(error, rexc.MaxConnectionsError) or (
+        isinstance(error, rexc.ConnectionError) and "No connection available" in str(error)
+    ):
+        return "pool"  # every pooled connection is busy (the blocking pool gave up waiting)
     if isinstance(error, rexc.ConnectionError | OSError):
         return "connection"
+    if isinstance(error, rexc.ClusterDownError | rexc.RedisClusterException):
+        return "connection"  # the cluster cannot serve this key now: a shard is down
     if isinstance(error, rexc.OutOfMemoryError) or str(error).startswith("OOM"):
         return "oom"
     return "other"
@@ -75,7 +58,7 @@ def is_outage(kind: ErrorKind) -> bool:
 
 
 class RedisTier:
-    """A pool of connections to one Redis, made in :meth:`start` (nothing connects before)."""
+    """Connections to Redis (one server, a cluster or Sentinel's primary), made in :meth:`start`."""
 
     def __init__(self, settings: RedisSettings) -> None:
         if settings.url is None:
@@ -84,32 +67,45 @@ class RedisTier:
         self.url = settings.url
         # The whole operation, pool wait included, never outlives one connect plus one read.
         self.deadline_s = settings.connect_timeout_s + 2 * settings.socket_timeout_s + 0.05
-        self._client: aioredis.Redis | None = None
-        self._batch = TurnBatch(self._send)
+        self._connection: RedisConnection | None = None
+        #: One batch of same-turn commands per shard (one in all but cluster mode).
+        self._batches: dict[str, TurnBatch] = {}
 
     async def start(self) -> None:
-        options = connection_options(self.settings, socket_timeout_s=self.settings.socket_timeout_s)
-        pool = aioredis.BlockingConnectionPool.from_url(
-            self.url,
-            max_connections=self.settings.pool_size,
-            timeout=max(self.settings.socket_timeout_s, 0.01),
-            **options,
+        self._connection = connect(
+            self.settings,
+            socket_timeout_s=self.settings.socket_timeout_s,
+            pool_size=self.settings.pool_size,
         )
-        self._client = aioredis.Redis(connection_pool=pool)
+        await self._connection.start()
 
     async def close(self) -> None:
-        if self._client is not None:
-            client, self._client = self._client, None
-            await client.aclose(close_connection_pool=True)
+        if self._connection is not None:
+            connection, self._connection = self._connection, None
+            await connection.close()
 
     @property
-    def client(self) -> aioredis.Redis:
-        if self._client is None:
+    def client(self) -> Any:
+        """``redis.asyncio.Redis`` or ``RedisCluster``; the commands used here exist on both."""
+        if self._connection is None:
             raise CacheTierError("the Redis tier is not started", "connection")
-        return self._client
+        return self._connection.client
+
+    def shard_of(self, key: str) -> str:
+        """The node that serves ``key`` (in cluster mode), for per-shard circuit breakers."""
+        if self._connection is None:
+            return "redis"
+        return self._connection.shard_of(key)
+
+    def _batch(self, key: str) -> TurnBatch:
+        shard = self.shard_of(key)
+        batch = self._batches.get(shard)
+        if batch is None:
+            batch = self._batches[shard] = TurnBatch(self._send)
+        return batch
 
     async def get(self, key: str) -> bytes | None:
-        value = await self._batch.run(("GET", key))
+        value = await self._batch(key).run(("GET", key))
         if value is None or isinstance(value, bytes):
             return value
         raise CacheTierError(f"redis GET {key}: decoded reply, expected bytes", "other")
@@ -118,7 +114,7 @@ class RedisTier:
         command: tuple[Any, ...] = ("SET", key, value)
         if ttl_s > 0:
             command += ("PX", int(ttl_s * 1000))
-        await self._batch.run(command)
+        await self._batch(key).run(command)
 
     async def _send(self, commands: list[tuple[Any, ...]]) -> list[Any]:
         """One round trip for ``commands``: the command itself, or a pipeline of them.
@@ -129,8 +125,7 @@ class RedisTier:
         name, key = commands[0][0], commands[0][1]
         async with self._translated(name if len(commands) == 1 else f"{name}+pipeline", key):
             if len(commands) == 1:
-                reply = await self.client.execute_command(*commands[0])  # type: ignore[no-untyped-call]
-                return [reply]
+                return [await self.client.execute_command(*commands[0])]
             pipeline = self.client.pipeline(transaction=False)
             for command in commands:
                 pipeline.execute_command(*command)
@@ -153,7 +148,11 @@ class RedisTier:
             await self.client.publish(channel, message)
 
     async def flush_model(self, model: str) -> int:
-        """UNLINK every key of ``model`` (SCAN MATCH in batches); returns how many went."""
+        """UNLINK every key of ``model`` (SCAN MATCH in batches); returns how many went.
+
+        In cluster mode redis-py's ``scan_iter`` walks every primary and ``unlink`` splits a
+        batch by slot, so every shard is emptied; a shard that cannot be reached fails the flush.
+        """
         removed = 0
         batch: list[bytes] = []
         try:
@@ -168,7 +167,7 @@ class RedisTier:
                     batch.clear()
             if batch:
                 removed += int(await self.client.unlink(*batch))
-        except (rexc.RedisError, OSError) as error:
+        except _FAULTS as error:
             raise self._error("SCAN/UNLINK", model, error) from None
         return removed
 
@@ -177,7 +176,7 @@ class RedisTier:
         try:
             async with asyncio.timeout(self.deadline_s):
                 yield
-        except (rexc.RedisError, OSError, TimeoutError) as error:
+        except _FAULTS as error:
             raise self._error(command, key, error) from None
 
     def _error(self, command: str, key: str, error: BaseException) -> CacheTierError:
@@ -189,4 +188,9 @@ class RedisTier:
     def where(self) -> str:
         """The URL without credentials, for messages."""
         scheme, _, rest = self.url.partition("://")
-        return f"{scheme}://{rest.rpartition('@')[2]}"
+        where = f"{scheme}://{rest.rpartition('@')[2]}"
+        if self.settings.mode == "cluster":
+            return f"cluster seeded by {where}"
+        if self.settings.mode == "sentinel":
+            return f"primary {self.settings.sentinel_master!r} of Sentinel {where}"
+        return where

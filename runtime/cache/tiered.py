@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 from cachefleet.runtime.cache.api import CacheDirectives, CacheRequest, CacheStatus, Compute
 from cachefleet.runtime.cache.breaker import CircuitBreaker
+from cachefleet.runtime.cache.breakers import ShardBreakers
 from cachefleet.runtime.cache.counters import CacheCounters
 from cachefleet.runtime.cache.entry import encode_entry, read_entry
 from cachefleet.runtime.cache.errors import CacheTierError, CorruptEntryError, ErrorKind
@@ -49,7 +50,7 @@ class TieredCache:
         *,
         local: LocalTier | None = None,
         redis: RedisTier | None = None,
-        breaker: CircuitBreaker | None = None,
+        breakers: ShardBreakers | None = None,
         insert_queue_size: int = 1024,
         listener: InvalidationListener | None = None,
     ) -> None:
@@ -57,7 +58,8 @@ class TieredCache:
         self.counters = CacheCounters(metrics)
         self.local = local
         self.redis = redis
-        self.breaker = breaker or CircuitBreaker("redis", 3, 1.0)
+        #: One breaker per Redis shard (one in all in standalone and sentinel modes).
+        self.breakers = breakers or ShardBreakers(3, 1.0)
         self.writes = WriteBehind(insert_queue_size)
         self.listener = listener
         self._flight: SingleFlight[_Outcome] = SingleFlight()
@@ -130,7 +132,7 @@ class TieredCache:
             try:
                 await self.redis.publish(CHANNEL, model)
             except CacheTierError as error:
-                self._fault("redis", error)
+                self._fault("redis", error, self.breakers.of("redis"))
         logger.info("cache: flushed %d entries of model %r", removed, model)
         return removed
 
@@ -180,7 +182,10 @@ class TieredCache:
         return outputs, CacheStatus.MISS
 
     async def _redis_lookup(self, key: CacheKey, request: CacheRequest) -> list[Tensor] | None:
-        if self.redis is None or not self.breaker.allow():
+        if self.redis is None:
+            return None
+        breaker = self._breaker(key)
+        if not breaker.allow():
             return None
         labels = (request.model, request.version)
         counters = self.counters.of(*labels)
@@ -188,12 +193,12 @@ class TieredCache:
         try:
             blob = await self.redis.get(key.redis_key)
         except CacheTierError as error:
-            self._fault("redis", error)
+            self._fault("redis", error, breaker)
             return None
         finally:
             elapsed = time.perf_counter() - started
             counters.lookup_redis.observe(elapsed)
-        self.breaker.record_success()
+        breaker.record_success()
         if blob is None:
             return None
         try:
@@ -232,16 +237,17 @@ class TieredCache:
         async def insert() -> None:
             if self.redis is None or self._flushed_at.get(key.model, -1.0) >= since:
                 return
-            if not self.breaker.allow():
+            breaker = self._breaker(key)
+            if not breaker.allow():
                 return
             try:
                 expires_at = time.time() + ttl_s if ttl_s > 0 else None
                 blob = encode_entry(key.digest, outputs, expires_at)
                 await self.redis.set(key.redis_key, blob, ttl_s)
             except CacheTierError as error:
-                self._fault("redis", error)
+                self._fault("redis", error, breaker)
                 return
-            self.breaker.record_success()
+            breaker.record_success()
             self._reported.clear()
             self.counters.of(key.model, key.version).inserts_redis.inc()
 
@@ -249,26 +255,34 @@ class TieredCache:
 
     def _delete_job(self, key: CacheKey) -> WriteJob:
         async def delete() -> None:
-            if self.redis is None or not self.breaker.allow():
+            if self.redis is None:
+                return
+            breaker = self._breaker(key)
+            if not breaker.allow():
                 return
             try:
                 await self.redis.delete(key.redis_key)
             except CacheTierError as error:
-                self._fault("redis", error)
+                self._fault("redis", error, breaker)
                 return
-            self.breaker.record_success()
+            breaker.record_success()
 
         return delete
 
-    def _fault(self, tier: str, error: CacheTierError) -> None:
+    def _breaker(self, key: CacheKey) -> CircuitBreaker:
+        """The breaker of the shard that serves ``key`` (the only one outside cluster mode)."""
+        assert self.redis is not None
+        return self.breakers.of(self.redis.shard_of(key.redis_key))
+
+    def _fault(self, tier: str, error: CacheTierError, breaker: CircuitBreaker) -> None:
         kind: ErrorKind = error.kind
         self.metrics.cache_errors.labels(tier, kind).inc()
         if is_outage(kind):
-            self.breaker.record_failure(f"{kind}: {error.message}")
+            breaker.record_failure(f"{kind}: {error.message}")
         elif kind == "pool":
             logger.debug("cache: %s", error.message)  # load, not a Redis fault: counted only
         else:
-            self.breaker.record_success()  # Redis answered; it is up, just unhappy
+            breaker.record_success()  # Redis answered; it is up, just unhappy
             if kind not in self._reported:
                 self._reported.add(kind)
                 logger.warning("cache: %s (logged once until an insert succeeds)", error.message)

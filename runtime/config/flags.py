@@ -64,6 +64,14 @@ FLAGS: tuple[Flag, ...] = (
     Flag("intra-op-threads", "models", "intra_op_threads", "ONNX Runtime intra-op threads."),
     Flag("inter-op-threads", "models", "inter_op_threads", "ONNX Runtime inter-op threads."),
     Flag("redis-url", "redis", "url", "redis://, rediss:// or unix:// URL of the shared tier."),
+    Flag(
+        "redis-mode",
+        "redis",
+        "mode",
+        "standalone, cluster (the URL is a seed node) or sentinel (the URL is a Sentinel).",
+        ("standalone", "cluster", "sentinel"),
+    ),
+    Flag("redis-sentinel-master", "redis", "sentinel_master", "Primary's name in sentinel mode."),
     Flag("redis-password", "redis", "password", "Redis password (prefer the environment)."),
     Flag("redis-connect-timeout", "redis", "connect_timeout_s", "Seconds (default 0.5)."),
     Flag("redis-socket-timeout", "redis", "socket_timeout_s", "Seconds per command (default 0.1)."),
@@ -101,9 +109,7 @@ def load_settings(
     config_path = getattr(args, "config", None) or environ.get(ENV_PREFIX + "CONFIG")
     if config_path:
         layers.append(_read_config_file(Path(config_path)))
-    layers.append(
-        {f.group: {f.field: _env_value(f, environ)} for f in FLAGS if f.env_var in environ}
-    )
+    layers.append(_flags_from_environment(environ))
     layers.append(_flags_from_args(args))
     merged: dict[str, dict[str, Any]] = {}
     for layer in layers:
@@ -113,6 +119,15 @@ def load_settings(
         return RuntimeSettings.model_validate(merged)
     except ValidationError as error:
         raise SettingsError(_describe(error)) from None
+
+
+def _flags_from_environment(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """Every ``CACHEFLEET_<FLAG>`` set, grouped (several variables may fill one group)."""
+    layer: dict[str, dict[str, Any]] = {}
+    for flag in FLAGS:
+        if flag.env_var in environ:
+            layer.setdefault(flag.group, {})[flag.field] = _env_value(flag, environ)
+    return layer
 
 
 def _env_value(flag: Flag, environ: Mapping[str, str]) -> Any:

@@ -10,13 +10,24 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 
 from cachefleet.runtime.config.quantity import parse_bytes, parse_duration_s
 
 Bytes = Annotated[int, BeforeValidator(parse_bytes), Field(ge=0)]
 Seconds = Annotated[float, BeforeValidator(parse_duration_s), Field(ge=0)]
 CacheMode = Literal["none", "local", "redis", "tiered"]
+#: How the shared tier is deployed: one server, a Redis Cluster (sharded), or a primary with
+#: replicas behind Sentinel.
+RedisMode = Literal["standalone", "cluster", "sentinel"]
 ExecutionProvider = Literal["auto", "cpu", "cuda", "tensorrt"]
 
 
@@ -61,6 +72,13 @@ class RedisSettings(_Group):
     """The shared Redis tier. Timeouts are short on purpose: a slow Redis must cost little."""
 
     url: str | None = None
+    mode: RedisMode = Field(
+        "standalone",
+        description="cluster: url names one seed node; sentinel: url names a Sentinel.",
+    )
+    sentinel_master: str | None = Field(
+        None, min_length=1, description="The primary's name as Sentinel knows it (sentinel mode)."
+    )
     password: SecretStr | None = Field(None, exclude=True)
     connect_timeout_s: Seconds = 0.5
     socket_timeout_s: Seconds = 0.1
@@ -79,6 +97,16 @@ class RedisSettings(_Group):
         if url is not None and not url.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError(f"redis url must start with redis://, rediss:// or unix://: {url!r}")
         return url
+
+    @model_validator(mode="after")
+    def _mode_needs(self) -> RedisSettings:
+        if self.mode == "sentinel" and self.sentinel_master is None:
+            raise ValueError("redis mode sentinel needs --redis-sentinel-master NAME")
+        if self.mode != "sentinel" and self.sentinel_master is not None:
+            raise ValueError("--redis-sentinel-master is only read in redis mode sentinel")
+        if self.mode != "standalone" and self.url is not None and self.url.startswith("unix://"):
+            raise ValueError(f"redis mode {self.mode} needs a redis:// or rediss:// url")
+        return self
 
 
 class RuntimeSettings(_Group):

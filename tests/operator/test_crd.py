@@ -134,6 +134,18 @@ INVALID = {
         {"cache": {"redis": {"external": {"url": "redis://r:6379"}, "maxmemory": "1Gi"}}},
         "cannot be combined with managed-Redis settings",
     ),
+    "sentinel without its primary's name": (
+        {"cache": {"redis": {"external": {"url": "redis://s:26379", "mode": "sentinel"}}}},
+        "sentinelMaster is required in mode sentinel",
+    ),
+    "primary name outside sentinel mode": (
+        {"cache": {"redis": {"external": {"url": "redis://r:6379", "sentinelMaster": "m"}}}},
+        "sentinelMaster is required in mode sentinel",
+    ),
+    "cluster over a unix socket": (
+        {"cache": {"redis": {"external": {"url": "unix:///r.sock", "mode": "cluster"}}}},
+        "must be redis:// or rediss:// in modes cluster and sentinel",
+    ),
     "persistence without size": (
         {"cache": {"redis": {"persistence": {"mode": "aof"}}}},
         "persistence.size is required",
@@ -166,6 +178,20 @@ VALID = {
         "cache": {
             "mode": "redis",
             "redis": {"external": {"url": "rediss://r:6380/1", "passwordSecretRef": {"name": "s"}}},
+        }
+    },
+    "external redis cluster": {
+        "cache": {"redis": {"external": {"url": "rediss://seed:6379", "mode": "cluster"}}}
+    },
+    "external sentinel": {
+        "cache": {
+            "redis": {
+                "external": {
+                    "url": "redis://sentinel:26379",
+                    "mode": "sentinel",
+                    "sentinelMaster": "mymaster",
+                }
+            }
         }
     },
     "persistence with size": {

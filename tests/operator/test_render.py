@@ -149,6 +149,40 @@ def test_local_mode_creates_no_redis_and_external_only_points_at_it() -> None:
     assert env["valueFrom"]["secretKeyRef"] == {"name": "shared", "key": "password"}
 
 
+@pytest.mark.parametrize(
+    ("external", "mode", "master"),
+    [
+        ({"url": "redis://seed:6379", "mode": "cluster"}, "cluster", None),
+        (
+            {"url": "redis://s:26379", "mode": "sentinel", "sentinelMaster": "main"},
+            "sentinel",
+            "main",
+        ),
+        ({"url": "redis://one:6379"}, "standalone", None),
+    ],
+)
+def test_external_redis_mode_reaches_the_runtime_settings(
+    external: dict[str, str], mode: str, master: str | None, tmp_path: Path
+) -> None:
+    children = render({"cache": {"mode": "tiered", "redis": {"external": external}}})
+    assert "StatefulSet" not in kinds(children)
+    path = tmp_path / "config.yaml"
+    path.write_text(by_kind(children, "ConfigMap", "svc-config")["data"]["config.yaml"])
+    import argparse
+
+    settings = load_settings(argparse.Namespace(config=path), environ={})
+    assert settings.redis.url == external["url"]
+    assert (settings.redis.mode, settings.redis.sentinel_master) == (mode, master)
+
+
+def test_sentinel_without_its_primary_stalls_with_a_message() -> None:
+    with pytest.raises(SpecError, match="sentinelMaster is required in mode sentinel"):
+        parse_spec(
+            {"model": {"name": "m", "repository": {"pvc": {"claimName": "c"}}},
+             "cache": {"redis": {"external": {"url": "redis://s:1", "mode": "sentinel"}}}}
+        )  # fmt: skip
+
+
 def test_runtime_configmap_is_loadable_settings_without_the_password(tmp_path: Path) -> None:
     children = render({})
     config = by_kind(children, "ConfigMap", "svc-config")["data"]["config.yaml"]

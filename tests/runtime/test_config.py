@@ -82,3 +82,31 @@ def test_unknown_key_in_config_file_is_an_error(tmp_path: Path) -> None:
     config.write_text("prot: 1\n")
     with pytest.raises(SettingsError, match="unknown setting 'prot'"):
         load_settings(parse("--config", str(config)), {})
+
+
+def test_every_variable_of_one_group_is_read() -> None:
+    settings = load_settings(
+        parse(),
+        {
+            "CACHEFLEET_REDIS_URL": "redis://seed:7000",
+            "CACHEFLEET_REDIS_MODE": "cluster",
+            "CACHEFLEET_REDIS_SOCKET_TIMEOUT": "0.25",
+            "CACHEFLEET_REDIS_PASSWORD": "pw",
+        },
+    )
+    assert settings.redis.url == "redis://seed:7000"
+    assert settings.redis.mode == "cluster"
+    assert settings.redis.socket_timeout_s == 0.25
+    assert settings.redis.password is not None
+
+
+def test_redis_mode_flags() -> None:
+    settings = load_settings(
+        parse("--redis-mode", "sentinel", "--redis-sentinel-master", "main",
+              "--redis-url", "redis://sentinel:26379"),
+        {},
+    )  # fmt: skip
+    assert (settings.redis.mode, settings.redis.sentinel_master) == ("sentinel", "main")
+    assert settings.to_document()["redis"]["mode"] == "sentinel"
+    with pytest.raises(SystemExit):
+        parse("--redis-mode", "replicated")
