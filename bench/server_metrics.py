@@ -83,9 +83,10 @@ def _triton(text: str, model: str) -> CacheCounters:
         for sample in family.samples:
             if sample.labels.get("model") != model:
                 continue
-            if sample.name == "nv_cache_num_hits_per_model":
+            name = sample.name.removesuffix("_total")  # the parser adds it to counters
+            if name == "nv_cache_num_hits_per_model":
                 hits, found = hits + sample.value, True
-            elif sample.name == "nv_cache_num_misses_per_model":
+            elif name == "nv_cache_num_misses_per_model":
                 misses, found = misses + sample.value, True
     return CacheCounters({"triton": hits} if found else {}, misses, found)
 
