@@ -4,8 +4,9 @@ Handing a run to a thread and back costs a wake-up, two GIL hand-offs and a futu
 50-150 microseconds on a loaded core: far more than a model like ``simple`` takes to run (a
 few microseconds of ONNX Runtime). Such a model runs faster on the event loop, which it blocks
 for less time than the hand-off would. Which models qualify is decided once, when the server
-starts: a model whose every input has a fixed size (bounded by ``max_batch_size``) is timed on
-zeros at its largest shape, and runs inline when that stays under the budget. Anything else
+starts: a model whose every input has a fixed size (bounded by ``max_batch_size``) is run on
+zeros at its largest shape, and runs inline when the CPU time of that run (this thread's, so
+that other work on a busy machine does not count) stays under the budget. Anything else
 (BYTES inputs, variable dimensions, a slow or failing trial) runs in the executor, as before.
 """
 
@@ -41,24 +42,25 @@ def largest_inputs(model: Model) -> list[Tensor] | None:
 
 def runs_inline(model: Model, budget_s: float = INLINE_BUDGET_S) -> bool:
     """Whether ``model`` is quick enough, at its largest request, to run on the event loop."""
+    quick, why = _trial(model, budget_s)
+    where = "runs on the event loop" if quick else "runs in threads"
+    log.info("model %s version %s: %s (%s)", model.name, model.version, where, why)
+    return quick
+
+
+def _trial(model: Model, budget_s: float) -> tuple[bool, str]:
     inputs = largest_inputs(model)
     if inputs is None:
-        return False
+        return False, "BYTES or variable-size inputs"
     timings = []
     for _ in range(_TRIALS):
-        started = time.perf_counter()
+        started = time.thread_time()
         try:
             model.run(inputs)
         except Exception as error:  # a trial that fails says nothing: stay in the executor
-            log.info("model %s: trial run failed (%s); it runs in threads", model.name, error)
-            return False
-        timings.append(time.perf_counter() - started)
+            return False, f"trial run failed: {error}"
+        timings.append(time.thread_time() - started)
         if timings[-1] > 20 * budget_s:
-            return False  # clearly slow: no need to run it again
-    quick = sorted(timings)[len(timings) // 2] <= budget_s
-    log.info(
-        "model %s version %s: %s (median trial %.0f us at its largest shape)",
-        model.name, model.version, "runs on the event loop" if quick else "runs in threads",
-        1e6 * sorted(timings)[len(timings) // 2],
-    )  # fmt: skip
-    return quick
+            break  # clearly slow: no need to run it again
+    median = sorted(timings)[len(timings) // 2]
+    return median <= budget_s, f"median trial {1e6 * median:.0f} us of CPU at its largest shape"
