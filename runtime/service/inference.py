@@ -124,13 +124,9 @@ class InferenceService:
         digest = b""
         if memo is not None:
             digest = request_digest(model, body, header_length)
-            found = memo.get(digest)
-            if found is not None:
-                if found.model is model and self._cache.confirm_local_hit(
-                    found.key, found.entry, started
-                ):
-                    return InferOutcome(found.body, found.header_length, CacheStatus.HIT_LOCAL)
-                memo.discard(digest)
+            memoized = self._memoized(memo, digest, model, started)
+            if memoized is not None:
+                return memoized
         request = decode_request(body, header_length, model.config)
         parameters = request.keyed_parameters()
         key: CacheKey | None = None
@@ -167,6 +163,19 @@ class InferenceService:
             if entry is not None:
                 memo.put(digest, model, key, entry, encoded.body, encoded.header_length)
         return InferOutcome(encoded.body, encoded.header_length, status)
+
+    def _memoized(
+        self, memo: ResponseMemo, digest: bytes, model: Model, started: float
+    ) -> InferOutcome | None:
+        """The memoized response, if its model and its local-tier entry are still the live ones
+        (the cache then counts the local hit); a stale one is dropped."""
+        found = memo.get(digest)
+        if found is None:
+            return None
+        if found.model is model and self._cache.confirm_local_hit(found.key, found.entry, started):
+            return InferOutcome(found.body, found.header_length, CacheStatus.HIT_LOCAL)
+        memo.discard(digest)
+        return None
 
     def prepare(self) -> None:
         """Work out every loaded model's plan now, trial runs included (blocking: call it off
