@@ -29,7 +29,7 @@ from cachefleet.runtime.models.types import Model
 #: Bytes charged per memo entry for the objects around the response bytes.
 ENTRY_OVERHEAD_BYTES = 320
 _PREFIX = b"cachefleet.memo1"
-_LENGTHS = struct.Struct("<QQqQ")
+_LENGTHS = struct.Struct("<QQQQ")
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,11 +46,15 @@ class Memoized:
 
 
 def request_digest(model: Model, body: bytes, header_length: int | None) -> bytes:
-    """A 256-bit digest of what a response is rendered from, fields length-prefixed."""
+    """A 256-bit digest of what a response is rendered from, fields length-prefixed.
+
+    The header length goes in as decimal text ("" when absent): it is the client's number,
+    any integer, and a refused request must be refused, not fail in here.
+    """
     name, version = model.name.encode(), model.version.encode()
-    length = -1 if header_length is None else header_length
-    hasher = blake3(_PREFIX + _LENGTHS.pack(len(name), len(version), length, len(body)))
-    hasher.update(name + version)
+    length = b"" if header_length is None else b"%d" % header_length
+    sizes = _LENGTHS.pack(len(name), len(version), len(length), len(body))
+    hasher = blake3(_PREFIX + sizes + name + version + length)
     hasher.update(body)
     return hasher.digest()
 

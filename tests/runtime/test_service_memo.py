@@ -39,12 +39,14 @@ def test_digests_separate_models_versions_header_lengths_and_bodies() -> None:
         request_digest(m2, body, None),
         request_digest(v2, body, None),
         request_digest(m1, body, 3),
+        request_digest(m1, body, 2**64),  # any client number: the request is refused later
+        request_digest(m1, body, -1),
         request_digest(m1, body + b" ", None),
         # The length prefixes keep the name/version boundary: "m"+"11" is not "m1"+"1".
         request_digest(FakeModel("m1", "1"), body, None),
         request_digest(FakeModel("m", "11"), body, None),
     }
-    assert len(digests) == 7
+    assert len(digests) == 9
     assert request_digest(m1, body, None) == request_digest(FakeModel("m"), body, None)
 
 
