@@ -2,7 +2,8 @@
 
 kmock stores bodies as sent. A real server also assigns uid, resourceVersion, generation,
 creationTimestamp and generateName names, takes the namespace from the URL, creates an object on
-a server-side apply to a missing name, and answers 422 when a JSON-patch ``test`` fails. This
+a server-side apply to a missing name, answers 422 when a JSON-patch ``test`` fails, and treats
+a merge or apply that changes nothing as a no-op (same resourceVersion, no watch event). This
 subclass adds exactly that (the operator is not changed for the emulator). The operator tests and
 ``python -m cachefleet.bench.operator_scale`` run the operator against it; kmock is a development
 dependency, so this module is only imported by them.
@@ -76,6 +77,9 @@ class Cluster(kmock.KubernetesEmulator):
                 if request.action == kmock.action.CREATE and isinstance(request.data, dict):
                     self._stamp_new(request.data, request.namespace)
                 elif request.action == kmock.action.UPDATE and request.name is not None:
+                    unchanged = self._unchanged(request)
+                    if unchanged is not None:
+                        return aiohttp.web.json_response(unchanged)
                     await self._prepare_update(request)
             return await super()._handle(request)
         finally:
@@ -125,6 +129,16 @@ class Cluster(kmock.KubernetesEmulator):
         spec_changed = "spec" in request.data and request.data["spec"] != live.get("spec")
         if request.subresource is None and spec_changed:
             meta["generation"] = int(live.get("metadata", {}).get("generation", 1)) + 1
+
+    def _unchanged(self, request: rendering.Request) -> dict[str, Any] | None:
+        """The live object when a merge patch or apply would leave it as it is, else None."""
+        if not isinstance(request.data, dict) or request.subresource is not None:
+            return None
+        live = self._live((request.resource, request.namespace, request.name))
+        if live is None:
+            return None
+        merged = _merge(copy.deepcopy(live), request.data)
+        return live if merged == live else None
 
     def _live(self, key: Any) -> dict[str, Any] | None:
         try:
@@ -176,6 +190,18 @@ class Cluster(kmock.KubernetesEmulator):
                     yield event
         finally:
             await bus.unmark(mark)
+
+
+def _merge(target: Any, patch: Any) -> Any:
+    """A recursive merge as the emulator stores it (lists replaced, None deletes)."""
+    if not isinstance(patch, dict) or not isinstance(target, dict):
+        return copy.deepcopy(patch)
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        else:
+            target[key] = _merge(target.get(key), value)
+    return target
 
 
 def _version_of(value: Any) -> int:

@@ -186,6 +186,8 @@ class Result:
     count: int
     idle_rss: int = 0
     settled_rss: int = 0
+    settle_s: float = 0.0
+    settle_requests: int = 0
     peak_rss: int = 0
     phases: list[Phase] = field(default_factory=list)
 
@@ -247,7 +249,9 @@ async def run(count: int, *, settle_s: float, timeout_s: float, log: Path) -> Re
                     await asyncio.sleep(1.0)
                     result.idle_rss = memory.read()["VmRSS"]
                     await _phases(session, cluster, memory, result, count, timeout_s)
+                    before = cluster.handled
                     await asyncio.sleep(settle_s)
+                    result.settle_s, result.settle_requests = settle_s, cluster.handled - before
                     figures = memory.read()
                     result.settled_rss, result.peak_rss = figures["VmRSS"], figures["VmHWM"]
             finally:
@@ -374,6 +378,14 @@ def report(result: Result) -> str:
             f"| {phase.requests} ({phase.requests / phase.objects:.0f} per object) "
             f"| {phase.cpu_s:.1f} s | {phase.emulator_cpu_s:.1f} s | {_mib(phase.rss)} |"
         )
+    if result.settle_s:
+        per_minute = result.settle_requests / result.count / result.settle_s * 60
+        lines += [
+            "",
+            f"Settled, nothing changing: {result.settle_requests} API requests in "
+            f"{result.settle_s:.0f} s ({per_minute:.1f} per object per minute: resync and cache "
+            f"figure timers; the resync timer fires 60 s after each object's creation).",
+        ]
     lines += [
         "",
         f"Operator memory (VmRSS of its process): idle {_mib(result.idle_rss)}, "

@@ -6,7 +6,8 @@ import argparse
 from pathlib import Path
 
 HELP = (
-    "write the sample model repository (simple, simple_string, densenet_onnx), "
+    "write the sample model repository (simple, simple_string, simple_int8, simple_identity, "
+    "densenet_onnx), "
     "built locally with onnx."
 )
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from cachefleet.operator.manifests import redis, runtime
-from cachefleet.operator.manifests.meta import Owner, config_hash
+from cachefleet.operator.manifests.meta import DEFAULT_OPERATOR_NAMESPACE, Owner, config_hash
+from cachefleet.operator.manifests.names import check_name
 from cachefleet.operator.manifests.spec import ServiceSpec
 
 # Every kind a CachedInferenceService may own: (apiVersion, kind). Pruning looks at these.
@@ -28,13 +29,24 @@ def needs_generated_password(spec: ServiceSpec) -> bool:
 
 
 def build_children(
-    spec: ServiceSpec, *, owner: Owner, redis_password: str | None = None
+    spec: ServiceSpec,
+    *,
+    owner: Owner,
+    redis_password: str | None = None,
+    operator_namespace: str = DEFAULT_OPERATOR_NAMESPACE,
 ) -> list[dict[str, Any]]:
-    """All children; ``redis_password`` is required when :func:`needs_generated_password`."""
+    """All children.
+
+    ``redis_password`` is the password the pods will read: the generated one (required when
+    :func:`needs_generated_password`) or the one in the user's Secret when it could be read. Its
+    digest goes into the pod templates, so a rotated password rolls Redis and the runtime pods.
+    ``operator_namespace`` is where the operator runs, for the Redis NetworkPolicy.
+    """
+    check_name(owner.name)
     children: list[dict[str, Any]] = []
     digest = password_digest(spec, redis_password)
     if spec.cache.managed_redis:
-        children += _redis_children(spec, owner, redis_password, digest)
+        children += _redis_children(spec, owner, redis_password, digest, operator_namespace)
     children.append(runtime.build_runtime_configmap(spec, owner=owner))
     children.append(runtime.build_runtime_service(spec, owner=owner))
     children.append(runtime.build_runtime_deployment(spec, owner=owner, password_digest=digest))
@@ -43,15 +55,29 @@ def build_children(
     return children
 
 
+def uses_redis_password(spec: ServiceSpec) -> bool:
+    """Whether the pods read a Redis password at start (generated, or from the user's Secret)."""
+    redis = spec.cache.redis
+    if not spec.cache.uses_redis:
+        return False
+    if redis.external is not None:
+        return redis.external.password_secret_ref is not None
+    return redis.auth_or_default.enabled
+
+
 def password_digest(spec: ServiceSpec, password: str | None) -> str:
-    """A digest of the generated password: pods read it at start, so a new one must roll them."""
-    if password is None or not needs_generated_password(spec):
+    """A digest of the Redis password: pods read it at start, so a new one must roll them."""
+    if password is None or not uses_redis_password(spec):
         return ""
     return config_hash("redis-password", password)
 
 
 def _redis_children(
-    spec: ServiceSpec, owner: Owner, password: str | None, digest: str
+    spec: ServiceSpec,
+    owner: Owner,
+    password: str | None,
+    digest: str,
+    operator_namespace: str,
 ) -> list[dict[str, Any]]:
     children: list[dict[str, Any]] = []
     if needs_generated_password(spec):
@@ -67,5 +93,9 @@ def _redis_children(
     if spec.cache.redis.disruption_budget.enabled:
         children.append(redis.build_redis_pdb(spec, owner=owner))
     if spec.cache.redis.network_policy.enabled:
-        children.append(redis.build_redis_networkpolicy(spec, owner=owner))
+        children.append(
+            redis.build_redis_networkpolicy(
+                spec, owner=owner, operator_namespace=operator_namespace
+            )
+        )
     return children

@@ -14,6 +14,8 @@ PLURAL = "cachedinferenceservices"
 MANAGER = "cachefleet-operator"
 APP_NAME = "cachefleet"
 CONFIG_HASH_ANNOTATION = "cachefleet.io/config-hash"
+# Where the chart installs the operator; the running operator passes its own namespace instead.
+DEFAULT_OPERATOR_NAMESPACE = "cachefleet-system"
 REDIS_PORT = 6379
 RUNTIME_PORT = 8000
 
@@ -80,6 +82,11 @@ def config_hash(*parts: Any) -> str:
 
 def redis_name(owner: Owner) -> str:
     return f"{owner.name}-redis"
+
+
+def redis_claim_name(owner: Owner) -> str:
+    """The Redis pod's volume claim, as the StatefulSet controller names it (template-set-0)."""
+    return f"data-{redis_name(owner)}-0"
 
 
 def redis_auth_secret_name(owner: Owner) -> str:

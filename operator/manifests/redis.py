@@ -79,15 +79,22 @@ def build_redis_pdb(spec: ServiceSpec, *, owner: Owner) -> dict[str, Any]:
         "kind": "PodDisruptionBudget",
         "metadata": meta.metadata(owner, meta.redis_name(owner), COMPONENT),
         "spec": {
-            "minAvailable": 1,
+            # One Redis pod: minAvailable 1 would block every node drain and node-group upgrade.
+            # A cache may be away for a minute; the budget only keeps evictions one at a time.
+            "maxUnavailable": 1,
             "selector": {"matchLabels": meta.selector_labels(owner, COMPONENT)},
         },
     }
 
 
-def build_redis_networkpolicy(spec: ServiceSpec, *, owner: Owner) -> dict[str, Any]:
-    """Only this service's runtime pods and the operator's pods may open a connection to Redis."""
-    operator_namespace = spec.cache.redis.network_policy.operator_namespace
+def build_redis_networkpolicy(
+    spec: ServiceSpec, *, owner: Owner, operator_namespace: str = meta.DEFAULT_OPERATOR_NAMESPACE
+) -> dict[str, Any]:
+    """Only this service's runtime pods and the operator's pods may open a connection to Redis.
+
+    The operator's namespace comes from the spec, else from where the operator runs (passed in).
+    """
+    operator_namespace = spec.cache.redis.network_policy.operator_namespace or operator_namespace
     runtime_pods = {"podSelector": {"matchLabels": meta.selector_labels(owner, "runtime")}}
     operator_pods = {
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": operator_namespace}},

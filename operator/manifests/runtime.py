@@ -28,6 +28,9 @@ COMPONENT = "runtime"
 RUNTIME_USER_ID = 10001  # the runtime image's user (Dockerfile)
 CONFIG_DIR = "/etc/cachefleet"
 MODEL_DIR = "/models"
+# Where the init container sees the shared emptyDir: never the image's own repository path
+# (by default also /models), or the copy would read from the empty volume mounted over it.
+COPY_DESTINATION = "/cachefleet-model-repository"
 PASSWORD_ENV = "CACHEFLEET_REDIS_PASSWORD"
 
 
@@ -154,6 +157,13 @@ def build_runtime_deployment(
     }
     if spec.autoscaling is None:  # with an HPA, the HPA owns the replica count
         deployment_spec["replicas"] = spec.replicas
+    if spec.runtime.gpus:
+        # A surge pod would need a GPU beyond the replicas' own, and on a full GPU pool it stays
+        # Pending forever: replace one pod at a time instead.
+        deployment_spec["strategy"] = {
+            "type": "RollingUpdate",
+            "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+        }
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -181,9 +191,13 @@ def _pod_spec(spec: ServiceSpec, owner: Owner) -> dict[str, Any]:
                 "name": "copy-models",
                 "image": image_source.image,
                 "imagePullPolicy": image_source.pull_policy,
-                "command": ["sh", "-c", f'cp -R "{image_source.path.rstrip("/")}/." {MODEL_DIR}/'],
+                "command": [
+                    "sh",
+                    "-c",
+                    f'cp -R "{image_source.path.rstrip("/")}/." {COPY_DESTINATION}/',
+                ],
                 "securityContext": container_security(),
-                "volumeMounts": [{"name": "models", "mountPath": MODEL_DIR}],
+                "volumeMounts": [{"name": "models", "mountPath": COPY_DESTINATION}],
             }
         ]
     if runtime.node_selector:

@@ -185,7 +185,8 @@ class Switch(_Spec):
 
 
 class NetworkPolicySwitch(Switch):
-    operator_namespace: str = "cachefleet-system"
+    operator_namespace: str | None = None
+    """None: the namespace the operator runs in (``render`` assumes cachefleet-system)."""
 
 
 DEFAULT_REDIS_RESOURCES = Resources(

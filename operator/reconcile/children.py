@@ -1,47 +1,146 @@
-"""Bring the live children in line with the desired ones: apply what drifted, prune the rest."""
+"""Bring the live children in line with the desired ones: apply each in full, prune the rest.
+
+Every child is sent whole on every reconcile and the API server decides what changed (a no-op
+apply changes nothing there and wakes no watch). A field the spec stops asking for (a GPU limit,
+a nodeSelector) leaves the cluster only this way; deciding locally that the live object "already
+carries" the intent would keep it forever.
+"""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from cachefleet.operator.manifests.children import CHILD_KINDS
 from cachefleet.operator.manifests.meta import MANAGER, Owner
-from cachefleet.operator.reconcile.drift import carries
+from cachefleet.operator.reconcile.applied import AppliedVersions, key_of
+from cachefleet.operator.reconcile.claims import (
+    ClaimChange,
+    not_expandable_message,
+    plan_claim_change,
+)
 from cachefleet.operator.reconcile.kube import Kube, KubeError
 
-# A StatefulSet's volumeClaimTemplates (persistence) cannot be changed in place.
-RECREATABLE_KINDS = frozenset({"StatefulSet"})
+# The field manager that takes the Deployment's replicas over from the operator when an HPA is
+# switched on, so that the operator's next apply (without replicas) does not reset them.
+HANDOVER_MANAGER = "cachefleet-handover-to-hpa"
 
 
 def describe(obj: Mapping[str, Any]) -> str:
     return f"{obj['kind']}/{obj['metadata']['name']}"
 
 
-def apply_children(kube: Kube, children: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Apply every child that is missing or differs; returns what was written."""
-    written = []
+@dataclass
+class Applied:
+    """What applying the children did: written (changed) children, the server's answers, and
+    immutable-field changes that need the user (the service is Stalled with these messages)."""
+
+    written: list[str] = field(default_factory=list)
+    live: dict[str, dict[str, Any]] = field(default_factory=dict)
+    blocked: list[str] = field(default_factory=list)
+
+
+def apply_children(
+    kube: Kube, children: Sequence[Mapping[str, Any]], versions: AppliedVersions
+) -> Applied:
+    """Apply every child in full (see the module docstring)."""
+    result = Applied()
     for child in children:
+        if child["kind"] == "Deployment" and "replicas" not in child["spec"]:
+            _hand_replicas_over(kube, child)
+        response = _apply(kube, child, result)
+        if response is None:
+            continue
+        result.live[describe(child)] = response
+        if versions.record(key_of(child), response):
+            result.written.append(describe(child))
+    return result
+
+
+def _hand_replicas_over(kube: Kube, child: Mapping[str, Any]) -> None:
+    """Before the operator stops applying ``replicas``, let another manager co-own the field.
+
+    Without this, the apply that drops ``replicas`` removes the operator's ownership, the field
+    has no owner left and the API server defaults it to 1, scaling the fleet down before the HPA
+    acts. This is the handover the server-side apply documentation describes ("Transferring
+    ownership"): apply the live count under a second manager first.
+    """
+    meta = child["metadata"]
+    live = kube.get(child["apiVersion"], child["kind"], meta["namespace"], meta["name"])
+    if live is None or not _owns_replicas(live, MANAGER):
+        return
+    kube.apply(
+        {
+            "apiVersion": child["apiVersion"],
+            "kind": child["kind"],
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+            "spec": {"replicas": int((live.get("spec") or {}).get("replicas") or 1)},
+        },
+        manager=HANDOVER_MANAGER,
+    )
+
+
+def _owns_replicas(live: Mapping[str, Any], manager: str) -> bool:
+    for entry in (live.get("metadata") or {}).get("managedFields") or []:
+        if entry.get("manager") == manager and entry.get("operation") == "Apply":
+            spec = (entry.get("fieldsV1") or {}).get("f:spec") or {}
+            if "f:replicas" in spec:
+                return True
+    return False
+
+
+def _apply(kube: Kube, child: Mapping[str, Any], result: Applied) -> dict[str, Any] | None:
+    try:
+        return kube.apply(child)
+    except KubeError as error:
+        if not (error.invalid and child["kind"] == "StatefulSet"):
+            raise
         meta = child["metadata"]
         live = kube.get(child["apiVersion"], child["kind"], meta["namespace"], meta["name"])
-        if live is not None and carries(live, child):
-            continue
-        _apply(kube, child)
-        written.append(describe(child) + (" (created)" if live is None else ""))
-    return written
-
-
-def _apply(kube: Kube, child: Mapping[str, Any]) -> None:
-    try:
-        kube.apply(child)
-    except KubeError as error:
-        if not (error.invalid and child["kind"] in RECREATABLE_KINDS):
+        if live is None:
             raise
-        # Replace it, orphaning the pods and claims so the new one adopts and rolls them.
-        kube.delete(child, orphan=True)
-        _wait_until_gone(kube, child)
-        kube.apply(child)
+        change = plan_claim_change(live, child)
+        if change.action == "none":
+            raise  # refused for another reason: the caller reports the server's message
+        if change.action == "expand":
+            change = _expand_claims(kube, child, change)
+        if change.action == "blocked":
+            result.blocked.append(change.message)
+            return None
+        return _recreate(kube, child)
+
+
+def _expand_claims(kube: Kube, child: Mapping[str, Any], change: ClaimChange) -> ClaimChange:
+    """Ask for the larger size on every existing claim; blocked when the server refuses.
+
+    The API server only lets a claim grow when its storage class has allowVolumeExpansion, and
+    answers 403 otherwise, so the operator needs no access to storage classes to find out.
+    """
+    namespace = child["metadata"]["namespace"]
+    for claim in change.claims:
+        obj = {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": claim, "namespace": namespace},
+        }
+        try:
+            kube.merge_patch(obj, {"spec": {"resources": {"requests": {"storage": change.size}}}})
+        except KubeError as error:
+            if error.not_found:
+                continue  # a claim not made yet gets the new template's size
+            if error.refused:
+                return ClaimChange("blocked", not_expandable_message(change, str(error)))
+            raise
+    return change
+
+
+def _recreate(kube: Kube, child: Mapping[str, Any]) -> dict[str, Any]:
+    """Replace the StatefulSet, orphaning its pod and claims so the new one adopts them."""
+    kube.delete(child, orphan=True)
+    _wait_until_gone(kube, child)
+    return kube.apply(child)
 
 
 def _wait_until_gone(kube: Kube, obj: Mapping[str, Any], timeout_s: float = 30.0) -> None:

@@ -46,9 +46,21 @@ def render_conditions(
 
 
 def summary_conditions(
-    redis: Condition, runtime: Condition, *, problem: str | None
+    redis: Condition, runtime: Condition, *, problem: str | None, stalled: str | None = None
 ) -> list[Condition]:
-    """Ready, Reconciling and Stalled from the two component conditions and a transient problem."""
+    """Ready, Reconciling and Stalled from the two component conditions and a transient problem.
+
+    ``stalled`` is a problem that retrying cannot fix (the API server refused a child, or an
+    immutable field changed): the user has to act, so Stalled is True and Reconciling False.
+    """
+    if stalled is not None:
+        return [
+            Condition("Ready", False, "ReconcileFailed", stalled),
+            Condition("Reconciling", False, "ReconcileFailed", "waiting for a change"),
+            Condition("Stalled", True, "ReconcileFailed", stalled),
+            redis,
+            runtime,
+        ]
     ready = redis.status and runtime.status and problem is None
     if ready:
         message = "Redis and every runtime pod are ready"

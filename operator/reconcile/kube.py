@@ -26,7 +26,9 @@ PLURALS: dict[str, str] = {
     "NetworkPolicy": "networkpolicies",
     "HorizontalPodAutoscaler": "horizontalpodautoscalers",
     "CachedInferenceService": "cachedinferenceservices",
+    "PersistentVolumeClaim": "persistentvolumeclaims",
 }
+MERGE_PATCH_CONTENT_TYPE = "application/merge-patch+json"
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 TIMEOUT_S = 10.0
 
@@ -45,6 +47,11 @@ class KubeError(Exception):
     @property
     def invalid(self) -> bool:
         return self.status == 422
+
+    @property
+    def refused(self) -> bool:
+        """Forbidden or invalid: the server will refuse the same request again."""
+        return self.status in (403, 422)
 
 
 def collection_path(api_version: str, kind: str, namespace: str) -> str:
@@ -91,11 +98,20 @@ class Kube:
             if labels.items() <= (item.get("metadata", {}).get("labels") or {}).items()
         ]
 
-    def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
-        """Server-side apply with the operator's one field manager, taking over conflicts."""
-        query = [("fieldManager", MANAGER), ("force", "true")]
+    def apply(self, obj: Mapping[str, Any], *, manager: str = MANAGER) -> dict[str, Any]:
+        """Server-side apply with the operator's one field manager, taking over conflicts.
+
+        Another ``manager`` is used only to hand a field over (the Deployment's replicas to an
+        HPA), as the server-side apply documentation describes.
+        """
+        query = [("fieldManager", manager), ("force", "true")]
         return self._call("PATCH", object_path(obj), query=query, body=dict(obj),
                           content_type=APPLY_CONTENT_TYPE)  # fmt: skip
+
+    def merge_patch(self, obj: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+        """A JSON merge patch of ``obj`` (for objects the operator does not own: a PVC)."""
+        return self._call("PATCH", object_path(obj), body=dict(patch),
+                          content_type=MERGE_PATCH_CONTENT_TYPE)  # fmt: skip
 
     def delete(self, obj: Mapping[str, Any], *, orphan: bool = False) -> None:
         """Delete; ``orphan`` keeps the dependents (pods, claims) for a replacement to adopt."""

@@ -11,15 +11,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cachefleet.operator.manifests import meta
-from cachefleet.operator.manifests.children import build_children, needs_generated_password
+from cachefleet.operator.manifests.children import (
+    build_children,
+    needs_generated_password,
+    uses_redis_password,
+)
 from cachefleet.operator.manifests.errors import SpecError
 from cachefleet.operator.manifests.meta import Owner
 from cachefleet.operator.manifests.redis import password_ref
 from cachefleet.operator.manifests.redis_memory import maxmemory_bytes
-from cachefleet.operator.manifests.runtime import redis_url
+from cachefleet.operator.manifests.runtime import redis_password_ref, redis_url
 from cachefleet.operator.manifests.spec import ServiceSpec, parse_spec
 from cachefleet.operator.reconcile import observe
-from cachefleet.operator.reconcile.children import apply_children, prune_children
+from cachefleet.operator.reconcile.applied import AppliedVersions
+from cachefleet.operator.reconcile.children import Applied, apply_children, prune_children
 from cachefleet.operator.reconcile.conditions import (
     Condition,
     render_conditions,
@@ -58,59 +63,92 @@ class Outcome:
 class Reconciler:
     kube: Kube
     settings: OperatorSettings
+    versions: AppliedVersions = field(default_factory=AppliedVersions)
 
-    def reconcile(self, body: Mapping[str, Any]) -> Outcome:
-        """Apply, prune, configure Redis live and observe; API failures become a retried status."""
+    def reconcile(self, body: Mapping[str, Any], *, prune: bool = True) -> Outcome:
+        """Apply, prune, configure Redis live and observe; API failures become a status.
+
+        ``prune`` looks for children the spec stopped asking for (one list call per kind): the
+        periodic resync skips it, since only a spec change can drop a child.
+        """
         try:
-            return self._reconcile(body)
+            return self._reconcile(body, prune=prune)
         except KubeError as error:
-            message = f"Kubernetes API call failed: {error}; retrying"
             unknown = "not observed: the last reconcile failed"
-            conditions = summary_conditions(
-                Condition("RedisReady", False, "NotObserved", unknown),
-                Condition("RuntimeReady", False, "NotObserved", unknown),
-                problem=message,
-            )
+            redis = Condition("RedisReady", False, "NotObserved", unknown)
+            runtime = Condition("RuntimeReady", False, "NotObserved", unknown)
+            if error.invalid:
+                # The server refused a child as invalid: retrying the same request cannot help.
+                message = f"the Kubernetes API refused a child: {error}"
+                conditions = summary_conditions(redis, runtime, problem=None, stalled=message)
+                status = self._status(body, conditions)
+                return Outcome(status, [Event(True, "ReconcileFailed", message)])
+            message = f"Kubernetes API call failed: {error}; retrying"
+            conditions = summary_conditions(redis, runtime, problem=message)
             status = self._status(body, conditions)
             return Outcome(status, [Event(True, "ApplyFailed", message)], retry=message)
 
-    def _reconcile(self, body: Mapping[str, Any]) -> Outcome:
+    def _reconcile(self, body: Mapping[str, Any], *, prune: bool) -> Outcome:
         owner = Owner.from_body(body)
         try:
             spec = parse_spec(body.get("spec") or {})
-            password = self.generated_password(spec, owner)
-            children = build_children(spec, owner=owner, redis_password=password)
+            password = self.redis_password(spec, owner)
+            children = self.build(spec, owner, password)
         except SpecError as error:
             message = f"invalid spec: {error}"
             status = self._status(body, stalled_conditions(message))
             return Outcome(status, [Event(True, "InvalidSpec", message)])
-        events = [
-            Event(False, "Applied", f"applied {x}") for x in apply_children(self.kube, children)
-        ]
-        events += [
-            Event(False, "Pruned", f"deleted {x}")
-            for x in prune_children(self.kube, owner, children)
-        ]
-        return self._observe(body, spec, owner, events)
+        applied = apply_children(self.kube, children, self.versions)
+        events = [Event(False, "Applied", f"applied {x}") for x in applied.written]
+        if prune:
+            events += [
+                Event(False, "Pruned", f"deleted {x}")
+                for x in prune_children(self.kube, owner, children)
+            ]
+        for message in applied.blocked:
+            events.append(Event(True, "ImmutableField", message))
+        return self._observe(body, spec, owner, password, applied, events)
+
+    def build(self, spec: ServiceSpec, owner: Owner, password: str | None) -> list[dict[str, Any]]:
+        """The children, for an operator running in this operator's namespace."""
+        return build_children(
+            spec,
+            owner=owner,
+            redis_password=password,
+            operator_namespace=self.settings.operator_namespace,
+        )
 
     def _observe(
-        self, body: Mapping[str, Any], spec: ServiceSpec, owner: Owner, events: list[Event]
+        self,
+        body: Mapping[str, Any],
+        spec: ServiceSpec,
+        owner: Owner,
+        password: str | None,
+        applied: Applied,
+        events: list[Event],
     ) -> Outcome:
         statefulset = None
         if spec.cache.managed_redis:
-            statefulset = self.kube.get(
-                "apps/v1", "StatefulSet", owner.namespace, meta.redis_name(owner)
-            )
+            name = meta.redis_name(owner)
+            statefulset = self._live(applied, "apps/v1", "StatefulSet", name, owner)
         redis = observe.redis_condition(statefulset, managed=spec.cache.managed_redis)
+        persistence = spec.cache.redis.persistence_or_default
+        if redis.status and spec.cache.managed_redis and persistence.enabled:
+            claim = self.kube.get(
+                "v1", "PersistentVolumeClaim", owner.namespace, meta.redis_claim_name(owner)
+            )
+            redis = observe.volume_condition(redis, claim, str(persistence.size))
         problem = None
         if redis.status and spec.cache.managed_redis:
-            problem = self._apply_live_memory(spec, owner, events)
+            problem = self._apply_live_memory(spec, owner, password, events)
         if problem is not None:
             redis = Condition("RedisReady", False, "ConfigSetFailed", problem)
-        deployment = self.kube.get("apps/v1", "Deployment", owner.namespace, owner.name)
+        deployment = self._live(applied, "apps/v1", "Deployment", owner.name, owner)
         runtime = observe.runtime_condition(deployment)
         replicas, ready = observe.replica_counts(deployment)
-        status = self._status(body, summary_conditions(redis, runtime, problem=problem))
+        stalled = "; ".join(applied.blocked) or None
+        conditions = summary_conditions(redis, runtime, problem=problem, stalled=stalled)
+        status = self._status(body, conditions)
         status.update(
             replicas=replicas,
             readyReplicas=ready,
@@ -120,14 +158,23 @@ class Reconciler:
         )
         return Outcome(status, events, retry=problem)
 
+    def _live(
+        self, applied: Applied, api_version: str, kind: str, name: str, owner: Owner
+    ) -> dict[str, Any] | None:
+        """The child as the apply returned it (status included), else read back."""
+        found = applied.live.get(f"{kind}/{name}")
+        if found is not None:
+            return found
+        return self.kube.get(api_version, kind, owner.namespace, name)
+
     def _apply_live_memory(
-        self, spec: ServiceSpec, owner: Owner, events: list[Event]
+        self, spec: ServiceSpec, owner: Owner, password: str | None, events: list[Event]
     ) -> str | None:
         """CONFIG SET maxmemory and its policy on the running Redis; a message when it failed."""
         redis = spec.cache.redis
         try:
             changed = apply_memory_settings(
-                self.redis_address(spec, owner),
+                self.redis_address(spec, owner, password),
                 maxmemory_bytes=maxmemory_bytes(redis),
                 policy=redis.maxmemory_policy,
             )
@@ -157,11 +204,14 @@ class Reconciler:
         figures = read_cache_figures(self.redis_address(spec, owner))
         return figures.to_status()
 
-    def redis_address(self, spec: ServiceSpec, owner: Owner) -> RedisAddress:
+    def redis_address(
+        self, spec: ServiceSpec, owner: Owner, password: str | None = None
+    ) -> RedisAddress:
         """The managed Redis through its client Service (or the development override)."""
         ref = password_ref(spec, owner)
-        password = None
-        if ref is not None:
+        if ref is None:
+            password = None
+        elif password is None:
             password = read_secret_key(self.kube, owner.namespace, ref.name, ref.key)
         host, port = f"{meta.redis_name(owner)}.{owner.namespace}.svc", meta.REDIS_PORT
         if self.settings.redis_address:
@@ -185,10 +235,20 @@ class Reconciler:
             self.settings.redis_timeout_s,
         )
 
-    def generated_password(self, spec: ServiceSpec, owner: Owner) -> str | None:
-        if not needs_generated_password(spec):
+    def redis_password(self, spec: ServiceSpec, owner: Owner) -> str | None:
+        """The Redis password the pods will read: generated, or from the user's Secret.
+
+        Its digest rolls the pods when it changes, so a rotated user password reaches both
+        Redis and the runtime (None when there is none, or the user's Secret is not there yet).
+        """
+        if needs_generated_password(spec):
+            return existing_or_new_password(self.kube, owner)
+        if not uses_redis_password(spec):
             return None
-        return existing_or_new_password(self.kube, owner)
+        ref = redis_password_ref(spec, owner=owner)
+        if ref is None:
+            return None
+        return read_secret_key(self.kube, owner.namespace, ref.name, ref.key)
 
     @staticmethod
     def _status(body: Mapping[str, Any], conditions: list[Condition]) -> dict[str, Any]:
@@ -209,12 +269,11 @@ def restore_child(
     owner = Owner.from_body(owner_body)
     try:
         spec = parse_spec(owner_body.get("spec") or {})
-        password = reconciler.generated_password(spec, owner)
-        children = build_children(spec, owner=owner, redis_password=password)
+        password = reconciler.redis_password(spec, owner)
+        children = reconciler.build(spec, owner, password)
     except SpecError:
         return []  # the owner's own handler reports the spec problem
-    if kind == "Secret" and name == meta.redis_auth_secret_name(owner):
-        # A lost password Secret means a new password: every pod that reads it must roll now.
-        return apply_children(reconciler.kube, children)
-    wanted = [c for c in children if c["kind"] == kind and c["metadata"]["name"] == name]
-    return apply_children(reconciler.kube, wanted)
+    if not (kind == "Secret" and name == meta.redis_auth_secret_name(owner)):
+        # (A lost password Secret means a new password: every pod that reads it must roll.)
+        children = [c for c in children if c["kind"] == kind and c["metadata"]["name"] == name]
+    return apply_children(reconciler.kube, children, reconciler.versions).written

@@ -6,6 +6,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from cachefleet.operator.manifests.meta import DEFAULT_OPERATOR_NAMESPACE
+
 
 @dataclass(frozen=True)
 class OperatorSettings:
@@ -15,6 +17,9 @@ class OperatorSettings:
     """Connect and command timeout for the operator's own Redis calls (CONFIG SET, INFO)."""
     redis_address: str | None = None
     """host:port to reach every managed Redis at instead of its Service (development only)."""
+    operator_namespace: str = DEFAULT_OPERATOR_NAMESPACE
+    """Where the operator runs (the chart passes it through the downward API): each managed
+    Redis's NetworkPolicy admits the operator's pods from there unless the spec names another."""
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> OperatorSettings:
@@ -22,4 +27,6 @@ class OperatorSettings:
         return cls(
             redis_timeout_s=float(env.get("CACHEFLEET_OPERATOR_REDIS_TIMEOUT", "2")),
             redis_address=env.get("CACHEFLEET_OPERATOR_REDIS_ADDRESS") or None,
+            operator_namespace=env.get("CACHEFLEET_OPERATOR_NAMESPACE")
+            or DEFAULT_OPERATOR_NAMESPACE,
         )

@@ -32,6 +32,8 @@ class Flag:
     help: str
     choices: tuple[str, ...] | None = None
     is_switch: bool = False
+    #: Repeatable on the command line; comma-separated in the environment.
+    is_list: bool = False
 
     @property
     def env_var(self) -> str:
@@ -63,6 +65,20 @@ FLAGS: tuple[Flag, ...] = (
     ),
     Flag("intra-op-threads", "models", "intra_op_threads", "ONNX Runtime intra-op threads."),
     Flag("inter-op-threads", "models", "inter_op_threads", "ONNX Runtime inter-op threads."),
+    Flag(
+        "model-control-mode",
+        "models",
+        "control_mode",
+        "none: load every model, no load/unload API; explicit: load/unload through the API.",
+        ("none", "explicit"),
+    ),
+    Flag(
+        "load-model",
+        "models",
+        "load_models",
+        "In explicit mode, a model to load at start (repeatable; '*' for all).",
+        is_list=True,
+    ),
     Flag("redis-url", "redis", "url", "redis://, rediss:// or unix:// URL of the shared tier."),
     Flag(
         "redis-mode",
@@ -95,6 +111,8 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         help_text = f"{flag.help} [env {flag.env_var}]"
         if flag.is_switch:
             parser.add_argument(f"--{flag.name}", action="store_true", default=None, help=help_text)
+        elif flag.is_list:
+            parser.add_argument(f"--{flag.name}", action="append", metavar="NAME", help=help_text)
         else:
             parser.add_argument(f"--{flag.name}", choices=flag.choices, help=help_text)
 

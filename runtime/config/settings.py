@@ -29,6 +29,14 @@ CacheMode = Literal["none", "local", "redis", "tiered"]
 #: replicas behind Sentinel.
 RedisMode = Literal["standalone", "cluster", "sentinel"]
 ExecutionProvider = Literal["auto", "cpu", "cuda", "tensorrt"]
+ModelControlMode = Literal["none", "explicit"]
+
+
+def _name_list(value: Any) -> Any:
+    """``--load-model`` given as a list, or as one comma-separated string (environment)."""
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    return value
 
 
 class _Group(BaseModel):
@@ -57,6 +65,14 @@ class ModelSettings(_Group):
     )
     intra_op_threads: int = Field(0, ge=0, description="ONNX Runtime intra-op threads; 0: default.")
     inter_op_threads: int = Field(0, ge=0, description="ONNX Runtime inter-op threads; 0: default.")
+    control_mode: ModelControlMode = Field(
+        "none",
+        description="none: load every model at start, no load/unload API; explicit: load the "
+        "models named by load_models at start, then as asked through the API.",
+    )
+    load_models: Annotated[tuple[str, ...], BeforeValidator(_name_list)] = Field(
+        (), description="Models to load at start in explicit mode; '*' loads every model."
+    )
 
 
 class CacheSettings(_Group):

@@ -26,7 +26,13 @@ from cachefleet.runtime.http.routes import build_routes
 from cachefleet.runtime.http.state import ServerState
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.models.repository import load_repository
-from cachefleet.runtime.service import InferenceService
+from cachefleet.runtime.service import (
+    InferenceService,
+    InFlight,
+    ModelControl,
+    SharedMemoryRegistry,
+    StatisticsRegistry,
+)
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +80,7 @@ async def _serving(state: ServerState) -> AsyncIterator[None]:
     metrics = RuntimeMetrics()
     state.metrics = metrics
     repository = await asyncio.to_thread(
-        load_repository, settings.models.repository, settings.models
+        load_repository, settings.models.repository, settings.models, _models_to_load(settings)
     )
     executor = ThreadPoolExecutor(
         max_workers=_model_threads(), thread_name_prefix="cachefleet-model"
@@ -82,21 +88,46 @@ async def _serving(state: ServerState) -> AsyncIterator[None]:
     cache = build_cache(settings, metrics)
     try:
         await cache.start()
-        service = InferenceService(repository, cache, metrics, settings, executor)
+        statistics, in_flight = StatisticsRegistry(), InFlight()
+        state.shared_memory = SharedMemoryRegistry()
+        service = InferenceService(
+            repository,
+            cache,
+            metrics,
+            settings,
+            executor,
+            statistics,
+            in_flight,
+            state.shared_memory,
+        )
         await asyncio.to_thread(service.prepare)
         state.service = service
+        state.control = ModelControl(
+            repository, cache, statistics, in_flight, settings.models.control_mode
+        )
         log.info(
             "serving %d model version(s) from %s, cache %s",
-            len(repository.index()),
+            sum(entry.state == "READY" for entry in repository.index()),
             settings.models.repository,
             settings.cache.mode,
         )
         yield
     finally:
         state.service = None
+        state.control = None
+        if state.shared_memory is not None:
+            state.shared_memory.close()
+            state.shared_memory = None
         await cache.close()
         executor.shutdown(wait=True, cancel_futures=True)
         repository.close()
+
+
+def _models_to_load(settings: RuntimeSettings) -> frozenset[str] | None:
+    """The models to load at start: all (None) unless explicit mode names some ('*': all)."""
+    if settings.models.control_mode == "none" or "*" in settings.models.load_models:
+        return None
+    return frozenset(settings.models.load_models)
 
 
 def _model_threads() -> int:

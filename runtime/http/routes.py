@@ -18,6 +18,7 @@ from cachefleet.runtime.errors import BadRequestError
 from cachefleet.runtime.http.body import header_length, read_body
 from cachefleet.runtime.http.cache_control import directives_from
 from cachefleet.runtime.http.compression import compress_for
+from cachefleet.runtime.http.shared_memory_routes import shared_memory_routes
 from cachefleet.runtime.http.state import ServerState
 from cachefleet.runtime.protocol import server_metadata
 
@@ -32,6 +33,11 @@ def build_routes(state: ServerState) -> list[BaseRoute]:
     routes: list[BaseRoute] = [
         Route(f"{base}/infer", endpoints.infer, methods=["POST"]) for base in _MODEL_PATHS
     ]
+    # Before "/v2/models/{model}", which would take "stats" for a model name.
+    routes += [
+        Route(path, endpoints.statistics, methods=["GET"])
+        for path in ("/v2/models/stats", *(f"{base}/stats" for base in _MODEL_PATHS))
+    ]
     for base in _MODEL_PATHS:
         routes += [
             Route(base, endpoints.model, methods=["GET"]),
@@ -44,8 +50,11 @@ def build_routes(state: ServerState) -> list[BaseRoute]:
         Route("/v2/health/ready", endpoints.ready, methods=["GET"]),
         Route("/v2", endpoints.server, methods=["GET"]),
         Route("/v2/repository/index", endpoints.index, methods=["POST"]),
+        Route("/v2/repository/models/{model}/load", endpoints.load, methods=["POST"]),
+        Route("/v2/repository/models/{model}/unload", endpoints.unload, methods=["POST"]),
         Route("/v2/models/{model}/cache/flush", endpoints.flush, methods=["POST"]),
         Route("/metrics", endpoints.metrics, methods=["GET"]),
+        *shared_memory_routes(state),
     ]
 
 
@@ -95,10 +104,29 @@ class Endpoints:
     async def model_config(self, request: Request) -> Response:
         return _json(self._state.ready_service().model_config(*_model_path(request)))
 
+    async def statistics(self, request: Request) -> Response:
+        params = request.path_params
+        service = self._state.ready_service()
+        return _json(service.statistics(params.get("model"), params.get("version") or None))
+
     async def index(self, request: Request) -> Response:
         service = self._state.ready_service()
         ready_only = _ready_only(await read_body(request, self._limit))
         return _json(service.index(ready_only=ready_only))
+
+    async def load(self, request: Request) -> Response:
+        control = self._state.ready_control()
+        parameters = _parameters(await read_body(request, self._limit))
+        await control.load(request.path_params["model"], parameters)
+        return Response(status_code=200)
+
+    async def unload(self, request: Request) -> Response:
+        control = self._state.ready_control()
+        # The body may carry {"parameters": {"unload_dependents": ...}}: there are no
+        # ensembles here, so there are no dependents; it is checked for JSON only.
+        _parameters(await read_body(request, self._limit), ignore=("unload_dependents",))
+        await control.unload(request.path_params["model"])
+        return Response(status_code=200)
 
     async def flush(self, request: Request) -> Response:
         name = request.path_params["model"]
@@ -117,6 +145,20 @@ def _json(document: Any) -> Response:
 def _model_path(request: Request) -> tuple[str, str | None]:
     params = request.path_params
     return params["model"], params.get("version") or None
+
+
+def _parameters(body: bytes, ignore: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The ``parameters`` object of a repository load/unload body (which may be empty)."""
+    if not body.strip():
+        return {}
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError as error:
+        raise BadRequestError(f"malformed JSON in the request body: {error}") from None
+    parameters = document.get("parameters", {}) if isinstance(document, dict) else None
+    if not isinstance(parameters, dict):
+        raise BadRequestError('the request body must be like {"parameters": {...}}')
+    return {key: value for key, value in parameters.items() if key not in ignore}
 
 
 def _ready_only(body: bytes) -> bool:

@@ -8,7 +8,7 @@ from importlib.metadata import PackageNotFoundError, version
 from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.errors import NotReadyError
 from cachefleet.runtime.metrics import RuntimeMetrics
-from cachefleet.runtime.service import InferenceService
+from cachefleet.runtime.service import InferenceService, ModelControl, SharedMemoryRegistry
 
 
 def _package_version() -> str:
@@ -24,6 +24,8 @@ class ServerState:
 
     settings: RuntimeSettings
     service: InferenceService | None = None
+    control: ModelControl | None = None
+    shared_memory: SharedMemoryRegistry | None = None
     metrics: RuntimeMetrics | None = None
     version: str = field(default_factory=_package_version)
 
@@ -31,6 +33,16 @@ class ServerState:
         if self.service is None:
             raise NotReadyError("the server is still loading its models")
         return self.service
+
+    def ready_control(self) -> ModelControl:
+        if self.control is None:
+            raise NotReadyError("the server is still loading its models")
+        return self.control
+
+    def ready_shared_memory(self) -> SharedMemoryRegistry:
+        if self.shared_memory is None:
+            raise NotReadyError("the server is still loading its models")
+        return self.shared_memory
 
     def ready_metrics(self) -> RuntimeMetrics:
         if self.metrics is None:

@@ -5,7 +5,7 @@ or of the cache.
 
 - ``types``: what other layers may know (TensorSpec, ModelConfig, Model, ModelRepository).
 - ``repository``: ``load_repository(path, settings)``, the entry point; load-time only.
-- ``schema`` / ``schema_extras`` / ``schema_builder``: Triton's ModelConfig protobuf schema.
+- ``config_message``: Triton's own ModelConfig message (tritonclient's generated code).
 - ``config``: parse config.pbtxt, fill Triton's defaults, map to ModelConfig and its JSON.
 - ``graph``: check a config against the ONNX graph, or derive one from it.
 - ``versions``: version folders and version policies.

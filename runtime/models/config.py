@@ -1,8 +1,8 @@
 """``config.pbtxt``: parse Triton's text format, fill Triton's defaults, turn it into ModelConfig.
 
-Triton configs in the wild carry fields this server does not act on (instance groups, dynamic
-batching, warmup, ...). They must still load, so unknown fields are skipped, and every field that
-is read but not acted on is logged once per model, so that nobody believes it took effect.
+Triton configs in the wild carry fields this server does not act on (warmup, ...). They must
+still load, so every field that is read but not acted on is logged once per model, so that nobody
+believes it took effect. A field Triton's own schema does not know is an error, as in Triton.
 """
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from google.protobuf import json_format, text_format
+from google.protobuf import descriptor, json_format, text_format
 
 from cachefleet.runtime.config import QuantityError, parse_duration_s
+from cachefleet.runtime.models.config_message import ConfigMessage, new_model_config
 from cachefleet.runtime.models.datatypes import CONFIG_TO_KSERVE
 from cachefleet.runtime.models.errors import ModelLoadError
-from cachefleet.runtime.models.schema import ConfigMessage, new_model_config
 from cachefleet.runtime.models.types import ModelConfig, TensorSpec
 
 logger = logging.getLogger(__name__)
@@ -44,23 +44,16 @@ ACTED_ON = frozenset(
 
 
 def parse_config(text: str, *, source: str) -> ConfigMessage:
-    """Parse config.pbtxt text; fields unknown to the schema are skipped with a warning."""
+    """Parse config.pbtxt text into Triton's own ModelConfig message.
+
+    A field Triton's schema does not know is an error naming the field, as in Triton: skipping
+    it would let a misspelt ``response_cache`` or ``dynamic_batching`` silently not happen.
+    """
     config = new_model_config()
     try:
         text_format.Parse(text, config)
-    except text_format.ParseError as strict_error:
-        if "has no field named" not in str(strict_error):
-            raise ModelLoadError(f"{source}: {strict_error}") from None
-        config = new_model_config()
-        try:
-            text_format.Parse(text, config, allow_unknown_field=True)
-        except text_format.ParseError as error:
-            raise ModelLoadError(f"{source}: {error}") from None
-        logger.warning(
-            "%s: skipping config fields this server does not know (first one: %s)",
-            source,
-            strict_error,
-        )
+    except text_format.ParseError as error:
+        raise ModelLoadError(f"{source}: {error}") from None
     return config
 
 
@@ -98,13 +91,56 @@ def log_ignored_fields(config: ConfigMessage) -> None:
 
 def config_document(config: ConfigMessage) -> dict[str, Any]:
     """The config as Triton's ``GET /v2/models/{m}/config`` returns it: JSON, proto names,
-    every field present, 64-bit integers as numbers."""
-    return json_format.MessageToDict(
+    every field present, 64-bit integers as numbers.
+
+    protobuf's JSON mapping writes 64-bit integers as strings; Triton writes numbers (``dims``,
+    ``versions``). protobuf 7 can do that itself, protobuf 6 (what tritonclient pins) cannot, so
+    the strings are turned back into numbers here, guided by the message's descriptor.
+    """
+    document = json_format.MessageToDict(
         config,
         preserving_proto_field_name=True,
         always_print_fields_with_no_presence=True,
-        unquote_int64_if_possible=True,
     )
+    _unquote_int64(config.DESCRIPTOR, document)
+    return document
+
+
+_INT64_TYPES = frozenset(
+    {
+        descriptor.FieldDescriptor.TYPE_INT64,
+        descriptor.FieldDescriptor.TYPE_UINT64,
+        descriptor.FieldDescriptor.TYPE_SINT64,
+        descriptor.FieldDescriptor.TYPE_FIXED64,
+        descriptor.FieldDescriptor.TYPE_SFIXED64,
+    }
+)
+
+
+def _unquote_int64(message_type: descriptor.Descriptor, document: dict[str, Any]) -> None:
+    """Turn the 64-bit integers of a ``MessageToDict`` document into numbers, in place."""
+    for field in message_type.fields:
+        if field.name not in document:
+            continue
+        value = document[field.name]
+        entry = field.message_type
+        if entry is not None and entry.GetOptions().map_entry:
+            value_field = entry.fields_by_name["value"]
+            for key, item in value.items():
+                value[key] = _unquote_value(value_field, item)
+        elif isinstance(value, list):
+            document[field.name] = [_unquote_value(field, item) for item in value]
+        else:
+            document[field.name] = _unquote_value(field, value)
+
+
+def _unquote_value(field: descriptor.FieldDescriptor, value: Any) -> Any:
+    if field.message_type is not None and isinstance(value, dict):
+        _unquote_int64(field.message_type, value)
+        return value
+    if field.type in _INT64_TYPES and isinstance(value, str):
+        return int(value)
+    return value
 
 
 def to_model_config(config: ConfigMessage) -> ModelConfig:

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from cachefleet.runtime.models.config_message import ConfigMessage, new_model_config
 from cachefleet.runtime.models.datatypes import KSERVE_TO_CONFIG, ORT_TO_KSERVE
 from cachefleet.runtime.models.errors import ModelLoadError
-from cachefleet.runtime.models.schema import ConfigMessage, new_model_config
 from cachefleet.runtime.models.types import ModelConfig, TensorSpec
 
 #: Triton's default max_batch_size for an auto-completed model that can batch.

@@ -1,17 +1,20 @@
-"""The Triton-layout model repository: load every model at start, serve what loaded.
+"""The Triton-layout model repository: load models at start (and on request), serve what loaded.
 
 A model that fails to load is listed in the index as UNAVAILABLE with its reason, and the others
-still serve, as in Triton. Loading happens in :func:`load_repository`, never at import.
+still serve, as in Triton. Loading happens in :func:`load_repository` and
+:meth:`LocalModelRepository.load`, never at import.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import blake3
 import onnxruntime as ort
+from google.protobuf import json_format
 
 from cachefleet.runtime.config import ModelSettings
 from cachefleet.runtime.errors import ModelNotFoundError
@@ -22,6 +25,7 @@ from cachefleet.runtime.models.config import (
     parse_config,
     to_model_config,
 )
+from cachefleet.runtime.models.config_message import ConfigMessage, new_model_config
 from cachefleet.runtime.models.errors import ModelLoadError
 from cachefleet.runtime.models.graph import (
     DERIVED_MAX_BATCH_SIZE,
@@ -31,7 +35,6 @@ from cachefleet.runtime.models.graph import (
 )
 from cachefleet.runtime.models.onnx_backend import OnnxModel, open_session, signature_of
 from cachefleet.runtime.models.providers import ExecutionPlan, plan_execution
-from cachefleet.runtime.models.schema import ConfigMessage, new_model_config
 from cachefleet.runtime.models.types import Model, ModelConfig, ModelIndexEntry
 from cachefleet.runtime.models.versions import select_versions, version_folders
 
@@ -40,6 +43,8 @@ logger = logging.getLogger(__name__)
 CONFIG_FILE = "config.pbtxt"
 READY = "READY"
 UNAVAILABLE = "UNAVAILABLE"
+#: The reason shown for a model that is in the repository but not loaded (explicit mode).
+NOT_LOADED = "unloaded"
 
 
 @dataclass
@@ -48,14 +53,24 @@ class _ModelState:
 
     loaded: dict[int, OnnxModel]
     failed: dict[int | None, str]  # None: the whole model failed before any version
+    #: BLAKE3 of the config and every loaded model file: what the served answers depend on.
+    fingerprint: str = field(default="")
 
 
 class LocalModelRepository:
-    """A loaded repository. Read-only after loading, so safe to share between threads."""
+    """A loaded repository.
 
-    def __init__(self, path: Path, models: Mapping[str, _ModelState]) -> None:
+    Reads (``get``, ``index``) happen on the event loop while ``load`` may run in a worker
+    thread: a model's state is built aside and swapped in with one dict assignment, so a reader
+    sees the old state or the new one, never a half-loaded model.
+    """
+
+    def __init__(
+        self, path: Path, models: Mapping[str, _ModelState], settings: ModelSettings | None = None
+    ) -> None:
         self.path = path
         self._models = dict(models)
+        self._settings = settings or ModelSettings()
 
     def index(self) -> list[ModelIndexEntry]:
         entries: list[ModelIndexEntry] = []
@@ -94,36 +109,90 @@ class LocalModelRepository:
         """Drop every session; ONNX Runtime frees a session when its last reference goes."""
         self._models.clear()
 
+    def names(self) -> list[str]:
+        """Every model folder of the repository on disk, loaded or not."""
+        return _model_folders(self.path)
+
+    def fingerprint(self, name: str) -> str:
+        """A digest of what the loaded model computes with (config and model files); "" if
+        ``name`` is not loaded."""
+        state = self._models.get(name)
+        return state.fingerprint if state is not None and state.loaded else ""
+
+    def load(self, name: str, config_json: str | None = None) -> None:
+        """(Re)load model ``name`` from its folder, optionally with a JSON config instead of
+        its config.pbtxt (Triton's load override). Blocking: call it off the event loop.
+
+        Raises ModelLoadError with the reason when no version loads; the model's previous
+        state (serving or not) is then kept, as Triton keeps a model whose reload failed.
+        """
+        folder = self.path / name
+        if name.startswith(".") or "/" in name or not folder.is_dir():
+            raise ModelLoadError(f"no model folder {name!r} in the model repository")
+        state = _load_model(folder, self._settings, config_json)
+        if not state.loaded:
+            reasons = "; ".join(state.failed.values()) or "no version loaded"
+            raise ModelLoadError(reasons)
+        self._models[name] = state
+        for version, reason in state.failed.items():
+            logger.error("model %r %s: UNAVAILABLE: %s", name, version or "", reason)
+
+    def unload(self, name: str) -> None:
+        """Stop serving every version of ``name``; requests already holding it finish."""
+        self._state(name)
+        self._models[name] = _ModelState(loaded={}, failed={None: NOT_LOADED})
+
     def _state(self, name: str) -> _ModelState:
         state = self._models.get(name)
         if state is None:
-            raise ModelNotFoundError(f"unknown model '{name}'")
+            # Worded as Triton words it: its example clients check the message's start.
+            raise ModelNotFoundError(f"Request for unknown model '{name}': not in the repository")
         return state
 
 
-def load_repository(path: Path, settings: ModelSettings) -> LocalModelRepository:
-    """Load every model folder under ``path``.
+def load_repository(
+    path: Path, settings: ModelSettings, only: Collection[str] | None = None
+) -> LocalModelRepository:
+    """Load every model folder under ``path`` (or only those named in ``only``; the others
+    are listed as not loaded, and a name with no folder is listed UNAVAILABLE).
 
     Raises ModelLoadError only when ``path`` itself is unusable; a broken model is listed.
     """
     if not path.is_dir():
         raise ModelLoadError(f"model repository {path} is not a directory")
+    folders = _model_folders(path)
     models = {
-        folder.name: _load_model(folder, settings)
-        for folder in sorted(path.iterdir())
-        if folder.is_dir() and not folder.name.startswith(".")
+        name: _load_model(path / name, settings)
+        if only is None or name in only
+        else _ModelState(loaded={}, failed={None: NOT_LOADED})
+        for name in folders
     }
-    repository = LocalModelRepository(path, models)
+    for name in sorted(set(only or ()) - set(folders)):
+        models[name] = _ModelState(loaded={}, failed={None: "no such folder in the repository"})
+    repository = LocalModelRepository(path, models, settings)
     for entry in repository.index():
-        if entry.state == UNAVAILABLE:
+        if entry.state == UNAVAILABLE and entry.reason != NOT_LOADED:
             logger.error("model %r %s: UNAVAILABLE: %s", entry.name, entry.version, entry.reason)
+    waiting = sorted(name for name, state in models.items() if state.failed == {None: NOT_LOADED})
+    if waiting:
+        logger.info("not loaded until asked (explicit model control): %s", ", ".join(waiting))
     return repository
 
 
-def _load_model(folder: Path, settings: ModelSettings) -> _ModelState:
+def _model_folders(path: Path) -> list[str]:
+    return sorted(
+        folder.name
+        for folder in path.iterdir()
+        if folder.is_dir() and not folder.name.startswith(".")
+    )
+
+
+def _load_model(
+    folder: Path, settings: ModelSettings, config_json: str | None = None
+) -> _ModelState:
     state = _ModelState(loaded={}, failed={})
     try:
-        message = _read_config(folder)
+        message = _read_config(folder, config_json)
         chosen, missing = select_versions(message, version_folders(folder))
         plan = plan_execution(config_document(message), settings, ort.get_available_providers())
     except ModelLoadError as error:
@@ -137,7 +206,19 @@ def _load_model(folder: Path, settings: ModelSettings) -> _ModelState:
             state.loaded[version] = loader.load(version)
         except ModelLoadError as error:
             state.failed[version] = error.message
+    state.fingerprint = _fingerprint(folder, message, sorted(state.loaded))
     return state
+
+
+def _fingerprint(folder: Path, message: ConfigMessage, versions: list[int]) -> str:
+    """BLAKE3 of the settled config and each loaded version's model file, streamed."""
+    digest = blake3.blake3(message.SerializeToString(deterministic=True))
+    for version in versions:
+        digest.update(f"\0{version}\0".encode())
+        with (folder / str(version) / message.default_model_filename).open("rb") as model_file:
+            while chunk := model_file.read(1 << 20):
+                digest.update(chunk)
+    return str(digest.hexdigest())
 
 
 class _VersionLoader:
@@ -173,10 +254,13 @@ class _VersionLoader:
         return config
 
 
-def _read_config(folder: Path) -> ConfigMessage:
-    """The folder's config.pbtxt, completed with Triton's defaults; empty if there is none."""
+def _read_config(folder: Path, config_json: str | None = None) -> ConfigMessage:
+    """The folder's config.pbtxt (or ``config_json``, Triton's load override), completed with
+    Triton's defaults; empty if there is neither."""
     path = folder / CONFIG_FILE
-    if path.is_file():
+    if config_json is not None:
+        message = _parse_json_config(config_json, folder.name)
+    elif path.is_file():
         try:
             text = path.read_text()
         except (OSError, UnicodeDecodeError) as error:
@@ -186,6 +270,18 @@ def _read_config(folder: Path) -> ConfigMessage:
         logger.info("model %r: no %s, deriving the config from the model", folder.name, CONFIG_FILE)
         message = new_model_config()
     complete_config(message, folder.name)
+    return message
+
+
+def _parse_json_config(text: str, name: str) -> ConfigMessage:
+    """A ModelConfig from its JSON form, as a load request's ``config`` parameter carries it."""
+    message = new_model_config()
+    try:
+        json_format.Parse(text, message)
+    except json_format.ParseError as error:
+        raise ModelLoadError(
+            f"model {name!r}: the config override is not a ModelConfig: {error}"
+        ) from None
     return message
 
 

@@ -101,4 +101,20 @@ class ModelRepository(Protocol):
         """The model at ``version`` (latest loaded if None); raises ModelNotFoundError."""
         ...
 
+    def names(self) -> list[str]:
+        """Every model of the repository, loaded or not."""
+        ...
+
+    def fingerprint(self, name: str) -> str:
+        """A digest of the loaded model's config and files ("" when not loaded)."""
+        ...
+
+    def load(self, name: str, config_json: str | None = None) -> None:
+        """(Re)load ``name``, blocking; raises ModelLoadError with the reason."""
+        ...
+
+    def unload(self, name: str) -> None:
+        """Stop serving ``name``; raises ModelNotFoundError if unknown."""
+        ...
+
     def close(self) -> None: ...

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cachefleet.runtime.models.config_message import ConfigMessage
 from cachefleet.runtime.models.errors import ModelLoadError
-from cachefleet.runtime.models.schema import ConfigMessage
 
 
 def version_folders(model_folder: Path) -> list[int]:

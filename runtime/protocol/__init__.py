@@ -5,13 +5,20 @@ Layer rule: pure functions over bytes and Tensors; may use ``models.types`` to v
 
 from cachefleet.runtime.protocol.decode import decode_request
 from cachefleet.runtime.protocol.metadata import model_metadata, repository_index, server_metadata
-from cachefleet.runtime.protocol.request import InferRequest, RequestedOutput
+from cachefleet.runtime.protocol.request import (
+    InferRequest,
+    RequestedOutput,
+    SharedMemoryReader,
+    SharedMemoryRef,
+)
 from cachefleet.runtime.protocol.response import EncodedResponse, encode_response
 
 __all__ = [
     "EncodedResponse",
     "InferRequest",
     "RequestedOutput",
+    "SharedMemoryReader",
+    "SharedMemoryRef",
     "decode_request",
     "encode_response",
     "model_metadata",

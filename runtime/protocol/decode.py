@@ -16,7 +16,12 @@ import orjson
 from cachefleet.runtime.errors import BadRequestError
 from cachefleet.runtime.models.types import ModelConfig
 from cachefleet.runtime.protocol.json_data import tensor_from_json
-from cachefleet.runtime.protocol.request import InferRequest, RequestedOutput
+from cachefleet.runtime.protocol.request import (
+    InferRequest,
+    RequestedOutput,
+    SharedMemoryReader,
+    SharedMemoryRef,
+)
 from cachefleet.runtime.protocol.validate import (
     check_binary_size,
     check_input,
@@ -32,8 +37,17 @@ _SHARED_MEMORY = frozenset(
 )
 
 
-def decode_request(body: bytes, header_length: int | None, config: ModelConfig) -> InferRequest:
-    """Parse and validate ``body`` for the model ``config``; raises BadRequestError."""
+def decode_request(
+    body: bytes,
+    header_length: int | None,
+    config: ModelConfig,
+    shared_memory: SharedMemoryReader | None = None,
+) -> InferRequest:
+    """Parse and validate ``body`` for the model ``config``; raises BadRequestError.
+
+    Inputs that name a shared-memory region are read through ``shared_memory`` (refused when
+    it is None) and checked like binary data, so they give the same tensors and cache keys.
+    """
     header, binary = _split(body, header_length)
     document = _parse_json(header)
     parameters = _mapping(document.get("parameters"), "request 'parameters'")
@@ -42,7 +56,7 @@ def decode_request(body: bytes, header_length: int | None, config: ModelConfig) 
     binary_output = parameters.get("binary_data_output", False)
     if not isinstance(binary_output, bool):
         raise BadRequestError("request parameter 'binary_data_output' must be true or false")
-    inputs = _decode_inputs(document.get("inputs"), binary, config)
+    inputs = _decode_inputs(document.get("inputs"), binary, config, shared_memory)
     outputs = tuple(_decode_output(item, config) for item in _array(document, "outputs"))
     return InferRequest(
         id=_request_id(document.get("id")),
@@ -75,7 +89,12 @@ def _parse_json(header: bytes) -> dict[str, Any]:
     return document
 
 
-def _decode_inputs(items: Any, binary: memoryview, config: ModelConfig) -> tuple[Tensor, ...]:
+def _decode_inputs(
+    items: Any,
+    binary: memoryview,
+    config: ModelConfig,
+    shared_memory: SharedMemoryReader | None,
+) -> tuple[Tensor, ...]:
     if not isinstance(items, list) or not items:
         raise BadRequestError("the request needs a non-empty 'inputs' array")
     tensors: list[Tensor] = []
@@ -85,8 +104,18 @@ def _decode_inputs(items: Any, binary: memoryview, config: ModelConfig) -> tuple
             raise BadRequestError("each entry of 'inputs' must be a JSON object")
         name, datatype, shape = check_input(item, config, tensors)
         parameters = _mapping(item.get("parameters"), f"input {name!r} 'parameters'")
-        if parameters and not _SHARED_MEMORY.isdisjoint(parameters):
-            raise BadRequestError(f"input {name!r}: shared memory is not supported over HTTP")
+        if not _SHARED_MEMORY.isdisjoint(parameters):
+            if shared_memory is None:
+                raise BadRequestError(f"input {name!r}: shared memory is not supported here")
+            if "data" in item or "binary_data_size" in parameters:
+                raise BadRequestError(
+                    f"input {name!r} names a shared memory region and also carries data"
+                )
+            window = _shared_memory_ref(parameters, f"input {name!r}")
+            data = shared_memory.read(window.region, window.offset, window.byte_size)
+            check_binary_size(name, datatype, shape, data)
+            tensors.append(Tensor(name, datatype, shape, data))
+            continue
         size = parameters.get("binary_data_size")
         if size is None:
             if "data" not in item:
@@ -126,8 +155,11 @@ def _decode_output(item: Any, config: ModelConfig) -> RequestedOutput:
         raise BadRequestError("each entry of 'outputs' must be a JSON object")
     name = item.get("name")
     parameters = _mapping(item.get("parameters"), f"output {name!r} 'parameters'")
-    if parameters and not _SHARED_MEMORY.isdisjoint(parameters):
-        raise BadRequestError(f"output {name!r}: shared memory is not supported over HTTP")
+    window = (
+        None
+        if _SHARED_MEMORY.isdisjoint(parameters)
+        else _shared_memory_ref(parameters, f"output {name!r}")
+    )
     binary = parameters.get("binary_data")
     if binary is not None and not isinstance(binary, bool):
         raise BadRequestError(f"output {name!r}: binary_data must be true or false")
@@ -136,7 +168,25 @@ def _decode_output(item: Any, config: ModelConfig) -> RequestedOutput:
         raise BadRequestError(f"output {name!r}: classification must be an integer")
     check_output(name, classification, config)
     assert isinstance(name, str)  # check_output ensured it
-    return RequestedOutput(name, binary, classification)
+    if window is not None and classification:
+        raise BadRequestError(
+            f"output {name!r}: classification into shared memory is not supported"
+        )
+    return RequestedOutput(name, binary, classification, window)
+
+
+def _shared_memory_ref(parameters: Mapping[str, Any], what: str) -> SharedMemoryRef:
+    """The ``shared_memory_region`` / ``_byte_size`` / ``_offset`` parameters, checked."""
+    region = parameters.get("shared_memory_region")
+    if not isinstance(region, str) or not region:
+        raise BadRequestError(f"{what}: shared_memory_region must name a registered region")
+    values = []
+    for key, default in (("shared_memory_byte_size", None), ("shared_memory_offset", 0)):
+        value = parameters.get(key, default)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise BadRequestError(f"{what}: {key} must be a non-negative integer")
+        values.append(value)
+    return SharedMemoryRef(region, byte_size=values[0], offset=values[1])
 
 
 def _request_id(value: Any) -> str | None:

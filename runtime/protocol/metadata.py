@@ -7,9 +7,18 @@ from typing import Any
 
 from cachefleet.runtime.models.types import Model, ModelIndexEntry, TensorSpec
 
-SERVER_NAME = "cachefleet"
+#: The name in ``GET /v2``: Triton's, because Triton's own clients check it (its health and
+#: metadata example exits unless the server is called "triton"); ``version`` is cachefleet's.
+SERVER_NAME = "triton"
 #: Protocol extensions this server implements (Triton reports these in GET /v2).
-EXTENSIONS = ("binary_tensor_data", "classification", "model_repository", "response_cache")
+EXTENSIONS = (
+    "binary_tensor_data",
+    "classification",
+    "model_repository",
+    "response_cache",
+    "statistics",
+    "system_shared_memory",
+)
 
 
 def server_metadata(version: str) -> dict[str, Any]:

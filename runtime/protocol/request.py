@@ -9,12 +9,27 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from cachefleet.runtime.tensor import Tensor
 
 #: Request parameters that only change how the answer is rendered or whether it is cached.
 RENDERING_PARAMETERS = frozenset({"binary_data_output", "cache", "priority", "timeout"})
+
+
+@dataclass(frozen=True, slots=True)
+class SharedMemoryRef:
+    """A window of a registered shared-memory region (Triton's ``shared_memory_*`` parameters)."""
+
+    region: str
+    byte_size: int
+    offset: int = 0
+
+
+class SharedMemoryReader(Protocol):
+    """Reads a window of a registered region (the service's shared-memory registry)."""
+
+    def read(self, name: str, offset: int, byte_size: int) -> bytes: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +41,8 @@ class RequestedOutput:
     binary: bool | None = None
     #: ``parameters.classification``: top-k classes instead of the raw tensor; 0 is off.
     classification: int = 0
+    #: Write the tensor into this shared-memory window instead of the response body.
+    shared_memory: SharedMemoryRef | None = None
 
 
 @dataclass(frozen=True, slots=True)

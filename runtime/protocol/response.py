@@ -59,7 +59,15 @@ def encode_response(
             "datatype": tensor.datatype,
             "shape": tensor.shape,
         }
-        if request.binary_output if output.binary is None else output.binary:
+        if output.shared_memory is not None:  # the service wrote the bytes into the region
+            window = output.shared_memory
+            entry["parameters"] = {
+                "shared_memory_region": window.region,
+                "shared_memory_byte_size": len(tensor.data),
+            }
+            if window.offset:
+                entry["parameters"]["shared_memory_offset"] = window.offset
+        elif request.binary_output if output.binary is None else output.binary:
             entry["parameters"] = {"binary_data_size": len(tensor.data)}
             chunks.append(tensor.data)
         else:

@@ -1,8 +1,9 @@
-"""Triton's classic add/sub samples, ``simple`` (INT32) and ``simple_string`` (BYTES).
+"""Triton's classic add/sub samples: ``simple`` (INT32), ``simple_int8`` and ``simple_string``.
 
-Both take two [batch, 16] tensors and return their sum and difference. ``simple_string`` carries
-decimal integers as strings, so it exercises the BYTES path end to end: ONNX casts the strings to
-INT32, computes, and casts back.
+Each takes two [batch, 16] tensors and returns their sum and difference (``simple_int8`` wraps
+around on overflow, as INT8 arithmetic does in numpy and in Triton's own sample).
+``simple_string`` carries decimal integers as strings, so it exercises the BYTES path end to
+end: ONNX casts the strings to INT32, computes, and casts back.
 """
 
 from __future__ import annotations
@@ -22,15 +23,24 @@ def _value(name: str, elem_type: int) -> onnx.ValueInfoProto:
 
 def build_simple() -> onnx.ModelProto:
     """OUTPUT0 = INPUT0 + INPUT1 and OUTPUT1 = INPUT0 - INPUT1, all INT32."""
+    return _add_sub("simple", TensorProto.INT32)
+
+
+def build_simple_int8() -> onnx.ModelProto:
+    """The ``simple`` arithmetic on INT8 (Triton's ``simple_int8``)."""
+    return _add_sub("simple_int8", TensorProto.INT8)
+
+
+def _add_sub(name: str, elem_type: int) -> onnx.ModelProto:
     nodes = [
         helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"], name="add"),
         helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"], name="sub"),
     ]
     graph = helper.make_graph(
         nodes,
-        "simple",
-        [_value("INPUT0", TensorProto.INT32), _value("INPUT1", TensorProto.INT32)],
-        [_value("OUTPUT0", TensorProto.INT32), _value("OUTPUT1", TensorProto.INT32)],
+        name,
+        [_value("INPUT0", elem_type), _value("INPUT1", elem_type)],
+        [_value("OUTPUT0", elem_type), _value("OUTPUT1", elem_type)],
     )
     return make_model(graph)
 

@@ -13,9 +13,11 @@ import onnx
 from cachefleet.runtime.samples.arithmetic import (
     arithmetic_config,
     build_simple,
+    build_simple_int8,
     build_simple_string,
 )
 from cachefleet.runtime.samples.densenet import DENSENET_CONFIG, build_densenet, densenet_labels
+from cachefleet.runtime.samples.identity import IDENTITY_CONFIG, build_simple_identity
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,8 @@ class Sample:
 SAMPLES: tuple[Sample, ...] = (
     Sample("simple", build_simple, arithmetic_config("simple", "TYPE_INT32")),
     Sample("simple_string", build_simple_string, arithmetic_config("simple_string", "TYPE_STRING")),
+    Sample("simple_int8", build_simple_int8, arithmetic_config("simple_int8", "TYPE_INT8")),
+    Sample("simple_identity", build_simple_identity, IDENTITY_CONFIG),
     Sample(
         "densenet_onnx",
         build_densenet,

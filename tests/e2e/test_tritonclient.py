@@ -119,6 +119,41 @@ def test_simple_string(client: httpclient.InferenceServerClient, binary: bool) -
         assert as_ints == expected.ravel().tolist()
 
 
+@pytest.mark.parametrize("binary", [True, False], ids=["binary", "json"])
+def test_simple_int8_wraps_like_numpy(
+    client: httpclient.InferenceServerClient, binary: bool
+) -> None:
+    rng = np.random.default_rng(11)
+    first = rng.integers(-128, 128, (3, 16), dtype=np.int8)
+    second = rng.integers(-128, 128, (3, 16), dtype=np.int8)
+    result = client.infer(
+        "simple_int8",
+        _inputs({"INPUT0": first, "INPUT1": second}, "INT8", binary),
+        outputs=_outputs(("OUTPUT0", "OUTPUT1"), binary),
+    )
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), first + second)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), first - second)
+    assert result.as_numpy("OUTPUT0").dtype == np.int8
+
+
+@pytest.mark.parametrize("binary", [True, False], ids=["binary", "json"])
+def test_simple_identity_returns_every_byte(
+    client: httpclient.InferenceServerClient, binary: bool
+) -> None:
+    """Strings with NUL characters and raw little blobs, as Triton's string example sends."""
+    strings = np.array([b"he\x00llo"] * 8 + [b"\x00\x01\x02\x03"] * 8, dtype=np.object_)
+    strings = strings.reshape(1, 16)
+    result = client.infer(
+        "simple_identity",
+        _inputs({"INPUT0": strings}, "BYTES", binary),
+        outputs=_outputs(("OUTPUT0",), binary),
+    )
+    got = result.as_numpy("OUTPUT0")
+    assert got.shape == (1, 16)
+    as_bytes = [item if isinstance(item, bytes) else str(item).encode() for item in got.ravel()]
+    assert as_bytes == strings.ravel().tolist()
+
+
 @pytest.fixture(scope="module")
 def image() -> np.ndarray:
     return np.random.default_rng(3).random((3, 224, 224), dtype=np.float32)
@@ -154,8 +189,9 @@ def test_metadata_config_index_health(client: httpclient.InferenceServerClient) 
     assert client.is_model_ready("densenet_onnx", "1")
     assert not client.is_model_ready("no_such_model")
     server_metadata = client.get_server_metadata()
-    assert server_metadata["name"] == "cachefleet"
+    assert server_metadata["name"] == "triton"  # as Triton, whose clients check it
     assert "binary_tensor_data" in server_metadata["extensions"]
+    assert "statistics" in server_metadata["extensions"]
     metadata = client.get_model_metadata("simple")
     assert metadata["versions"] == ["1"]
     assert metadata["inputs"][0] == {"name": "INPUT0", "datatype": "INT32", "shape": [-1, 16]}
@@ -167,6 +203,8 @@ def test_metadata_config_index_health(client: httpclient.InferenceServerClient) 
     assert {(row["name"], row["version"], row["state"]) for row in index} == {
         ("densenet_onnx", "1", "READY"),
         ("simple", "1", "READY"),
+        ("simple_identity", "1", "READY"),
+        ("simple_int8", "1", "READY"),
         ("simple_string", "1", "READY"),
     }
 

@@ -8,6 +8,7 @@ under the name ``conftest``, which tests import helpers from.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -52,11 +53,14 @@ class Api:
             return await response.json()
 
 
-@pytest.fixture
-async def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Cluster]:
+@contextlib.asynccontextmanager
+async def serving(
+    emulator: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Cluster]:
+    """Serve ``emulator`` on loopback and point the Kubernetes client (and kopf) at it."""
     import kubernetes.config.kube_config
 
-    async with Cluster() as emulator, kmock.Server(emulator):
+    async with emulator, kmock.Server(emulator):
         kubeconfig = tmp_path / "kubeconfig"
         kubeconfig.write_text(yaml.safe_dump({
             "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
@@ -68,6 +72,12 @@ async def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncItera
         monkeypatch.setattr(
             kubernetes.config.kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig)
         )
+        yield emulator
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Cluster]:
+    async with serving(Cluster(), tmp_path, monkeypatch) as emulator:
         yield emulator
 
 

@@ -207,10 +207,15 @@ async def test_live_config_set_reaches_the_running_redis(
         "maxmemory set live on redis-server",
     )
     assert client.config_get("maxmemory-policy")["maxmemory-policy"] == "volatile-ttl"
-    redis_ready = await eventually(
-        lambda: condition(cis(cluster, "svc"), "RedisReady"), "RedisReady"
-    )
+
+    # The status is written when the handler that ran CONFIG SET returns: wait for that write.
+    def redis_ready_true() -> dict[str, Any] | None:
+        found = condition(cis(cluster, "svc"), "RedisReady")
+        return found if found is not None and found["status"] == "True" else None
+
+    redis_ready = await eventually(redis_ready_true, "RedisReady=True")
     assert redis_ready["status"] == "True"
+    assert redis_ready["reason"] == "Ready"
     figures = await eventually(
         lambda: ((cis(cluster, "svc") or {}).get("status") or {}).get("cache"), "cache figures"
     )

@@ -110,3 +110,17 @@ def test_redis_mode_flags() -> None:
     assert settings.to_document()["redis"]["mode"] == "sentinel"
     with pytest.raises(SystemExit):
         parse("--redis-mode", "replicated")
+
+
+def test_model_control_flags_repeat_and_read_comma_lists(tmp_path: Path) -> None:
+    args = parse("--model-control-mode", "explicit", "--load-model", "a", "--load-model", "b")
+    settings = load_settings(args, environ={})
+    assert (settings.models.control_mode, settings.models.load_models) == ("explicit", ("a", "b"))
+    from_env = load_settings(parse(), environ={"CACHEFLEET_LOAD_MODEL": "simple, densenet_onnx"})
+    assert from_env.models.load_models == ("simple", "densenet_onnx")
+    config = tmp_path / "serve.yaml"
+    config.write_text("model-control-mode: explicit\nload-model: ['*']\n")
+    from_file = load_settings(parse("--config", str(config)), environ={})
+    assert (from_file.models.control_mode, from_file.models.load_models) == ("explicit", ("*",))
+    with pytest.raises(SystemExit):
+        parse("--model-control-mode", "poll")

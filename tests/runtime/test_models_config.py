@@ -13,6 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from cachefleet.runtime.config import ModelSettings
 from cachefleet.runtime.errors import BadRequestError, ModelNotFoundError
+from cachefleet.runtime.models.config import parse_config
 from cachefleet.runtime.models.repository import LocalModelRepository, load_repository
 from cachefleet.runtime.samples.onnx_build import make_model
 from cachefleet.runtime.tensor import Tensor
@@ -119,7 +120,6 @@ def test_fields_we_ignore_still_parse_and_are_logged(
     instance_group [ { kind: KIND_GPU count: 2 gpus: [ 0 ] } ]
     dynamic_batching { preferred_batch_size: [ 4, 8 ] max_queue_delay_microseconds: 100 }
     model_warmup [ { name: "w" batch_size: 1 inputs { key: "INPUT0" value { zero_data: true } } } ]
-    some_future_field { nested { deeper: 1 } values: [ 1, 2 ] }
     parameters { key: "cache_ttl" value { string_value: "10m" } }
     """
     repo.add("adder", simple_config(extra=extra))
@@ -130,9 +130,46 @@ def test_fields_we_ignore_still_parse_and_are_logged(
     assert config.cache_ttl_s == 600
     assert config.document["instance_group"][0]["count"] == 2
     assert config.document["dynamic_batching"]["max_queue_delay_microseconds"] == 100
-    assert "some_future_field" in caplog.text, "unknown fields are skipped with a warning"
     assert "not acted on: dynamic_batching, model_warmup" in caplog.text
     add_sub(repository, "adder")
+
+
+def test_a_field_unknown_to_tritons_schema_makes_the_model_unavailable_naming_it(
+    repo: RepositoryBuilder,
+) -> None:
+    repo.add("adder", simple_config(extra="some_future_field { nested { deeper: 1 } }"))
+    repo.add("other", simple_config(name="other"))
+    repository = load(repo.root)
+    assert states(repository) == {("adder", ""): "UNAVAILABLE", ("other", "1"): "READY"}
+    assert "some_future_field" in reason(repository, "adder")
+
+
+def test_config_is_tritons_own_model_config_message(repo: RepositoryBuilder) -> None:
+    """Parsed into tritonclient's generated ModelConfig: no schema of our own to drift."""
+    from tritonclient.grpc import model_config_pb2
+
+    message = parse_config(simple_config(), source="adder/config.pbtxt")
+    assert isinstance(message, model_config_pb2.ModelConfig)
+    assert [item.name for item in message.input] == ["INPUT0", "INPUT1"]
+
+
+def test_config_document_writes_64_bit_integers_as_numbers(repo: RepositoryBuilder) -> None:
+    """Triton's JSON has numbers where protobuf's JSON mapping has strings (int64, uint64)."""
+    extra = """
+    version_policy { specific { versions: [ 1 ] } }
+    dynamic_batching {
+      max_queue_delay_microseconds: 250
+      priority_queue_policy { key: 2 value { default_timeout_microseconds: 7 } }
+    }
+    """
+    repo.add("adder", simple_config(extra=extra))
+    document = load(repo.root).get("adder").config.document
+    assert document["version_policy"] == {"specific": {"versions": [1]}}
+    assert document["input"][0]["dims"] == [16]
+    batching = document["dynamic_batching"]
+    assert batching["max_queue_delay_microseconds"] == 250
+    assert batching["priority_queue_policy"]["2"]["default_timeout_microseconds"] == 7
+    assert batching["preserve_ordering"] is False
 
 
 @pytest.mark.parametrize(("ttl", "seconds"), [("90", 90.0), ("1h30m", 5400.0)])

@@ -20,7 +20,7 @@ def session(repository: Path, model: str) -> ort.InferenceSession:
 
 
 def test_repository_has_triton_layout_with_caching_enabled(model_repository: Path) -> None:
-    for model in ("simple", "simple_string", "densenet_onnx"):
+    for model in ("simple", "simple_string", "simple_int8", "simple_identity", "densenet_onnx"):
         config = (model_repository / model / "config.pbtxt").read_text()
         assert f'name: "{model}"' in config
         assert "response_cache { enable: true }" in config
@@ -47,6 +47,25 @@ def test_simple_string_computes_on_decimal_strings(model_repository: Path) -> No
     )
     assert total.tolist() == as_text(a + b).tolist()
     assert difference.tolist() == as_text(a - b).tolist()
+
+
+def test_simple_int8_wraps_around_like_numpy(model_repository: Path) -> None:
+    rng = np.random.default_rng(8)
+    a = rng.integers(-128, 128, (2, 16), dtype=np.int8)
+    b = rng.integers(-128, 128, (2, 16), dtype=np.int8)
+    total, difference = session(model_repository, "simple_int8").run(
+        None, {"INPUT0": a, "INPUT1": b}
+    )
+    np.testing.assert_array_equal(total, a + b)
+    np.testing.assert_array_equal(difference, a - b)
+    assert total.dtype == np.int8
+
+
+def test_simple_identity_returns_strings_unchanged(model_repository: Path) -> None:
+    """Any width, NUL characters included (Triton's string example sends "he\\x00llo")."""
+    strings = np.array([["he\x00llo", "\x00\x01\x02\x03", ""]], dtype=object)
+    (same,) = session(model_repository, "simple_identity").run(None, {"INPUT0": strings})
+    assert same.tolist() == strings.tolist()
 
 
 def test_densenet_serves_triton_shapes_with_labels(model_repository: Path) -> None:

@@ -1,0 +1,101 @@
+"""What to do when the API server refuses a StatefulSet update: its immutable fields changed.
+
+A StatefulSet's ``selector``, ``serviceName`` and ``volumeClaimTemplates`` cannot be updated
+(https://kubernetes.io/docs/concepts/workloads/controllers/statefulset/#limitations ; the server
+answers 422 "updates to statefulset spec for fields other than ... are forbidden"). Each change
+gets a deliberate path here, decided from the live and the desired object (no I/O):
+
+- persistence switched on or off, or a changed selector or Service name: re-create the
+  StatefulSet, orphaning its pod so the new one adopts and rolls it;
+- a larger claim: expand the existing claims (when the storage class allows it) and re-create;
+- a smaller claim or another storage class: an existing claim cannot change that way, so the
+  service stalls with a message saying what to do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from cachefleet.runtime.config import QuantityError, parse_bytes
+
+Action = Literal["none", "recreate", "expand", "blocked"]
+
+
+@dataclass(frozen=True)
+class ClaimChange:
+    """The path for one refused StatefulSet update; ``size`` and ``claims`` are for ``expand``."""
+
+    action: Action
+    message: str = ""
+    size: str = ""
+    storage_class: str | None = None
+    claims: tuple[str, ...] = ()
+
+
+def plan_claim_change(live: Mapping[str, Any], desired: Mapping[str, Any]) -> ClaimChange:
+    live_spec, desired_spec = live.get("spec") or {}, desired.get("spec") or {}
+    name = desired["metadata"]["name"]
+    for field in ("selector", "serviceName"):
+        if live_spec.get(field) != desired_spec.get(field):
+            return ClaimChange("recreate", f"{field} changed")
+    old, new = _templates(live_spec), _templates(desired_spec)
+    if old.keys() != new.keys():
+        return ClaimChange("recreate", "persistence was switched on or off")
+    replicas = int(live_spec.get("replicas") or 1)
+    for template, (old_class, old_size) in old.items():
+        new_class, new_size = new[template]
+        claims = tuple(f"{template}-{name}-{ordinal}" for ordinal in range(replicas))
+        if old_class != new_class:
+            return ClaimChange("blocked", _class_message(name, claims, old_class, new_class))
+        old_bytes, new_bytes = _bytes(old_size), _bytes(new_size)
+        if old_bytes is None or new_bytes is None or new_bytes == old_bytes:
+            continue
+        if new_bytes < old_bytes:
+            return ClaimChange("blocked", _shrink_message(name, claims, old_size, new_size))
+        return ClaimChange("expand", "", str(new_size), new_class, claims)
+    return ClaimChange("none")
+
+
+def not_expandable_message(change: ClaimChange, reason: str) -> str:
+    where = change.storage_class or "the cluster's default class"
+    return (
+        f"cache.redis.persistence.size cannot grow to {change.size}: the API server refused to "
+        f"expand the claim(s) {', '.join(change.claims)} ({reason}); storage class {where} must "
+        f"allow volume expansion (allowVolumeExpansion: true). Put the size back, or delete the "
+        f"StatefulSet and the claim(s) (this drops the persisted cache) for new ones"
+    )
+
+
+def _templates(spec: Mapping[str, Any]) -> dict[str, tuple[str | None, Any]]:
+    found = {}
+    for template in spec.get("volumeClaimTemplates") or []:
+        claim = template.get("spec") or {}
+        size = ((claim.get("resources") or {}).get("requests") or {}).get("storage")
+        found[template["metadata"]["name"]] = (claim.get("storageClassName"), size)
+    return found
+
+
+def _bytes(size: Any) -> int | None:
+    try:
+        return None if size is None else parse_bytes(size)
+    except QuantityError:
+        return None
+
+
+def _class_message(name: str, claims: tuple[str, ...], old: str | None, new: str | None) -> str:
+    return (
+        f"cache.redis.persistence.storageClassName cannot change from {old or 'the default'} to "
+        f"{new or 'the default'}: existing claims keep their class. Put it back, or delete the "
+        f"StatefulSet {name} and the claim(s) {', '.join(claims)} (this drops the persisted "
+        f"cache) and the operator creates them with the new class"
+    )
+
+
+def _shrink_message(name: str, claims: tuple[str, ...], old: Any, new: Any) -> str:
+    return (
+        f"cache.redis.persistence.size cannot shrink from {old} to {new}: a volume only grows. "
+        f"Put the size back, or delete the StatefulSet {name} and the claim(s) "
+        f"{', '.join(claims)} (this drops the persisted cache)"
+    )

@@ -1,0 +1,199 @@
+"""Triton's shared-memory extensions: clients register POSIX shared-memory regions by name, then
+send inputs and receive outputs through them instead of in the request and response bodies.
+
+Transport-neutral: the HTTP routes (``/v2/systemsharedmemory/...``, ``/v2/cudasharedmemory/...``)
+and the gRPC ``SystemSharedMemory*`` / ``CudaSharedMemory*`` calls both use
+:class:`SharedMemoryRegistry`; the inference path reads inputs with its ``read`` and writes
+outputs with its ``write``.
+
+Safety: a region is a file under ``/dev/shm`` (what ``shm_open`` names, and what tritonclient's
+``shared_memory`` module creates), mapped read-write. Every read and write is checked against
+the registered window (offset, byte size) and against the file's current size (a client may
+shrink the file after registering; touching a mapping past the end of its file would kill the
+process with SIGBUS), and fails with a 400 instead. Keys that could name a file outside
+``/dev/shm`` are refused, symlinks are not followed, and only regular files are mapped.
+
+CUDA shared memory is not supported: registering a CUDA region is a 400 that says so; its status
+is an empty list and unregistering is a no-op, so clients that clean up both kinds still work.
+
+Used from the event loop only, so nothing here takes a lock.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cachefleet.runtime.errors import BadRequestError
+
+#: Where Linux keeps POSIX shared memory objects (``shm_open("/name")`` is ``/dev/shm/name``).
+SHM_ROOT = Path("/dev/shm")
+
+
+@dataclass
+class _Region:
+    name: str
+    key: str
+    offset: int
+    byte_size: int
+    fd: int
+    mapping: mmap.mmap
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "key": self.key,
+            "offset": self.offset,
+            "byte_size": self.byte_size,
+        }
+
+    def close(self) -> None:
+        self.mapping.close()  # reads copy and writes assign slices: no view outlives a request
+        os.close(self.fd)
+
+
+class SharedMemoryRegistry:
+    """The system shared-memory regions registered with this server process."""
+
+    def __init__(self, root: Path = SHM_ROOT) -> None:
+        self._root = root
+        self._regions: dict[str, _Region] = {}
+
+    # -- system shared memory ------------------------------------------------------------------
+
+    def register_system(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        """Map ``byte_size`` bytes at ``offset`` of the POSIX shared-memory object ``key``.
+
+        Raises BadRequestError for a name already registered, a key that is not one plain
+        name, a missing object, or a window past the object's end.
+        """
+        if not isinstance(name, str) or not name:
+            raise BadRequestError("a shared memory region needs a non-empty name")
+        if name in self._regions:
+            raise BadRequestError(f"shared memory region '{name}' is already registered")
+        path = self._path(key)
+        _check_window(offset, byte_size, "register")
+        if byte_size == 0:
+            raise BadRequestError(f"shared memory region '{name}': byte_size must be positive")
+        try:
+            # O_NOFOLLOW, as glibc's shm_open: a symlink planted in /dev/shm must not make the
+            # server read or write a file the client could not.
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as error:
+            raise BadRequestError(
+                f"unable to open shared memory region '{name}' key '{key}': {error.strerror}"
+            ) from None
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise BadRequestError(
+                    f"shared memory region '{name}': '{key}' is not a shared memory object"
+                )
+            size = info.st_size
+            if offset + byte_size > size:
+                raise BadRequestError(
+                    f"shared memory region '{name}': offset {offset} + byte_size {byte_size} "
+                    f"is past the end of '{key}' ({size} bytes)"
+                )
+            mapping = mmap.mmap(fd, offset + byte_size)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._regions[name] = _Region(name, key, offset, byte_size, fd, mapping)
+
+    def system_status(self, name: str | None = None) -> list[dict[str, Any]]:
+        """``[{"name", "key", "offset", "byte_size"}]`` of every region, or of ``name``."""
+        if name is None:
+            return [region.status() for region in self._regions.values()]
+        return [self._region(name).status()]
+
+    def unregister_system(self, name: str | None = None) -> None:
+        """Unmap region ``name`` (every region if None); an unknown name is a no-op, as in
+        Triton. The client's shared-memory object itself is never removed."""
+        names = list(self._regions) if name is None else [name]
+        for each in names:
+            region = self._regions.pop(each, None)
+            if region is not None:
+                region.close()
+
+    def read(self, name: str, offset: int, byte_size: int) -> bytes:
+        """A copy of ``byte_size`` bytes at ``offset`` inside region ``name``."""
+        region, start = self._window(name, offset, byte_size, "read")
+        return region.mapping[start : start + byte_size]
+
+    def write(self, name: str, offset: int, byte_size: int, data: bytes) -> None:
+        """Write ``data`` at ``offset`` inside region ``name``, where the client has reserved
+        ``byte_size`` bytes for it."""
+        if len(data) > byte_size:
+            raise BadRequestError(
+                f"shared memory region '{name}': the output has {len(data)} bytes, more than "
+                f"the {byte_size} bytes reserved for it"
+            )
+        region, start = self._window(name, offset, byte_size, "write")
+        region.mapping[start : start + len(data)] = data
+
+    def close(self) -> None:
+        self.unregister_system()
+
+    # -- CUDA shared memory: not supported -----------------------------------------------------
+
+    def register_cuda(self, name: str, device_id: int, byte_size: int) -> None:
+        raise BadRequestError(
+            f"cannot register CUDA shared memory region '{name}': CUDA shared memory is not "
+            "supported by this server; use system shared memory"
+        )
+
+    def cuda_status(self, name: str | None = None) -> list[dict[str, Any]]:
+        if name is not None:
+            raise BadRequestError(f"unable to find CUDA shared memory region '{name}'")
+        return []
+
+    def unregister_cuda(self, name: str | None = None) -> None:
+        return None
+
+    # -- checks --------------------------------------------------------------------------------
+
+    def _path(self, key: Any) -> Path:
+        if not isinstance(key, str):
+            raise BadRequestError("a shared memory key must be a string like '/name'")
+        plain = key[1:] if key.startswith("/") else key
+        if not plain or "/" in plain or plain in (".", "..") or "\0" in plain:
+            raise BadRequestError(
+                f"shared memory key {key!r} must be one name like '/input_data' (no other '/')"
+            )
+        return self._root / plain
+
+    def _region(self, name: str) -> _Region:
+        region = self._regions.get(name)
+        if region is None:
+            raise BadRequestError(f"unable to find system shared memory region '{name}'")
+        return region
+
+    def _window(self, name: str, offset: int, byte_size: int, action: str) -> tuple[_Region, int]:
+        """The region and the absolute start of ``[offset, offset + byte_size)`` inside it."""
+        region = self._region(name)
+        _check_window(offset, byte_size, action)
+        if offset + byte_size > region.byte_size:
+            raise BadRequestError(
+                f"shared memory region '{name}': cannot {action} {byte_size} bytes at offset "
+                f"{offset}, the region has {region.byte_size} bytes"
+            )
+        end = region.offset + offset + byte_size
+        if os.fstat(region.fd).st_size < end:
+            raise BadRequestError(
+                f"shared memory region '{name}': '{region.key}' shrank below the registered "
+                "size; register it again"
+            )
+        return region, region.offset + offset
+
+
+def _check_window(offset: Any, byte_size: Any, action: str) -> None:
+    for label, value in (("offset", offset), ("byte_size", byte_size)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise BadRequestError(
+                f"shared memory {action}: {label} must be a non-negative integer, not {value!r}"
+            )

@@ -1,0 +1,60 @@
+"""Unloading drains: requests already running finish, new ones are refused, then unload returns.
+
+In-process, on the real sample repository, with no clock: the test holds a request "in flight"
+itself and lets the event loop run until nothing else can happen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cachefleet.runtime.cache.api import NullCache
+from cachefleet.runtime.config import ModelSettings
+from cachefleet.runtime.errors import BadRequestError, ModelNotFoundError
+from cachefleet.runtime.models.repository import load_repository
+from cachefleet.runtime.service import InFlight, ModelControl, StatisticsRegistry
+from cachefleet.runtime.tensor import Tensor
+
+
+async def settle() -> None:
+    """Let every ready task run until it blocks."""
+    for _ in range(10):
+        await asyncio.sleep(0)
+
+
+async def test_unload_waits_for_requests_in_flight(model_repository: Path) -> None:
+    repository = load_repository(model_repository, ModelSettings(execution_provider="cpu"))
+    in_flight = InFlight()
+    control = ModelControl(repository, NullCache(), StatisticsRegistry(), in_flight, "explicit")
+    running = repository.get("simple")  # a request that resolved its model before the unload
+    in_flight.enter("simple")
+
+    unload = asyncio.create_task(control.unload("simple"))
+    await settle()
+    assert not unload.done(), "unload returned while a request was still running"
+    with pytest.raises(ModelNotFoundError, match="not available: unloaded"):
+        repository.get("simple")  # new requests are refused at once
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    (total, _) = running.run([Tensor.from_numpy("INPUT0", a), Tensor.from_numpy("INPUT1", a)])
+    np.testing.assert_array_equal(total.to_numpy(), a * 2)  # the running one still computes
+
+    in_flight.leave("simple")
+    await asyncio.wait_for(unload, 10)
+    assert in_flight.count("simple") == 0
+    await control.load("simple")
+    assert repository.get("simple").version == "1"
+
+
+async def test_none_mode_and_file_parameters_are_refused(model_repository: Path) -> None:
+    repository = load_repository(model_repository, ModelSettings(execution_provider="cpu"))
+    control = ModelControl(repository, NullCache(), StatisticsRegistry(), InFlight(), "none")
+    with pytest.raises(BadRequestError, match="model control is off"):
+        await control.unload("simple")
+    with pytest.raises(BadRequestError, match="file: parameters"):
+        await ModelControl(
+            repository, NullCache(), StatisticsRegistry(), InFlight(), "explicit"
+        ).load("simple", {"file:1/model.onnx": "AAAA"})
