@@ -383,8 +383,8 @@ def report(result: Result) -> str:
         lines += [
             "",
             f"Settled, nothing changing: {result.settle_requests} API requests in "
-            f"{result.settle_s:.0f} s ({per_minute:.1f} per object per minute: resync and cache "
-            f"figure timers; the resync timer fires 60 s after each object's creation).",
+            f"{result.settle_s:.0f} s ({per_minute:.1f} per object per minute: the operator's "
+            f"periodic resync, every 60 s from its start, and cache figures, every 30 s).",
         ]
     lines += [
         "",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import secrets
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 import yaml
 
 from cachefleet.operator.manifests.errors import SpecError
+from cachefleet.operator.manifests.meta import DEFAULT_OPERATOR_NAMESPACE
 
 HELP = "print every object the operator would apply for a CachedInferenceService."
 
@@ -33,11 +35,30 @@ _Dumper.add_representer(str, _represent_str)
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", type=Path, help="YAML file with one CachedInferenceService")
     parser.add_argument("--namespace", help="namespace when the file names none (default: default)")
+    parser.add_argument(
+        "--operator-namespace",
+        default=DEFAULT_OPERATOR_NAMESPACE,
+        type=_namespace,
+        help="where the operator runs, admitted by managed Redis's NetworkPolicy unless the spec "
+        f"names another (default: {DEFAULT_OPERATOR_NAMESPACE}, as the chart installs it)",
+    )
+
+
+def _namespace(value: str) -> str:
+    """A namespace name is a DNS-1123 label (Kubernetes object names documentation)."""
+    if len(value) > 63 or not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", value):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a namespace name (a DNS-1123 label: lower-case letters, digits "
+            "and '-', at most 63 characters, starting and ending with a letter or digit)"
+        )
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        children = render_file(args.file, namespace=args.namespace)
+        children = render_file(
+            args.file, namespace=args.namespace, operator_namespace=args.operator_namespace
+        )
     except SpecError as error:
         print(f"cachefleet render: {args.file}: {error}", file=sys.stderr)
         return 1
@@ -45,8 +66,17 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def render_file(path: Path, *, namespace: str | None = None) -> list[dict[str, Any]]:
-    """The children for the object in ``path``; a generated password stands in for the Secret's."""
+def render_file(
+    path: Path,
+    *,
+    namespace: str | None = None,
+    operator_namespace: str = DEFAULT_OPERATOR_NAMESPACE,
+) -> list[dict[str, Any]]:
+    """The children for the object in ``path``; a generated password stands in for the Secret's.
+
+    ``operator_namespace`` is what the running operator learns from the downward API: without a
+    cluster it must be told, or the NetworkPolicy would admit the operator from the wrong place.
+    """
     # Imported here: the builders pull in pydantic and Jinja2, which `cachefleet --help` skips.
     from cachefleet.operator.manifests.children import build_children, needs_generated_password
     from cachefleet.operator.manifests.meta import Owner
@@ -57,7 +87,12 @@ def render_file(path: Path, *, namespace: str | None = None) -> list[dict[str, A
         body["metadata"]["namespace"] = namespace
     spec = parse_spec(body.get("spec") or {})
     password = secrets.token_urlsafe(32) if needs_generated_password(spec) else None
-    return build_children(spec, owner=Owner.from_body(body), redis_password=password)
+    return build_children(
+        spec,
+        owner=Owner.from_body(body),
+        redis_password=password,
+        operator_namespace=operator_namespace,
+    )
 
 
 def _read(path: Path) -> dict[str, Any]:

@@ -113,6 +113,11 @@ class Kube:
         return self._call("PATCH", object_path(obj), body=dict(patch),
                           content_type=MERGE_PATCH_CONTENT_TYPE)  # fmt: skip
 
+    def patch_status(self, obj: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any]:
+        """A JSON merge patch of the status subresource (only the fields given)."""
+        return self._call("PATCH", f"{object_path(obj)}/status", body={"status": dict(status)},
+                          content_type=MERGE_PATCH_CONTENT_TYPE)  # fmt: skip
+
     def delete(self, obj: Mapping[str, Any], *, orphan: bool = False) -> None:
         """Delete; ``orphan`` keeps the dependents (pods, claims) for a replacement to adopt."""
         body = {"propagationPolicy": "Orphan" if orphan else "Background"}

@@ -11,7 +11,7 @@ from cachefleet.operator.manifests.meta import DEFAULT_OPERATOR_NAMESPACE
 
 @dataclass(frozen=True)
 class OperatorSettings:
-    """How patiently the operator talks to Redis (timer intervals are fixed in the handlers)."""
+    """How patiently the operator talks to Redis, and how often it looks again unasked."""
 
     redis_timeout_s: float = 2.0
     """Connect and command timeout for the operator's own Redis calls (CONFIG SET, INFO)."""
@@ -21,6 +21,11 @@ class OperatorSettings:
     """Where the operator runs (the chart passes it through the downward API): each managed
     Redis's NetworkPolicy admits the operator's pods from there unless the spec names another."""
 
+    resync_interval_s: float = 60.0
+    """How often every service is re-applied in full (drift no watch saw, a rotated password)."""
+    cache_figures_interval_s: float = 30.0
+    """How often each managed Redis's INFO figures are read into the status."""
+
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> OperatorSettings:
         env = os.environ if environ is None else environ
@@ -29,4 +34,6 @@ class OperatorSettings:
             redis_address=env.get("CACHEFLEET_OPERATOR_REDIS_ADDRESS") or None,
             operator_namespace=env.get("CACHEFLEET_OPERATOR_NAMESPACE")
             or DEFAULT_OPERATOR_NAMESPACE,
+            resync_interval_s=float(env.get("CACHEFLEET_OPERATOR_RESYNC_INTERVAL", "60")),
+            cache_figures_interval_s=float(env.get("CACHEFLEET_OPERATOR_CACHE_INTERVAL", "30")),
         )

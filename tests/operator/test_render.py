@@ -311,3 +311,58 @@ def test_render_output_is_plain_yaml_without_aliases(tmp_path: Path) -> None:
     )
     assert "&id" not in result.stdout
     assert "*id" not in result.stdout
+
+
+def service_body(name: str, extra: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "cachefleet.io/v1alpha1",
+        "kind": "CachedInferenceService",
+        "metadata": {"name": name, "namespace": "ml"},
+        "spec": {**copy.deepcopy(BASE), **copy.deepcopy(extra)},
+    }
+
+
+def render_command(*args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "cachefleet.cli.main", "render", *args]
+    return subprocess.run(command, capture_output=True, text=True)
+
+
+def admitted_operator_namespace(output: str) -> str:
+    documents = [d for d in yaml.safe_load_all(output) if d]
+    [policy] = [d for d in documents if d["kind"] == "NetworkPolicy"]
+    [rule] = policy["spec"]["ingress"]
+    [operator] = [s for s in rule["from"] if "namespaceSelector" in s]
+    labels = operator["namespaceSelector"]["matchLabels"]
+    return str(labels["kubernetes.io/metadata.name"])
+
+
+def test_render_admits_the_operator_from_the_namespace_it_is_told(tmp_path: Path) -> None:
+    example = tmp_path / "svc.yaml"
+    example.write_text(yaml.safe_dump(service_body("svc", {})))
+    default = render_command(str(example))
+    assert default.returncode == 0, default.stderr
+    assert admitted_operator_namespace(default.stdout) == "cachefleet-system"  # as the chart
+    elsewhere = render_command(str(example), "--operator-namespace", "platform-ops")
+    assert elsewhere.returncode == 0, elsewhere.stderr
+    assert admitted_operator_namespace(elsewhere.stdout) == "platform-ops"
+    for document in yaml.safe_load_all(elsewhere.stdout):
+        if document:
+            kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
+
+    # A namespace named in the spec still wins over the flag.
+    named = {"redis": {"networkPolicy": {"operatorNamespace": "from-spec"}}}
+    example.write_text(yaml.safe_dump(service_body("svc", {"cache": named})))
+    spec_wins = render_command(str(example), "--operator-namespace", "platform-ops")
+    assert admitted_operator_namespace(spec_wins.stdout) == "from-spec"
+
+
+def test_render_refuses_an_operator_namespace_that_is_not_a_namespace_name(
+    tmp_path: Path,
+) -> None:
+    example = tmp_path / "svc.yaml"
+    example.write_text(yaml.safe_dump(service_body("svc", {})))
+    result = render_command(str(example), "--operator-namespace", "Platform_Ops")
+    assert result.returncode == 2
+    assert "--operator-namespace" in result.stderr
+    assert "not a namespace name" in result.stderr
+    assert result.stdout == ""

@@ -1,0 +1,113 @@
+"""The operator's periodic work: resync every service and refresh its cache figures.
+
+One operator-level task (started by the startup handler, cancelled at cleanup) instead of kopf
+timers. kopf gives every timer a finalizer, so that it can stop the timer when the object goes,
+and a finalizer makes deleting a service (or its namespace) hang whenever the operator is not
+running. This task needs none: a service that is gone simply drops out of the next snapshot.
+
+Each pass takes a snapshot of the services the operator watches (kopf's index of them, so the
+namespaces are kopf's own and no list call is made) and handles them one at a time, each under
+its per-object lock, in a worker thread (the calls block). One service's failure is logged and
+the pass goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from cachefleet.operator.reconcile.conditions import timestamp_now
+from cachefleet.operator.reconcile.kube import KubeError
+from cachefleet.operator.reconcile.locks import KeyedLocks
+from cachefleet.operator.reconcile.reconciler import Reconciler
+from cachefleet.operator.reconcile.redis_live import RedisLiveError
+
+log = logging.getLogger(__name__)
+
+Snapshot = Callable[[], list[Mapping[str, Any]]]
+"""The services to visit now; called in the event loop (kopf updates its index there)."""
+
+
+def status_changes(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> dict[str, Any]:
+    """The top-level status fields that differ: an unchanged status is never written again."""
+    return {key: value for key, value in wanted.items() if current.get(key) != value}
+
+
+def object_key(body: Mapping[str, Any]) -> str:
+    """The per-object lock key, shared with the handlers."""
+    return f"{body['metadata'].get('namespace')}/{body['metadata']['name']}"
+
+
+@dataclass(frozen=True)
+class Periodic:
+    """Resync (re-apply everything, no pruning) and cache-figure refresh of every service."""
+
+    reconciler: Reconciler
+    locks: KeyedLocks
+
+    async def run(self, services: Snapshot) -> None:
+        """Until cancelled: a resync pass every resync interval (the first one interval after
+        start, since the resume handlers have just reconciled everything), a figures pass every
+        cache interval (the first one at once)."""
+        settings = self.reconciler.settings
+        await asyncio.gather(
+            self._every(settings.resync_interval_s, settings.resync_interval_s, services,
+                        self.resync),
+            self._every(settings.cache_figures_interval_s, 0.0, services, self.refresh_figures),
+        )  # fmt: skip
+
+    async def _every(
+        self,
+        interval_s: float,
+        first_delay_s: float,
+        services: Snapshot,
+        job: Callable[[Mapping[str, Any]], None],
+    ) -> None:
+        await asyncio.sleep(first_delay_s)
+        while True:
+            for body in services():
+                await asyncio.to_thread(self._guarded, job, body)
+            await asyncio.sleep(interval_s)
+
+    @staticmethod
+    def _guarded(job: Callable[[Mapping[str, Any]], None], body: Mapping[str, Any]) -> None:
+        try:
+            job(body)
+        except Exception:  # one service's failure must not stop the others' resync
+            meta = body.get("metadata") or {}
+            name = f"{meta.get('namespace')}/{meta.get('name')}"
+            log.exception("periodic %s of %s failed", job.__name__, name)
+
+    def resync(self, body: Mapping[str, Any]) -> None:
+        """Re-apply every child (drift the watches missed); only a spec change can drop one."""
+        if body["metadata"].get("deletionTimestamp"):
+            return
+        with self.locks(object_key(body)):
+            outcome = self.reconciler.reconcile(body, prune=False)
+            self._write_status(body, outcome.status)
+        for event in outcome.events:
+            level = logging.WARNING if event.warning else logging.INFO
+            log.log(level, "%s: %s: %s", object_key(body), event.reason, event.message)
+
+    def refresh_figures(self, body: Mapping[str, Any]) -> None:
+        """Redis INFO figures into the status, written only when they changed."""
+        if body["metadata"].get("deletionTimestamp"):
+            return
+        with self.locks(object_key(body)):
+            try:
+                figures = self.reconciler.cache_figures(body)
+            except (RedisLiveError, KubeError) as error:
+                log.info("%s: cache figures not refreshed: %s", object_key(body), error)
+                return
+            previous = dict((body.get("status") or {}).get("cache") or {})
+            previous.pop("updatedAt", None)
+            if figures is not None and figures != previous:  # an idle cache costs no writes
+                self._write_status(body, {"cache": {**figures, "updatedAt": timestamp_now()}})
+
+    def _write_status(self, body: Mapping[str, Any], status: Mapping[str, Any]) -> None:
+        changes = status_changes(body.get("status") or {}, status)
+        if changes:
+            self.reconciler.kube.patch_status(body, changes)
