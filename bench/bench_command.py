@@ -70,6 +70,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="instead: the reliability run (Redis faults under load; --duration is its length, "
         "default 120 s), written to bench/results/chaos-<date>.md",
     )  # fmt: skip
+    parser.add_argument(
+        "--batching", action="store_true",
+        help="instead: dynamic batching and the row cache under load (densenet_batch, simple), "
+        "written to bench/results/batching-<date>.md",
+    )  # fmt: skip
+    parser.add_argument(
+        "--execution-provider", choices=("auto", "cpu", "cuda", "tensorrt"), default="auto",
+        help="the server's ONNX Runtime provider in the --batching run (auto)",
+    )  # fmt: skip
 
 
 def _ratio(text: str) -> float:
@@ -84,6 +93,10 @@ def run(args: argparse.Namespace) -> int:
         from cachefleet.bench import chaos
 
         return chaos.run_command(args)
+    if args.batching:
+        from cachefleet.bench import batching
+
+        return batching.run_command(args)
     from cachefleet.bench import chart, harness, pinning, report, scenarios, targets
     from cachefleet.bench.errors import BenchError
 

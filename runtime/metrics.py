@@ -2,7 +2,8 @@
 
 Names are a contract (design section 7). A registry is made per app, not at import, so tests
 and several apps in one process never share counters. Triton's per-model cache counters are
-exported under Triton's own names (no ``_total`` suffix), so existing Triton dashboards work.
+exported under Triton's own names (no ``_total`` suffix), so existing Triton dashboards work;
+so are Triton's inference counters (``nv_inference_*``).
 """
 
 from __future__ import annotations
@@ -18,48 +19,81 @@ from prometheus_client.registry import Collector
 _LATENCY_BUCKETS_S = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
 )  # fmt: skip
+_BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128)
 _MODEL = ("model", "version")
 
 
-class TritonCacheCounters(Collector):
-    """Triton's ``nv_cache_*_per_model`` counters, kept in plain floats behind one lock."""
+class TritonCounters(Collector):
+    """Counters under Triton's own names (no ``_total`` suffix), kept in plain floats behind
+    one lock; labels ``model`` and ``version``."""
 
-    _NAMES = {
+    #: name -> help text, set by each subclass.
+    NAMES: dict[str, str] = {}
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values: dict[str, dict[tuple[str, str], float]] = {
+            name: defaultdict(float) for name in self.NAMES
+        }
+
+    def add(self, name: str, model: str, version: str, amount: float = 1.0) -> None:
+        with self._lock:
+            self._values[name][(model, version)] += amount
+
+    def value(self, name: str, model: str, version: str) -> float:
+        with self._lock:
+            return self._values[name].get((model, version), 0.0)
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            snapshot = {name: dict(values) for name, values in self._values.items()}
+        for name, documentation in self.NAMES.items():
+            family = Metric(name, documentation, "counter")
+            for (model, version), value in snapshot[name].items():
+                family.add_sample(name, {"model": model, "version": version}, value)
+            yield family
+
+
+class TritonCacheCounters(TritonCounters):
+    """Triton's ``nv_cache_*_per_model`` counters."""
+
+    NAMES = {
         "nv_cache_num_hits_per_model": "Number of response cache hits per model",
         "nv_cache_num_misses_per_model": "Number of response cache misses per model",
         "nv_cache_hit_duration_per_model": "Cumulative time spent on cache hits, microseconds",
         "nv_cache_miss_duration_per_model": "Cumulative time spent on cache misses, microseconds",
     }
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._values: dict[str, dict[tuple[str, str], float]] = {
-            name: defaultdict(float) for name in self._NAMES
-        }
-        #: (count, duration) series of a hit and of a miss, looked up once.
-        self._hit = (
-            self._values["nv_cache_num_hits_per_model"],
-            self._values["nv_cache_hit_duration_per_model"],
-        )
-        self._miss = (
-            self._values["nv_cache_num_misses_per_model"],
-            self._values["nv_cache_miss_duration_per_model"],
-        )
-
     def record(self, model: str, version: str, *, hit: bool, duration_s: float) -> None:
-        count, duration = self._hit if hit else self._miss
+        kind = "hit" if hit else "miss"
         with self._lock:
-            count[(model, version)] += 1
-            duration[(model, version)] += duration_s * 1e6
+            self._values[f"nv_cache_num_{kind}{'es' if kind == 'miss' else 's'}_per_model"][
+                (model, version)
+            ] += 1
+            self._values[f"nv_cache_{kind}_duration_per_model"][(model, version)] += (
+                duration_s * 1e6
+            )
 
-    def collect(self) -> Iterator[Metric]:
+
+class TritonInferenceCounters(TritonCounters):
+    """Triton's inference counters: requests (cache hits included, as in Triton), and the rows
+    and executions the model ran (fewer executions than requests when batching merges them)."""
+
+    SUCCESS = "nv_inference_request_success"
+    FAILURE = "nv_inference_request_failure"
+    COUNT = "nv_inference_count"
+    EXEC_COUNT = "nv_inference_exec_count"
+    NAMES = {
+        SUCCESS: "Number of successful inference requests, all batch sizes",
+        FAILURE: "Number of failed inference requests, all batch sizes",
+        COUNT: "Number of inferences performed (rows; cache hits not included)",
+        EXEC_COUNT: "Number of model executions performed (cache hits not included)",
+    }
+
+    def executed(self, model: str, version: str, rows: int) -> None:
         with self._lock:
-            snapshot = {name: dict(values) for name, values in self._values.items()}
-        for name, documentation in self._NAMES.items():
-            family = Metric(name, documentation, "counter")
-            for (model, version), value in snapshot[name].items():
-                family.add_sample(name, {"model": model, "version": version}, value)
-            yield family
+            self._values[self.COUNT][(model, version)] += rows
+            self._values[self.EXEC_COUNT][(model, version)] += 1
 
 
 class RuntimeMetrics:
@@ -118,5 +152,25 @@ class RuntimeMetrics:
             "1 while the Redis circuit breaker is open.",
             registry=r,
         )
+        self.cache_row_hits = Counter(
+            "cachefleet_cache_row_hits", "Rows of batched requests answered by the row cache.",
+            (*_MODEL, "tier"), registry=r,
+        )  # fmt: skip
+        self.cache_row_misses = Counter(
+            "cachefleet_cache_row_misses", "Rows of batched requests the row cache did not hold.",
+            _MODEL, registry=r,
+        )  # fmt: skip
+        self.batch_size = Histogram(
+            "cachefleet_inference_batch_size",
+            "Rows per model execution (dynamic batching merges requests into one execution).",
+            _MODEL, buckets=_BATCH_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.pending_requests = Gauge(
+            "nv_inference_pending_request_count",
+            "Requests waiting in the dynamic batcher's queue (Triton's name).",
+            _MODEL, registry=r,
+        )  # fmt: skip
         self.triton = TritonCacheCounters()
         r.register(self.triton)
+        self.inference = TritonInferenceCounters()
+        r.register(self.inference)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 HELP = (
     "write the sample model repository (simple, simple_string, simple_int8, simple_identity, "
-    "densenet_onnx), "
+    "densenet_onnx, densenet_batch), "
     "built locally with onnx."
 )
 

@@ -52,6 +52,7 @@ def runtime_settings(spec: ServiceSpec, *, owner: Owner) -> RuntimeSettings:
         models=ModelSettings(
             repository=Path(MODEL_DIR),
             cache_all_models=spec.model.cache_all_models,
+            row_cache_models=(spec.model.name,) if spec.model.row_cache else (),
             execution_provider=spec.runtime.execution_provider,
         ),
         cache=cache_settings,

@@ -104,6 +104,8 @@ class Repository(_Spec):
 class Model(_Spec):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     cache_all_models: bool = False
+    #: Cache each row of a batched request on its own (the model's rows must be independent).
+    row_cache: bool = False
     repository: Repository
 
 

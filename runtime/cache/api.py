@@ -15,6 +15,10 @@ from cachefleet.runtime.cache.key import CacheKey
 from cachefleet.runtime.tensor import Tensor
 
 Compute = Callable[[], Awaitable[list[Tensor]]]
+#: A row's outputs and how it was answered (HIT_LOCAL, HIT_REDIS or MISS).
+RowHit = tuple[list[Tensor], "CacheStatus"]
+#: Computes the rows at the given indices; returns their outputs in the same order.
+RowsCompute = Callable[[Sequence[int]], Awaitable[Sequence[Sequence[Tensor]]]]
 
 
 class CacheStatus(StrEnum):
@@ -24,6 +28,8 @@ class CacheStatus(StrEnum):
     HIT_REDIS = "hit-redis"
     MISS = "miss"
     BYPASS = "bypass"
+    #: Some rows of a batched request came from the row cache, the others ran.
+    PARTIAL = "partial"
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +74,15 @@ class ResponseCache(Protocol):
         """Remove every entry of ``model`` from every tier; returns how many were removed."""
         ...
 
+    async def get_rows_or_compute(
+        self, rows: Sequence[CacheRequest], compute: RowsCompute
+    ) -> list[RowHit]:
+        """Each one-row request's outputs (the rows of one batched request) and how it was
+        answered: HIT_LOCAL or HIT_REDIS from a tier (looked up together), MISS when
+        ``compute`` ran it. ``compute`` gets the indices of the rows no tier held and returns
+        their outputs in that order; they are inserted as ``get_or_compute`` inserts answers.
+        Tier faults make misses; only ``compute``'s exceptions propagate."""
+
     def local_entry(self, key: CacheKey) -> object | None:
         """An opaque identity of the local tier's live entry for ``key`` (None: not held).
 
@@ -99,6 +114,12 @@ class NullCache:
 
     async def flush(self, model: str) -> int:
         return 0
+
+    async def get_rows_or_compute(
+        self, rows: Sequence[CacheRequest], compute: RowsCompute
+    ) -> list[RowHit]:
+        computed = await compute(list(range(len(rows))))
+        return [(list(outputs), CacheStatus.MISS) for outputs in computed]
 
     def local_entry(self, key: CacheKey) -> object | None:
         return None

@@ -28,6 +28,9 @@ class ModelCounters:
     insert_dropped: Any
     lookup_local: Any
     lookup_redis: Any
+    row_hits_local: Any
+    row_hits_redis: Any
+    row_misses: Any
 
 
 class CacheCounters:
@@ -59,4 +62,7 @@ class CacheCounters:
             insert_dropped=m.cache_insert_dropped.labels(*labels),
             lookup_local=m.cache_lookup_seconds.labels(*labels, "local"),
             lookup_redis=m.cache_lookup_seconds.labels(*labels, "redis"),
+            row_hits_local=m.cache_row_hits.labels(*labels, "local"),
+            row_hits_redis=m.cache_row_hits.labels(*labels, "redis"),
+            row_misses=m.cache_row_misses.labels(*labels),
         )

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -109,6 +109,20 @@ class RedisTier:
         if value is None or isinstance(value, bytes):
             return value
         raise CacheTierError(f"redis GET {key}: decoded reply, expected bytes", "other")
+
+    async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        """GET of several keys in one round trip (a pipeline, not MGET, so that keys never need
+        to share a cluster slot)."""
+        async with (
+            self._translated("GET", keys[0] if keys else ""),
+            self.client.pipeline(transaction=False) as pipe,
+        ):
+            for key in keys:
+                pipe.get(key)
+            values = await pipe.execute()
+        if all(value is None or isinstance(value, bytes) for value in values):
+            return list(values)
+        raise CacheTierError("redis GET: decoded reply, expected bytes", "other")
 
     async def set(self, key: str, value: bytes, ttl_s: float) -> None:
         command: tuple[Any, ...] = ("SET", key, value)

@@ -1,8 +1,9 @@
 """Single-flight: concurrent calls for the same key share one execution.
 
 The shared work runs in its own task, so a caller that goes away (a client disconnect cancels
-its request) cancels neither the work nor the other callers' wait. Everyone gets the same
-result, or the same exception.
+its request) cancels neither the work nor the other callers' wait. Only when every caller has
+gone is the work cancelled too: nobody waits for it, and a model execution it queued for can
+then be dropped before it runs. Everyone gets the same result, or the same exception.
 
 A task per miss costs the event loop more than a quick model takes to run, and is only needed
 when the work can be interrupted midway. :meth:`SingleFlight.do` with ``inline=True`` runs
@@ -22,10 +23,12 @@ T = TypeVar("T")
 
 
 class SingleFlight(Generic[T]):
-    """One in-flight task per key, in one event loop."""
+    """One in-flight call per key, in one event loop."""
 
     def __init__(self) -> None:
+        #: A task of its own, or the future an inline leader resolves.
         self._calls: dict[Hashable, asyncio.Future[T]] = {}
+        self._waiting: dict[asyncio.Future[T], int] = {}
 
     def __len__(self) -> int:
         return len(self._calls)
@@ -38,14 +41,30 @@ class SingleFlight(Generic[T]):
         self, key: Hashable, work: Callable[[], Awaitable[T]], *, inline: bool = False
     ) -> T:
         flight = self._calls.get(key)
-        if flight is not None:
-            return await self._join(key, flight, work, inline)
-        if inline:
+        if flight is None and inline:
             return await self._lead(key, work)
-        task = asyncio.ensure_future(work())
-        self._calls[key] = task
-        task.add_done_callback(lambda done: self._finished(key, done))
-        return await asyncio.shield(task)
+        if flight is None:
+            task = asyncio.ensure_future(work())
+            self._calls[key] = task
+            task.add_done_callback(lambda done: self._finished(key, done))
+            flight = task
+        if not isinstance(flight, asyncio.Task):
+            return await self._join(key, flight, work, inline)
+        return await self._wait(flight)
+
+    async def _wait(self, task: asyncio.Future[T]) -> T:
+        """Wait for a task of its own; the last caller to leave cancels it."""
+        self._waiting[task] = self._waiting.get(task, 0) + 1
+        try:
+            return await asyncio.shield(task)
+        finally:
+            left = self._waiting.get(task, 1) - 1
+            if left > 0:
+                self._waiting[task] = left
+            else:
+                self._waiting.pop(task, None)
+                if not task.done():
+                    task.cancel()  # every caller has gone
 
     async def _lead(self, key: Hashable, work: Callable[[], Awaitable[T]]) -> T:
         """Run ``work`` in this task; callers that join meanwhile wait on ``flight``."""

@@ -10,6 +10,10 @@ path of a request:
    is open; a valid entry is promoted to the local tier, ``hit-redis``; else compute, store in
    the local tier at once and in Redis through the write-behind queue, ``miss``.
 
+For the row cache, ``get_rows_or_compute`` looks up the rows of a batched request (local tier
+first, the rest from Redis in one round trip), computes the missing ones in one call and
+inserts them the same way.
+
 Nothing here fails a request because of the cache: every tier fault becomes a miss, is counted
 in ``cachefleet_cache_errors_total{tier,kind}`` and fed to the breaker. Only compute's own
 exceptions propagate, and a failed compute stores nothing.
@@ -21,10 +25,17 @@ import logging
 import time
 from collections.abc import Sequence
 
-from cachefleet.runtime.cache.api import CacheDirectives, CacheRequest, CacheStatus, Compute
+from cachefleet.runtime.cache.api import (
+    CacheDirectives,
+    CacheRequest,
+    CacheStatus,
+    Compute,
+    RowHit,
+    RowsCompute,
+)
 from cachefleet.runtime.cache.breaker import CircuitBreaker
 from cachefleet.runtime.cache.breakers import ShardBreakers
-from cachefleet.runtime.cache.counters import CacheCounters
+from cachefleet.runtime.cache.counters import CacheCounters, ModelCounters
 from cachefleet.runtime.cache.entry import encode_entry, read_entry
 from cachefleet.runtime.cache.errors import CacheTierError, CorruptEntryError, ErrorKind
 from cachefleet.runtime.cache.invalidation import CHANNEL, InvalidationListener
@@ -187,8 +198,7 @@ class TieredCache:
         breaker = self._breaker(key)
         if not breaker.allow():
             return None
-        labels = (request.model, request.version)
-        counters = self.counters.of(*labels)
+        counters = self.counters.of(request.model, request.version)
         started = time.perf_counter()
         try:
             blob = await self.redis.get(key.redis_key)
@@ -199,8 +209,68 @@ class TieredCache:
             elapsed = time.perf_counter() - started
             counters.lookup_redis.observe(elapsed)
         breaker.record_success()
-        if blob is None:
-            return None
+        outputs = None if blob is None else self._accept(key, blob, request.ttl_s)
+        if outputs is not None:
+            counters.hits_redis.inc()
+        return outputs
+
+    async def get_rows_or_compute(
+        self, rows: Sequence[CacheRequest], compute: RowsCompute
+    ) -> list[RowHit]:
+        """Each row from the local tier, else the rest from Redis in one round trip, else
+        computed (all missing rows in one call) and inserted like any answer."""
+        if not rows:
+            return []
+        counters = self.counters.of(rows[0].model, rows[0].version)
+        keys = [self._key(row) for row in rows]
+        found: list[RowHit | None] = [None] * len(rows)
+        if self.local is not None:
+            for index, key in enumerate(keys):
+                hit = self.local.get(key)
+                if hit is not None:
+                    found[index] = (hit, CacheStatus.HIT_LOCAL)
+        counters.row_hits_local.inc(sum(1 for each in found if each is not None))
+        remaining = [index for index, each in enumerate(found) if each is None]
+        blobs = await self._redis_get_many([keys[index] for index in remaining], counters)
+        for index, blob in zip(remaining, blobs, strict=True):
+            outputs = None if blob is None else self._accept(keys[index], blob, rows[index].ttl_s)
+            if outputs is not None:
+                found[index] = (outputs, CacheStatus.HIT_REDIS)
+                counters.row_hits_redis.inc()
+        missing = [index for index, each in enumerate(found) if each is None]
+        if missing:
+            counters.row_misses.inc(len(missing))
+            since = time.monotonic()
+            computed = await compute(missing)
+            for index, row_outputs in zip(missing, computed, strict=True):
+                self._store(keys[index], row_outputs, rows[index].ttl_s, since)
+                found[index] = (list(row_outputs), CacheStatus.MISS)
+        return [each for each in found if each is not None]
+
+    async def _redis_get_many(
+        self, keys: Sequence[CacheKey], counters: ModelCounters
+    ) -> list[bytes | None]:
+        if not keys or self.redis is None:
+            return [None] * len(keys)
+        # One pipeline for all rows: judged by the breaker of the first row's shard (the one
+        # breaker in all but cluster mode).
+        breaker = self._breaker(keys[0])
+        if not breaker.allow():
+            return [None] * len(keys)
+        started = time.perf_counter()
+        try:
+            blobs = await self.redis.get_many([key.redis_key for key in keys])
+        except CacheTierError as error:
+            self._fault("redis", error, breaker)
+            return [None] * len(keys)
+        finally:
+            counters.lookup_redis.observe(time.perf_counter() - started)
+        breaker.record_success()
+        return blobs
+
+    def _accept(self, key: CacheKey, blob: bytes, ttl_s: float) -> list[Tensor] | None:
+        """The outputs of a Redis entry, promoted to the local tier; None (and the entry
+        deleted) if it is corrupt."""
         try:
             entry = read_entry(blob, key.digest)
         except CorruptEntryError as error:
@@ -208,14 +278,12 @@ class TieredCache:
             self.metrics.cache_errors.labels("redis", "corrupt").inc()
             self._submit(key, self._delete_job(key))
             return None
-        counters.hits_redis.inc()
-        # A promoted copy lives no longer than the Redis entry it came from.
-        ttl_s = request.ttl_s  # 0: never expires
+        # A promoted copy lives no longer than the Redis entry it came from (ttl 0: forever).
         if entry.expires_at is not None:
             ttl_s = entry.expires_at - time.time()
         fresh = entry.expires_at is None or ttl_s > 0
         if self.local is not None and fresh and self.local.put(key, entry.outputs, ttl_s):
-            counters.inserts_local.inc()
+            self.counters.of(key.model, key.version).inserts_local.inc()
         return entry.outputs
 
     def _store(self, key: CacheKey, outputs: Sequence[Tensor], ttl_s: float, since: float) -> None:

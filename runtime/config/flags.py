@@ -57,6 +57,12 @@ FLAGS: tuple[Flag, ...] = (
     Flag("cache-insert-queue", "cache", "insert_queue_size", "Write-behind queue length."),
     Flag("cache-all-models", "models", "cache_all_models", "Cache every model.", is_switch=True),
     Flag(
+        "row-cache-models",
+        "models",
+        "row_cache_models",
+        "Comma-separated models whose rows are cached one by one (as cachefleet.row_cache).",
+    ),
+    Flag(
         "execution-provider",
         "models",
         "execution_provider",

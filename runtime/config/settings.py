@@ -39,6 +39,13 @@ def _name_list(value: Any) -> Any:
     return value
 
 
+def _names(value: Any) -> Any:
+    """A comma-separated string (flag, environment) as a list of names; lists pass through."""
+    if isinstance(value, str):
+        return tuple(name.strip() for name in value.split(",") if name.strip())
+    return value
+
+
 class _Group(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -59,6 +66,11 @@ class ModelSettings(_Group):
     repository: Path | None = None
     cache_all_models: bool = Field(
         False, description="Cache every model, even those whose config does not enable it."
+    )
+    row_cache_models: Annotated[tuple[str, ...], BeforeValidator(_names)] = Field(
+        (),
+        description="Models whose rows are cached one by one, as their config parameter "
+        "cachefleet.row_cache would ask (comma-separated on the command line).",
     )
     execution_provider: ExecutionProvider = Field(
         "auto", description="auto: CUDA when present, else CPU; tensorrt must be asked for."

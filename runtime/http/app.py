@@ -100,7 +100,6 @@ async def _serving(state: ServerState) -> AsyncIterator[None]:
             in_flight,
             state.shared_memory,
         )
-        await asyncio.to_thread(service.prepare)
         state.service = service
         state.control = ModelControl(
             repository, cache, statistics, in_flight, settings.models.control_mode
@@ -113,6 +112,8 @@ async def _serving(state: ServerState) -> AsyncIterator[None]:
         )
         yield
     finally:
+        if state.service is not None:
+            await state.service.close()
         state.service = None
         state.control = None
         if state.shared_memory is not None:

@@ -6,6 +6,7 @@ injection on the hot path. Each handler only translates HTTP to service calls an
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
@@ -17,6 +18,7 @@ from starlette.routing import BaseRoute, Route
 from cachefleet.runtime.errors import BadRequestError
 from cachefleet.runtime.http.body import header_length, read_body
 from cachefleet.runtime.http.cache_control import directives_from
+from cachefleet.runtime.http.client_watch import ClientWatch
 from cachefleet.runtime.http.compression import compress_for
 from cachefleet.runtime.http.shared_memory_routes import shared_memory_routes
 from cachefleet.runtime.http.state import ServerState
@@ -24,6 +26,8 @@ from cachefleet.runtime.protocol import server_metadata
 
 _JSON = "application/json"
 _BINARY = "application/octet-stream"
+#: Not sent (the client has gone); nginx's code for it, should a proxy log it.
+_CLIENT_GONE = 499
 _MODEL_PATHS = ("/v2/models/{model}", "/v2/models/{model}/versions/{version}")
 
 
@@ -68,13 +72,23 @@ class Endpoints:
     async def infer(self, request: Request) -> Response:
         service = self._state.ready_service()
         name, version = _model_path(request)
-        outcome = await service.infer(
-            name,
-            version,
-            await read_body(request, self._limit),
-            header_length(request),
-            directives_from(request.headers.get("cache-control")),
-        )
+        body = await read_body(request, self._limit)
+        watch = ClientWatch(request, asyncio.current_task())
+        try:
+            outcome = await service.infer(
+                name,
+                version,
+                body,
+                header_length(request),
+                directives_from(request.headers.get("cache-control")),
+                on_wait=watch.start,
+            )
+        except asyncio.CancelledError:
+            if not watch.absorb():
+                raise
+            return Response(status_code=_CLIENT_GONE)  # nobody reads it: the client has gone
+        finally:
+            watch.stop()
         headers = {"X-Cache": outcome.cache_status.value}
         body, encoding = compress_for(request.headers.get("accept-encoding"), outcome.body)
         if encoding is not None:

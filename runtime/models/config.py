@@ -1,8 +1,9 @@
 """``config.pbtxt``: parse Triton's text format, fill Triton's defaults, turn it into ModelConfig.
 
-Triton configs in the wild carry fields this server does not act on (warmup, ...). They must
-still load, so every field that is read but not acted on is logged once per model, so that nobody
-believes it took effect. A field Triton's own schema does not know is an error, as in Triton.
+Triton configs in the wild carry fields this server does not act on (sequence batching, warmup,
+...). They must still load, so every field that is read but not acted on is logged once per
+model, so that nobody believes it took effect. A field Triton's own schema does not know is an
+error, as in Triton.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ ACTED_ON = frozenset(
         "default_model_filename",
         "parameters",
         "response_cache",
-        "instance_group",  # only its kind: all KIND_CPU keeps the model on the CPU
+        "instance_group",  # its kind (all KIND_CPU keeps the model on the CPU) and count
+        "dynamic_batching",
     }
 )
 

@@ -35,6 +35,7 @@ from cachefleet.runtime.models.graph import (
 )
 from cachefleet.runtime.models.onnx_backend import OnnxModel, open_session, signature_of
 from cachefleet.runtime.models.providers import ExecutionPlan, plan_execution
+from cachefleet.runtime.models.scheduling import scheduling_policy
 from cachefleet.runtime.models.types import Model, ModelConfig, ModelIndexEntry
 from cachefleet.runtime.models.versions import select_versions, version_folders
 
@@ -248,6 +249,7 @@ class _VersionLoader:
         if not self._message.input or not self._message.output:
             _complete_tensors(self._message, signature)
         config = to_model_config(self._message)
+        scheduling_policy(config)  # refuse a bad dynamic_batching block at load, not per request
         self._labels = _read_labels(self._folder, config)
         log_ignored_fields(self._message)
         self._config = config

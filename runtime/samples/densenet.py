@@ -4,7 +4,8 @@ The topology is the real one, so the model costs what the real one costs to run 
 GFLOPs per image), which is what a cache benchmark needs; the weights are random, so its
 classifications mean nothing. The served shapes match Triton's ``densenet_onnx`` example:
 ``data_0`` FP32 [3, 224, 224] in, ``fc6_1`` FP32 [1000, 1, 1] out, no batching (the graph adds
-and removes the batch dimension itself).
+and removes the batch dimension itself). ``densenet_batch`` is the same network and weights with
+a batch dimension, for the dynamic batcher and the row cache.
 """
 
 from __future__ import annotations
@@ -98,11 +99,15 @@ def _transition(g: _GraphBuilder, x: str, channels: int, block: int) -> str:
     return g.node("AveragePool", [h], f"{name}_pool", kernel_shape=[2, 2], strides=[2, 2])
 
 
-def build_densenet(seed: int = SEED) -> onnx.ModelProto:
-    """DenseNet-121; the same seed always gives the same bytes."""
+def build_densenet(seed: int = SEED, *, batched: bool = False) -> onnx.ModelProto:
+    """DenseNet-121; the same seed always gives the same bytes.
+
+    ``batched``: the graph takes and gives a leading batch dimension (``densenet_batch``)
+    instead of adding and removing one; the weights are the same.
+    """
     g = _GraphBuilder(np.random.default_rng(seed))
-    axes = g.constant("batch_axis", np.array([0], dtype=np.int64))
-    x = g.node("Unsqueeze", [INPUT, axes], "batched_input")
+    axes = "" if batched else g.constant("batch_axis", np.array([0], dtype=np.int64))
+    x = INPUT if batched else g.node("Unsqueeze", [INPUT, axes], "batched_input")
     x = g.conv(x, "conv0", 3, STEM_CHANNELS, 7, stride=2)
     x = g.bn_relu(x, "norm0", STEM_CHANNELS)
     x = g.node("MaxPool", [x], "pool0", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
@@ -119,16 +124,24 @@ def build_densenet(seed: int = SEED) -> onnx.ModelProto:
     weight = g.rng.standard_normal((CLASSES, channels, 1, 1), dtype=np.float32) * std
     bias = np.zeros(CLASSES, dtype=np.float32)
     w, b = g.constant("fc6_w", weight), g.constant("fc6_b", bias)
-    x = g.node("Conv", [x, w, b], "fc6", kernel_shape=[1, 1])
-    g.node("Squeeze", [x, axes], OUTPUT)
+    if batched:
+        g.node("Conv", [x, w, b], OUTPUT, kernel_shape=[1, 1])
+    else:
+        x = g.node("Conv", [x, w, b], "fc6", kernel_shape=[1, 1])
+        g.node("Squeeze", [x, axes], OUTPUT)
+    batch: list[int | str] = ["batch"] if batched else []
     graph = helper.make_graph(
         g.nodes,
         "densenet121",
-        [helper.make_tensor_value_info(INPUT, TensorProto.FLOAT, [3, 224, 224])],
-        [helper.make_tensor_value_info(OUTPUT, TensorProto.FLOAT, [CLASSES, 1, 1])],
+        [helper.make_tensor_value_info(INPUT, TensorProto.FLOAT, [*batch, 3, 224, 224])],
+        [helper.make_tensor_value_info(OUTPUT, TensorProto.FLOAT, [*batch, CLASSES, 1, 1])],
         initializer=g.initializers,
     )
     return make_model(graph)
+
+
+def build_densenet_batch() -> onnx.ModelProto:
+    return build_densenet(batched=True)
 
 
 def densenet_labels() -> list[str]:
@@ -156,4 +169,30 @@ output [
   }}
 ]
 response_cache {{ enable: true }}
+"""
+
+#: The same network with a batch dimension: misses are merged by the dynamic batcher (a short
+#: queue delay: a miss waits at most 2 ms for company), and each row is cached on its own.
+DENSENET_BATCH_CONFIG = f"""name: "densenet_batch"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [
+  {{
+    name: "{INPUT}"
+    data_type: TYPE_FP32
+    format: FORMAT_NCHW
+    dims: [ 3, 224, 224 ]
+  }}
+]
+output [
+  {{
+    name: "{OUTPUT}"
+    data_type: TYPE_FP32
+    dims: [ {CLASSES}, 1, 1 ]
+    label_filename: "densenet_labels.txt"
+  }}
+]
+dynamic_batching {{ max_queue_delay_microseconds: 2000 }}
+response_cache {{ enable: true }}
+parameters {{ key: "cachefleet.row_cache" value: {{ string_value: "true" }} }}
 """

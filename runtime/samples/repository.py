@@ -16,7 +16,13 @@ from cachefleet.runtime.samples.arithmetic import (
     build_simple_int8,
     build_simple_string,
 )
-from cachefleet.runtime.samples.densenet import DENSENET_CONFIG, build_densenet, densenet_labels
+from cachefleet.runtime.samples.densenet import (
+    DENSENET_BATCH_CONFIG,
+    DENSENET_CONFIG,
+    build_densenet,
+    build_densenet_batch,
+    densenet_labels,
+)
 from cachefleet.runtime.samples.identity import IDENTITY_CONFIG, build_simple_identity
 
 
@@ -39,6 +45,12 @@ SAMPLES: tuple[Sample, ...] = (
         "densenet_onnx",
         build_densenet,
         DENSENET_CONFIG,
+        lambda: {"densenet_labels.txt": "\n".join(densenet_labels()) + "\n"},
+    ),
+    Sample(
+        "densenet_batch",
+        build_densenet_batch,
+        DENSENET_BATCH_CONFIG,
         lambda: {"densenet_labels.txt": "\n".join(densenet_labels()) + "\n"},
     ),
 )

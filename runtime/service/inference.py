@@ -1,29 +1,35 @@
 """The inference service: one request from body bytes to rendered response bytes.
 
 Per request: resolve the model, decode and validate the body, ask the cache for the outputs
-(computing them off the event loop on a miss, or on it for models quick enough: see
-``placement``), then render them as this client asked. The cache sees only the raw output
-tensors, never the rendering. With a local tier, a byte-identical repeat of a request is
-answered from a memo of rendered responses (see ``memo``) before any of that, for as long as
-the local entry it was rendered from lives.
+(on a miss, the model's scheduler runs them off the event loop, batched with other misses when
+the model asks for dynamic batching), then render them as this client asked. The cache
+sees only the raw output tensors, never the rendering. With a local tier, a byte-identical
+repeat of a request is answered from a memo of rendered responses (see ``memo``) before any of
+that, for as long as the local entry it was rendered from lives.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import Counter, Histogram
 
-from cachefleet.runtime.cache.api import CacheDirectives, CacheRequest, CacheStatus, ResponseCache
+from cachefleet.runtime.cache.api import (
+    CacheDirectives,
+    CacheRequest,
+    CacheStatus,
+    Compute,
+    ResponseCache,
+)
 from cachefleet.runtime.cache.key import CacheKey, compute_key
 from cachefleet.runtime.config import RuntimeSettings
-from cachefleet.runtime.errors import CachefleetError, ModelExecutionError
+from cachefleet.runtime.errors import BadRequestError, CachefleetError
 from cachefleet.runtime.metrics import RuntimeMetrics
+from cachefleet.runtime.metrics import TritonInferenceCounters as TRITON
 from cachefleet.runtime.models.types import Model, ModelRepository
 from cachefleet.runtime.protocol import (
     InferRequest,
@@ -32,15 +38,13 @@ from cachefleet.runtime.protocol import (
     model_metadata,
     repository_index,
 )
+from cachefleet.runtime.service import rows
 from cachefleet.runtime.service.in_flight import InFlight
 from cachefleet.runtime.service.memo import ResponseMemo, request_digest
-from cachefleet.runtime.service.placement import runs_inline
+from cachefleet.runtime.service.row_cache import answer_by_rows
+from cachefleet.runtime.service.scheduler import OnWait, Schedulers
 from cachefleet.runtime.service.shared_memory import SharedMemoryRegistry
-from cachefleet.runtime.service.statistics import (
-    ExecutionTimes,
-    ModelStatistics,
-    StatisticsRegistry,
-)
+from cachefleet.runtime.service.statistics import ModelStatistics, StatisticsRegistry
 from cachefleet.runtime.tensor import Tensor
 
 _NO_CACHE = CacheDirectives(lookup=False, store=False)
@@ -56,30 +60,6 @@ class InferOutcome:
     cache_status: CacheStatus
 
 
-@dataclass(frozen=True, slots=True)
-class _RunTimes:
-    """How long one model run waited for a model thread, and how long it ran."""
-
-    queue_ns: int
-    infer_ns: int
-
-
-@dataclass(frozen=True, slots=True)
-class _ModelPlan:
-    """What every request of one loaded model needs, worked out once per model object."""
-
-    model: Model
-    request_seconds: Histogram
-    inference_seconds: Histogram
-    ok: Counter
-    #: The model's config enables caching (or the server caches every model).
-    cached: bool
-    ttl_s: float
-    batched: bool
-    #: Quick enough to run on the event loop instead of the executor (see ``placement``).
-    inline: bool = False
-
-
 class _RecordingReader:
     """The shared-memory registry as the decoder sees it, noting whether it was read: a
     request whose inputs come from shared memory is never memoized (its body does not hold
@@ -92,6 +72,12 @@ class _RecordingReader:
     def read(self, name: str, offset: int, byte_size: int) -> bytes:
         self.used = True
         return self._registry.read(name, offset, byte_size)
+
+
+@dataclass(frozen=True, slots=True)
+class _ModelSeries:
+    request_seconds: Histogram
+    ok: Counter
 
 
 class InferenceService:
@@ -116,8 +102,8 @@ class InferenceService:
         self._metrics = metrics
         self._executor = executor
         self._cache_all = settings.models.cache_all_models
+        self._row_cache_models = frozenset(settings.models.row_cache_models)
         self._default_ttl_s = settings.cache.ttl_s
-        self._plans: dict[tuple[str, str], _ModelPlan] = {}
         #: Rendered responses, only where a local tier can vouch for them (``local``, ``tiered``);
         #: an eighth of the local tier's bound, on top of it.
         self._memo = (
@@ -125,9 +111,15 @@ class InferenceService:
             if settings.cache.mode in ("local", "tiered")
             else None
         )
+        self._model_series: dict[tuple[str, str], _ModelSeries] = {}
         self._statistics = statistics if statistics is not None else StatisticsRegistry()
         self._in_flight = in_flight if in_flight is not None else InFlight()
         self._shared_memory = shared_memory if shared_memory is not None else SharedMemoryRegistry()
+        self._schedulers = Schedulers(executor, metrics, self._statistics)
+
+    async def close(self) -> None:
+        """Stop the models' batchers (executions already running finish)."""
+        await self._schedulers.close()
 
     async def infer(
         self,
@@ -136,50 +128,59 @@ class InferenceService:
         body: bytes,
         header_length: int | None,
         directives: CacheDirectives,
+        on_wait: OnWait | None = None,
     ) -> InferOutcome:
-        """Answer one inference request; raises CachefleetError subclasses for the client."""
+        """Answer one inference request; raises CachefleetError subclasses for the client.
+
+        ``on_wait`` is called when the request starts waiting for a model execution: the
+        transport may then watch for its client going away and cancel the call.
+        """
         started = time.perf_counter_ns()
         model = self._repository.get(model_name, version)
-        plan = self._plan(model)
+        series = self._series(model)
         stats = self._statistics.for_version(model.name, model.version)
         self._in_flight.enter(model.name)  # no await since get(): an unload cannot slip between
         try:
-            outcome = await self._infer(plan, stats, body, header_length, directives, started)
+            outcome = await self._infer(
+                model, stats, body, header_length, directives, on_wait, started
+            )
         except CachefleetError as error:
             elapsed_ns = time.perf_counter_ns() - started
             self._metrics.requests.labels(model.name, model.version, str(error.status_code)).inc()
-            plan.request_seconds.observe(elapsed_ns / 1e9)
+            self._metrics.inference.add(TRITON.FAILURE, model.name, model.version)
+            series.request_seconds.observe(elapsed_ns / 1e9)
             stats.record_failure(elapsed_ns)
             raise
         finally:
             self._in_flight.leave(model.name)
         elapsed_ns = time.perf_counter_ns() - started
-        plan.ok.inc()
-        plan.request_seconds.observe(elapsed_ns / 1e9)
+        series.ok.inc()
+        self._metrics.inference.add(TRITON.SUCCESS, model.name, model.version)
+        series.request_seconds.observe(elapsed_ns / 1e9)
         stats.record_success(elapsed_ns)
         return outcome
 
     async def _infer(
         self,
-        plan: _ModelPlan,
+        model: Model,
         stats: ModelStatistics,
         body: bytes,
         header_length: int | None,
         directives: CacheDirectives,
+        on_wait: OnWait | None,
         started_ns: int,
     ) -> InferOutcome:
-        model = plan.model
-        memo = self._memo if plan.cached and directives.lookup else None
+        config = model.config
+        cached = config.response_cache or self._cache_all
+        memo = self._memo if cached and directives.lookup else None
         digest = b""
         if memo is not None:
             digest = request_digest(model, body, header_length)
             memoized = self._memoized(memo, digest, model, stats, started_ns)
             if memoized is not None:
                 return memoized
-        decode_started = time.perf_counter_ns()
         reader = _RecordingReader(self._shared_memory)
-        request = decode_request(body, header_length, model.config, reader)
-        decode_ns = time.perf_counter_ns() - decode_started
+        request = decode_request(body, header_length, config, reader)
         parameters = request.keyed_parameters()
         key: CacheKey | None = None
         if memo is not None and request.use_cache:
@@ -189,25 +190,19 @@ class InferenceService:
             version=model.version,
             inputs=request.inputs,
             parameters=parameters,
-            enabled=plan.cached,
-            ttl_s=plan.ttl_s,
+            enabled=cached,
+            ttl_s=self._default_ttl_s if config.cache_ttl_s is None else config.cache_ttl_s,
             key=key,
-            quick=plan.inline,
         )
 
-        run: list[_RunTimes] = []
-
-        async def compute() -> list[Tensor]:
-            outputs, times = await self._run(plan, request.inputs)
-            run.append(times)
-            return outputs
-
+        directives = directives if request.use_cache else _NO_CACHE
+        miss = _Miss()
+        compute = self._compute(model, request, cache_request, directives, on_wait, miss)
         cache_started = time.perf_counter_ns()
-        outputs, status = await self._cache.get_or_compute(
-            cache_request, directives if request.use_cache else _NO_CACHE, compute
-        )
+        outputs, status = await self._cache.get_or_compute(cache_request, directives, compute)
         cache_ns = time.perf_counter_ns() - cache_started
-        encode_started = time.perf_counter_ns()
+        if miss.row_status is not None and status is CacheStatus.MISS:
+            status = miss.row_status  # the whole request missed; its rows may not have
         self._write_shared_memory(request, outputs)
         encoded = encode_response(
             request,
@@ -215,11 +210,9 @@ class InferenceService:
             model_name=model.name,
             model_version=model.version,
             labels=model.labels,
-            batched=plan.batched,
+            batched=config.max_batch_size > 0,
         )
-        encode_ns = time.perf_counter_ns() - encode_started
-        rows = request.inputs[0].shape[0] if plan.batched else 1
-        _record(stats, status, cache_ns, run[0] if run else None, rows, decode_ns, encode_ns)
+        _record(stats, status, cache_ns, miss.waited_ns)
         if memo is not None and key is not None and status is CacheStatus.HIT_LOCAL:
             # From the second sighting on (a one-off request costs nothing more), and never for
             # shared memory: its inputs are not in the body, its outputs go to a region.
@@ -249,6 +242,44 @@ class InferenceService:
         memo.discard(digest)
         return None
 
+    def _compute(
+        self,
+        model: Model,
+        request: InferRequest,
+        cache_request: CacheRequest,
+        directives: CacheDirectives,
+        on_wait: OnWait | None,
+        miss: _Miss,
+    ) -> Compute:
+        """How a miss is computed: through the model's scheduler, row by row through the row
+        cache when the model has it; what happened goes into ``miss``."""
+        priority = _priority(request.parameters)
+        scheduler = self._schedulers.of(model)
+
+        async def run(inputs: Sequence[Tensor]) -> list[Tensor]:
+            started = time.perf_counter_ns()
+            try:
+                return await scheduler.run(inputs, priority, on_wait)
+            finally:
+                miss.waited_ns += time.perf_counter_ns() - started
+
+        by_rows = (
+            (scheduler.policy.row_cache or model.name in self._row_cache_models)
+            and model.config.max_batch_size > 0
+            and cache_request.enabled
+            and directives.lookup
+            and rows.batch_rows(request.inputs) > 1
+        )
+
+        async def compute() -> list[Tensor]:
+            if not by_rows:
+                return await run(request.inputs)
+            answer = await answer_by_rows(self._cache, cache_request, run)
+            miss.row_status = answer.status
+            return answer.outputs
+
+        return compute
+
     def _write_shared_memory(self, request: InferRequest, outputs: Sequence[Tensor]) -> None:
         """Write the outputs the client asked for in shared memory into their regions."""
         by_name = {tensor.name: tensor for tensor in outputs}
@@ -259,66 +290,18 @@ class InferenceService:
                     window.region, window.offset, window.byte_size, tensor.data
                 )
 
-    def prepare(self) -> None:
-        """Work out every loaded model's plan now, trial runs included (blocking: call it off
-        the event loop, before serving), so that no request pays for it."""
-        for entry in self._repository.index():
-            if entry.state == "READY":
-                model = self._repository.get(entry.name, entry.version)
-                self._plans[(model.name, model.version)] = self._new_plan(
-                    model, inline=runs_inline(model)
-                )
-
-    async def _run(
-        self, plan: _ModelPlan, inputs: Sequence[Tensor]
-    ) -> tuple[list[Tensor], _RunTimes]:
-        """Run the model (inline or in the bounded executor, as its plan says); failures other
-        than CachefleetErrors become ModelExecutionError."""
-        model = plan.model
-        submitted = time.perf_counter_ns()
-
-        def timed_run() -> tuple[list[Tensor], int]:
-            started = time.perf_counter_ns()
-            return model.run(inputs), started
-
-        try:
-            if plan.inline:
-                outputs, started = timed_run()
-            else:
-                loop = asyncio.get_running_loop()
-                outputs, started = await loop.run_in_executor(self._executor, timed_run)
-        except CachefleetError:
-            raise
-        except Exception as error:
-            raise ModelExecutionError(
-                f"model {model.name!r} version {model.version} failed: {error}"
-            ) from error
-        finished = time.perf_counter_ns()
-        plan.inference_seconds.observe((finished - submitted) / 1e9)
-        return outputs, _RunTimes(queue_ns=started - submitted, infer_ns=finished - started)
-
-    def _plan(self, model: Model) -> _ModelPlan:
-        """The model's per-request constants and labelled metric children, made once per
-        loaded model object (``labels()`` takes a lock; a reloaded model gets a new plan)."""
+    def _series(self, model: Model) -> _ModelSeries:
+        """The model's labelled metric children, looked up once (``labels()`` takes a lock)."""
         key = (model.name, model.version)
-        plan = self._plans.get(key)
-        if plan is None or plan.model is not model:
-            plan = self._new_plan(model, inline=False)  # not trialled: the executor is safe
-            self._plans[key] = plan
-        return plan
-
-    def _new_plan(self, model: Model, *, inline: bool) -> _ModelPlan:
-        metrics, config, key = self._metrics, model.config, (model.name, model.version)
-        return _ModelPlan(
-            model=model,
-            request_seconds=metrics.request_seconds.labels(*key),
-            inference_seconds=metrics.inference_seconds.labels(*key),
-            ok=metrics.requests.labels(*key, "200"),
-            cached=config.response_cache or self._cache_all,
-            ttl_s=self._default_ttl_s if config.cache_ttl_s is None else config.cache_ttl_s,
-            batched=config.max_batch_size > 0,
-            inline=inline,
-        )
+        series = self._model_series.get(key)
+        if series is None:
+            metrics = self._metrics
+            series = _ModelSeries(
+                request_seconds=metrics.request_seconds.labels(*key),
+                ok=metrics.requests.labels(*key, "200"),
+            )
+            self._model_series[key] = series
+        return series
 
     def model_metadata(self, name: str, version: str | None) -> dict[str, Any]:
         model = self._repository.get(name, version)
@@ -354,24 +337,28 @@ class InferenceService:
         return await self._cache.flush(name)
 
 
-def _record(
-    stats: ModelStatistics,
-    status: CacheStatus,
-    cache_ns: int,
-    run: _RunTimes | None,
-    rows: int,
-    decode_ns: int,
-    encode_ns: int,
-) -> None:
-    """Add one answered request's cache outcome and, if it ran the model (not a hit, not a
-    follower of an identical request in flight), its execution to the model's statistics."""
-    run_ns = 0
-    if run is not None:
-        run_ns = run.queue_ns + run.infer_ns
-        stats.record_execution(
-            rows, ExecutionTimes(run.queue_ns, decode_ns, run.infer_ns, encode_ns)
-        )
+def _priority(parameters: Mapping[str, Any]) -> int:
+    """The request parameter ``priority`` (0, the default level, when absent)."""
+    value = parameters.get("priority", 0)
+    if type(value) is not int or value < 0:
+        raise BadRequestError(f"parameter 'priority' must be a non-negative integer, not {value!r}")
+    return value
+
+
+@dataclass(slots=True)
+class _Miss:
+    """What this request's compute did, if it ran (a hit or a follower of an identical request
+    in flight runs none): its time waiting for and in model executions, and the row cache's
+    status."""
+
+    waited_ns: int = 0
+    row_status: CacheStatus | None = None
+
+
+def _record(stats: ModelStatistics, status: CacheStatus, cache_ns: int, waited_ns: int) -> None:
+    """Add one answered request's cache outcome to the model's statistics (its executions are
+    recorded by the model's scheduler, once per execution, batched or not)."""
     if status is CacheStatus.HIT_LOCAL or status is CacheStatus.HIT_REDIS:
         stats.record_cache_hit(cache_ns)
-    elif status is CacheStatus.MISS:
-        stats.record_cache_miss(cache_ns - run_ns)
+    elif status is CacheStatus.MISS or status is CacheStatus.PARTIAL:
+        stats.record_cache_miss(cache_ns - waited_ns)

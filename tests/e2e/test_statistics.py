@@ -64,7 +64,14 @@ def test_every_loaded_model_is_listed_in_tritons_shape(
     listed = {(stats["name"], stats["version"]) for stats in document["model_stats"]}
     assert listed == {
         (name, "1")
-        for name in ("densenet_onnx", "simple", "simple_identity", "simple_int8", "simple_string")
+        for name in (
+            "densenet_batch",
+            "densenet_onnx",
+            "simple",
+            "simple_identity",
+            "simple_int8",
+            "simple_string",
+        )
     }
     unused = _only(client.get_inference_statistics("simple_int8"))
     phases = ["success", "fail", "queue", "compute_input", "compute_infer", "compute_output"]

@@ -201,6 +201,7 @@ def test_metadata_config_index_health(client: httpclient.InferenceServerClient) 
     assert config["max_batch_size"] == 0
     index = client.get_model_repository_index()
     assert {(row["name"], row["version"], row["state"]) for row in index} == {
+        ("densenet_batch", "1", "READY"),
         ("densenet_onnx", "1", "READY"),
         ("simple", "1", "READY"),
         ("simple_identity", "1", "READY"),

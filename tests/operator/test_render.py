@@ -200,6 +200,20 @@ def test_runtime_configmap_is_loadable_settings_without_the_password(tmp_path: P
     assert "s3cret" not in by_kind(children, "ConfigMap", "svc-redis-config")["data"]["redis.conf"]
 
 
+@pytest.mark.parametrize(("row_cache", "expected"), [(True, ("simple",)), (False, ())])
+def test_row_cache_reaches_the_runtime_settings(
+    tmp_path: Path, row_cache: bool, expected: tuple[str, ...]
+) -> None:
+    model = {**BASE["model"], "rowCache": row_cache}
+    config = by_kind(render({"model": model}), "ConfigMap", "svc-config")["data"]["config.yaml"]
+    path = tmp_path / "config.yaml"
+    path.write_text(config)
+    import argparse
+
+    settings = load_settings(argparse.Namespace(config=path), environ={})
+    assert settings.models.row_cache_models == expected
+
+
 def test_gpu_pods_ask_for_gpus_and_run_as_non_root_read_only() -> None:
     pod = by_kind(render(SPECS["gpu-tiered"]), "Deployment")["spec"]["template"]["spec"]
     [container] = pod["containers"]

@@ -63,6 +63,19 @@ def test_flags_beat_environment_beat_file(tmp_path: Path) -> None:
     assert settings.redis.password.get_secret_value() == "pw"
 
 
+def test_row_cache_models_from_a_flag_the_environment_or_a_list_in_the_file(tmp_path: Path) -> None:
+    assert load_settings(parse("--row-cache-models", "a, b"), {}).models.row_cache_models == (
+        "a",
+        "b",
+    )
+    environment = {"CACHEFLEET_ROW_CACHE_MODELS": "densenet_batch"}
+    assert load_settings(parse(), environment).models.row_cache_models == ("densenet_batch",)
+    config = tmp_path / "settings.yaml"
+    config.write_text("models:\n  row_cache_models: [x, y]\n")
+    assert load_settings(parse("--config", str(config)), {}).models.row_cache_models == ("x", "y")
+    assert load_settings(parse(), {}).models.row_cache_models == ()
+
+
 def test_password_never_appears_in_the_rendered_document() -> None:
     settings = load_settings(
         parse("--redis-password", "s3cret", "--redis-url", "redis://r:6379"), {}

@@ -20,12 +20,28 @@ def session(repository: Path, model: str) -> ort.InferenceSession:
 
 
 def test_repository_has_triton_layout_with_caching_enabled(model_repository: Path) -> None:
-    for model in ("simple", "simple_string", "simple_int8", "simple_identity", "densenet_onnx"):
+    models = ("simple", "simple_string", "simple_int8", "simple_identity", "densenet_onnx")
+    for model in (*models, "densenet_batch"):
         config = (model_repository / model / "config.pbtxt").read_text()
         assert f'name: "{model}"' in config
         assert "response_cache { enable: true }" in config
         loaded = onnx.load(str(model_repository / model / "1" / "model.onnx"))
         assert loaded.ir_version == IR_VERSION <= 13
+
+
+def test_densenet_batch_is_densenet_onnx_with_a_batch_dimension(model_repository: Path) -> None:
+    """Same weights, same bits per image; ``densenet_batch`` takes several images at once."""
+    config = (model_repository / "densenet_batch" / "config.pbtxt").read_text()
+    assert "max_batch_size: 8" in config
+    assert "dynamic_batching {" in config
+    assert '"cachefleet.row_cache"' in config
+    images = np.random.default_rng(3).standard_normal((2, 3, 224, 224), dtype=np.float32)
+    (batched,) = session(model_repository, "densenet_batch").run(None, {"data_0": images})
+    assert batched.shape == (2, 1000, 1, 1)
+    single = session(model_repository, "densenet_onnx")
+    for index in range(2):
+        (alone,) = single.run(None, {"data_0": images[index]})
+        assert alone.tobytes() == batched[index].tobytes()
 
 
 def test_simple_adds_and_subtracts(model_repository: Path) -> None:

@@ -1,0 +1,321 @@
+"""Runs one model version's executions: at most ``instances`` at once, misses merged into
+batches when the model asks for dynamic batching.
+
+Executions run in the server's thread pool, off the event loop. Every execution runs in its own
+task, so a caller that goes away (a client disconnect cancels its request) never cancels an
+execution that other callers wait on; a caller that goes before its request left the queue is
+simply dropped from it. A batch that fails is run again one request at a time, so that a request
+the model cannot run fails alone, with the model's error, and the others still get answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+
+from cachefleet.runtime.errors import (
+    BadRequestError,
+    CachefleetError,
+    ModelExecutionError,
+    NotReadyError,
+)
+from cachefleet.runtime.metrics import RuntimeMetrics
+from cachefleet.runtime.models.scheduling import SchedulingPolicy, scheduling_policy
+from cachefleet.runtime.models.types import Model
+from cachefleet.runtime.service import rows
+from cachefleet.runtime.service.batch_queue import BatchQueue, Pending
+from cachefleet.runtime.service.statistics import ExecutionTimes, StatisticsRegistry
+from cachefleet.runtime.tensor import Tensor
+
+logger = logging.getLogger(__name__)
+#: Called when a request starts waiting for an execution (see InferenceService.infer).
+OnWait = Callable[[], None]
+
+
+class ModelScheduler:
+    """The executions of one model version."""
+
+    def __init__(
+        self,
+        model: Model,
+        policy: SchedulingPolicy,
+        executor: Executor,
+        metrics: RuntimeMetrics,
+        statistics: StatisticsRegistry,
+    ) -> None:
+        self.model = model
+        self._statistics = statistics
+        self.policy = policy
+        self._executor = executor
+        self._slots = asyncio.Semaphore(policy.instances)
+        self._queue = BatchQueue(policy.batching) if policy.batching is not None else None
+        self._arrived = asyncio.Event()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._running: set[asyncio.Task[None]] = set()
+        #: Completion of the batch dispatched last (``preserve_ordering`` chains on it).
+        self._tail: asyncio.Future[None] | None = None
+        labels = (model.name, model.version)
+        self._batch_sizes = metrics.batch_size.labels(*labels)
+        self._inference_seconds = metrics.inference_seconds.labels(*labels)
+        self._pending = metrics.pending_requests.labels(*labels)
+        self._counters = metrics.inference
+        self._preserve_ordering = policy.batching is not None and policy.batching.preserve_ordering
+
+    async def run(
+        self, inputs: Sequence[Tensor], priority: int = 0, on_wait: OnWait | None = None
+    ) -> list[Tensor]:
+        """The model's outputs for ``inputs`` (batched with other requests if configured)."""
+        level = self._level(priority)
+        if on_wait is not None:
+            on_wait()
+        if self._queue is None:
+            return await self._run_alone(inputs)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[Tensor]] = loop.create_future()
+        pending = Pending(
+            inputs=inputs,
+            rows=self._rows(inputs),
+            signature=rows.signature(inputs),
+            future=future,
+            queued_at=loop.time(),
+            level=level,
+            submitted_ns=time.perf_counter_ns(),
+        )
+        self._queue.push(pending)
+        self._pending.set(len(self._queue))
+        self._arrived.set()
+        if self._loop_task is None:
+            self._loop_task = asyncio.create_task(self._batch_loop(self._queue))
+            self._loop_task.add_done_callback(self._loop_ended)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            # The caller has gone: its future is cancelled, so the queue drops it; wake the
+            # batcher so that it does now, and not only when the next request comes.
+            self._arrived.set()
+            raise
+
+    async def close(self) -> None:
+        """Stop batching: batches already running finish, requests still waiting get 503."""
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            await asyncio.gather(self._loop_task, return_exceptions=True)
+            self._loop_task = None
+        await asyncio.gather(*self._running, return_exceptions=True)
+        for pending in self._queue.drain() if self._queue is not None else ():
+            if not pending.future.done():
+                pending.future.set_exception(
+                    NotReadyError(f"model {self.model.name!r} is no longer served here")
+                )
+
+    def _rows(self, inputs: Sequence[Tensor]) -> int:
+        """Rows of a request: its batch size, or 1 for a model without a batch dimension."""
+        return rows.batch_rows(inputs) if self.model.config.max_batch_size > 0 else 1
+
+    def _level(self, priority: int) -> int:
+        batching = self.policy.batching
+        if batching is None or not batching.priority_levels:
+            return 0
+        if priority == 0:
+            return batching.default_priority_level
+        if not 0 < priority <= batching.priority_levels:
+            raise BadRequestError(
+                f"priority {priority} is not a level of model {self.model.name!r} "
+                f"(1 to {batching.priority_levels}, or 0 for the default)"
+            )
+        return priority
+
+    def _loop_ended(self, task: asyncio.Task[None]) -> None:
+        """A batcher that died of a bug is logged and restarted by the next request."""
+        if self._loop_task is task:
+            self._loop_task = None
+        if not task.cancelled() and task.exception() is not None:
+            logger.error(
+                "model %r: the batcher stopped", self.model.name, exc_info=task.exception()
+            )
+
+    async def _run_alone(self, inputs: Sequence[Tensor]) -> list[Tensor]:
+        submitted_ns = time.perf_counter_ns()
+        await self._slots.acquire()
+        task = asyncio.ensure_future(self._execute_one(inputs, submitted_ns))
+        task.add_done_callback(lambda _: self._slots.release())
+        return await asyncio.shield(task)
+
+    async def _execute_one(self, inputs: Sequence[Tensor], submitted_ns: int) -> list[Tensor]:
+        (outputs,) = await self._execute([inputs], submitted_ns)
+        return outputs
+
+    async def _batch_loop(self, queue: BatchQueue) -> None:
+        """Wait for a free instance, then for a batch worth running, and start it."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._slots.acquire()
+            try:
+                batch = await self._next_batch(queue, loop)
+            except BaseException:
+                self._slots.release()
+                raise
+            task = asyncio.create_task(self._run_batch(batch, self._chain()))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+    async def _next_batch(
+        self, queue: BatchQueue, loop: asyncio.AbstractEventLoop
+    ) -> list[Pending]:
+        while True:
+            self._arrived.clear()
+            taken = queue.take(loop.time())
+            self._pending.set(len(queue))
+            if isinstance(taken, list):
+                return taken
+            timeout = None if taken is None else max(0.0, taken - loop.time())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._arrived.wait(), timeout)
+
+    def _chain(self) -> tuple[asyncio.Future[None] | None, asyncio.Future[None]]:
+        """(completion of the previous batch, this batch's completion)."""
+        previous, mine = self._tail, asyncio.get_running_loop().create_future()
+        self._tail = mine
+        return previous, mine
+
+    async def _run_batch(
+        self,
+        batch: list[Pending],
+        chain: tuple[asyncio.Future[None] | None, asyncio.Future[None]],
+    ) -> None:
+        previous, mine = chain
+        try:
+            results = await self._results(batch)
+        finally:
+            self._slots.release()
+        try:
+            if previous is not None and self._preserve_ordering:
+                await previous
+            for pending, result in zip(batch, results, strict=True):
+                if pending.future.done():
+                    continue  # its caller has gone
+                if isinstance(result, BaseException):
+                    pending.future.set_exception(result)
+                else:
+                    pending.future.set_result(result)
+        finally:
+            mine.set_result(None)
+            if self._tail is mine:
+                self._tail = None
+
+    async def _results(self, batch: list[Pending]) -> list[list[Tensor] | CachefleetError]:
+        """Outputs per request; if the batch fails, each request again on its own."""
+        try:
+            submitted_ns = min(pending.submitted_ns for pending in batch)
+            return list(await self._execute([pending.inputs for pending in batch], submitted_ns))
+        except CachefleetError as error:
+            if len(batch) == 1:
+                return [error]
+        except Exception as error:  # the executor itself failed (shut down): nothing can run
+            failure = ModelExecutionError(f"model {self.model.name!r} cannot run: {error}")
+            return [failure] * len(batch)
+        logger.info(
+            "model %r: a batch of %d requests failed; running them one by one",
+            self.model.name,
+            len(batch),
+        )
+        results: list[list[Tensor] | CachefleetError] = []
+        for pending in batch:
+            if pending.future.done():
+                results.append(ModelExecutionError("the caller has gone"))
+                continue
+            try:
+                results.append(await self._execute_one(pending.inputs, pending.submitted_ns))
+            except CachefleetError as error:
+                results.append(error)
+            except Exception as error:
+                results.append(
+                    ModelExecutionError(f"model {self.model.name!r} cannot run: {error}")
+                )
+        return results
+
+    async def _execute(
+        self, parts: Sequence[Sequence[Tensor]], submitted_ns: int
+    ) -> list[list[Tensor]]:
+        """One model execution over ``parts`` joined along dim 0, split back per part.
+
+        Recorded for the statistics extension as one execution of all its rows: ``queue`` from
+        the oldest part's arrival to the start, ``compute_input`` joining the inputs,
+        ``compute_infer`` the model, ``compute_output`` cutting the outputs.
+        """
+        loop = asyncio.get_running_loop()
+        sizes = [self._rows(part) for part in parts]
+        pieces, times = await loop.run_in_executor(
+            self._executor, self._execute_blocking, parts, sizes, submitted_ns
+        )
+        self._inference_seconds.observe(times.compute_infer_ns / 1e9)
+        total = sum(sizes)
+        self._batch_sizes.observe(total)
+        self._counters.executed(self.model.name, self.model.version, total)
+        stats = self._statistics.for_version(self.model.name, self.model.version)
+        stats.record_execution(total, times)
+        return pieces
+
+    def _execute_blocking(
+        self, parts: Sequence[Sequence[Tensor]], sizes: Sequence[int], submitted_ns: int
+    ) -> tuple[list[list[Tensor]], ExecutionTimes]:
+        try:
+            started = time.perf_counter_ns()
+            joined = rows.join(parts)
+            joined_at = time.perf_counter_ns()
+            outputs = self.model.run(joined)
+            ran_at = time.perf_counter_ns()
+            pieces = rows.split(outputs, sizes)
+        except CachefleetError:
+            raise
+        except Exception as error:
+            raise ModelExecutionError(
+                f"model {self.model.name!r} version {self.model.version} failed: {error}"
+            ) from error
+        times = ExecutionTimes(
+            queue_ns=started - submitted_ns,
+            compute_input_ns=joined_at - started,
+            compute_infer_ns=ran_at - joined_at,
+            compute_output_ns=time.perf_counter_ns() - ran_at,
+        )
+        return pieces, times
+
+
+class Schedulers:
+    """One :class:`ModelScheduler` per model version, made on first use."""
+
+    def __init__(
+        self, executor: Executor, metrics: RuntimeMetrics, statistics: StatisticsRegistry
+    ) -> None:
+        self._executor = executor
+        self._metrics = metrics
+        self._statistics = statistics
+        self._schedulers: dict[tuple[str, str], ModelScheduler] = {}
+        self._retiring: set[asyncio.Future[None]] = set()
+
+    def of(self, model: Model) -> ModelScheduler:
+        key = (model.name, model.version)
+        scheduler = self._schedulers.get(key)
+        if scheduler is None or scheduler.model is not model:
+            if scheduler is not None:  # the model was loaded again: retire the old batcher
+                retiring = asyncio.ensure_future(scheduler.close())
+                self._retiring.add(retiring)
+                retiring.add_done_callback(self._retiring.discard)
+            policy = scheduling_policy(model.config)
+            scheduler = ModelScheduler(
+                model, policy, self._executor, self._metrics, self._statistics
+            )
+            self._schedulers[key] = scheduler
+        return scheduler
+
+    def get(self, name: str, version: str) -> ModelScheduler | None:
+        """The scheduler of a model version that has run at least once, else None."""
+        return self._schedulers.get((name, version))
+
+    async def close(self) -> None:
+        schedulers, self._schedulers = list(self._schedulers.values()), {}
+        await asyncio.gather(*(scheduler.close() for scheduler in schedulers), *self._retiring)

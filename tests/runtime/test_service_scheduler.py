@@ -1,0 +1,168 @@
+"""The scheduler with a model whose executions the test holds and releases: instance counts
+bound concurrent executions, preserve_ordering delivers answers in arrival order, and the
+statistics extension counts executions per batch size. Executions are held on events, never
+timed."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from cachefleet.runtime.errors import NotReadyError
+from cachefleet.runtime.metrics import RuntimeMetrics
+from cachefleet.runtime.models.scheduling import BatchingPolicy, SchedulingPolicy
+from cachefleet.runtime.models.types import ModelConfig, TensorSpec
+from cachefleet.runtime.service.scheduler import ModelScheduler
+from cachefleet.runtime.service.statistics import StatisticsRegistry
+from cachefleet.runtime.tensor import Tensor
+
+
+class HeldModel:
+    """Doubles its input, but each execution waits until the test releases it."""
+
+    def __init__(self) -> None:
+        self.config = ModelConfig(
+            "held", "onnxruntime_onnx", "onnxruntime", 8,
+            (TensorSpec("X", "INT32", (1,)),), (TensorSpec("Y", "INT32", (1,)),),
+        )  # fmt: skip
+        self.labels: Mapping[str, Sequence[str]] = {}
+        self.running = 0
+        self.most_running = 0
+        self.started: list[list[int]] = []
+        self.release: dict[int, threading.Event] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return "held"
+
+    @property
+    def version(self) -> str:
+        return "1"
+
+    def run(self, inputs: Sequence[Tensor]) -> list[Tensor]:
+        values = inputs[0].to_numpy()
+        first = int(values[0, 0])
+        with self._lock:
+            self.running += 1
+            self.most_running = max(self.most_running, self.running)
+            self.started.append([int(v) for v in values[:, 0]])
+            event = self.release.setdefault(first, threading.Event())
+        event.wait(30)
+        with self._lock:
+            self.running -= 1
+        return [Tensor.from_numpy("Y", values * 2)]
+
+    def let_go(self, first: int) -> None:
+        with self._lock:
+            self.release.setdefault(first, threading.Event()).set()
+
+
+def batches(statistics: StatisticsRegistry) -> dict[int, int]:
+    """Executions per batch size, from the statistics extension's document."""
+    document = statistics.for_version("held", "1").document()
+    return {
+        batch["batch_size"]: batch["compute_infer"]["count"] for batch in document["batch_stats"]
+    }
+
+
+def request(value: int) -> list[Tensor]:
+    return [Tensor.from_numpy("X", np.array([[value]], dtype=np.int32))]
+
+
+async def until(condition: object, what: str) -> None:
+    for _ in range(3000):
+        if callable(condition) and condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never happened: {what}")
+
+
+@pytest.fixture
+async def executor() -> AsyncIterator[ThreadPoolExecutor]:
+    pool = ThreadPoolExecutor(4)
+    yield pool
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
+async def test_instance_count_bounds_concurrent_executions(executor: ThreadPoolExecutor) -> None:
+    model = HeldModel()
+    scheduler = ModelScheduler(
+        model, SchedulingPolicy(instances=2), executor, RuntimeMetrics(), StatisticsRegistry()
+    )
+    calls = [asyncio.ensure_future(scheduler.run(request(value))) for value in (1, 2, 3)]
+    await until(lambda: len(model.started) == 2, "two executions running")
+    await asyncio.sleep(0)
+    assert len(model.started) == 2, "the third waits for an instance"
+    for value in (1, 2, 3):
+        model.let_go(value)
+    answers = await asyncio.gather(*calls)
+    assert [int(a[0].to_numpy()[0, 0]) for a in answers] == [2, 4, 6]
+    assert model.most_running == 2
+    await scheduler.close()
+
+
+async def test_preserve_ordering_answers_in_arrival_order(executor: ThreadPoolExecutor) -> None:
+    model = HeldModel()
+    policy = SchedulingPolicy(
+        instances=2, batching=BatchingPolicy(max_batch_size=8, preserve_ordering=True)
+    )
+    statistics = StatisticsRegistry()
+    scheduler = ModelScheduler(model, policy, executor, RuntimeMetrics(), statistics)
+    first = asyncio.ensure_future(scheduler.run(request(1)))
+    await until(lambda: len(model.started) == 1, "the first batch running")
+    second = asyncio.ensure_future(scheduler.run(request(2)))
+    await until(lambda: len(model.started) == 2, "the second batch running beside it")
+    model.let_go(2)
+    await until(lambda: model.running == 1, "the second execution finished")
+    await asyncio.sleep(0.05)
+    assert not second.done(), "its answer waits for the earlier batch"
+    model.let_go(1)
+    assert [int(a[0].to_numpy()[0, 0]) for a in await asyncio.gather(first, second)] == [2, 4]
+    assert batches(statistics) == {1: 2}
+    await scheduler.close()
+
+
+async def test_waiting_requests_merge_into_one_execution(executor: ThreadPoolExecutor) -> None:
+    model = HeldModel()
+    policy = SchedulingPolicy(batching=BatchingPolicy(max_batch_size=8))
+    metrics, statistics = RuntimeMetrics(), StatisticsRegistry()
+    scheduler = ModelScheduler(model, policy, executor, metrics, statistics)
+    first = asyncio.ensure_future(scheduler.run(request(1)))
+    await until(lambda: len(model.started) == 1, "the first execution running")
+    later = [asyncio.ensure_future(scheduler.run(request(v))) for v in (5, 6, 7)]
+    await until(
+        lambda: (
+            metrics.registry.get_sample_value(
+                "nv_inference_pending_request_count", {"model": "held", "version": "1"}
+            )
+            == 3
+        ),
+        "three requests queued behind the running one",
+    )
+    model.let_go(1)
+    model.let_go(5)
+    answers = await asyncio.gather(first, *later)
+    assert [int(a[0].to_numpy()[0, 0]) for a in answers] == [2, 10, 12, 14]
+    assert model.started == [[1], [5, 6, 7]]
+    assert batches(statistics) == {1: 1, 3: 1}
+    document = statistics.for_version("held", "1").document()
+    assert (document["execution_count"], document["inference_count"]) == (2, 4)
+    await scheduler.close()
+
+
+async def test_closing_answers_waiting_requests_with_503(executor: ThreadPoolExecutor) -> None:
+    model = HeldModel()
+    policy = SchedulingPolicy(batching=BatchingPolicy(max_batch_size=8, max_queue_delay_s=3600))
+    scheduler = ModelScheduler(model, policy, executor, RuntimeMetrics(), StatisticsRegistry())
+    waiting = asyncio.ensure_future(scheduler.run(request(1)))
+    await asyncio.sleep(0)
+    await scheduler.close()
+    with pytest.raises(NotReadyError):
+        await waiting
+    assert model.started == []
