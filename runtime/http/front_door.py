@@ -10,15 +10,18 @@ service call, the same ``{"error": ...}`` answers and headers.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 
 import orjson
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cachefleet.runtime.errors import CachefleetError
 from cachefleet.runtime.http.body import collect_body, parse_header_length
 from cachefleet.runtime.http.cache_control import directives_from
+from cachefleet.runtime.http.client_watch import ClientWatch
 from cachefleet.runtime.http.compression import compress_for
 from cachefleet.runtime.http.state import ServerState
 
@@ -78,6 +81,17 @@ class InferFrontDoor:
         self, scope: Scope, receive: Receive, send: Send, model: str, version: str | None
     ) -> None:
         headers = {name: value for name, value in scope["headers"] if name in _WANTED}
+        task = asyncio.current_task()
+        watch: ClientWatch | None = None
+
+        def on_wait() -> None:
+            """The request waits for a model: from now on, a hang-up cancels it (made only
+            then, so that a hit pays nothing for it)."""
+            nonlocal watch
+            if watch is None:
+                watch = ClientWatch(Request(scope, receive), task)
+            watch.start()
+
         try:
             service = self._state.ready_service()
             body = await collect_body(
@@ -92,7 +106,12 @@ class InferFrontDoor:
                 body,
                 parse_header_length(_text(headers.get(b"inference-header-content-length"))),
                 directives_from(_text(headers.get(b"cache-control"))),
+                on_wait=on_wait,
             )
+        except asyncio.CancelledError:
+            if watch is None or not watch.absorb():
+                raise
+            return  # the client has gone: nobody reads an answer
         except ClientGoneError:
             return
         except CachefleetError as error:
@@ -104,6 +123,9 @@ class InferFrontDoor:
             log.exception("unexpected error on POST %s", scope["path"])
             await _error(send, 500, f"internal server error: {type(error).__name__}")
             return
+        finally:
+            if watch is not None:
+                watch.stop()
         response = outcome.body
         extra: list[tuple[bytes, bytes]] = [(b"x-cache", outcome.cache_status.value.encode())]
         accept = headers.get(b"accept-encoding")
