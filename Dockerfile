@@ -25,7 +25,7 @@ COPY operator/ operator/
 COPY bench/ bench/
 RUN pip wheel --no-deps --wheel-dir /wheels .
 
-# ---- runtime-build: a virtualenv with cachefleet[gpu], on the CUDA image's own Python ---------
+# ---- runtime-build: cachefleet[gpu] (the runtime extra and onnxruntime-gpu), CUDA's Python ---
 FROM ${CUDA_IMAGE} AS runtime-build
 ARG ONNXRUNTIME_GPU_VERSION
 ENV DEBIAN_FRONTEND=noninteractive \
@@ -63,14 +63,14 @@ EXPOSE 8000
 ENTRYPOINT ["cachefleet"]
 CMD ["serve", "--model-repository", "/models", "--host", "0.0.0.0", "--port", "8000"]
 
-# ---- operator-build: a virtualenv with cachefleet (no ONNX Runtime) ---------------------------
+# ---- operator-build: a virtualenv with cachefleet[operator] (no server, no ONNX) -------------
 FROM ${PYTHON_IMAGE} AS operator-build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 COPY --from=wheel /wheels /wheels
 RUN python -m venv /opt/venv \
  && wheel="$(ls /wheels/cachefleet-*.whl)" \
- && /opt/venv/bin/pip install "${wheel}" \
+ && /opt/venv/bin/pip install "${wheel}[operator]" \
  && /opt/venv/bin/python -m pip uninstall --yes pip
 
 # ---- operator: the kopf operator ------------------------------------------------------------

@@ -1,10 +1,11 @@
 """`cachefleet bench`: the benchmark harness.
 
 Runs every scenario of design section 9 in one go (no cache, local, redis, tiered; ``simple``
-and ``densenet_onnx``; 100% hits, a hit-ratio sweep, 0% hits; our JSON path against KServe's
-Python server; our local cache against Triton's) with ``wrk`` as the load generator, and
-writes ``bench/results/<date>-<machine>.md`` (tables and the targets) and ``.png``
-(throughput and p99 per scenario).
+and ``densenet_onnx``; 100% hits, a hit-ratio sweep, 0% hits; HTTP against gRPC on the same
+model and hit ratio; our JSON path against KServe's Python server; our local cache against
+Triton's) with ``wrk`` as the load generator (Python senders in processes where HTTP and gRPC are
+compared), and writes ``bench/results/<date>-<machine>.md`` (tables and the targets) and
+``.png`` (throughput and p99 per scenario).
 """
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--peer", action=argparse.BooleanOptionalAction, default=None,
         help="compare with KServe's Python server (default: on unless --quick)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--grpc", action=argparse.BooleanOptionalAction, default=True,
+        help="compare HTTP and gRPC on each model at a 90%% hit ratio (default: on)",
     )  # fmt: skip
     parser.add_argument(
         "--peer-python", type=Path,
@@ -90,7 +95,7 @@ def _ratio(text: str) -> float:
 
 def run(args: argparse.Namespace) -> int:
     if args.chaos:
-        from cachefleet.bench import chaos
+        from cachefleet.bench.chaos import command as chaos
 
         return chaos.run_command(args)
     if args.batching:
@@ -121,13 +126,14 @@ def run(args: argparse.Namespace) -> int:
         ),
         peer=args.peer if args.peer is not None else not quick,
         triton=args.triton if args.triton is not None else not quick,
+        grpc=bool(args.grpc),
     )  # fmt: skip
     print(f"cachefleet bench: {len(plan)} scenarios, {options.duration_s:g} s each; "
           f"{options.cpus.description}", flush=True)  # fmt: skip
     try:
         record = harness.run_plan(plan, options, lambda line: print(line, flush=True))
     except BenchError as error:
-        print(f"cachefleet bench: {error.message}", file=sys.stderr)
+        print(f"cachefleet bench: {error!s}", file=sys.stderr)
         return 1
     name = args.name or f"{datetime.now(UTC):%Y-%m-%d}-{record.machine}"
     command = "cachefleet bench " + shlex.join(sys.argv[2:] if len(sys.argv) > 1 else [])

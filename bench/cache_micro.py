@@ -12,21 +12,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
-import socket
 import statistics
-import subprocess
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
 
-from cachefleet.bench.processes import free_port
+from cachefleet.bench.processes import RedisServer
 from cachefleet.runtime.cache.api import CacheDirectives, CacheRequest, CacheStatus
 from cachefleet.runtime.cache.factory import build_cache
 from cachefleet.runtime.cache.key import compute_key
-from cachefleet.runtime.cache.tiered import TieredCache
+from cachefleet.runtime.cache.read_through import ReadThroughCache
 from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.tensor import Tensor
@@ -88,12 +87,12 @@ def summary(name: str, samples: list[float]) -> str:
     return f"{name:<34} p50 {p50:8.1f} us   p99 {p99:8.1f} us   (n={len(ordered)})"
 
 
-async def cache_for(mode: str, redis_url: str | None) -> TieredCache:
+async def cache_for(mode: str, redis_url: str | None) -> ReadThroughCache:
     settings = RuntimeSettings.model_validate(
         {"cache": {"mode": mode, "local_size_bytes": 2**30}, "redis": {"url": redis_url}}
     )
     cache = build_cache(settings, RuntimeMetrics())
-    assert isinstance(cache, TieredCache)
+    assert isinstance(cache, ReadThroughCache)
     await cache.start()
     return cache
 
@@ -106,7 +105,7 @@ async def run_latencies(
     requests = [make(seed) for seed in range(rounds + 1)]  # [0]: the one that hits
     lines = []
 
-    def asking(cache: TieredCache, offset: int) -> Callable[[int], Awaitable[CacheStatus]]:
+    def asking(cache: ReadThroughCache, offset: int) -> Callable[[int], Awaitable[CacheStatus]]:
         async def call(index: int) -> CacheStatus:
             request = requests[index + offset if offset else 0]
             status = (await cache.get_or_compute(request, directives, compute))[1]
@@ -141,32 +140,19 @@ async def run_latencies(
 
 @contextmanager
 def redis_server(url: str | None) -> Iterator[str]:
+    """``url``, or a throwaway Redis of our own for the run."""
     if url is not None:
         yield url
         return
-    binary = shutil.which("redis-server")
-    if binary is None:
+    if shutil.which("redis-server") is None:
         raise SystemExit("redis-server not found: install it or pass --redis-url")
-    port = free_port()
     with tempfile.TemporaryDirectory() as workdir:
-        process = subprocess.Popen(
-            [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", workdir],
-            stdout=subprocess.DEVNULL,
-        )
+        redis = RedisServer(Path(workdir))
+        redis.start()
         try:
-            deadline = time.monotonic() + 10
-            while True:
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.05)
-            yield f"redis://127.0.0.1:{port}/0"
+            yield redis.url
         finally:
-            process.terminate()
-            process.wait(10)
+            redis.stop()
 
 
 def main(argv: list[str] | None = None) -> int:

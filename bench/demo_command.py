@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         record = harness.run_plan(plan, options, lambda line: print(line, flush=True))
     except BenchError as error:
-        print(f"cachefleet demo: {error.message}", file=sys.stderr)
+        print(f"cachefleet demo: {error!s}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("cachefleet demo: interrupted; every process it started has been stopped.")

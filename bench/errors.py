@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from cachefleet.runtime.errors import CachefleetError
 
-
-class BenchError(CachefleetError):
+class BenchError(Exception):
     """A benchmark could not run: a process did not start, a tool is missing, a reply was bad.
 
     The message says what to install or look at; the commands print it instead of a traceback.

@@ -21,7 +21,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from cachefleet.bench import peer, processes, profiling, pyload, triton_peer, wrk
+from cachefleet.bench import (
+    grpc_bodies,
+    grpcload,
+    peer,
+    processes,
+    profiling,
+    pyload,
+    triton_peer,
+    wrk,
+)
+from cachefleet.bench.bodies import RequestSet
 from cachefleet.bench.errors import BenchError
 from cachefleet.bench.load import LoadResult, LoadSpec
 from cachefleet.bench.measure import Measurement, Target, measure, request_set, settle
@@ -74,8 +84,13 @@ class RunRecord:
         return f"{len(os.sched_getaffinity(0))}cpu-{platform.machine()}"
 
 
-def load_runner(options: BenchOptions) -> Callable[[LoadSpec], LoadResult]:
-    """The generator asked for; wrk unless it is missing, then the Python senders."""
+def load_runner(
+    options: BenchOptions, scenario: Scenario | None = None
+) -> Callable[[LoadSpec], LoadResult]:
+    """The generator asked for; wrk unless it is missing, then the Python senders. HTTP vs gRPC
+    scenarios use Python senders in processes on both sides (wrk cannot speak gRPC)."""
+    if scenario is not None and scenario.group == "transport":
+        return grpcload.run if scenario.transport == "grpc" else pyload.run
     if options.generator == "wrk" and wrk.available():
         return lambda spec: wrk.run(spec, options.wrk_threads)
     return pyload.run
@@ -110,11 +125,11 @@ def run_plan(plan: list[Scenario], options: BenchOptions, log: Log) -> RunRecord
                         models=sorted({s.model for s in plan}),
                     )  # fmt: skip
                 except BenchError as error:
-                    log(f"  {scenario.server} {scenario.cache}: {error.message.splitlines()[0]}")
+                    log(f"  {scenario.server} {scenario.cache}: {str(error).splitlines()[0]}")
                     targets[key] = error
             target = targets[key]
             if isinstance(target, BenchError):
-                record.failures.append(Failure(scenario, target.message.splitlines()[0]))
+                record.failures.append(Failure(scenario, str(target).splitlines()[0]))
                 continue
             settle(*(t.pid for t in targets.values() if isinstance(t, Target)))
             _run_scenario(target, scenario, options, record, log, workdir)
@@ -141,14 +156,13 @@ def _redis(
 ) -> str | None:
     if not any(s.cache in ("redis", "tiered") for s in plan):
         return None
-    started = processes.start_redis(workdir, options.cpus.client)
-    if started is None:
+    redis = processes.start_redis(workdir, options.cpus.client)
+    if redis is None:
         record.notes.append("redis-server is not installed: redis and tiered scenarios failed.")
         return None
-    redis, url = started
     stack.callback(redis.stop)
-    log(f"redis-server at {url}")
-    return url
+    log(f"redis-server at {redis.url}")
+    return redis.url
 
 
 def _start_target(
@@ -177,18 +191,22 @@ def _start_target(
         process, base_url = peer.start(
             repository, "simple", options.peer_python, workdir, options.cpus.server
         )
+        stop, pid, name = process.stop, process.pid, process.name
         note = f"KServe peer: {peer.describe(options.peer_python)}"
         if note not in record.notes:
             record.notes.append(note)
     else:
         if cache in ("redis", "tiered") and redis_url is None:
             raise BenchError("no Redis for this cache mode (redis-server is not installed)")
-        process, base_url = processes.start_server(
+        ours = processes.start_server(
             repository, cache, redis_url, workdir, options.cpus.server, options.cpus.server_args
         )
-    stack.callback(process.stop)
-    log(f"{process.name} at {base_url}")
-    return Target(base_url, process.pid)
+        stack.callback(ours.stop)
+        log(f"{ours.name} at {ours.base_url}, gRPC at {ours.grpc_url}")
+        return Target(ours.base_url, ours.pid, grpc_address=ours.grpc_url)
+    stack.callback(stop)
+    log(f"{name} at {base_url}")
+    return Target(base_url, pid)
 
 
 def _run_scenario(
@@ -202,13 +220,14 @@ def _run_scenario(
     try:
         requests = request_set(target.base_url, scenario)
         result = measure(
-            target, scenario, requests, run_load=load_runner(options),
+            target, scenario, requests, run_load=load_runner(options, scenario),
             connections=options.connections, duration_s=options.duration_s,
             warmup_s=options.warmup_s, client_cpus=options.cpus.client,
             probe_s=options.probe_s, profile_dir=workdir if options.profile else None,
+            load=_grpc_load(target, scenario, requests),
         )  # fmt: skip
     except BenchError as error:
-        reason = error.message.splitlines()[0]
+        reason = str(error).splitlines()[0]
         log(f"  {scenario.label:<38} failed: {reason}")
         record.failures.append(Failure(scenario, reason))
         return
@@ -218,3 +237,14 @@ def _run_scenario(
         f"  {scenario.label:<38} {load.throughput:9.0f} req/s  p50 {load.p50_ms:7.2f} ms"
         f"  p99 {load.p99_ms:7.2f} ms  errors {load.errors}"
     )
+
+
+def _grpc_load(
+    target: Target, scenario: Scenario, requests: RequestSet
+) -> tuple[str, RequestSet] | None:
+    """Where a gRPC scenario's load goes; the warm-up posts the same tensors over HTTP."""
+    if scenario.transport != "grpc":
+        return None
+    if target.grpc_address is None:
+        raise BenchError("this server has no gRPC endpoint")
+    return target.grpc_address, grpc_bodies.grpc_request_set(requests)

@@ -8,13 +8,11 @@
 -- misses never repeat across threads or runs. Request i of a thread is a miss when
 -- floor(i * m / 10000) grows, which gives exactly m misses per 10000 requests.
 
-local threads = {}
 local thread_count = 0
 
 function setup(thread)
   thread:set("thread_id", thread_count)
   thread_count = thread_count + 1
-  table.insert(threads, thread)
 end
 
 local function read_file(path)
@@ -30,8 +28,7 @@ local miss_prefix, miss_suffix
 local miss_per_10000, nonce
 local sent = 0
 local hit_index = 0
-misses = 0
-hits = 0
+local misses = 0
 
 function init(args)
   local dir = args[1]
@@ -80,25 +77,18 @@ function request()
       .. miss_suffix
     return wrk.format("POST", path, headers, body)
   end
-  hits = hits + 1
   hit_index = hit_index % #hit_requests + 1
   return hit_requests[hit_index]
 end
 
 function done(summary, latency, requests)
-  local sent_misses, sent_hits = 0, 0
-  for _, thread in ipairs(threads) do
-    sent_misses = sent_misses + thread:get("misses")
-    sent_hits = sent_hits + thread:get("hits")
-  end
   local e = summary.errors
   io.write(string.format(
     'CACHEFLEET_RESULT {"requests": %d, "duration_us": %d, "bytes": %d, '
       .. '"errors": {"connect": %d, "read": %d, "write": %d, "status": %d, "timeout": %d}, '
-      .. '"latency_us": {"p50": %d, "p90": %d, "p99": %d, "max": %d, "mean": %.1f}, '
-      .. '"sent_hits": %d, "sent_misses": %d}\n',
+      .. '"latency_us": {"p50": %d, "p90": %d, "p99": %d, "max": %d, "mean": %.1f}}\n',
     summary.requests, summary.duration, summary.bytes,
     e.connect, e.read, e.write, e.status, e.timeout,
     latency:percentile(50), latency:percentile(90), latency:percentile(99),
-    latency.max, latency.mean, sent_hits, sent_misses))
+    latency.max, latency.mean))
 end

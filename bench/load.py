@@ -36,8 +36,6 @@ class LoadResult:
     p50_ms: float
     p90_ms: float
     p99_ms: float
-    sent_hits: int
-    sent_misses: int
     generator: str
 
     @property

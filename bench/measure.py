@@ -55,6 +55,8 @@ class Target:
     pid: int
     #: Where its Prometheus metrics are (Triton serves them on a port of their own).
     metrics_url: str = ""
+    #: ``host:port`` of the server's gRPC endpoint, when it has one.
+    grpc_address: str | None = None
 
     @property
     def metrics(self) -> str:
@@ -82,20 +84,23 @@ def measure(
     client_cpus: str | None,
     probe_s: float = 0.0,
     profile_dir: Path | None = None,
+    load: tuple[str, RequestSet] | None = None,
 ) -> Measurement:
     """Warm the cache with the hit set, run an unmeasured warm-up, then the measured load.
 
     For 100%-hit scenarios, a ``probe_s`` run with a single connection follows. With
-    ``profile_dir``, py-spy samples the server during the measured load.
+    ``profile_dir``, py-spy samples the server during the measured load. ``load`` sends the
+    load elsewhere than the warm-up posts (address and requests: gRPC's, for the same tensors).
     """
     settle(target.pid)
     warm_status = warm(target.base_url, requests, scenario) if scenario.hit_ratio > 0 else "-"
 
+    address, load_requests = load or (target.base_url, requests)
+
     def spec(seconds: float, conns: int = connections) -> LoadSpec:
         return LoadSpec(
-            target.base_url, requests, conns, seconds, scenario.hit_ratio, new_nonce(),
-            client_cpus,
-        )  # fmt: skip
+            address, load_requests, conns, seconds, scenario.hit_ratio, new_nonce(), client_cpus
+        )
 
     settle(target.pid)
     if warmup_s > 0:
@@ -107,7 +112,7 @@ def measure(
         raw = profile_dir / f"{uuid.uuid4().hex}.txt"
         sampler = profiling.start(target.pid, duration_s, raw, client_cpus)
     cpu_before = cpu_seconds(target.pid)
-    load = run_load(spec(duration_s))
+    result = run_load(spec(duration_s))
     cpu_after = cpu_seconds(target.pid)
     profile = _finish(sampler, raw) if sampler is not None else {}
     counters = server_metrics.read(target.metrics, scenario.model).minus(counters_before)
@@ -119,7 +124,7 @@ def measure(
         single = run_load(spec(probe_s, 1))
     return Measurement(
         scenario=scenario,
-        load=load,
+        load=result,
         server_cpu_s=cpu_after - cpu_before,
         measured_hit_ratio=counters.hit_ratio,
         hits_by_tier=counters.hits_by_tier,

@@ -16,7 +16,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -24,6 +24,9 @@ from cachefleet.bench.errors import BenchError
 from cachefleet.bench.pinning import pinned
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+#: Our command line, as a module with -P: the repository root holds a folder named "operator"
+#: that must never shadow the standard library's module when the working directory is the root.
+CACHEFLEET = [sys.executable, "-P", "-m", "cachefleet.cli.main"]
 
 
 def free_port() -> int:
@@ -97,38 +100,160 @@ def http_ok(url: str) -> Callable[[], bool]:
     return probe
 
 
-def start_redis(workdir: Path, cpus: str | None) -> tuple[ManagedProcess, str] | None:
-    """A throwaway ``redis-server`` on a free loopback port without persistence, or None."""
-    binary = shutil.which("redis-server")
-    if binary is None:
+class RedisServer:
+    """A throwaway ``redis-server`` on a loopback port, without persistence.
+
+    The one way the bench, the chaos run, the cache micro-benchmark and the tests start Redis.
+    ``kill`` (SIGKILL, as a crashed pod dies) and ``start`` again keep the same port, so clients
+    reconnect to the same URL.
+    """
+
+    def __init__(
+        self,
+        workdir: Path,
+        *args: str,
+        password: str | None = None,
+        cpus: str | None = None,
+        config: Path | None = None,
+    ) -> None:
+        self.port = free_port()
+        self.workdir = workdir
+        self.args = list(args)
+        self.password = password
+        self.cpus = cpus
+        #: A redis.conf to start from; the command line's port, bind and dir override its own.
+        self.config = config
+        self.process: ManagedProcess | None = None
+
+    @property
+    def url(self) -> str:
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
+
+    def start(self, timeout_s: float = 15) -> None:
+        binary = shutil.which("redis-server") or "redis-server"
+        command = [binary, *([str(self.config)] if self.config else [])]
+        command += ["--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir)]
+        if self.config is None:
+            command += ["--save", "", "--appendonly", "no"]
+        command += self.args
+        if self.password:
+            command += ["--requirepass", self.password]
+        self.process = ManagedProcess(
+            "redis-server",
+            pinned(command, self.cpus),
+            self.workdir / f"redis-{self.port}.log",
+            dict(os.environ),
+        )
+        self.process.wait_until(self.answers, timeout_s)
+
+    def answers(self) -> bool:
+        """Whether it answers PING (after AUTH when it has a password)."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.3) as sock:
+                if self.password:
+                    sock.sendall(f"AUTH {self.password}\r\n".encode())
+                    sock.recv(64)
+                sock.sendall(b"PING\r\n")
+                return sock.recv(64).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL, as a crashed or evicted pod would die."""
+        if self.process is not None and self.process.process.poll() is None:
+            self.process.process.kill()
+            self.process.process.wait(10)
+        self.stop()
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stop()
+
+
+def start_redis(workdir: Path, cpus: str | None) -> RedisServer | None:
+    """A started :class:`RedisServer`, or None when ``redis-server`` is not installed."""
+    if shutil.which("redis-server") is None:
         return None
-    port = free_port()
-    command = [
-        binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-        "--dir", str(workdir), "--protected-mode", "yes",
-    ]  # fmt: skip
-    redis = ManagedProcess(
-        "redis-server", pinned(command, cpus), workdir / "redis.log", dict(os.environ)
-    )
-    redis.wait_until(lambda: _redis_answers(port), 15)
-    return redis, f"redis://127.0.0.1:{port}/0"
+    redis = RedisServer(workdir, "--protected-mode", "yes", cpus=cpus)
+    redis.start()
+    return redis
 
 
-def redis_flushall(url: str) -> None:
-    """Empty the benchmark's own Redis between scenarios (it is ours and throwaway)."""
-    host, port = url.removeprefix("redis://").split("/")[0].split(":")
-    with socket.create_connection((host, int(port)), timeout=5) as sock:
-        sock.sendall(b"FLUSHALL\r\n")
-        sock.recv(64)
+class ServerProcess:
+    """``cachefleet serve`` on a free loopback port, logging to ``logdir``.
 
+    The one way the harness, the chaos run and the tests start our server. ``start`` returns once
+    ``/v2/health/ready`` answers 200 (or raises with the log's tail); ``restart`` keeps the port.
+    """
 
-def _redis_answers(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.3) as sock:
-            sock.sendall(b"PING\r\n")
-            return sock.recv(64).startswith(b"+PONG")
-    except OSError:
-        return False
+    def __init__(
+        self,
+        args: Sequence[str],
+        logdir: Path,
+        *,
+        env: Mapping[str, str] | None = None,
+        cpus: str | None = None,
+        name: str = "cachefleet serve",
+    ) -> None:
+        self.port = free_port()
+        #: Never gRPC's default 8001: servers of parallel runs would fight over it.
+        self.grpc_port = free_port()
+        self.args = list(args)
+        self.env = dict(env or {})
+        self.cpus = cpus
+        self.name = name
+        self.log_path = logdir / f"server-{self.port}.log"
+        self.managed: ManagedProcess | None = None
+
+    @property
+    def url(self) -> str:
+        """host:port, as tritonclient wants it."""
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.url}"
+
+    @property
+    def grpc_url(self) -> str:
+        """host:port of the gRPC endpoint, as tritonclient.grpc wants it."""
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def process(self) -> subprocess.Popen[bytes] | None:
+        return self.managed.process if self.managed is not None else None
+
+    @property
+    def pid(self) -> int:
+        assert self.managed is not None, "not started"
+        return self.managed.pid
+
+    def start(self, timeout_s: float = 180) -> None:
+        command = [*CACHEFLEET, "serve", "--host", "127.0.0.1", "--port", str(self.port),
+                   "--grpc-port", str(self.grpc_port)]  # fmt: skip
+        self.managed = ManagedProcess(
+            self.name,
+            pinned([*command, *self.args], self.cpus),
+            self.log_path,
+            {**os.environ, **self.env},
+        )
+        self.managed.wait_until(http_ok(f"{self.base_url}/v2/health/ready"), timeout_s)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self) -> None:
+        if self.managed is not None:
+            self.managed.stop()
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
 
 
 def start_server(
@@ -138,25 +263,15 @@ def start_server(
     logdir: Path,
     cpus: str | None,
     extra_args: list[str] | None = None,
-) -> tuple[ManagedProcess, str]:
-    """``cachefleet serve`` with ``--cache cache`` on a free port; returns it and its base URL."""
-    port = free_port()
-    command = [
-        sys.executable, "-P", "-m", "cachefleet.cli.main", "serve", "--model-repository",
-        str(repository), "--host", "127.0.0.1", "--port", str(port), "--cache", cache,
-        "--log-level", "warning", *(extra_args or []),
-    ]  # fmt: skip
+) -> ServerProcess:
+    """A started :class:`ServerProcess` on ``repository`` with ``--cache cache``."""
+    args = ["--model-repository", str(repository), "--cache", cache, "--log-level", "warning"]
     if redis_url and cache in ("redis", "tiered"):
-        command += ["--redis-url", redis_url]
-    server = ManagedProcess(
-        f"cachefleet serve --cache {cache}",
-        pinned(command, cpus),
-        logdir / f"server-{cache}-{port}.log",
-        dict(os.environ),
-    )
-    base_url = f"http://127.0.0.1:{port}"
-    server.wait_until(http_ok(f"{base_url}/v2/health/ready"), 180)
-    return server, base_url
+        args += ["--redis-url", redis_url]
+    server = ServerProcess([*args, *(extra_args or [])], logdir, cpus=cpus,
+                           name=f"cachefleet serve --cache {cache}")  # fmt: skip
+    server.start()
+    return server
 
 
 def cpu_seconds(pid: int) -> float:

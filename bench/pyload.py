@@ -11,6 +11,7 @@ import http.client
 import multiprocessing
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -20,21 +21,28 @@ from cachefleet.bench.load import LoadResult, LoadSpec, is_miss
 
 
 @dataclass(frozen=True)
-class _SenderReport:
+class SenderReport:
     latencies_s: list[float]
     errors: int
-    hits: int
-    misses: int
     elapsed_s: float
 
 
+#: One sender process: (spec, sender id, common start time) -> what it saw. Must be picklable.
+Sender = Callable[[LoadSpec, int, float], SenderReport]
+
+
 def run(spec: LoadSpec) -> LoadResult:
-    """Run ``spec.connections`` sender processes for ``spec.duration_s`` and merge their figures."""
+    """Run ``spec.connections`` HTTP sender processes for ``spec.duration_s``."""
+    return run_senders(spec, _send, "python")
+
+
+def run_senders(spec: LoadSpec, send: Sender, name: str) -> LoadResult:
+    """Run ``spec.connections`` ``send`` processes for ``spec.duration_s``, merge their figures."""
     context = multiprocessing.get_context("spawn")
     start_at = time.time() + 1.0 + 0.1 * spec.connections
     with context.Pool(spec.connections) as pool:
         jobs = [
-            pool.apply_async(_send, (spec, sender, start_at)) for sender in range(spec.connections)
+            pool.apply_async(send, (spec, sender, start_at)) for sender in range(spec.connections)
         ]
         reports = [job.get(timeout=spec.duration_s + 60) for job in jobs]
     latencies = sorted(value for report in reports for value in report.latencies_s)
@@ -48,9 +56,7 @@ def run(spec: LoadSpec) -> LoadResult:
         p50_ms=_percentile(latencies, 50) * 1000,
         p90_ms=_percentile(latencies, 90) * 1000,
         p99_ms=_percentile(latencies, 99) * 1000,
-        sent_hits=sum(report.hits for report in reports),
-        sent_misses=sum(report.misses for report in reports),
-        generator=f"python ({spec.connections} processes)",
+        generator=f"{name} ({spec.connections} processes)",
     )
 
 
@@ -59,7 +65,7 @@ def _percentile(sorted_values: list[float], percent: float) -> float:
     return sorted_values[index]
 
 
-def _send(spec: LoadSpec, sender: int, start_at: float) -> _SenderReport:
+def _send(spec: LoadSpec, sender: int, start_at: float) -> SenderReport:
     """One sender: wait for the common start, then post until the duration is over."""
     if spec.cpus:
         os.sched_setaffinity(0, {int(cpu) for cpu in spec.cpus.split(",")})
@@ -87,7 +93,7 @@ def _send(spec: LoadSpec, sender: int, start_at: float) -> _SenderReport:
             errors += 1
             connection.close()
     connection.close()
-    return _SenderReport(latencies, errors, hits, misses, time.perf_counter() - began)
+    return SenderReport(latencies, errors, time.perf_counter() - began)
 
 
 def _post(connection: http.client.HTTPConnection, requests: RequestSet, body: bytes) -> bool:

@@ -86,7 +86,7 @@ def write(record: RunRecord, command: str, folder: Path, name: str) -> Path:
 
 def scenario_cells(scenario: Scenario) -> list[str]:
     return [
-        scenario.model, scenario.encoding, scenario.server,
+        scenario.model, scenario.body, scenario.server,
         scenario.cache if scenario.server != "kserve" else "-", f"{scenario.hit_ratio:.0%}",
     ]  # fmt: skip
 

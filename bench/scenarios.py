@@ -14,13 +14,18 @@ SWEEP: tuple[float, ...] = (0.5, 0.9, 0.99)
 QUICK_SWEEP: tuple[float, ...] = (0.9,)
 #: The model and encoding on which our no-cache path is compared with KServe's server.
 PEER_MODEL = "simple"
+#: HTTP and gRPC are compared on each model at this hit ratio, with the local cache.
+TRANSPORT_HIT_RATIO = 0.9
+TRANSPORT_CACHE = "local"
 
 Server = Literal["cachefleet", "kserve", "triton"]
-Group = Literal["hits", "sweep", "misses", "peer"]
+Transport = Literal["http", "grpc"]
+Group = Literal["hits", "sweep", "misses", "transport", "peer"]
 GROUP_TITLES: dict[Group, str] = {
     "hits": "100% hits",
     "sweep": "hit-ratio sweep",
     "misses": "0% hits (miss-path cost)",
+    "transport": "HTTP vs gRPC (Python clients in processes on both sides)",
     "peer": "JSON, no cache, vs KServe",
 }
 
@@ -35,11 +40,20 @@ class Scenario:
     hit_ratio: float
     encoding: Encoding = "binary"
     server: Server = "cachefleet"
+    #: gRPC sends the same tensors as the binary HTTP body, in raw_input_contents.
+    transport: Transport = "http"
+
+    @property
+    def body(self) -> str:
+        """What goes over the wire: the encoding, with the transport where they are compared."""
+        if self.group != "transport":
+            return self.encoding
+        return "gRPC raw" if self.transport == "grpc" else f"HTTP {self.encoding}"
 
     @property
     def label(self) -> str:
         who = self.cache if self.server == "cachefleet" else self.server
-        return f"{self.model} {self.encoding} {who} {self.hit_ratio:.0%}"
+        return f"{self.model} {self.body} {who} {self.hit_ratio:.0%}"
 
 
 def build_plan(
@@ -48,8 +62,10 @@ def build_plan(
     sweep: Sequence[float] = SWEEP,
     peer: bool = True,
     triton: bool = False,
+    grpc: bool = True,
 ) -> list[Scenario]:
-    """Every scenario, comparable ones adjacent: per model and hit ratio, each cache mode.
+    """Every scenario, comparable ones adjacent: per model and hit ratio, each cache mode;
+    then, with ``grpc``, each model at :data:`TRANSPORT_HIT_RATIO` over HTTP and over gRPC.
 
     With ``triton``, Triton's local response cache runs right after ours on the same model,
     once at 100% hits (the comparison) and once at 0% (reported, not compared: its model is a
@@ -69,4 +85,10 @@ def build_plan(
         plan += [Scenario("misses", model, cache, 0.0) for cache in caches]
         if triton:
             plan.append(Scenario("misses", model, "local", 0.0, server="triton"))
+    if grpc:
+        for model in models:
+            plan += [
+                Scenario("transport", model, TRANSPORT_CACHE, TRANSPORT_HIT_RATIO, transport=t)
+                for t in ("http", "grpc")
+            ]
     return plan

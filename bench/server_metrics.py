@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 
 @dataclass(frozen=True)
-class CacheCounters:
+class CacheMetrics:
     """Cumulative counters of one model; empty when the server exports none (yet)."""
 
     hits_by_tier: dict[str, float] = field(default_factory=dict)
@@ -26,8 +26,8 @@ class CacheCounters:
     #: Requests answered by an identical one in flight: neither the model nor a tier was asked.
     coalesced: float = 0.0
 
-    def minus(self, before: CacheCounters) -> CacheCounters:
-        return CacheCounters(
+    def minus(self, before: CacheMetrics) -> CacheMetrics:
+        return CacheMetrics(
             _difference(self.hits_by_tier, before.hits_by_tier),
             self.misses - before.misses,
             self.available and before.available,
@@ -43,13 +43,13 @@ class CacheCounters:
         return hits / total if self.available and total > 0 else None
 
 
-def read(metrics_url: str, model: str) -> CacheCounters:
+def read(metrics_url: str, model: str) -> CacheMetrics:
     """Scrape ``metrics_url`` for ``model``'s cache counters."""
     try:
         with urllib.request.urlopen(metrics_url, timeout=5) as response:
             text = response.read().decode()
     except (urllib.error.URLError, OSError):
-        return CacheCounters()
+        return CacheMetrics()
     hits: dict[str, float] = {}
     misses = coalesced = 0.0
     found = False
@@ -72,10 +72,10 @@ def read(metrics_url: str, model: str) -> CacheCounters:
                 errors[kind] = errors.get(kind, 0.0) + sample.value
     if not found:
         return _triton(text, model)
-    return CacheCounters(hits, misses, found, errors, coalesced)
+    return CacheMetrics(hits, misses, found, errors, coalesced)
 
 
-def _triton(text: str, model: str) -> CacheCounters:
+def _triton(text: str, model: str) -> CacheMetrics:
     """Triton's per-model cache counters as hits (tier ``triton``) and misses."""
     hits = misses = 0.0
     found = False
@@ -88,7 +88,7 @@ def _triton(text: str, model: str) -> CacheCounters:
                 hits, found = hits + sample.value, True
             elif name == "nv_cache_num_misses_per_model":
                 misses, found = misses + sample.value, True
-    return CacheCounters({"triton": hits} if found else {}, misses, found)
+    return CacheMetrics({"triton": hits} if found else {}, misses, found)
 
 
 def _difference(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:

@@ -85,7 +85,5 @@ def parse_output(stdout: str, stderr: str, returncode: int) -> LoadResult:
         p50_ms=latency["p50"] / 1000,
         p90_ms=latency["p90"] / 1000,
         p99_ms=latency["p99"] / 1000,
-        sent_hits=int(data["sent_hits"]),
-        sent_misses=int(data["sent_misses"]),
         generator="wrk",
     )

@@ -1,14 +1,17 @@
-"""The runtime's one error base. Each subclass carries the HTTP status it maps to.
+"""The errors a client sees. Each subclass carries the HTTP status it maps to.
 
-The HTTP layer maps :class:`CachefleetError` to ``{"error": message}`` in exactly one handler;
-lower layers raise these (or translate library errors into them at their boundary) and never
-build responses themselves.
+:class:`ServingError` is the one base of errors that become a response: the HTTP layer maps it
+to ``{"error": message}`` in exactly one handler. Lower layers raise these, or translate their
+own internal errors (a Redis fault, a model that failed to load) into them at the one place a
+request meets them, never build responses themselves. Errors that no client ever sees (a
+broken model at load time, a corrupt cache entry, a failed benchmark) are plain exceptions of
+their own package and carry no status.
 """
 
 from __future__ import annotations
 
 
-class CachefleetError(Exception):
+class ServingError(Exception):
     """Base of every error the runtime reports to a client."""
 
     status_code: int = 500
@@ -18,31 +21,31 @@ class CachefleetError(Exception):
         self.message = message
 
 
-class BadRequestError(CachefleetError):
+class BadRequestError(ServingError):
     """The request is malformed or does not match the model (400)."""
 
     status_code = 400
 
 
-class ModelNotFoundError(CachefleetError):
+class ModelNotFoundError(ServingError):
     """Unknown model or version (404)."""
 
     status_code = 404
 
 
-class PayloadTooLargeError(CachefleetError):
+class PayloadTooLargeError(ServingError):
     """The body is over the configured limit (413)."""
 
     status_code = 413
 
 
-class NotReadyError(CachefleetError):
-    """The server or model cannot serve yet (503)."""
+class NotReadyError(ServingError):
+    """The server, model or cache cannot serve the request yet (503)."""
 
     status_code = 503
 
 
-class ModelExecutionError(CachefleetError):
+class ModelExecutionError(ServingError):
     """The model failed while running (500)."""
 
     status_code = 500

@@ -95,7 +95,7 @@ def _flush_redis(settings: RedisSettings, model: str) -> int:
     try:
         removed = asyncio.run(flush())
     except CacheTierError as error:
-        print(f"cachefleet flush: {error.message}", file=sys.stderr)
+        print(f"cachefleet flush: {error!s}", file=sys.stderr)
         return 1
     print(f"{tier.where}: removed {removed} entries of model {model!r}; servers notified")
     return 0

@@ -72,11 +72,10 @@ def run_command(args: argparse.Namespace) -> int:
         try:
             repository = write_samples(workdir / "models")
             write_variants(repository)
-            server, base_url = processes.start_server(
-                repository, "local", None, workdir, cpus.server, extra
-            )
+            server = processes.start_server(repository, "local", None, workdir, cpus.server, extra)
+            base_url = server.base_url
         except BenchError as error:
-            print(f"cachefleet bench --batching: {error.message}", file=sys.stderr)
+            print(f"cachefleet bench --batching: {error}", file=sys.stderr)
             return 1
         stack.callback(server.stop)
         print(f"server at {base_url}, {cpus.description}", flush=True)
@@ -84,7 +83,7 @@ def run_command(args: argparse.Namespace) -> int:
             try:
                 rows.append(_measure(scenario, base_url, server.pid, duration_s, cpus.client))
             except BenchError as error:
-                print(f"  {scenario.model} {scenario.variant}: failed: {error.message}", flush=True)
+                print(f"  {scenario.model} {scenario.variant}: failed: {error}", flush=True)
                 continue
             print("  " + rows[-1].line(), flush=True)
     name = args.name or f"batching-{started:%Y-%m-%d}"

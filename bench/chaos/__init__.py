@@ -8,51 +8,8 @@ use with ``noeviction``), and keeps planting corrupt and foreign entries (valid 
 input, model or version) at the keys the clients are about to ask for. Every answer is checked
 against numpy's: a cache may be slow or cold, never wrong.
 
-The same :func:`run_chaos` drives the reliability test (short) and ``cachefleet bench --chaos``
-(longer, with a Markdown report in ``bench/results/chaos-<date>.md``).
+The same ``run.run_chaos`` drives the reliability test (short) and ``cachefleet bench --chaos``
+(``command``: longer, with a Markdown report in ``bench/results/chaos-<date>.md``). Modules:
+``answers`` (requests and the answers numpy says they must get), ``clients`` (the load
+processes), ``faults`` (the conductor), ``planted`` (corrupt and foreign entries), ``report``.
 """
-
-from cachefleet.bench.chaos.answers import (
-    MODEL,
-    PLANTED_BASE,
-    PLANTED_COUNT,
-    POOL_SIZE,
-    answer_is_right,
-    decode_outputs,
-    expected_outputs,
-    input_tensors,
-    inputs_for,
-    redis_key,
-    request_body,
-)
-from cachefleet.bench.chaos.clients import SLOW_S, ClientResult
-from cachefleet.bench.chaos.command import run_command
-from cachefleet.bench.chaos.control import STEADY, ChaosOptions, Log, RedisControl
-from cachefleet.bench.chaos.faults import FaultLog
-from cachefleet.bench.chaos.report import ChaosReport, render_table
-from cachefleet.bench.chaos.run import run_chaos
-
-__all__ = [
-    "MODEL",
-    "PLANTED_BASE",
-    "PLANTED_COUNT",
-    "POOL_SIZE",
-    "SLOW_S",
-    "STEADY",
-    "ChaosOptions",
-    "ChaosReport",
-    "ClientResult",
-    "FaultLog",
-    "Log",
-    "RedisControl",
-    "answer_is_right",
-    "decode_outputs",
-    "expected_outputs",
-    "input_tensors",
-    "inputs_for",
-    "redis_key",
-    "render_table",
-    "request_body",
-    "run_chaos",
-    "run_command",
-]

@@ -11,71 +11,32 @@ import tempfile
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from cachefleet.bench.chaos.control import ChaosOptions
 from cachefleet.bench.chaos.report import render_table
 from cachefleet.bench.chaos.run import run_chaos
 
-
-class _BenchRedis:
-    """The bench run's own redis-server, killed and started again on one port."""
-
-    def __init__(self, workdir: Path) -> None:
-        from cachefleet.bench.processes import free_port
-
-        self.port = free_port()
-        self.workdir = workdir
-        self.process: Any = None
-
-    def start(self) -> None:
-        import shutil
-
-        from cachefleet.bench.processes import ManagedProcess
-
-        binary = shutil.which("redis-server") or "redis-server"
-        command = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                   "--appendonly", "no", "--dir", str(self.workdir)]  # fmt: skip
-        self.process = ManagedProcess(
-            "redis-server", command, self.workdir / "redis.log", dict(os.environ)
-        )
-        self.process.wait_until(self._answers, 15)
-
-    def _answers(self) -> bool:
-        import redis
-
-        try:
-            return bool(redis.Redis(port=self.port, socket_timeout=0.3).ping())
-        except redis.RedisError:
-            return False
-
-    def kill(self) -> None:
-        if self.process is not None and self.process.process.poll() is None:
-            self.process.process.kill()
-            self.process.process.wait(10)
-            self.process.stop()  # closes its log
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.stop()
+if TYPE_CHECKING:
+    from cachefleet.bench.processes import RedisServer
 
 
 @contextlib.contextmanager
-def _fleet(workdir: Path) -> Iterator[tuple[list[str], _BenchRedis]]:
+def _fleet(workdir: Path) -> Iterator[tuple[list[str], RedisServer]]:
     from cachefleet.bench.harness import write_samples
-    from cachefleet.bench.processes import start_server
+    from cachefleet.bench.processes import RedisServer, start_server
 
     repository = write_samples(workdir / "models")
-    redis = _BenchRedis(workdir)
+    redis = RedisServer(workdir)
     redis.start()
     servers = []
     try:
-        url = f"redis://127.0.0.1:{redis.port}/0"
+        url = redis.url
         for _ in range(2):
             servers.append(start_server(repository, "tiered", url, workdir, None))
-        yield [base for _, base in servers], redis
+        yield [server.base_url for server in servers], redis
     finally:
-        for server, _ in servers:
+        for server in servers:
             server.stop()
         redis.stop()
 

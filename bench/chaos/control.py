@@ -1,4 +1,5 @@
-"""What a chaos run is given: its options, and the Redis whose faults it may cause.
+"""What a chaos run is given: its options, and the Redis (a ``RedisServer``, which it may kill
+and start again on the same port) whose faults it may cause.
 
 Shared by the conductor, the planter, the run and the report, so it imports none of them.
 """
@@ -7,20 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
+
+from cachefleet.bench.processes import RedisServer
 
 STEADY = "steady"
 Log = Callable[[str], None]
-
-
-class RedisControl(Protocol):
-    """A redis-server the conductor may kill and start again on the same port."""
-
-    port: int
-
-    def kill(self) -> None: ...
-
-    def start(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -34,7 +27,7 @@ class ChaosOptions:
     request_timeout_s: float = 20.0
 
 
-def connect(redis: RedisControl) -> Any:
+def connect(redis: RedisServer) -> Any:
     """A redis-py client for ``redis`` (imported late: only the conductor's side needs it)."""
     import redis as redis_py
 

@@ -12,7 +12,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from cachefleet.bench.chaos.control import STEADY, ChaosOptions, Log, RedisControl, connect
+from cachefleet.bench.chaos.control import STEADY, ChaosOptions, Log, connect
+from cachefleet.bench.processes import RedisServer
 
 
 @dataclass
@@ -37,7 +38,7 @@ class FaultLog:
 class Conductor:
     """Runs the fault schedule against ``redis``; ``stop`` also ends the planter."""
 
-    def __init__(self, redis: RedisControl, options: ChaosOptions, log: Log) -> None:
+    def __init__(self, redis: RedisServer, options: ChaosOptions, log: Log) -> None:
         self.redis = redis
         self.options = options
         self.log = log

@@ -20,8 +20,9 @@ from cachefleet.bench.chaos.answers import (
     input_tensors,
     redis_key,
 )
-from cachefleet.bench.chaos.control import RedisControl, connect
+from cachefleet.bench.chaos.control import connect
 from cachefleet.bench.chaos.faults import FaultLog
+from cachefleet.bench.processes import RedisServer
 from cachefleet.runtime.cache.entry import encode_entry
 from cachefleet.runtime.cache.key import compute_key
 from cachefleet.runtime.tensor import Tensor
@@ -30,7 +31,7 @@ from cachefleet.runtime.tensor import Tensor
 class Planter:
     """Plants entries into ``redis`` from its own thread until ``stop`` is set."""
 
-    def __init__(self, redis: RedisControl, faults: FaultLog, stop: threading.Event) -> None:
+    def __init__(self, redis: RedisServer, faults: FaultLog, stop: threading.Event) -> None:
         self.redis = redis
         self.faults = faults
         self.stop = stop

@@ -9,18 +9,20 @@ import multiprocessing
 import queue
 import threading
 import time
-import urllib.request
 from typing import Any
 
+from cachefleet.bench import server_metrics
+from cachefleet.bench.chaos.answers import MODEL
 from cachefleet.bench.chaos.clients import ClientResult, client_main
-from cachefleet.bench.chaos.control import ChaosOptions, Log, RedisControl
+from cachefleet.bench.chaos.control import ChaosOptions, Log
 from cachefleet.bench.chaos.faults import Conductor, FaultLog
 from cachefleet.bench.chaos.planted import Planter
 from cachefleet.bench.chaos.report import ChaosReport
+from cachefleet.bench.processes import RedisServer
 
 
 def run_chaos(
-    urls: list[str], redis: RedisControl, options: ChaosOptions, log: Log = print
+    urls: list[str], redis: RedisServer, options: ChaosOptions, log: Log = print
 ) -> ChaosReport:
     """Load every server in ``urls`` from client processes while ``redis`` misbehaves."""
     context = multiprocessing.get_context("spawn")
@@ -113,10 +115,7 @@ def _error_counts(urls: list[str]) -> dict[str, float]:
     """``cachefleet_cache_errors_total`` of every server, summed by ``kind``."""
     counts: dict[str, float] = {}
     for url in urls:
-        with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
-            text = response.read().decode()
-        for line in text.splitlines():
-            if line.startswith("cachefleet_cache_errors_total{"):
-                kind = line.split('kind="', 1)[1].split('"', 1)[0]
-                counts[kind] = counts.get(kind, 0.0) + float(line.rsplit(" ", 1)[1])
+        for tier_kind, value in server_metrics.read(f"{url}/metrics", MODEL).errors.items():
+            kind = tier_kind.partition("/")[2]
+            counts[kind] = counts.get(kind, 0.0) + value
     return counts

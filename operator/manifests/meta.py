@@ -18,6 +18,8 @@ CONFIG_HASH_ANNOTATION = "cachefleet.io/config-hash"
 DEFAULT_OPERATOR_NAMESPACE = "cachefleet-system"
 REDIS_PORT = 6379
 RUNTIME_PORT = 8000
+#: The runtime's gRPC endpoint (Triton's port), exposed beside HTTP by the pods and the Service.
+RUNTIME_GRPC_PORT = 8001
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import yaml
 
 from cachefleet.operator.manifests import meta
 from cachefleet.operator.manifests.errors import SpecError
-from cachefleet.operator.manifests.meta import RUNTIME_PORT, Owner
+from cachefleet.operator.manifests.meta import RUNTIME_GRPC_PORT, RUNTIME_PORT, Owner
 from cachefleet.operator.manifests.redis import password_ref
 from cachefleet.operator.manifests.security import container_security, pod_security
 from cachefleet.operator.manifests.spec import SecretKeyRef, ServiceSpec
@@ -47,7 +47,10 @@ def runtime_settings(spec: ServiceSpec, *, owner: Owner) -> RuntimeSettings:
         raise SpecError(f"spec.cache: {error}") from None
     return RuntimeSettings(
         server=ServerSettings(
-            port=RUNTIME_PORT, workers=spec.runtime.workers, log_level=spec.runtime.log_level
+            port=RUNTIME_PORT,
+            grpc_port=RUNTIME_GRPC_PORT,
+            workers=spec.runtime.workers,
+            log_level=spec.runtime.log_level,
         ),
         models=ModelSettings(
             repository=Path(MODEL_DIR),
@@ -102,7 +105,10 @@ def build_runtime_service(spec: ServiceSpec, *, owner: Owner) -> dict[str, Any]:
         "spec": {
             "type": "ClusterIP",
             "selector": meta.selector_labels(owner, COMPONENT),
-            "ports": [{"name": "http", "port": RUNTIME_PORT, "targetPort": "http"}],
+            "ports": [
+                {"name": "http", "port": RUNTIME_PORT, "targetPort": "http"},
+                {"name": "grpc", "port": RUNTIME_GRPC_PORT, "targetPort": "grpc"},
+            ],
         },
     }
 
@@ -253,7 +259,10 @@ def _server_container(spec: ServiceSpec, owner: Owner) -> dict[str, Any]:
             MODEL_DIR,
         ],
         "env": env,
-        "ports": [{"name": "http", "containerPort": RUNTIME_PORT, "protocol": "TCP"}],
+        "ports": [
+            {"name": "http", "containerPort": RUNTIME_PORT, "protocol": "TCP"},
+            {"name": "grpc", "containerPort": RUNTIME_GRPC_PORT, "protocol": "TCP"},
+        ],
         "resources": resources,
         "securityContext": container_security(),
         "readinessProbe": _http_probe("/v2/health/ready", period_s=5, failures=3),

@@ -6,7 +6,8 @@ knows nothing of HTTP or of ONNX Runtime.
 - ``api``: the seam the service uses (``ResponseCache``, ``CacheRequest``, ``CacheStatus``).
 - ``key`` / ``entry``: pure data, no I/O: the BLAKE3 request key and the checked entry format.
 - ``local``: the byte-bounded in-process LRU. ``redis_tier``: Redis, with its errors translated.
-- ``breaker``, ``singleflight``, ``writebehind``: the small mechanisms ``tiered`` composes.
+- ``breaker``, ``singleflight``, ``writebehind``: the small mechanisms ``read_through`` composes.
 - ``invalidation``: the pub/sub channel that carries flushes to every replica.
-- ``tiered``: the cache itself; ``factory``: settings in, cache out.
+- ``metrics``: the cache's metric children, bound once per model version.
+- ``read_through``: the cache itself, over zero to two tiers; ``factory``: settings in, cache out.
 """

@@ -63,13 +63,9 @@ def encode_entry(
     return b"".join([preamble, header, *(t.data for t in outputs), hasher.digest()])
 
 
-def decode_entry(blob: bytes, digest: bytes) -> list[Tensor]:
-    """The outputs stored in ``blob``, or :class:`CorruptEntryError` if anything is off."""
-    return read_entry(blob, digest).outputs
-
-
 def read_entry(blob: bytes, digest: bytes) -> StoredEntry:
-    """The outputs and expiry stored in ``blob``, or :class:`CorruptEntryError`."""
+    """The outputs and expiry stored in ``blob``, or :class:`CorruptEntryError` if anything is
+    off (format, key digest, checksum, lengths)."""
     try:
         return _decode(memoryview(blob), digest)
     except (struct.error, UnicodeDecodeError, TensorDataError, IndexError) as error:

@@ -1,25 +1,23 @@
 """Cache faults, translated from library errors at the tier boundaries.
 
-They never reach an inference response (a faulty cache is a miss); only the admin paths
-(``flush``) let them out, as 503s through the HTTP layer's one error handler.
+Internal errors: they never reach an inference response (a faulty cache is a miss). The one
+request that lets a tier fault out, a flush, translates it into a 503 in the service layer.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from cachefleet.runtime.errors import CachefleetError, NotReadyError
-
 #: The ``kind`` label of ``cachefleet_cache_errors_total``.
 #: ``pool``: every pooled connection stayed busy for the whole (short) wait; Redis may be fine.
 ErrorKind = Literal["timeout", "connection", "oom", "pool", "corrupt", "other"]
 
 
-class CorruptEntryError(CachefleetError):
+class CorruptEntryError(ValueError):
     """Stored bytes that are not a valid entry for the key they were found under."""
 
 
-class CacheTierError(NotReadyError):
+class CacheTierError(Exception):
     """A tier (Redis) failed; ``kind`` says how, for the errors counter and the breaker."""
 
     def __init__(self, message: str, kind: ErrorKind) -> None:
@@ -27,5 +25,5 @@ class CacheTierError(NotReadyError):
         self.kind: ErrorKind = kind
 
 
-class CacheConfigError(CachefleetError):
+class CacheConfigError(ValueError):
     """Settings that cannot make a cache (for example ``--cache redis`` without a URL)."""

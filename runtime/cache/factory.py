@@ -7,8 +7,8 @@ from cachefleet.runtime.cache.breakers import ShardBreakers
 from cachefleet.runtime.cache.errors import CacheConfigError
 from cachefleet.runtime.cache.invalidation import InvalidationListener
 from cachefleet.runtime.cache.local import LocalTier
+from cachefleet.runtime.cache.read_through import ReadThroughCache
 from cachefleet.runtime.cache.redis_tier import RedisTier
-from cachefleet.runtime.cache.tiered import TieredCache
 from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.metrics import RuntimeMetrics
 
@@ -31,7 +31,7 @@ def build_cache(settings: RuntimeSettings, metrics: RuntimeMetrics) -> ResponseC
         settings.redis.breaker_reset_s,
         on_any_open=lambda is_open: metrics.redis_circuit_open.set(1 if is_open else 0),
     )
-    cache = TieredCache(
+    cache = ReadThroughCache(
         metrics,
         local=local,
         redis=redis,

@@ -35,10 +35,6 @@ class WriteBehind:
             return False
         return True
 
-    @property
-    def pending(self) -> int:
-        return self._queue.qsize()
-
     async def start(self) -> None:
         if not self._workers:
             self._workers = [

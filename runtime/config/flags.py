@@ -48,6 +48,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("model-repository", "models", "repository", "Triton-layout model repository folder."),
     Flag("host", "server", "host", "Address to listen on (default 0.0.0.0)."),
     Flag("port", "server", "port", "Port to listen on (default 8000)."),
+    Flag("grpc-port", "server", "grpc_port", "gRPC port (default 8001; 0 turns gRPC off)."),
     Flag("workers", "server", "workers", "Server processes (default 1)."),
     Flag("max-request-size", "server", "max_request_bytes", "Body limit, e.g. 64Mi (413 above)."),
     Flag("log-level", "server", "log_level", "debug, info, warning or error."),

@@ -51,10 +51,13 @@ class _Group(BaseModel):
 
 
 class ServerSettings(_Group):
-    """Where and how the HTTP server listens."""
+    """Where and how the HTTP and gRPC servers listen."""
 
     host: str = "0.0.0.0"
     port: int = Field(8000, ge=0, le=65535)
+    grpc_port: int = Field(
+        8001, ge=0, le=65535, description="KServe v2 / Triton gRPC port, as Triton's; 0: off."
+    )
     workers: int = Field(1, ge=1, description="Server processes; each loads every model.")
     max_request_bytes: Bytes = Field(64 * 2**20, description="Larger bodies get 413.")
     log_level: Literal["debug", "info", "warning", "error"] = "info"

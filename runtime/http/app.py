@@ -1,8 +1,9 @@
 """The FastAPI application: built on demand, loaded and closed by its lifespan.
 
 ``create_app`` does no work: the lifespan loads the repository (off the event loop), builds the
-metrics registry and the cache, and closes all of it on shutdown. Each app, and so each worker
-process, has its own metrics registry.
+metrics registry and the cache, starts the gRPC server (``--grpc-port``) in the same event loop
+on the same service, and closes all of it on shutdown. Each app, and so each worker process, has
+its own metrics registry.
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ from starlette.exceptions import HTTPException
 
 from cachefleet.runtime.cache.factory import build_cache
 from cachefleet.runtime.config import RuntimeSettings
-from cachefleet.runtime.errors import CachefleetError, NotReadyError
+from cachefleet.runtime.errors import ServingError
+from cachefleet.runtime.grpc.server import start_grpc_server, stop_grpc_server
 from cachefleet.runtime.http.errors import handle_error
 from cachefleet.runtime.http.front_door import InferFrontDoor
 from cachefleet.runtime.http.routes import build_routes
 from cachefleet.runtime.http.state import ServerState
 from cachefleet.runtime.metrics import RuntimeMetrics
+from cachefleet.runtime.models.errors import ModelLoadError
 from cachefleet.runtime.models.repository import load_repository
 from cachefleet.runtime.service import (
     InferenceService,
@@ -57,9 +60,8 @@ def create_app(settings: RuntimeSettings) -> FastAPI:
         telemetry={"tracing": False, "metrics": False, "logs": False},
         routes=build_routes(state),
     )
-    for error_type in (CachefleetError, HTTPException, Exception):
+    for error_type in (ServingError, HTTPException, Exception):
         app.add_exception_handler(error_type, handle_error)
-    app.state.cachefleet = state
     return app
 
 
@@ -76,7 +78,7 @@ async def _serving(state: ServerState) -> AsyncIterator[None]:
     half-loaded fleet; until then ``/v2/health/live`` fails, which a startup probe allows for."""
     settings = state.settings
     if settings.models.repository is None:
-        raise NotReadyError("no model repository configured (--model-repository)")
+        raise ModelLoadError("no model repository configured (--model-repository)")
     metrics = RuntimeMetrics()
     state.metrics = metrics
     repository = await asyncio.to_thread(
@@ -86,6 +88,7 @@ async def _serving(state: ServerState) -> AsyncIterator[None]:
         max_workers=_model_threads(), thread_name_prefix="cachefleet-model"
     )
     cache = build_cache(settings, metrics)
+    grpc_server = None
     try:
         await cache.start()
         statistics, in_flight = StatisticsRegistry(), InFlight()
@@ -104,6 +107,8 @@ async def _serving(state: ServerState) -> AsyncIterator[None]:
         state.control = ModelControl(
             repository, cache, statistics, in_flight, settings.models.control_mode
         )
+        if settings.server.grpc_port:
+            grpc_server = await start_grpc_server(settings.server, state)
         log.info(
             "serving %d model version(s) from %s, cache %s",
             sum(entry.state == "READY" for entry in repository.index()),
@@ -112,6 +117,8 @@ async def _serving(state: ServerState) -> AsyncIterator[None]:
         )
         yield
     finally:
+        if grpc_server is not None:
+            await stop_grpc_server(grpc_server)
         if state.service is not None:
             await state.service.close()
         state.service = None

@@ -1,6 +1,6 @@
 """The one mapping from errors to responses: ``{"error": message}`` with the right status.
 
-``CachefleetError`` carries its own status; Starlette's HTTPException covers routing (unknown
+``ServingError`` carries its own status; Starlette's HTTPException covers routing (unknown
 route 404, wrong method 405); anything else is a bug and answers 500 with a logged traceback.
 """
 
@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from cachefleet.runtime.errors import CachefleetError
+from cachefleet.runtime.errors import ServingError
 
 log = logging.getLogger(__name__)
 _BYPASS = {"X-Cache": "bypass"}
@@ -32,8 +32,8 @@ def error_response(
 
 
 async def handle_error(request: Request, error: Exception) -> Response:
-    """Exception handler registered for CachefleetError, HTTPException and Exception."""
-    if isinstance(error, CachefleetError):
+    """Exception handler registered for ServingError, HTTPException and Exception."""
+    if isinstance(error, ServingError):
         path = request.url.path
         if error.status_code >= 500:
             log.warning("%s %s: %s", request.method, path, error.message)

@@ -18,12 +18,12 @@ import orjson
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from cachefleet.runtime.errors import CachefleetError
+from cachefleet.runtime.errors import ServingError
 from cachefleet.runtime.http.body import collect_body, parse_header_length
-from cachefleet.runtime.http.cache_control import directives_from
 from cachefleet.runtime.http.client_watch import ClientWatch
 from cachefleet.runtime.http.compression import compress_for
 from cachefleet.runtime.http.state import ServerState
+from cachefleet.runtime.protocol.cache_control import directives_from
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ class InferFrontDoor:
             return  # the client has gone: nobody reads an answer
         except ClientGoneError:
             return
-        except CachefleetError as error:
+        except ServingError as error:
             if error.status_code >= 500:
                 log.warning("POST %s: %s", scope["path"], error.message)
             await _error(send, error.status_code, error.message)

@@ -17,12 +17,12 @@ from starlette.routing import BaseRoute, Route
 
 from cachefleet.runtime.errors import BadRequestError
 from cachefleet.runtime.http.body import header_length, read_body
-from cachefleet.runtime.http.cache_control import directives_from
 from cachefleet.runtime.http.client_watch import ClientWatch
 from cachefleet.runtime.http.compression import compress_for
 from cachefleet.runtime.http.shared_memory_routes import shared_memory_routes
 from cachefleet.runtime.http.state import ServerState
 from cachefleet.runtime.protocol import server_metadata
+from cachefleet.runtime.protocol.cache_control import directives_from
 
 _JSON = "application/json"
 _BINARY = "application/octet-stream"

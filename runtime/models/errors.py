@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-from cachefleet.runtime.errors import CachefleetError
 
-
-class ModelLoadError(CachefleetError):
+class ModelLoadError(Exception):
     """A model or version cannot be served: bad config, unreadable file, graph mismatch."""
-
-    status_code = 503

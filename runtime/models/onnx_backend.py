@@ -1,7 +1,9 @@
 """The ONNX Runtime backend: one InferenceSession per model version, made at load.
 
 This is the adapter boundary: canonical Tensors become numpy arrays here and back, and ONNX
-Runtime's exceptions become ModelLoadError (at load) or ModelExecutionError (at run).
+Runtime's exceptions become ModelLoadError (at load) or ModelExecutionError (at run). Inputs
+arrive validated (``cachefleet.runtime.protocol.validate``: names, shapes, reshape, UTF-8), so
+nothing here judges a request.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import numpy as np
 import onnxruntime as ort
 from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
-from cachefleet.runtime.errors import BadRequestError, ModelExecutionError
+from cachefleet.runtime.errors import ModelExecutionError
 from cachefleet.runtime.models.errors import ModelLoadError
 from cachefleet.runtime.models.graph import GraphSignature, GraphTensor
 from cachefleet.runtime.models.providers import ExecutionPlan
@@ -122,21 +124,12 @@ class OnnxModel:
         ]
 
     def _to_feed(self, tensor: Tensor) -> np.ndarray:
-        spec = self._inputs.get(tensor.name)
-        if spec is None:
-            raise BadRequestError(f"model {self.name!r} has no input {tensor.name!r}")
+        spec = self._inputs[tensor.name]
         array = tensor.to_numpy()
         if tensor.datatype == "BYTES":
-            array = _as_strings(tensor.name, array)
+            array = _as_strings(array)
         if spec.reshape is not None:
-            shape = self._model_shape(spec.reshape, array.shape)
-            try:
-                array = array.reshape(shape)
-            except ValueError:
-                raise BadRequestError(
-                    f"input {tensor.name!r}: shape {list(tensor.shape)} cannot be reshaped "
-                    f"to the model's {list(shape)}"
-                ) from None
+            array = array.reshape(self._model_shape(spec.reshape, array.shape))
         return array
 
     def _to_tensor(self, spec: TensorSpec, array: np.ndarray) -> Tensor:
@@ -149,14 +142,9 @@ class OnnxModel:
         return (actual[0], *dims) if self._config.max_batch_size > 0 else dims
 
 
-def _as_strings(name: str, array: np.ndarray) -> np.ndarray:
+def _as_strings(array: np.ndarray) -> np.ndarray:
     """BYTES elements as str: ONNX Runtime takes string tensors only as Python str objects."""
-    try:
-        strings = [element.decode("utf-8") for element in array.ravel()]
-    except UnicodeDecodeError:
-        raise BadRequestError(
-            f"input {name!r}: BYTES elements must be UTF-8 for an ONNX string tensor"
-        ) from None
+    strings = [element.decode("utf-8") for element in array.ravel()]
     result = np.empty(len(strings), dtype=object)
     result[:] = strings
     return result.reshape(array.shape)

@@ -17,7 +17,7 @@ import onnxruntime as ort
 from google.protobuf import json_format
 
 from cachefleet.runtime.config import ModelSettings
-from cachefleet.runtime.errors import ModelNotFoundError
+from cachefleet.runtime.errors import BadRequestError, ModelNotFoundError
 from cachefleet.runtime.models.config import (
     complete_config,
     config_document,
@@ -94,10 +94,15 @@ class LocalModelRepository:
                 reasons = "; ".join(state.failed.values()) or "no version loaded"
                 raise ModelNotFoundError(f"model '{name}' is not available: {reasons}")
             return state.loaded[max(state.loaded)]
-        number = int(version) if version.isdigit() else None
-        if number is not None and number in state.loaded:
+        if not version.isdigit():
+            # Worded as Triton words it (its example clients check the message).
+            raise BadRequestError(
+                f"failed to get model version from specified version string '{version}'"
+            )
+        number = int(version)
+        if number in state.loaded:
             return state.loaded[number]
-        if number is not None and number in state.failed:
+        if number in state.failed:
             raise ModelNotFoundError(
                 f"model '{name}' version {version} is not available: {state.failed[number]}"
             )
@@ -197,7 +202,7 @@ def _load_model(
         chosen, missing = select_versions(message, version_folders(folder))
         plan = plan_execution(config_document(message), settings, ort.get_available_providers())
     except ModelLoadError as error:
-        state.failed[None] = error.message
+        state.failed[None] = str(error)
         return state
     for version in missing:
         state.failed[version] = f"version folder {version}/ named by version_policy is missing"
@@ -206,7 +211,7 @@ def _load_model(
         try:
             state.loaded[version] = loader.load(version)
         except ModelLoadError as error:
-            state.failed[version] = error.message
+            state.failed[version] = str(error)
     state.fingerprint = _fingerprint(folder, message, sorted(state.loaded))
     return state
 

@@ -32,7 +32,7 @@ from cachefleet.runtime.tensor import Tensor
 
 #: Request parameters are flat in KServe v2; nesting is tolerated up to this depth.
 _MAX_PARAMETER_DEPTH = 32
-_SHARED_MEMORY = frozenset(
+SHARED_MEMORY_PARAMETERS = frozenset(
     {"shared_memory_region", "shared_memory_byte_size", "shared_memory_offset"}
 )
 
@@ -56,6 +56,11 @@ def decode_request(
     binary_output = parameters.get("binary_data_output", False)
     if not isinstance(binary_output, bool):
         raise BadRequestError("request parameter 'binary_data_output' must be true or false")
+    priority = parameters.get("priority", 0)
+    if type(priority) is not int or priority < 0:
+        raise BadRequestError(
+            f"parameter 'priority' must be a non-negative integer, not {priority!r}"
+        )
     inputs = _decode_inputs(document.get("inputs"), binary, config, shared_memory)
     outputs = tuple(_decode_output(item, config) for item in _array(document, "outputs"))
     return InferRequest(
@@ -104,14 +109,14 @@ def _decode_inputs(
             raise BadRequestError("each entry of 'inputs' must be a JSON object")
         name, datatype, shape = check_input(item, config, tensors)
         parameters = _mapping(item.get("parameters"), f"input {name!r} 'parameters'")
-        if not _SHARED_MEMORY.isdisjoint(parameters):
+        if not SHARED_MEMORY_PARAMETERS.isdisjoint(parameters):
             if shared_memory is None:
                 raise BadRequestError(f"input {name!r}: shared memory is not supported here")
             if "data" in item or "binary_data_size" in parameters:
                 raise BadRequestError(
                     f"input {name!r} names a shared memory region and also carries data"
                 )
-            window = _shared_memory_ref(parameters, f"input {name!r}")
+            window = shared_memory_ref(parameters, f"input {name!r}")
             data = shared_memory.read(window.region, window.offset, window.byte_size)
             check_binary_size(name, datatype, shape, data)
             tensors.append(Tensor(name, datatype, shape, data))
@@ -157,8 +162,8 @@ def _decode_output(item: Any, config: ModelConfig) -> RequestedOutput:
     parameters = _mapping(item.get("parameters"), f"output {name!r} 'parameters'")
     window = (
         None
-        if _SHARED_MEMORY.isdisjoint(parameters)
-        else _shared_memory_ref(parameters, f"output {name!r}")
+        if SHARED_MEMORY_PARAMETERS.isdisjoint(parameters)
+        else shared_memory_ref(parameters, f"output {name!r}")
     )
     binary = parameters.get("binary_data")
     if binary is not None and not isinstance(binary, bool):
@@ -175,7 +180,7 @@ def _decode_output(item: Any, config: ModelConfig) -> RequestedOutput:
     return RequestedOutput(name, binary, classification, window)
 
 
-def _shared_memory_ref(parameters: Mapping[str, Any], what: str) -> SharedMemoryRef:
+def shared_memory_ref(parameters: Mapping[str, Any], what: str) -> SharedMemoryRef:
     """The ``shared_memory_region`` / ``_byte_size`` / ``_offset`` parameters, checked."""
     region = parameters.get("shared_memory_region")
     if not isinstance(region, str) or not region:

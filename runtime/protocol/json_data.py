@@ -52,17 +52,16 @@ def tensor_from_json(name: str, datatype: str, shape: tuple[int, ...], data: Any
 
 
 def json_data(tensor: Tensor) -> Any:
-    """The tensor's elements as a flat JSON-ready value (numpy arrays serialize via orjson)."""
+    """The tensor's elements as a flat JSON-ready value (numpy arrays serialize via orjson).
+
+    An output is the model's (or a checksummed cache entry's), not the client's: ONNX Runtime
+    gives string tensors as text, so BYTES outputs are UTF-8, and a failure here is a server
+    fault (500), never a bad request.
+    """
     if tensor.datatype != "BYTES":
         return np.frombuffer(tensor.data, dtype=NUMPY_DTYPES[tensor.datatype])
     elements = decode_bytes_elements(tensor.data, element_count(tensor.shape), tensor.name)
-    try:
-        return [element.decode() for element in elements]
-    except UnicodeDecodeError:
-        raise BadRequestError(
-            f"output {tensor.name!r} holds bytes that are not UTF-8 and cannot be sent as JSON: "
-            "request it with parameters.binary_data = true"
-        ) from None
+    return [element.decode() for element in elements]
 
 
 def _packed(name: str, datatype: str, data: list[Any]) -> array.array[Any] | None:

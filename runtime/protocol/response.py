@@ -14,10 +14,9 @@ from typing import Any
 
 import orjson
 
-from cachefleet.runtime.errors import ModelExecutionError
-from cachefleet.runtime.protocol.classification import classify
 from cachefleet.runtime.protocol.json_data import json_data
-from cachefleet.runtime.protocol.request import InferRequest, RequestedOutput
+from cachefleet.runtime.protocol.outputs import select_outputs
+from cachefleet.runtime.protocol.request import InferRequest
 from cachefleet.runtime.tensor import Tensor
 
 _NUMPY = orjson.OPT_SERIALIZE_NUMPY
@@ -40,20 +39,12 @@ def encode_response(
     batched: bool,
 ) -> EncodedResponse:
     """The response body for ``request`` given every output the model computed."""
-    by_name = {tensor.name: tensor for tensor in outputs}
-    wanted = request.outputs or tuple(RequestedOutput(tensor.name) for tensor in outputs)
     rendered: list[dict[str, Any]] = []
     chunks: list[bytes] = []
-    for output in wanted:
-        tensor = by_name.get(output.name)
-        if tensor is None:
-            raise ModelExecutionError(
-                f"model {model_name!r} did not produce output {output.name!r}"
-            )
-        if output.classification:
-            tensor = classify(
-                tensor, output.classification, labels.get(output.name, ()), batched=batched
-            )
+    selected = select_outputs(
+        request, outputs, model_name=model_name, labels=labels, batched=batched
+    )
+    for output, tensor in selected:
         entry: dict[str, Any] = {
             "name": tensor.name,
             "datatype": tensor.datatype,

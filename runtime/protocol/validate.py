@@ -1,5 +1,11 @@
 """Checks of a request against the model's configuration, each with a message that says
-exactly what is wrong and what the model expects."""
+exactly what is wrong and what the model expects.
+
+This is the one validation layer: everything a request can get wrong is refused here, while it
+is decoded and before the cache sees it. The model backend, the cache and the renderer trust
+what passed, so a bad request never costs a cache lookup, a single-flight slot or a model run,
+and a mistake found later is the server's own (a 500).
+"""
 
 from __future__ import annotations
 
@@ -47,9 +53,10 @@ def check_binary_size(name: str, datatype: str, shape: tuple[int, ...], data: by
     count = element_count(shape)
     if datatype == "BYTES":
         try:
-            decode_bytes_elements(data, count, name)
+            elements = decode_bytes_elements(data, count, name)
         except ValueError as error:
             raise BadRequestError(f"input {name!r}: {error}") from None
+        check_text(name, elements)
         return
     expected = count * NUMPY_DTYPES[datatype].itemsize
     if len(data) != expected:
@@ -57,6 +64,21 @@ def check_binary_size(name: str, datatype: str, shape: tuple[int, ...], data: by
             f"input {name!r}: {datatype}{list(shape)} needs {expected} bytes, "
             f"binary_data_size is {len(data)}"
         )
+
+
+def check_text(name: str, elements: Sequence[bytes]) -> None:
+    """BYTES elements must be UTF-8: ONNX Runtime, the one backend, takes string tensors as text.
+
+    JSON strings always are; binary data is checked here, element by element (two halves of a
+    character in neighbouring elements are valid together but not apart).
+    """
+    for element in elements:
+        try:
+            element.decode()
+        except UnicodeDecodeError:
+            raise BadRequestError(
+                f"input {name!r}: BYTES elements must be UTF-8 for an ONNX string tensor"
+            ) from None
 
 
 def check_inputs_complete(tensors: Sequence[Tensor], config: ModelConfig) -> None:
@@ -121,4 +143,23 @@ def _check_shape(name: str, shape: tuple[int, ...], spec: TensorSpec, config: Mo
         raise BadRequestError(
             f"input {name!r}: batch size {shape[0]} must be between 1 and "
             f"{config.max_batch_size} for model {config.name!r}"
+        )
+    if spec.reshape is not None:
+        _check_reshape(name, shape, spec.reshape, batched=config.max_batch_size > 0)
+
+
+def _check_reshape(
+    name: str, shape: tuple[int, ...], reshape: tuple[int, ...], *, batched: bool
+) -> None:
+    """A model with a config ``reshape`` is fed the request's elements in the reshaped form, so
+    their count (per batch row) must fit it: equal it, or divide by its fixed part when the
+    reshape leaves one dimension free (-1)."""
+    row = shape[1:] if batched else shape
+    count = element_count(row)
+    fixed = element_count(tuple(dim for dim in reshape if dim != -1))
+    free = reshape.count(-1)
+    fits = count == fixed if free == 0 else free == 1 and fixed > 0 and count % fixed == 0
+    if not fits:
+        raise BadRequestError(
+            f"input {name!r}: shape {list(shape)} cannot be reshaped to the model's {list(reshape)}"
         )

@@ -1,22 +1,31 @@
 """The inference service: validate, look up the cache, run the model off the event loop.
 
-Layer rule: used by ``http`` (and gRPC); uses ``protocol``, ``cache`` and ``models``; knows
-nothing of HTTP. Transport-neutral modules: ``inference`` (infer, metadata, index, flush),
-``statistics`` (Triton's statistics extension), ``model_control`` (load/unload),
+Layer rule: used by ``http`` and ``grpc``; uses ``protocol``, ``cache`` and ``models``; knows
+nothing of either transport. Transport-neutral modules: ``inference`` (infer, metadata, index,
+flush), ``statistics`` (Triton's statistics extension), ``model_control`` (load/unload),
 ``shared_memory`` (system shared-memory regions), ``in_flight``.
 """
 
 from cachefleet.runtime.service.in_flight import InFlight
-from cachefleet.runtime.service.inference import InferenceService, InferOutcome
+from cachefleet.runtime.service.inference import (
+    Decoder,
+    InferAnswer,
+    InferenceService,
+    InferOutcome,
+    Renderer,
+)
 from cachefleet.runtime.service.model_control import ModelControl
 from cachefleet.runtime.service.shared_memory import SharedMemoryRegistry
 from cachefleet.runtime.service.statistics import StatisticsRegistry
 
 __all__ = [
+    "Decoder",
     "InFlight",
+    "InferAnswer",
     "InferOutcome",
     "InferenceService",
     "ModelControl",
+    "Renderer",
     "SharedMemoryRegistry",
     "StatisticsRegistry",
 ]

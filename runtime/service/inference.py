@@ -1,20 +1,23 @@
-"""The inference service: one request from body bytes to rendered response bytes.
+"""The inference service: one request from its transport's form to a rendered response.
 
-Per request: resolve the model, decode and validate the body, ask the cache for the outputs
+Per request: resolve the model, decode and validate the request, ask the cache for the outputs
 (on a miss, the model's scheduler runs them off the event loop, batched with other misses when
 the model asks for dynamic batching), then render them as this client asked. The cache
-sees only the raw output tensors, never the rendering. With a local tier, a byte-identical
-repeat of a request is answered from a memo of rendered responses (see ``memo``) before any of
-that, for as long as the local entry it was rendered from lives.
+sees only the raw output tensors, never the rendering. Decoding and rendering are the
+transport's (HTTP bodies, gRPC messages); everything between them is shared, so the same tensors
+sent over either transport are one cache entry, one single-flight, one batch queue, one set of
+metrics and statistics. With a local tier, a byte-identical repeat of an HTTP request is
+answered from a memo of rendered responses (see ``memo``) before any of that, for as long as the
+local entry it was rendered from lives.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import Counter, Histogram
 
@@ -25,12 +28,13 @@ from cachefleet.runtime.cache.api import (
     Compute,
     ResponseCache,
 )
+from cachefleet.runtime.cache.errors import CacheTierError
 from cachefleet.runtime.cache.key import CacheKey, compute_key
 from cachefleet.runtime.config import RuntimeSettings
-from cachefleet.runtime.errors import BadRequestError, CachefleetError
+from cachefleet.runtime.errors import NotReadyError, ServingError
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.metrics import TritonInferenceCounters as TRITON
-from cachefleet.runtime.models.types import Model, ModelRepository
+from cachefleet.runtime.models.types import Model, ModelConfig, ModelRepository
 from cachefleet.runtime.protocol import (
     InferRequest,
     decode_request,
@@ -48,6 +52,9 @@ from cachefleet.runtime.service.statistics import ModelStatistics, StatisticsReg
 from cachefleet.runtime.tensor import Tensor
 
 _NO_CACHE = CacheDirectives(lookup=False, store=False)
+Rendered = TypeVar("Rendered")
+#: Decodes and validates a transport's request against the model's configuration.
+Decoder = Callable[[ModelConfig], InferRequest]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +79,23 @@ class _RecordingReader:
     def read(self, name: str, offset: int, byte_size: int) -> bytes:
         self.used = True
         return self._registry.read(name, offset, byte_size)
+
+
+@dataclass(frozen=True, slots=True)
+class InferAnswer:
+    """The computed outputs of one request, before the transport renders them."""
+
+    model: Model
+    request: InferRequest
+    #: Every output the model computed (or the cache held), whatever the request selected.
+    outputs: list[Tensor]
+    cache_status: CacheStatus
+    #: The request's cache key when it was computed before the lookup (for the HTTP memo).
+    key: CacheKey | None = None
+
+
+#: Renders an answer in the transport's form; may raise ServingError (e.g. non-UTF-8 JSON).
+Renderer = Callable[[InferAnswer], Rendered]
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,21 +154,55 @@ class InferenceService:
         directives: CacheDirectives,
         on_wait: OnWait | None = None,
     ) -> InferOutcome:
-        """Answer one inference request; raises CachefleetError subclasses for the client.
+        """Answer one HTTP inference request; raises ServingError subclasses for the client.
 
-        ``on_wait`` is called when the request starts waiting for a model execution: the
-        transport may then watch for its client going away and cancel the call.
+        A byte-identical repeat is answered from the memo when its local entry still lives;
+        anything else goes the shared way of :meth:`answer`. ``on_wait`` is called when the
+        request starts waiting for a model execution: the transport may then watch for its
+        client going away and cancel the call.
         """
+
+        async def work(model: Model, stats: ModelStatistics, started_ns: int) -> InferOutcome:
+            return await self._infer_http(
+                model, stats, body, header_length, directives, on_wait, started_ns
+            )
+
+        return await self._accounted(model_name, version, work)
+
+    async def answer(
+        self,
+        model_name: str,
+        version: str | None,
+        decode: Decoder,
+        render: Renderer[Rendered],
+        directives: CacheDirectives,
+        on_wait: OnWait | None = None,
+    ) -> Rendered:
+        """Answer one request of any transport: ``decode`` it, compute or look up its outputs,
+        ``render`` them. Raises ServingError subclasses for the client; success and failure
+        are counted here (metrics and statistics), so every transport reports the same."""
+
+        async def work(model: Model, stats: ModelStatistics, started_ns: int) -> Rendered:
+            return await self._answer(model, stats, decode, render, directives, on_wait)
+
+        return await self._accounted(model_name, version, work)
+
+    async def _accounted(
+        self,
+        model_name: str,
+        version: str | None,
+        work: Callable[[Model, ModelStatistics, int], Awaitable[Rendered]],
+    ) -> Rendered:
+        """Run ``work`` for the resolved model, counting its success or failure (metrics and
+        statistics) and holding the model loaded while it runs."""
         started = time.perf_counter_ns()
         model = self._repository.get(model_name, version)
         series = self._series(model)
         stats = self._statistics.for_version(model.name, model.version)
         self._in_flight.enter(model.name)  # no await since get(): an unload cannot slip between
         try:
-            outcome = await self._infer(
-                model, stats, body, header_length, directives, on_wait, started
-            )
-        except CachefleetError as error:
+            outcome = await work(model, stats, started)
+        except ServingError as error:
             elapsed_ns = time.perf_counter_ns() - started
             self._metrics.requests.labels(model.name, model.version, str(error.status_code)).inc()
             self._metrics.inference.add(TRITON.FAILURE, model.name, model.version)
@@ -160,7 +218,7 @@ class InferenceService:
         stats.record_success(elapsed_ns)
         return outcome
 
-    async def _infer(
+    async def _infer_http(
         self,
         model: Model,
         stats: ModelStatistics,
@@ -170,27 +228,63 @@ class InferenceService:
         on_wait: OnWait | None,
         started_ns: int,
     ) -> InferOutcome:
-        config = model.config
-        cached = config.response_cache or self._cache_all
+        """The memo in front of :meth:`_answer`: a live memoized response, or the shared path
+        with a renderer that memoizes what it rendered from a local hit."""
+        cached = model.config.response_cache or self._cache_all
         memo = self._memo if cached and directives.lookup else None
-        digest = b""
-        if memo is not None:
-            digest = request_digest(model, body, header_length)
-            memoized = self._memoized(memo, digest, model, stats, started_ns)
-            if memoized is not None:
-                return memoized
         reader = _RecordingReader(self._shared_memory)
-        request = decode_request(body, header_length, config, reader)
+
+        def decode(config: ModelConfig) -> InferRequest:
+            return decode_request(body, header_length, config, reader)
+
+        if memo is None:
+            return await self._answer(model, stats, decode, _render_http, directives, on_wait)
+        digest = request_digest(model, body, header_length)
+        memoized = self._memoized(memo, digest, model, stats, started_ns)
+        if memoized is not None:
+            return memoized
+
+        def render(answer: InferAnswer) -> InferOutcome:
+            outcome = _render_http(answer)
+            key, request = answer.key, answer.request
+            if key is not None and answer.cache_status is CacheStatus.HIT_LOCAL:
+                # From the second sighting on (a one-off request costs nothing more), and never
+                # for shared memory: its inputs are not in the body, its outputs go to a region.
+                shared = reader.used or any(o.shared_memory is not None for o in request.outputs)
+                entry = None if shared else self._cache.local_entry(key)
+                if entry is not None:
+                    memo.put(digest, model, key, entry, outcome.body, outcome.header_length)
+            return outcome
+
+        return await self._answer(
+            model, stats, decode, render, directives, on_wait, precompute_key=True
+        )
+
+    async def _answer(
+        self,
+        model: Model,
+        stats: ModelStatistics,
+        decode: Decoder,
+        render: Renderer[Rendered],
+        directives: CacheDirectives,
+        on_wait: OnWait | None,
+        *,
+        precompute_key: bool = False,
+    ) -> Rendered:
+        """Decode, look up or compute, render. ``precompute_key``: compute the cache key here
+        and hand it to the renderer (the memo keeps it) instead of leaving it to the cache."""
+        config = model.config
+        request = decode(config)
         parameters = request.keyed_parameters()
         key: CacheKey | None = None
-        if memo is not None and request.use_cache:
+        if precompute_key and request.use_cache:
             key = compute_key(model.name, model.version, request.inputs, parameters)
         cache_request = CacheRequest(
             model=model.name,
             version=model.version,
             inputs=request.inputs,
             parameters=parameters,
-            enabled=cached,
+            enabled=config.response_cache or self._cache_all,
             ttl_s=self._default_ttl_s if config.cache_ttl_s is None else config.cache_ttl_s,
             key=key,
         )
@@ -204,23 +298,9 @@ class InferenceService:
         if miss.row_status is not None and status is CacheStatus.MISS:
             status = miss.row_status  # the whole request missed; its rows may not have
         self._write_shared_memory(request, outputs)
-        encoded = encode_response(
-            request,
-            outputs,
-            model_name=model.name,
-            model_version=model.version,
-            labels=model.labels,
-            batched=config.max_batch_size > 0,
-        )
+        rendered = render(InferAnswer(model, request, outputs, status, key))
         _record(stats, status, cache_ns, miss.waited_ns)
-        if memo is not None and key is not None and status is CacheStatus.HIT_LOCAL:
-            # From the second sighting on (a one-off request costs nothing more), and never for
-            # shared memory: its inputs are not in the body, its outputs go to a region.
-            shared = reader.used or any(o.shared_memory is not None for o in request.outputs)
-            entry = None if shared else self._cache.local_entry(key)
-            if entry is not None:
-                memo.put(digest, model, key, entry, encoded.body, encoded.header_length)
-        return InferOutcome(encoded.body, encoded.header_length, status)
+        return rendered
 
     def _memoized(
         self,
@@ -332,17 +412,22 @@ class InferenceService:
         return self._statistics.report(loaded, name, version)
 
     async def flush(self, name: str) -> int:
-        """Remove a loaded model's entries from every cache tier; returns how many went."""
+        """Remove a loaded model's entries from every cache tier; returns how many went.
+
+        A tier that cannot be flushed is a 503: unlike a lookup, a flush that silently did
+        nothing would leave stale answers in place.
+        """
         self._repository.versions(name)
-        return await self._cache.flush(name)
+        try:
+            return await self._cache.flush(name)
+        except CacheTierError as error:
+            raise NotReadyError(f"cache flush of model {name!r} failed: {error}") from error
 
 
 def _priority(parameters: Mapping[str, Any]) -> int:
-    """The request parameter ``priority`` (0, the default level, when absent)."""
-    value = parameters.get("priority", 0)
-    if type(value) is not int or value < 0:
-        raise BadRequestError(f"parameter 'priority' must be a non-negative integer, not {value!r}")
-    return value
+    """The request parameter ``priority`` (0, the default level, when absent); checked while
+    the request was decoded."""
+    return int(parameters.get("priority", 0))
 
 
 @dataclass(slots=True)
@@ -362,3 +447,16 @@ def _record(stats: ModelStatistics, status: CacheStatus, cache_ns: int, waited_n
         stats.record_cache_hit(cache_ns)
     elif status is CacheStatus.MISS or status is CacheStatus.PARTIAL:
         stats.record_cache_miss(cache_ns - waited_ns)
+
+
+def _render_http(answer: InferAnswer) -> InferOutcome:
+    model = answer.model
+    encoded = encode_response(
+        answer.request,
+        answer.outputs,
+        model_name=model.name,
+        model_version=model.version,
+        labels=model.labels,
+        batched=model.config.max_batch_size > 0,
+    )
+    return InferOutcome(encoded.body, encoded.header_length, answer.cache_status)

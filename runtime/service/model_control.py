@@ -78,7 +78,7 @@ class ModelControl:
             try:
                 await asyncio.to_thread(self._repository.load, name, config)
             except ModelLoadError as error:
-                raise BadRequestError(f"failed to load '{name}': {error.message}") from None
+                raise BadRequestError(f"failed to load '{name}': {error}") from None
             self._statistics.forget(name)
             fingerprint = self._repository.fingerprint(name)
             if self._served.get(name) != fingerprint:

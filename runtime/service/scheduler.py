@@ -19,9 +19,9 @@ from concurrent.futures import Executor
 
 from cachefleet.runtime.errors import (
     BadRequestError,
-    CachefleetError,
     ModelExecutionError,
     NotReadyError,
+    ServingError,
 )
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.models.scheduling import SchedulingPolicy, scheduling_policy
@@ -207,12 +207,12 @@ class ModelScheduler:
             if self._tail is mine:
                 self._tail = None
 
-    async def _results(self, batch: list[Pending]) -> list[list[Tensor] | CachefleetError]:
+    async def _results(self, batch: list[Pending]) -> list[list[Tensor] | ServingError]:
         """Outputs per request; if the batch fails, each request again on its own."""
         try:
             submitted_ns = min(pending.submitted_ns for pending in batch)
             return list(await self._execute([pending.inputs for pending in batch], submitted_ns))
-        except CachefleetError as error:
+        except ServingError as error:
             if len(batch) == 1:
                 return [error]
         except Exception as error:  # the executor itself failed (shut down): nothing can run
@@ -223,14 +223,14 @@ class ModelScheduler:
             self.model.name,
             len(batch),
         )
-        results: list[list[Tensor] | CachefleetError] = []
+        results: list[list[Tensor] | ServingError] = []
         for pending in batch:
             if pending.future.done():
                 results.append(ModelExecutionError("the caller has gone"))
                 continue
             try:
                 results.append(await self._execute_one(pending.inputs, pending.submitted_ns))
-            except CachefleetError as error:
+            except ServingError as error:
                 results.append(error)
             except Exception as error:
                 results.append(
@@ -270,7 +270,7 @@ class ModelScheduler:
             outputs = self.model.run(joined)
             ran_at = time.perf_counter_ns()
             pieces = rows.split(outputs, sizes)
-        except CachefleetError:
+        except ServingError:
             raise
         except Exception as error:
             raise ModelExecutionError(

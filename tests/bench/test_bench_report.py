@@ -16,7 +16,7 @@ def _measurement(
 ) -> Measurement:
     load = LoadResult(
         requests=int(throughput * 10), duration_s=10.0, errors=0, p50_ms=p50_ms, p90_ms=p50_ms,
-        p99_ms=p50_ms, sent_hits=0, sent_misses=0, generator="wrk",
+        p99_ms=p50_ms, generator="wrk",
     )  # fmt: skip
     group: Group = "hits" if ratio == 1.0 else "misses"
     return Measurement(
@@ -69,7 +69,7 @@ def _peer_measurement(
 ) -> Measurement:  # fmt: skip
     load = LoadResult(
         requests=int(throughput * 10), duration_s=10.0, errors=0, p50_ms=p50_ms, p90_ms=p50_ms,
-        p99_ms=p50_ms, sent_hits=0, sent_misses=0, generator="wrk",
+        p99_ms=p50_ms, generator="wrk",
     )  # fmt: skip
     group: Group = "hits" if ratio == 1.0 else "misses"
     return Measurement(

@@ -89,6 +89,19 @@ def test_runtime_runs_on_cuda_with_cudnn_and_the_gpu_extra(stages: dict[str, Sta
     assert "slim" in stages["operator"].base
 
 
+def test_each_image_installs_its_own_extra(stages: dict[str, Stage]) -> None:
+    """The runtime image gets the server (gpu pulls in runtime), the operator image the operator:
+    neither carries the other's dependencies (tests/test_dependencies.py checks the extras)."""
+    installs = {
+        target: " ".join(stages[f"{target}-build"].values("RUN"))
+        for target in ("runtime", "operator")
+    }
+    assert '"${wheel}[gpu]"' in installs["runtime"]
+    assert '"${wheel}[operator]"' in installs["operator"]
+    assert "[operator]" not in installs["runtime"]
+    assert "[gpu]" not in installs["operator"]
+
+
 @pytest.mark.parametrize("target", ["runtime", "operator"])
 def test_final_stages_run_as_an_unprivileged_user_without_build_tools(
     stages: dict[str, Stage], target: str

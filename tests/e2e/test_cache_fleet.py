@@ -8,65 +8,12 @@ import subprocess
 import sys
 import urllib.request
 from collections.abc import Callable
-from typing import Any
 
 import httpx
-import numpy as np
-import tritonclient.http as httpclient
-from conftest import RedisProcess, ServerProcess
+from support.processes import RedisProcess, ServerProcess
+from support.sample_requests import infer, x_cache
 
 MakeServer = Callable[..., ServerProcess]
-
-
-def sample_request(model: str, seed: int = 0) -> dict[str, tuple[np.ndarray, str]]:
-    """Inputs for each sample model; ``seed`` varies the values (and so the key)."""
-    if model == "simple":
-        first = np.arange(16, dtype=np.int32).reshape(1, 16) + seed
-        return {"INPUT0": (first, "INT32"), "INPUT1": (np.ones_like(first), "INT32")}
-    if model == "simple_string":
-        values = np.array([str(n + seed).encode() for n in range(16)], dtype=np.object_)
-        threes = np.array([b"3"] * 16, dtype=np.object_)
-        return {
-            "INPUT0": (values.reshape(1, 16), "BYTES"),
-            "INPUT1": (threes.reshape(1, 16), "BYTES"),
-        }
-    image = np.random.default_rng(seed).random((3, 224, 224), dtype=np.float32)
-    return {"data_0": (image, "FP32")}
-
-
-def infer(
-    server: ServerProcess,
-    model: str,
-    seed: int = 0,
-    *,
-    headers: dict[str, str] | None = None,
-    parameters: dict[str, Any] | None = None,
-) -> tuple[httpx.Response, Any]:
-    """POST one request as tritonclient encodes it; returns the response and its parsed result."""
-    inputs = []
-    for name, (array, datatype) in sample_request(model, seed).items():
-        item = httpclient.InferInput(name, list(array.shape), datatype)
-        item.set_data_from_numpy(array, binary_data=True)
-        inputs.append(item)
-    body, json_size = httpclient.InferenceServerClient.generate_request_body(
-        inputs, request_id="r1", parameters=parameters
-    )
-    sent = {"Content-Type": "application/octet-stream", **(headers or {})}
-    if json_size is not None:
-        sent["Inference-Header-Content-Length"] = str(json_size)
-    response = httpx.post(
-        f"{server.base_url}/v2/models/{model}/infer", content=body, headers=sent, timeout=60
-    )
-    assert response.status_code == 200, response.text
-    length = response.headers.get("Inference-Header-Content-Length")
-    result = httpclient.InferResult.from_response_body(
-        response.content, header_length=int(length) if length else None
-    )
-    return response, result
-
-
-def x_cache(server: ServerProcess, model: str, seed: int = 0, **kwargs: Any) -> str:
-    return str(infer(server, model, seed, **kwargs)[0].headers["X-Cache"])
 
 
 def tiered(make_server: MakeServer, redis: RedisProcess, *extra: str) -> ServerProcess:

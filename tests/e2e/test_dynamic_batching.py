@@ -16,7 +16,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import tritonclient.http as httpclient
-from batching_support import (
+from support.batching import (
     FOREVER_US,
     TABLE,
     InFlight,
@@ -29,7 +29,8 @@ from batching_support import (
     write_picker,
     write_variant,
 )
-from conftest import ServerProcess, wait_until
+from support.processes import ServerProcess
+from support.waiting import wait_for
 
 from cachefleet.runtime.samples.densenet import DENSENET_BATCH_CONFIG
 
@@ -209,7 +210,7 @@ def test_a_client_that_hangs_up_does_not_cancel_a_running_batch(
         pending = metric(batching_server, "nv_inference_pending_request_count", "densenet_wait8")
         return pending == 0 and metric(batching_server, EXECUTIONS, "densenet_wait8") == 0
 
-    wait_until(running, 60, "the batch of 8 to start")
+    wait_for(running, "the batch of 8 to start", 60)
     gone.close()
     status, _, answer = staying.wait()
     assert status == 200
@@ -235,6 +236,7 @@ def test_every_answer_equals_onnx_runtime_on_the_sample_file(
     model file. (On this CPU, DenseNet's kernels give the same bits at every batch size: see the
     README. Should a machine differ, this is the assertion that says so.)"""
     rng = np.random.default_rng(16)
+    feeds: list[dict[str, np.ndarray]]
     if sample == "densenet_batch":
         feeds = [
             {"data_0": rng.standard_normal((1, 3, 224, 224), dtype=np.float32)} for _ in range(16)

@@ -18,8 +18,9 @@ from typing import Any
 import httpx
 import numpy as np
 import tritonclient.http as httpclient
-from conftest import ServerProcess, wait_until
 from prometheus_client.parser import text_string_to_metric_families
+from support.processes import ServerProcess
+from support.waiting import wait_for
 
 MakeServer = Callable[..., ServerProcess]
 FIRST = np.arange(16, dtype=np.int32).reshape(1, 16)
@@ -156,7 +157,7 @@ def test_an_expired_entry_ends_the_memoized_answer(make_server: MakeServer) -> N
         "miss", "hit-local",
     ]  # fmt: skip
     # Once the TTL has passed the repeat must run the model again, memo or not.
-    wait_until(lambda: post(server, body, headers).headers["X-Cache"] == "miss", 10, "expiry")
+    wait_for(lambda: post(server, body, headers).headers["X-Cache"] == "miss", "expiry", 10)
 
 
 def test_cache_directives_and_the_cache_parameter_skip_the_memo(server: ServerProcess) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from conftest import ServerProcess
+from support.processes import ServerProcess
 from tritonclient.utils import InferenceServerException
 
 from cachefleet.runtime.samples.arithmetic import build_simple
@@ -50,8 +50,8 @@ def explicit(
 def _add_sub(
     client: httpclient.InferenceServerClient, model: str, rows: int, dtype: type = np.int32
 ) -> tuple[np.ndarray, np.ndarray, httpclient.InferResult]:
-    first = np.arange(rows * 16, dtype=dtype).reshape(rows, 16)
-    second = np.full((rows, 16), 3, dtype=dtype)
+    first: np.ndarray = np.arange(rows * 16, dtype=dtype).reshape(rows, 16)
+    second: np.ndarray = np.full((rows, 16), 3, dtype=dtype)
     datatype = "INT8" if dtype is np.int8 else "INT32"
     inputs = []
     for name, array in (("INPUT0", first), ("INPUT1", second)):

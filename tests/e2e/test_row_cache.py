@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import pytest
-from batching_support import metric, post_binary, write_variant
-from conftest import RedisProcess, ServerProcess, wait_until
+from support.batching import metric, post_binary, write_variant
+from support.processes import RedisProcess, ServerProcess
+from support.waiting import wait_for
 
 from cachefleet.runtime.tensor import Tensor
 
@@ -142,7 +143,7 @@ def test_rows_come_from_redis_in_one_lookup(
     assert post_binary(server, "simple_rows", pick(rows, [0, 1]))[1] == "miss"
     client = redis_server.client()
     # Write-behind: two row entries and the whole request's entry reach Redis after the answer.
-    wait_until(lambda: client.dbsize() == 3, 30, "three entries in Redis")
+    wait_for(lambda: client.dbsize() == 3, "three entries in Redis", 30)
     status, x_cache, outputs = post_binary(server, "simple_rows", pick(rows, [1, 0]))
     assert (status, x_cache) == (200, "hit-redis")
     expected = onnx_runtime(model_repository / "simple" / "1" / "model.onnx", pick(rows, [1, 0]))

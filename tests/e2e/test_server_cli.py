@@ -11,7 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import ServerProcess
+from support.processes import ServerProcess
+from support.sample_requests import x_cache
 
 from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.http.environment import export_settings, settings_from_environment
@@ -45,6 +46,15 @@ def test_config_file_and_workers(
     for _ in range(4):
         with urllib.request.urlopen(f"{server.base_url}/v2/models/simple") as response:
             assert json.loads(response.read())["name"] == "simple"
+    # Each worker has its own local tier: the same request, sent on fresh connections, misses
+    # once in each worker that answers it, and never more often than there are workers.
+    misses, sent = 0, 0
+    while misses < 2:
+        sent += 1
+        assert sent <= 400, "only one worker ever answered"
+        if x_cache(server, "simple", 5) == "miss":
+            misses += 1
+    assert all(x_cache(server, "simple", 5) == "hit-local" for _ in range(20))
     assert server.process is not None
     server.process.send_signal(signal.SIGTERM)
     assert server.process.wait(30) == 0

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import ServerProcess, free_port
+from support.processes import ServerProcess
 
 SIMPLE = "/v2/models/simple/infer"
 SIXTEEN = list(range(16))
@@ -21,8 +21,7 @@ def small_server(
 ) -> Iterator[ServerProcess]:
     """One server with a 64 KiB body limit for every test here (none of them change state)."""
     args = ["--model-repository", str(model_repository), "--max-request-size", "64Ki"]
-    server = ServerProcess(free_port(), args)
-    server.log_path = tmp_path_factory.mktemp("server") / "server.log"
+    server = ServerProcess(args, tmp_path_factory.mktemp("server"))
     server.start()
     yield server
     server.stop()
@@ -198,4 +197,6 @@ def _read_response(sock: socket.socket) -> bytes:
 def test_the_server_still_answers_after_bad_input(call: Call) -> None:
     status, answer = call("POST", SIMPLE, json.dumps(_inputs()).encode())
     assert status == 200
-    assert [output["name"] for output in answer["outputs"]] == ["OUTPUT0", "OUTPUT1"]  # type: ignore[index]
+    outputs = answer["outputs"]
+    assert isinstance(outputs, list)
+    assert [output["name"] for output in outputs] == ["OUTPUT0", "OUTPUT1"]

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import onnx
-from conftest import ServerProcess
 from onnx import TensorProto, helper
+from support.processes import ServerProcess
 
 from cachefleet.runtime.samples.onnx_build import make_model
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
-from conftest import ServerProcess, free_port
+from support.processes import ServerProcess
 from tritonclient import utils
 from tritonclient.utils import InferenceServerException
 
@@ -23,8 +23,8 @@ _counter = itertools.count()
 def shm_server(
     model_repository: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
-    server = ServerProcess(free_port(), ["--model-repository", str(model_repository)])
-    server.log_path = tmp_path_factory.mktemp("server") / "server.log"
+    args = ["--model-repository", str(model_repository)]
+    server = ServerProcess(args, tmp_path_factory.mktemp("server"))
     server.start()
     yield server
     server.stop()

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from conftest import ServerProcess, free_port
+from support.processes import ServerProcess
 from tritonclient.utils import InferenceServerException
 
 
@@ -18,8 +18,8 @@ def stats_server(
     model_repository: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
     """A server of its own: the counts below start from zero."""
-    server = ServerProcess(free_port(), ["--model-repository", str(model_repository)])
-    server.log_path = tmp_path_factory.mktemp("server") / "server.log"
+    args = ["--model-repository", str(model_repository)]
+    server = ServerProcess(args, tmp_path_factory.mktemp("server"))
     server.start()
     yield server
     server.stop()

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from conftest import ServerProcess, free_port
+from support.processes import ServerProcess
 
 
 @pytest.fixture(scope="module")
@@ -20,8 +20,9 @@ def shared_server(
     model_repository: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
     """One server for the tests that do not depend on a fresh cache (starting one takes seconds)."""
-    server = ServerProcess(free_port(), ["--model-repository", str(model_repository)])
-    server.log_path = tmp_path_factory.mktemp("server") / "server.log"
+    server = ServerProcess(
+        ["--model-repository", str(model_repository)], tmp_path_factory.mktemp("server")
+    )
     server.start()
     yield server
     server.stop()

@@ -79,7 +79,8 @@ print(json.dumps(result))
 
 def declared_floor(package: str = "kubernetes") -> str:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    [spec] = [d for d in project["dependencies"] if re.match(rf"{package}\b", d)]
+    operator = project["optional-dependencies"]["operator"]  # the operator image's extra
+    [spec] = [d for d in operator if re.match(rf"{package}\b", d)]
     match = re.fullmatch(rf"{package}>=([0-9.]+)", spec.replace(" ", ""))
     assert match, f"the {package} dependency should be a plain floor: {spec}"
     return match.group(1)

@@ -10,7 +10,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-from crd_schema import (
+from support.kube.crd_schema import (
     EXAMPLES,
     apply_defaults,
     cel_failures,

@@ -30,8 +30,8 @@ from typing import Any
 import kubernetes_validate
 import pytest
 from hypothesis import HealthCheck, Phase, example, find, given, settings
-from kmock_cluster import Cluster
-from kmock_fixtures import (
+from support.kube.cluster import Cluster
+from support.kube.fixtures import (
     CIS_PATH,
     Api,
     OperatorThreads,
@@ -41,14 +41,14 @@ from kmock_fixtures import (
     live,
     service,
 )
-from spec_strategies import Case, breakages, cases, schema_specs
+from support.kube.spec_strategies import Case, breakages, cases, schema_specs
 
 from cachefleet.operator.manifests.children import build_children, needs_generated_password
 from cachefleet.operator.manifests.errors import SpecError
 from cachefleet.operator.manifests.meta import Owner
 from cachefleet.operator.manifests.spec import parse_spec
 
-pytest_plugins = ("kmock_fixtures",)
+pytest_plugins = ("support.kube.fixtures",)
 pytestmark = pytest.mark.timeout(180)
 
 KUBERNETES_VERSION = "1.32"

@@ -18,11 +18,11 @@ from typing import Any
 import aiohttp
 import kmock
 import pytest
-from kmock_cluster import Cluster
-from kmock_fixtures import CIS_PATH, NS, Api, cis, condition, eventually, live, must, service
+from support.kube.cluster import Cluster
+from support.kube.fixtures import CIS_PATH, NS, Api, cis, condition, eventually, live, must, service
 
 HASH = "cachefleet.io/config-hash"
-pytest_plugins = ("kmock_fixtures",)  # cluster, api, start_operator, operator
+pytest_plugins = ("support.kube.fixtures",)  # cluster, api, start_operator, operator
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -98,7 +98,14 @@ async def test_resize_updates_config_without_rolling_redis_but_persistence_rolls
         return "maxmemory 314572800" in configmap["data"].get("redis.conf", "")
 
     await eventually(resized, "the new maxmemory in the ConfigMap")
-    await asyncio.sleep(0.5)
+
+    def reconciled_generation_2() -> bool:
+        status = must(cis(cluster, "svc")).get("status") or {}
+        return bool(status.get("observedGeneration") == 2)
+
+    # The status names generation 2 only once its reconcile applied every child: from then on
+    # the StatefulSet is what that generation asked for, and Redis did not roll for it.
+    await eventually(reconciled_generation_2, "the reconcile of generation 2 to finish")
     assert pod_hash(live(cluster, "apps/v1/statefulsets", "svc-redis")) == first_hash
 
     await api.send("PATCH", f"{CIS_PATH}/svc", {"spec": {"cache": {"redis": {
@@ -229,7 +236,7 @@ async def test_an_unreachable_redis_is_a_condition_and_an_event_not_a_crash(
     start_operator: Callable[[], Any],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from conftest import free_port
+    from support.processes import free_port
 
     monkeypatch.setenv("CACHEFLEET_OPERATOR_REDIS_ADDRESS", f"127.0.0.1:{free_port()}")
     monkeypatch.setenv("CACHEFLEET_OPERATOR_REDIS_TIMEOUT", "0.5")
@@ -279,7 +286,7 @@ async def test_the_operator_command_runs_kopf_with_a_liveness_endpoint(
     import sys
 
     import kubernetes.config.kube_config
-    from conftest import free_port
+    from support.processes import free_port
 
     port = free_port()
     command = [sys.executable, "-m", "cachefleet.cli.main", "operator", "--standalone",

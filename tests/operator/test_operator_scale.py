@@ -11,12 +11,12 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from kmock_cluster import Cluster
-from kmock_fixtures import Api, OperatorThreads, eventually
+from support.kube.cluster import Cluster
+from support.kube.fixtures import Api, OperatorThreads, eventually
 
 from cachefleet.bench.operator_scale import NAMESPACE, lookup, pending, services
 
-pytest_plugins = ("kmock_fixtures",)
+pytest_plugins = ("support.kube.fixtures",)
 pytestmark = pytest.mark.timeout(150)
 
 COUNT = 20

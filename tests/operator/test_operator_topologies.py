@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 import yaml
-from kmock_cluster import Cluster
-from kmock_fixtures import CIS_PATH, Api, cis, eventually, live, service
+from support.kube.cluster import Cluster
+from support.kube.fixtures import CIS_PATH, Api, cis, eventually, live, service
 
 from cachefleet.bench.redis_topology import (
     MASTER_NAME,
@@ -19,7 +19,7 @@ from cachefleet.bench.redis_topology import (
     info,
 )
 
-pytest_plugins = ("kmock_fixtures", "redis_topology_fixtures")
+pytest_plugins = ("support.kube.fixtures", "support.redis_topology")
 pytestmark = pytest.mark.timeout(120)
 
 

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from kmock_cluster import Cluster
-from kmock_fixtures import CIS_PATH, NS, Api, cis, eventually, live, must, service
+from support.kube.cluster import Cluster
+from support.kube.fixtures import CIS_PATH, NS, Api, cis, eventually, live, must, service
 
 from cachefleet.operator.reconcile.kube import Kube
 from cachefleet.operator.reconcile.locks import KeyedLocks
@@ -22,7 +22,7 @@ from cachefleet.operator.reconcile.periodic import Periodic
 from cachefleet.operator.reconcile.reconciler import Reconciler
 from cachefleet.operator.reconcile.settings import OperatorSettings
 
-pytest_plugins = ("kmock_fixtures",)  # cluster, api, start_operator
+pytest_plugins = ("support.kube.fixtures",)  # cluster, api, start_operator
 pytestmark = pytest.mark.timeout(120)
 
 DEPLOYMENT = "apps/v1/deployments"
@@ -32,7 +32,8 @@ LOCAL_ONLY = {"mode": "local"}
 def periodic(**settings: Any) -> Periodic:
     import kubernetes
 
-    kubernetes.config.load_kube_config()  # the emulator's, as kopf's login would
+    # The emulator's, as kopf's login would.
+    kubernetes.config.load_kube_config()  # type: ignore[no-untyped-call]
     return Periodic(Reconciler(Kube(), OperatorSettings(**settings)), KeyedLocks())
 
 

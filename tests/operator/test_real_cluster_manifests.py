@@ -17,9 +17,9 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-from api_rules import name_errors, pdb_disruptions_allowed
-from crd_schema import EXAMPLES, cel_failures
 from delivery.support import RELEASE, Helm, only, require_tool
+from support.kube.api_rules import name_errors, pdb_disruptions_allowed
+from support.kube.crd_schema import EXAMPLES, cel_failures
 
 from cachefleet.operator.manifests.children import build_children
 from cachefleet.operator.manifests.errors import SpecError

@@ -21,9 +21,9 @@ import attrs
 import kmock
 import kopf
 import pytest
-from api_rules import claim_resize_refusal, statefulset_forbidden_changes
-from kmock_cluster import VERBS, Cluster, InvalidError
-from kmock_fixtures import (
+from support.kube.api_rules import claim_resize_refusal, statefulset_forbidden_changes
+from support.kube.cluster import VERBS, Cluster, InvalidError
+from support.kube.fixtures import (
     CIS_PATH,
     NS,
     Api,
@@ -45,7 +45,7 @@ from cachefleet.operator.reconcile.reconciler import Outcome, Reconciler
 from cachefleet.operator.reconcile.settings import OperatorSettings
 from cachefleet.runtime.config import parse_bytes
 
-pytest_plugins = ("kmock_fixtures",)  # cluster, api, start_operator, operator
+pytest_plugins = ("support.kube.fixtures",)  # cluster, api, start_operator, operator
 pytestmark = pytest.mark.timeout(120)
 
 HASH = "cachefleet.io/config-hash"
@@ -194,7 +194,7 @@ async def test_rotating_a_user_supplied_password_rolls_redis_and_the_runtime(
     await api.send("POST", f"/api/v1/namespaces/{NS}/secrets", secret)
     auth = {"redis": {"auth": {"passwordSecretRef": {"name": "mine"}}}}
     body = await api.send("POST", CIS_PATH, service("svc", cache=auth))
-    kubernetes.config.load_kube_config()
+    kubernetes.config.load_kube_config()  # type: ignore[no-untyped-call]
     reconciler = Reconciler(Kube(), OperatorSettings(redis_timeout_s=0.2))
 
     def hashes() -> tuple[str, str]:
@@ -279,6 +279,7 @@ def _claim_size(obj: dict[str, Any]) -> int:
 @pytest.fixture
 async def strict(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[StrictCluster]:
     async with serving(StrictCluster(), tmp_path, monkeypatch) as emulator:
+        assert isinstance(emulator, StrictCluster)
         yield emulator
 
 
@@ -301,7 +302,8 @@ def _template_size(sts: dict[str, Any] | None) -> str | None:
     if sts is None:
         return None
     [template] = sts["spec"].get("volumeClaimTemplates") or [{"spec": {}}]
-    return template["spec"].get("resources", {}).get("requests", {}).get("storage")
+    storage = template["spec"].get("resources", {}).get("requests", {}).get("storage")
+    return None if storage is None else str(storage)
 
 
 def _deletes(cluster: Cluster, plural: str) -> list[Any]:
@@ -419,7 +421,7 @@ def test_immutable_field_changes_get_a_deliberate_path() -> None:
 
 
 def test_redis_is_not_ready_while_it_restarts_on_a_new_revision() -> None:
-    restarting = {"metadata": {"generation": 2}, "status": {
+    restarting: dict[str, Any] = {"metadata": {"generation": 2}, "status": {
         "observedGeneration": 2, "replicas": 1, "readyReplicas": 1, "updatedReplicas": 0,
         "currentRevision": "svc-redis-6d4f", "updateRevision": "svc-redis-7c9b"}}  # fmt: skip
     assert observe.redis_condition(restarting, managed=True).status is False
@@ -461,8 +463,11 @@ def test_redis_is_not_ready_until_an_expanded_claim_has_grown() -> None:
         managed=True,
     )
     assert ready.status is True
-    claim = {"metadata": {"name": "data-svc-redis-0"}, "spec": {"resources": {"requests": {
-        "storage": "2Gi"}}}, "status": {"capacity": {"storage": "1Gi"}}}  # fmt: skip
+    claim: dict[str, Any] = {
+        "metadata": {"name": "data-svc-redis-0"},
+        "spec": {"resources": {"requests": {"storage": "2Gi"}}},
+        "status": {"capacity": {"storage": "1Gi"}},
+    }
     growing = observe.volume_condition(ready, claim, "2Gi")
     assert growing.status is False
     assert "data-svc-redis-0" in growing.message

@@ -11,7 +11,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-from crd_schema import EXAMPLES
+from support.kube.crd_schema import EXAMPLES
 
 from cachefleet.operator.manifests.children import build_children
 from cachefleet.operator.manifests.errors import SpecError
@@ -195,9 +195,25 @@ def test_runtime_configmap_is_loadable_settings_without_the_password(tmp_path: P
     assert settings.cache.mode == "tiered"
     assert settings.redis.url == "redis://svc-redis.ml.svc:6379/0"
     assert settings.server.port == 8000
+    assert settings.server.grpc_port == 8001
     secret = by_kind(children, "Secret")
     assert secret["data"]["password"] == "czNjcmV0"  # base64 of s3cret
     assert "s3cret" not in by_kind(children, "ConfigMap", "svc-redis-config")["data"]["redis.conf"]
+
+
+def test_runtime_pods_and_service_expose_http_and_grpc() -> None:
+    children = render({})
+    service = by_kind(children, "Service", "svc")
+    assert [(p["name"], p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [
+        ("http", 8000, "http"),
+        ("grpc", 8001, "grpc"),
+    ]
+    pod = by_kind(children, "Deployment")["spec"]["template"]["spec"]
+    (server,) = [c for c in pod["containers"] if c["name"] == "server"]
+    assert {(p["name"], p["containerPort"]) for p in server["ports"]} == {
+        ("http", 8000),
+        ("grpc", 8001),
+    }
 
 
 @pytest.mark.parametrize(("row_cache", "expected"), [(True, ("simple",)), (False, ())])

@@ -23,21 +23,22 @@ import base64
 import json
 import logging
 from collections.abc import Callable, Iterator, Mapping
+from functools import partial
 from typing import Any
 
 import pytest
 from delivery.support import NAMESPACE, RELEASE, Helm, Manifest, only, require_tool
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kmock_cluster import Cluster
-from kmock_fixtures import CIS_PATH, NS, Api, cis, condition, eventually, live, must, service
-from spec_strategies import valid_specs
+from support.kube.cluster import Cluster
+from support.kube.fixtures import CIS_PATH, NS, Api, cis, condition, eventually, live, must, service
+from support.kube.spec_strategies import valid_specs
 
 from cachefleet.operator.manifests.children import build_children, needs_generated_password
 from cachefleet.operator.manifests.meta import Owner
 from cachefleet.operator.manifests.spec import parse_spec
 
-pytest_plugins = ("kmock_fixtures",)
+pytest_plugins = ("support.kube.fixtures",)
 pytestmark = pytest.mark.timeout(120)
 
 OWNER = Owner("svc", "ml", "3f0e6c1a-8d2b-4e57-a1c9-0b7d5e2f4a66")
@@ -88,6 +89,10 @@ def pod_hash(obj: dict[str, Any] | None) -> str:
     )
 
 
+def runtime_ready(cluster: Cluster, name: str) -> dict[str, Any] | None:
+    return condition(cis(cluster, name), "RuntimeReady")
+
+
 def password_of(secret: dict[str, Any] | None) -> str:
     return base64.b64decode(must(secret)["data"]["password"]).decode()
 
@@ -117,7 +122,7 @@ async def test_no_password_leaves_its_secret_in_requests_objects_events_status_o
         await eventually(lambda: live(cluster, "v1/secrets", "gen-redis-auth"), "the Secret")
     )
     for name in ("gen", "own", "ext"):
-        await eventually(lambda n=name: condition(cis(cluster, n), "RuntimeReady"), "status")
+        await eventually(partial(runtime_ready, cluster, name), "status")
 
     # Redis pods become ready: the operator logs in to set maxmemory live (refused for "gen").
     for name in ("gen-redis", "own-redis"):

@@ -7,9 +7,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import httpx
-from conftest import RedisProcess, ServerProcess
+from support.processes import RedisProcess, ServerProcess
 
-from cachefleet.bench.chaos import ChaosOptions, render_table, run_chaos
+from cachefleet.bench.chaos.control import ChaosOptions
+from cachefleet.bench.chaos.report import render_table
+from cachefleet.bench.chaos.run import run_chaos
 
 
 def test_two_servers_one_redis_under_faults_never_fail_or_lie(

@@ -5,7 +5,6 @@ refused (a miss, counted as corrupt) and the client gets the model's own answer.
 from __future__ import annotations
 
 import shutil
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,9 +13,15 @@ import httpx
 import orjson
 import pytest
 import redis as redis_py
-from conftest import RedisProcess, ServerProcess
+from support.processes import RedisProcess, ServerProcess
+from support.waiting import wait_for
 
-from cachefleet.bench.chaos import answer_is_right, decode_outputs, input_tensors, request_body
+from cachefleet.bench.chaos.answers import (
+    answer_is_right,
+    decode_outputs,
+    input_tensors,
+    request_body,
+)
 from cachefleet.runtime.cache.key import compute_key
 from cachefleet.runtime.tensor import Tensor, encode_bytes_elements
 
@@ -73,10 +78,7 @@ def post_strings(server: ServerProcess) -> str:
 def stored(redis: RedisProcess, key: str) -> bytes:
     """The entry at ``key`` once the server's write-behind has put it there."""
     client = redis_py.Redis(port=redis.port)
-    deadline = time.monotonic() + 10
-    while (value := client.get(key)) is None:
-        assert time.monotonic() < deadline, f"the server never stored {key}"
-        time.sleep(0.02)
+    value = wait_for(lambda: client.get(key), f"the server to store {key}")
     assert isinstance(value, bytes)
     return value
 
@@ -119,8 +121,5 @@ def test_an_entry_of_another_request_is_never_served(
     assert post(server, target) == ("miss", True)
     assert refused(server) == 1
     # The refused entry was replaced by the right one, which now serves.
-    deadline = time.monotonic() + 10
-    while stored(redis, simple_key(target)) == foreign:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    wait_for(lambda: stored(redis, simple_key(target)) != foreign, "the entry to be replaced")
     assert post(server, target) == ("hit-redis", True)

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ServerProcess, free_port
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.processes import ServerProcess
 
 LIMIT = 64 * 1024
 settings.register_profile(
@@ -43,8 +43,7 @@ def fuzz_server(
 ) -> Iterator[ServerProcess]:
     """One server for every example: the point is that it survives all of them."""
     args = ["--model-repository", str(model_repository), "--max-request-size", str(LIMIT)]
-    server = ServerProcess(free_port(), args)
-    server.log_path = tmp_path_factory.mktemp("fuzz") / "server.log"
+    server = ServerProcess(args, tmp_path_factory.mktemp("fuzz"))
     server.start()
     yield server
     server.stop()

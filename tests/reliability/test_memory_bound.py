@@ -1,6 +1,6 @@
-"""A regression guard, not a benchmark: after a burst of large and malformed requests the
-server's resident memory (from /proc) stays under a generous fixed ceiling, so bodies, decoded
-tensors and refused requests are not kept."""
+"""A regression guard, not a benchmark: bursts of large and malformed requests leave the
+server's resident memory (from /proc) where the first bursts left it, so bodies, decoded tensors
+and refused requests are not kept."""
 
 from __future__ import annotations
 
@@ -11,11 +11,18 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-from conftest import ServerProcess
+from support.processes import ServerProcess
 
 LIMIT = 8 * 1024 * 1024
-#: Resident memory the server may grow by during the burst (its baseline holds every model).
-GROWTH_CEILING = 600 * 1024 * 1024
+WARM_UP_BURSTS, MEASURED_BURSTS = 2, 4
+#: Bodies sent per burst: 6 rounds of four ~8 MiB refused bodies and one 600 KB image.
+BURST_BYTES = 6 * (4 * LIMIT + 3 * 224 * 224 * 4)
+#: How far the lowest resident size of the later bursts may sit above the highest of the
+#: warm-up. The allocator alone moves RSS by up to ~70 MiB from burst to burst here (glibc arenas
+#: for four client threads), so a single reading cannot be held closer; the lowest of four
+#: readings can. A server that kept one burst's refused bodies would be ~190 MiB higher after
+#: every burst, three times this.
+GROWTH_ALLOWANCE = 64 * 1024 * 1024
 
 
 def rss_bytes(pid: int) -> int:
@@ -73,22 +80,25 @@ def test_memory_stays_bounded_after_a_burst_of_large_bad_requests(
 ) -> None:
     server = make_server("--max-request-size", str(LIMIT))
     assert server.process is not None
+    pid = server.process.pid
     with httpx.Client(base_url=server.base_url, timeout=120) as client:
-        assert client.post("/v2/models/densenet_onnx/infer", content=densenet(99)[0],
-                           headers=densenet(99)[1]).status_code == 200  # fmt: skip
-        baseline = rss_bytes(server.process.pid)
 
         def send(request: tuple[str, bytes, dict[str, str], int]) -> tuple[int, int]:
             model, body, headers, expected = request
             response = client.post(f"/v2/models/{model}/infer", content=body, headers=headers)
             return response.status_code, expected
 
-        for _ in range(2):
+        def one_burst() -> int:
             with ThreadPoolExecutor(4) as pool:
                 outcomes = list(pool.map(send, burst()))
             assert [got for got, _ in outcomes] == [want for _, want in outcomes]
-        after = rss_bytes(server.process.pid)
+            return rss_bytes(pid)
+
+        warm = [one_burst() for _ in range(WARM_UP_BURSTS)]
+        later = [one_burst() for _ in range(MEASURED_BURSTS)]
         assert client.get("/v2/health/live").status_code == 200
-    print(f"RSS {baseline / 2**20:.0f} MiB before the burst, {after / 2**20:.0f} MiB after")
-    assert after - baseline < GROWTH_CEILING
-    assert after < 2 * GROWTH_CEILING
+    print("RSS after each burst (MiB):", [round(rss / 2**20) for rss in warm + later])
+    # After the warm-up (allocator arenas, thread stacks, the cached densenet answers) the
+    # resident size stays put: growth is a small fraction of what one burst sent.
+    assert GROWTH_ALLOWANCE < BURST_BYTES / 3
+    assert min(later) - max(warm) < GROWTH_ALLOWANCE

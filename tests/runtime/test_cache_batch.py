@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from conftest import RedisProcess
+from support.processes import RedisProcess
 
 from cachefleet.runtime.cache.errors import CacheTierError
 from cachefleet.runtime.cache.redis_tier import RedisTier

@@ -9,12 +9,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from conftest import RedisProcess, free_port
-from test_cache_tiered import Model, ask, metric, request
+from support.cache_doubles import Model, ask, metric, request
+from support.processes import RedisProcess, free_port
 
 from cachefleet.runtime.cache.api import CacheStatus
 from cachefleet.runtime.cache.factory import build_cache
-from cachefleet.runtime.cache.tiered import TieredCache
+from cachefleet.runtime.cache.read_through import ReadThroughCache
 from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.metrics import RuntimeMetrics
 
@@ -32,7 +32,7 @@ async def round_trip(redis: dict[str, Any]) -> tuple[list[CacheStatus], RuntimeM
     settings = RuntimeSettings.model_validate({"cache": {"mode": "tiered"}, "redis": redis})
     for _ in range(2):
         cache = build_cache(settings, metrics)
-        assert isinstance(cache, TieredCache)
+        assert isinstance(cache, ReadThroughCache)
         await cache.start()
         try:
             statuses.append((await ask(cache, request(1), Model()))[1])

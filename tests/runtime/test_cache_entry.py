@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cachefleet.runtime.cache.entry import decode_entry, encode_entry
+from cachefleet.runtime.cache.entry import encode_entry, read_entry
 from cachefleet.runtime.cache.errors import CorruptEntryError
 from cachefleet.runtime.tensor import NUMPY_DTYPES, Tensor
 
@@ -23,24 +23,24 @@ OUTPUTS = [
 
 
 def test_round_trip_keeps_names_types_shapes_and_bytes() -> None:
-    assert decode_entry(encode_entry(DIGEST, OUTPUTS), DIGEST) == OUTPUTS
+    assert read_entry(encode_entry(DIGEST, OUTPUTS), DIGEST).outputs == OUTPUTS
 
 
 def test_round_trip_of_no_outputs() -> None:
-    assert decode_entry(encode_entry(DIGEST, []), DIGEST) == []
+    assert read_entry(encode_entry(DIGEST, []), DIGEST).outputs == []
 
 
 def test_entry_of_another_request_is_rejected() -> None:
     blob = encode_entry(DIGEST, OUTPUTS)
     with pytest.raises(CorruptEntryError, match="different request"):
-        decode_entry(blob, bytes(32))
+        read_entry(blob, bytes(32))
 
 
 @pytest.mark.parametrize("cut", [0, 3, 10, 60, -33, -1])
 def test_truncated_entries_are_rejected(cut: int) -> None:
     blob = encode_entry(DIGEST, OUTPUTS)
     with pytest.raises(CorruptEntryError):
-        decode_entry(blob[:cut], DIGEST)
+        read_entry(blob[:cut], DIGEST)
 
 
 def test_any_flipped_byte_is_detected() -> None:
@@ -49,25 +49,23 @@ def test_any_flipped_byte_is_detected() -> None:
         damaged = bytearray(blob)
         damaged[position] ^= 0x01
         with pytest.raises(CorruptEntryError):
-            decode_entry(bytes(damaged), DIGEST)
+            read_entry(bytes(damaged), DIGEST)
 
 
 def test_foreign_bytes_are_rejected() -> None:
     for blob in (b"", b"hello", b"\x80\x04\x95" + bytes(200), b"CFE1" + bytes(100)):
         with pytest.raises(CorruptEntryError):
-            decode_entry(blob, DIGEST)
+            read_entry(blob, DIGEST)
 
 
 def test_other_format_version_is_rejected() -> None:
     blob = bytearray(encode_entry(DIGEST, OUTPUTS))
     struct.pack_into("<H", blob, 4, 2)
     with pytest.raises(CorruptEntryError, match="format"):
-        decode_entry(bytes(blob), DIGEST)
+        read_entry(bytes(blob), DIGEST)
 
 
 def test_expiry_travels_with_the_entry() -> None:
-    from cachefleet.runtime.cache.entry import read_entry
-
     stored = read_entry(encode_entry(DIGEST, OUTPUTS, expires_at=1_900_000_000.25), DIGEST)
     assert stored.expires_at == 1_900_000_000.25
     assert stored.outputs == OUTPUTS
@@ -93,4 +91,4 @@ def tensors(draw: st.DrawFn) -> Tensor:
 @settings(max_examples=200, deadline=None)
 @given(st.lists(tensors(), max_size=4), st.binary(min_size=32, max_size=32))
 def test_any_outputs_round_trip(outputs: list[Tensor], digest: bytes) -> None:
-    assert decode_entry(encode_entry(digest, outputs), digest) == outputs
+    assert read_entry(encode_entry(digest, outputs), digest).outputs == outputs

@@ -8,21 +8,21 @@ import asyncio
 import time
 from typing import Any
 
-from test_cache_tiered import Model, ask, metric, request
+from support.cache_doubles import Model, ask, metric, request
 
 from cachefleet.bench.redis_topology import ClusterProcesses, command
 from cachefleet.runtime.cache.api import CacheStatus
 from cachefleet.runtime.cache.factory import build_cache
-from cachefleet.runtime.cache.tiered import TieredCache
+from cachefleet.runtime.cache.read_through import ReadThroughCache
 from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.tensor import Tensor
 
-pytest_plugins = ("redis_topology_fixtures",)
+pytest_plugins = ("support.redis_topology",)
 KEYS = "cachefleet:v1:simple:*"
 
 
-async def started(mode: str, url: str, **redis: Any) -> tuple[TieredCache, RuntimeMetrics]:
+async def started(mode: str, url: str, **redis: Any) -> tuple[ReadThroughCache, RuntimeMetrics]:
     metrics = RuntimeMetrics()
     config = RuntimeSettings.model_validate(
         {
@@ -31,7 +31,7 @@ async def started(mode: str, url: str, **redis: Any) -> tuple[TieredCache, Runti
         }
     )
     cache = build_cache(config, metrics)
-    assert isinstance(cache, TieredCache)
+    assert isinstance(cache, ReadThroughCache)
     await cache.start()
     return cache, metrics
 
@@ -40,7 +40,7 @@ def expected(value: int) -> list[Tensor]:
     return [Tensor.from_numpy("OUTPUT0", request(value).inputs[0].to_numpy() * 2)]
 
 
-def shard(cache: TieredCache, value: int) -> str:
+def shard(cache: ReadThroughCache, value: int) -> str:
     assert cache.redis is not None
     return cache.redis.shard_of(cache._key(request(value)).redis_key)
 

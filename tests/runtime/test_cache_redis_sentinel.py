@@ -8,20 +8,20 @@ import time
 from typing import Any
 
 import pytest
-from test_cache_tiered import Model, ask, request
+from support.cache_doubles import Model, ask, request
 
 from cachefleet.bench.redis_topology import MASTER_NAME, SentinelProcesses, command
 from cachefleet.runtime.cache.api import CacheStatus
 from cachefleet.runtime.cache.factory import build_cache
-from cachefleet.runtime.cache.tiered import TieredCache
+from cachefleet.runtime.cache.read_through import ReadThroughCache
 from cachefleet.runtime.config import RuntimeSettings, SettingsError, load_settings
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.tensor import Tensor
 
-pytest_plugins = ("redis_topology_fixtures",)
+pytest_plugins = ("support.redis_topology",)
 
 
-async def started(mode: str, sentinel: SentinelProcesses, **redis: Any) -> TieredCache:
+async def started(mode: str, sentinel: SentinelProcesses, **redis: Any) -> ReadThroughCache:
     config = RuntimeSettings.model_validate(
         {
             "cache": {"mode": mode},
@@ -35,7 +35,7 @@ async def started(mode: str, sentinel: SentinelProcesses, **redis: Any) -> Tiere
         }
     )
     cache = build_cache(config, RuntimeMetrics())
-    assert isinstance(cache, TieredCache)
+    assert isinstance(cache, ReadThroughCache)
     await cache.start()
     return cache
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from cachefleet.runtime.config import ModelSettings
-from cachefleet.runtime.errors import BadRequestError, ModelExecutionError
+from cachefleet.runtime.errors import ModelExecutionError
 from cachefleet.runtime.models.errors import ModelLoadError
 from cachefleet.runtime.models.providers import (
     CPU,
@@ -126,15 +126,6 @@ def test_model_failure_is_a_model_execution_error(repository: LocalModelReposito
     with pytest.raises(ModelExecutionError, match="'simple_string' version 1 failed") as error:
         repository.get("simple_string").run(inputs)
     assert error.value.status_code == 500
-
-
-def test_non_utf8_bytes_are_a_bad_request(repository: LocalModelRepository) -> None:
-    raw = np.empty((1, 16), dtype=object)
-    raw[:] = [[b"\xff\xfe"] * 16]
-    tensor = Tensor.from_numpy("INPUT0", raw, "BYTES")
-    other = Tensor("INPUT1", "BYTES", tensor.shape, tensor.data)
-    with pytest.raises(BadRequestError, match="UTF-8"):
-        repository.get("simple_string").run([tensor, other])
 
 
 def test_densenet_output_has_the_config_datatype_and_shape(

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from protocol_models import (
+from support.protocol_models import (
     IMAGE,
     SIMPLE,
     STRINGS,
@@ -17,11 +17,15 @@ from protocol_models import (
 )
 
 from cachefleet.runtime.errors import BadRequestError
+from cachefleet.runtime.models.types import ModelConfig
 from cachefleet.runtime.protocol import decode_request
+from cachefleet.runtime.protocol.request import InferRequest
 from cachefleet.runtime.tensor import encode_bytes_elements
 
 
-def _decode_both(model, inputs, datatypes):  # type: ignore[no-untyped-def]
+def _decode_both(
+    model: ModelConfig, inputs: dict[str, np.ndarray], datatypes: dict[str, str]
+) -> list[InferRequest]:
     decoded = []
     for binary in (False, True):
         body, length = triton_body(inputs, datatypes, binary=binary)
@@ -86,7 +90,9 @@ def test_request_fields_are_kept() -> None:
 
 
 def _simple_json(**overrides: object) -> dict[str, object]:
-    first = {"name": "INPUT0", "datatype": "INT32", "shape": [1, 16], "data": list(range(16))}
+    first: dict[str, object] = {
+        "name": "INPUT0", "datatype": "INT32", "shape": [1, 16], "data": list(range(16)),
+    }  # fmt: skip
     second = {"name": "INPUT1", "datatype": "INT32", "shape": [1, 16], "data": [1] * 16}
     first.update(overrides)
     return {"inputs": [first, second]}
@@ -176,6 +182,33 @@ def test_binary_bytes_element_count_must_match_the_shape() -> None:
     assert broken != header
     with pytest.raises(BadRequestError):
         decode_request(broken + body[length:], len(broken), STRINGS)
+
+
+def test_non_utf8_bytes_are_refused_before_the_model() -> None:
+    raw = np.array([[b"\xff\xfe"] * 16], dtype=np.object_)
+    body, length = triton_body(
+        {"INPUT0": raw, "INPUT1": raw}, {"INPUT0": "BYTES", "INPUT1": "BYTES"}, binary=True
+    )
+    with pytest.raises(BadRequestError, match="input 'INPUT0': BYTES elements must be UTF-8"):
+        decode_request(body, length, STRINGS)
+
+
+def test_shape_that_cannot_take_the_model_reshape_is_refused() -> None:
+    reshaped = replace(
+        SIMPLE,
+        inputs=tuple(replace(spec, dims=(-1, 4), reshape=(16,)) for spec in SIMPLE.inputs),
+    )
+    fits = np.zeros((2, 4, 4), dtype=np.int32)
+    body, length = triton_body(
+        {"INPUT0": fits, "INPUT1": fits}, {"INPUT0": "INT32", "INPUT1": "INT32"}, binary=True
+    )
+    assert decode_request(body, length, reshaped).inputs[0].shape == (2, 4, 4)
+    odd = np.zeros((1, 3, 4), dtype=np.int32)
+    body, length = triton_body(
+        {"INPUT0": odd, "INPUT1": odd}, {"INPUT0": "INT32", "INPUT1": "INT32"}, binary=True
+    )
+    with pytest.raises(BadRequestError, match=r"shape \[1, 3, 4\] cannot be reshaped"):
+        decode_request(body, length, reshaped)
 
 
 def test_classification_of_a_bytes_output_is_rejected() -> None:

@@ -1,5 +1,6 @@
-"""Property: whatever the body, decoding either succeeds or raises BadRequestError (a 400),
-never another exception (which the server would answer with a 500)."""
+"""Property: whatever the body, decoding either raises BadRequestError (a 400), never another
+exception (which the server would answer with a 500), or gives a request that the layers after
+it (cache key, model backend, renderer) can trust without checking it again."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from typing import Any
 import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from protocol_models import IMAGE, SIMPLE, STRINGS
+from support.protocol_models import IMAGE, SIMPLE, STRINGS
 
 from cachefleet.runtime.errors import BadRequestError
-from cachefleet.runtime.protocol import decode_request
+from cachefleet.runtime.models.types import ModelConfig
+from cachefleet.runtime.protocol import InferRequest, decode_request
 
 _scalars = st.one_of(
     st.none(),
@@ -66,11 +68,32 @@ def test_any_body_is_decoded_or_refused_as_a_bad_request(
     header = orjson.dumps(document)
     length = None if header_shift is None else len(header) + header_shift
     with contextlib.suppress(BadRequestError):
-        decode_request(header + tail, length, model)
+        assert_trusted(decode_request(header + tail, length, model), model)
 
 
 @settings(max_examples=200, deadline=None)
 @given(body=st.binary(max_size=300), length=st.one_of(st.none(), st.integers(-5, 400)))
-def test_arbitrary_bytes_are_refused_as_a_bad_request(body: bytes, length: int | None) -> None:
+def test_arbitrary_bytes_are_decoded_or_refused_as_a_bad_request(
+    body: bytes, length: int | None
+) -> None:
     with contextlib.suppress(BadRequestError):
-        decode_request(body, length, SIMPLE)
+        assert_trusted(decode_request(body, length, SIMPLE), SIMPLE)
+
+
+def assert_trusted(request: InferRequest, model: ModelConfig) -> None:
+    """What the layers after decoding rely on, since validation happens only there."""
+    names = [tensor.name for tensor in request.inputs]
+    assert len(names) == len(set(names))
+    assert {spec.name for spec in model.inputs if not spec.optional} <= set(names)
+    for tensor in request.inputs:
+        spec = model.input(tensor.name)
+        assert spec is not None
+        assert tensor.datatype == spec.datatype
+        expected = spec.shape(model.max_batch_size)
+        assert len(tensor.shape) == len(expected)
+        assert all(want in (-1, got) for got, want in zip(tensor.shape, expected, strict=True))
+        elements = tensor.to_numpy()  # the data holds exactly the shape's elements
+        if tensor.datatype == "BYTES":
+            assert all(isinstance(element.decode(), str) for element in elements.ravel())
+    for output in request.outputs:
+        assert model.output(output.name) is not None

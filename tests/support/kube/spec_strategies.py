@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import hypothesis.strategies as st
-from crd_schema import schema
+
+from support.kube.crd_schema import schema
 
 BYTE_UNITS = ("", "Ki", "Mi", "Gi", "k", "M", "G")
 good_bytes = st.one_of(

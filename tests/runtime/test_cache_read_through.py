@@ -7,74 +7,30 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import numpy as np
 import pytest
-from conftest import RedisProcess
+from support.cache_doubles import Model, ask, metric, request, settings
+from support.processes import RedisProcess
 
 from cachefleet.runtime.cache.api import CacheDirectives, CacheRequest, CacheStatus
 from cachefleet.runtime.cache.factory import build_cache
 from cachefleet.runtime.cache.key import compute_key
-from cachefleet.runtime.cache.tiered import TieredCache
+from cachefleet.runtime.cache.local import LocalTier
+from cachefleet.runtime.cache.read_through import ReadThroughCache
+from cachefleet.runtime.cache.redis_tier import RedisTier
 from cachefleet.runtime.cache.writebehind import WriteBehind
-from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.metrics import RuntimeMetrics
-from cachefleet.runtime.tensor import Tensor
-
-DEFAULT = CacheDirectives()
-
-
-def settings(mode: str, redis_url: str | None = None, **cache: Any) -> RuntimeSettings:
-    return RuntimeSettings.model_validate(
-        {"cache": {"mode": mode, **cache}, "redis": {"url": redis_url, "breaker_reset_s": 0.2}}
-    )
-
-
-def request(value: int, *, model: str = "simple", enabled: bool = True) -> CacheRequest:
-    tensor = Tensor.from_numpy("INPUT0", np.full((1, 16), value, dtype=np.int32))
-    return CacheRequest(model, "1", [tensor], {}, enabled=enabled, ttl_s=60)
-
-
-class Model:
-    """A stand-in for the model backend: doubles its input and counts its runs."""
-
-    def __init__(self, delay_s: float = 0.0, fail: bool = False) -> None:
-        self.runs = 0
-        self.delay_s = delay_s
-        self.fail = fail
-
-    def for_request(self, req: CacheRequest) -> Callable[[], Any]:
-        async def compute() -> list[Tensor]:
-            self.runs += 1
-            if self.delay_s:
-                await asyncio.sleep(self.delay_s)
-            if self.fail:
-                raise RuntimeError("model failed")
-            doubled = req.inputs[0].to_numpy() * 2
-            return [Tensor.from_numpy("OUTPUT0", doubled)]
-
-        return compute
-
-
-async def ask(
-    cache: TieredCache, req: CacheRequest, model: Model, directives: CacheDirectives = DEFAULT
-) -> tuple[list[Tensor], CacheStatus]:
-    return await cache.get_or_compute(req, directives, model.for_request(req))
-
-
-def metric(metrics: RuntimeMetrics, name: str, **labels: str) -> float:
-    return metrics.registry.get_sample_value(name, labels) or 0.0
 
 
 @pytest.fixture
 async def caches(
     redis_server: RedisProcess,
 ) -> AsyncIterator[Callable[..., Any]]:
-    started: list[TieredCache] = []
+    started: list[ReadThroughCache] = []
 
-    async def make(mode: str = "tiered", **cache: Any) -> tuple[TieredCache, RuntimeMetrics]:
+    async def make(mode: str = "tiered", **cache: Any) -> tuple[ReadThroughCache, RuntimeMetrics]:
         metrics = RuntimeMetrics()
         built = build_cache(settings(mode, redis_server.url, **cache), metrics)
-        assert isinstance(built, TieredCache)
+        assert isinstance(built, ReadThroughCache)
         await built.start()
         started.append(built)
         return built, metrics
@@ -215,7 +171,7 @@ async def test_a_cancelled_caller_does_not_cancel_the_others(caches: Callable[..
 async def test_full_write_behind_queue_drops_and_counts(redis_server: RedisProcess) -> None:
     metrics = RuntimeMetrics()
     cache = build_cache(settings("redis", redis_server.url, insert_queue_size=2), metrics)
-    assert isinstance(cache, TieredCache)
+    assert isinstance(cache, ReadThroughCache)
     assert cache.redis is not None
     await cache.redis.start()  # the tier, but not the write-behind workers: the queue fills
     try:
@@ -256,21 +212,51 @@ def test_build_cache_needs_a_redis_url_for_redis_modes() -> None:
     from cachefleet.runtime.cache.errors import CacheConfigError
 
     assert isinstance(build_cache(settings("none"), RuntimeMetrics()), NullCache)
-    assert isinstance(build_cache(settings("local"), RuntimeMetrics()), TieredCache)
+    assert isinstance(build_cache(settings("local"), RuntimeMetrics()), ReadThroughCache)
     with pytest.raises(CacheConfigError, match="redis-url"):
         build_cache(settings("tiered"), RuntimeMetrics())
 
 
-async def test_promoted_copy_expires_with_the_redis_entry(
-    caches: Callable[..., Any], redis_server: RedisProcess
-) -> None:
-    first, _ = await caches("tiered")
-    second, _ = await caches("tiered")
-    short = CacheRequest("simple", "1", request(8).inputs, {}, enabled=True, ttl_s=0.5)
-    await ask(first, short, Model())
-    await first.writes.join()
-    long = CacheRequest("simple", "1", short.inputs, {}, enabled=True, ttl_s=3600)
-    assert (await ask(second, long, Model()))[1] is CacheStatus.HIT_REDIS
-    await asyncio.sleep(0.6)
-    # The second replica asked for an hour, but the entry it copied had half a second left.
-    assert (await ask(second, long, Model()))[1] is CacheStatus.MISS
+class FakeClock:
+    """Wall and monotonic time that move only when the test says so."""
+
+    def __init__(self) -> None:
+        self.now = 1_900_000_000.0
+
+    def wall(self) -> float:
+        return self.now
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+async def test_promoted_copy_expires_with_the_redis_entry(redis_server: RedisProcess) -> None:
+    clock = FakeClock()
+
+    def replica() -> ReadThroughCache:
+        return ReadThroughCache(
+            RuntimeMetrics(),
+            local=LocalTier(1 << 20, clock=clock.monotonic),
+            redis=RedisTier(settings("tiered", redis_server.url).redis),
+            wall_clock=clock.wall,
+        )
+
+    first, second = replica(), replica()
+    await first.start()
+    await second.start()
+    try:
+        short = CacheRequest("simple", "1", request(8).inputs, {}, enabled=True, ttl_s=600)
+        await ask(first, short, Model())
+        await first.writes.join()
+        long = CacheRequest("simple", "1", short.inputs, {}, enabled=True, ttl_s=3600)
+        assert (await ask(second, long, Model()))[1] is CacheStatus.HIT_REDIS
+        clock.now += 599
+        assert (await ask(second, long, Model()))[1] is CacheStatus.HIT_LOCAL
+        # Ten minutes on, Redis drops the entry (its PX); the copy promoted for a replica that
+        # asked for an hour must be gone too, since the entry it copied had ten minutes left.
+        clock.now += 2
+        redis_server.command("DEL", compute_key("simple", "1", short.inputs, {}).redis_key)
+        assert (await ask(second, long, Model()))[1] is CacheStatus.MISS
+    finally:
+        await first.close()
+        await second.close()

@@ -1,4 +1,4 @@
-"""The cache's metric children per model version, bound once.
+"""The cache's metric children (counters and histograms) per model version, bound once.
 
 ``Counter.labels(...)`` costs a lock and a dict lookup per call; a local hit would pay it four
 times. Binding each model version's children once keeps the hit path to plain increments.
@@ -7,49 +7,50 @@ times. Binding each model version's children once keeps the hit path to plain in
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+
+from prometheus_client import Counter, Histogram
 
 from cachefleet.runtime.metrics import RuntimeMetrics
 
 
 @dataclass(frozen=True, slots=True)
-class ModelCounters:
+class ModelCacheMetrics:
     """The labelled children of one (model, version)."""
 
     model: str
     version: str
-    hits_local: Any
-    hits_redis: Any
-    misses: Any
-    bypass: Any
-    coalesced: Any
-    inserts_local: Any
-    inserts_redis: Any
-    insert_dropped: Any
-    lookup_local: Any
-    lookup_redis: Any
-    row_hits_local: Any
-    row_hits_redis: Any
-    row_misses: Any
+    hits_local: Counter
+    hits_redis: Counter
+    misses: Counter
+    bypass: Counter
+    coalesced: Counter
+    inserts_local: Counter
+    inserts_redis: Counter
+    insert_dropped: Counter
+    lookup_local: Histogram
+    lookup_redis: Histogram
+    row_hits_local: Counter
+    row_hits_redis: Counter
+    row_misses: Counter
 
 
-class CacheCounters:
-    """Binds and remembers :class:`ModelCounters` per model version."""
+class CacheMetrics:
+    """Binds and remembers :class:`ModelCacheMetrics` per model version."""
 
     def __init__(self, metrics: RuntimeMetrics) -> None:
         self.metrics = metrics
-        self._bound: dict[tuple[str, str], ModelCounters] = {}
+        self._bound: dict[tuple[str, str], ModelCacheMetrics] = {}
 
-    def of(self, model: str, version: str) -> ModelCounters:
+    def of(self, model: str, version: str) -> ModelCacheMetrics:
         bound = self._bound.get((model, version))
         if bound is None:
             bound = self._bind(model, version)
             self._bound[(model, version)] = bound
         return bound
 
-    def _bind(self, model: str, version: str) -> ModelCounters:
+    def _bind(self, model: str, version: str) -> ModelCacheMetrics:
         m, labels = self.metrics, (model, version)
-        return ModelCounters(
+        return ModelCacheMetrics(
             model=model,
             version=version,
             hits_local=m.cache_hits.labels(*labels, "local"),

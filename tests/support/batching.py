@@ -13,12 +13,13 @@ from typing import Any
 
 import numpy as np
 import onnx
-from conftest import ServerProcess, wait_until
 from onnx import TensorProto, helper
 from prometheus_client.parser import text_string_to_metric_families
 
 from cachefleet.runtime.samples.onnx_build import make_model
 from cachefleet.runtime.tensor import Tensor
+from support.processes import ServerProcess
+from support.waiting import wait_for
 
 #: What ``picker`` returns for indices 0 to 3; any other index makes ONNX Runtime fail.
 TABLE = [10.0, 20.0, 30.0, 40.0]
@@ -83,7 +84,7 @@ def wait_pending(server: ServerProcess, model: str, count: int) -> None:
     def reached() -> bool:
         return metric(server, "nv_inference_pending_request_count", model) == count
 
-    wait_until(reached, 30, f"{count} request(s) of {model} waiting in the batch queue")
+    wait_for(reached, f"{count} request(s) of {model} waiting in the batch queue", 30)
 
 
 def post(server: ServerProcess, model: str, body: dict[str, Any]) -> tuple[int, str | None, Any]:

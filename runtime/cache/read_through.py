@@ -1,7 +1,8 @@
-"""The response cache: local tier, then Redis, then the model; inserts written behind.
+"""The read-through response cache: local tier, then Redis, then the model; writes behind.
 
-One class serves ``local``, ``redis`` and ``tiered`` (a missing tier is simply skipped). The
-path of a request:
+One class serves ``local``, ``redis`` and ``tiered`` (a missing tier is simply skipped), so it is
+named for what it does, read through its tiers to the model, not for one mode. The path of a
+request:
 
 1. not enabled for the model, or ``no-cache``/``no-store``: compute (and, for ``no-cache``,
    store), status ``bypass``;
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from cachefleet.runtime.cache.api import (
     CacheDirectives,
@@ -35,12 +36,12 @@ from cachefleet.runtime.cache.api import (
 )
 from cachefleet.runtime.cache.breaker import CircuitBreaker
 from cachefleet.runtime.cache.breakers import ShardBreakers
-from cachefleet.runtime.cache.counters import CacheCounters, ModelCounters
 from cachefleet.runtime.cache.entry import encode_entry, read_entry
 from cachefleet.runtime.cache.errors import CacheTierError, CorruptEntryError, ErrorKind
 from cachefleet.runtime.cache.invalidation import CHANNEL, InvalidationListener
 from cachefleet.runtime.cache.key import CacheKey, compute_key
 from cachefleet.runtime.cache.local import LocalTier
+from cachefleet.runtime.cache.metrics import CacheMetrics, ModelCacheMetrics
 from cachefleet.runtime.cache.redis_tier import RedisTier, is_outage
 from cachefleet.runtime.cache.singleflight import SingleFlight
 from cachefleet.runtime.cache.writebehind import Job as WriteJob
@@ -52,7 +53,7 @@ logger = logging.getLogger(__name__)
 _Outcome = tuple[list[Tensor], CacheStatus]
 
 
-class TieredCache:
+class ReadThroughCache:
     """A :class:`~cachefleet.runtime.cache.api.ResponseCache` over zero to two tiers."""
 
     def __init__(
@@ -64,9 +65,13 @@ class TieredCache:
         breakers: ShardBreakers | None = None,
         insert_queue_size: int = 1024,
         listener: InvalidationListener | None = None,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.metrics = metrics
-        self.counters = CacheCounters(metrics)
+        #: Unix time, for entry expiry (shared by every replica through Redis); injectable, like
+        #: the local tier's and the breaker's clocks, so expiry is tested without waiting.
+        self._wall_clock = wall_clock
+        self.model_metrics = CacheMetrics(metrics)
         self.local = local
         self.redis = redis
         #: One breaker per Redis shard (one in all in standalone and sentinel modes).
@@ -102,9 +107,9 @@ class TieredCache:
         self, request: CacheRequest, directives: CacheDirectives, compute: Compute
     ) -> _Outcome:
         labels = (request.model, request.version)
-        counters = self.counters.of(*labels)
+        series = self.model_metrics.of(*labels)
         if not request.enabled or not directives.lookup:
-            counters.bypass.inc()
+            series.bypass.inc()
             started = time.monotonic()
             outputs = await compute()
             if request.enabled and directives.store:
@@ -115,16 +120,16 @@ class TieredCache:
         if self.local is not None:
             hit = self.local.get(key)
             elapsed = time.perf_counter() - started
-            counters.lookup_local.observe(elapsed)
+            series.lookup_local.observe(elapsed)
             if hit is not None:
-                counters.hits_local.inc()
+                series.hits_local.inc()
                 self.metrics.triton.record(*labels, hit=True, duration_s=elapsed)
                 return hit, CacheStatus.HIT_LOCAL
         store = directives.store
         if key in self._flight:
             # Counted apart from hits and misses: those count what the tiers and the model did,
             # once per key, and this request made neither do anything.
-            counters.coalesced.inc()
+            series.coalesced.inc()
         outputs, status = await self._flight.do(
             key, lambda: self._fill(key, request, store, compute, started), inline=request.quick
         )
@@ -133,8 +138,8 @@ class TieredCache:
     async def flush(self, model: str) -> int:
         """Drop ``model`` from this replica's local tier and from Redis, then tell the others.
 
-        Raises :class:`CacheTierError` (503) when Redis cannot be flushed: unlike a lookup, a
-        flush that silently did nothing would leave stale answers in place.
+        Raises :class:`CacheTierError` when Redis cannot be flushed: unlike a lookup, a flush
+        that silently did nothing would leave stale answers in place.
         """
         self._flushed_at[model] = time.monotonic()
         removed = self.local.remove_model(model) if self.local is not None else 0
@@ -160,9 +165,9 @@ class TieredCache:
         if self.local is None or self.local.entry(key) is not entry:
             return False
         elapsed = time.perf_counter() - started
-        counters = self.counters.of(key.model, key.version)
-        counters.lookup_local.observe(elapsed)
-        counters.hits_local.inc()
+        series = self.model_metrics.of(key.model, key.version)
+        series.lookup_local.observe(elapsed)
+        series.hits_local.inc()
         self.metrics.triton.record(key.model, key.version, hit=True, duration_s=elapsed)
         return True
 
@@ -176,13 +181,13 @@ class TieredCache:
         self, key: CacheKey, request: CacheRequest, store: bool, compute: Compute, started: float
     ) -> _Outcome:
         labels = (request.model, request.version)
-        counters = self.counters.of(*labels)
+        series = self.model_metrics.of(*labels)
         found = await self._redis_lookup(key, request)
         if found is not None:
             self.metrics.triton.record(*labels, hit=True, duration_s=time.perf_counter() - started)
             return found, CacheStatus.HIT_REDIS
         lookup_s = time.perf_counter() - started
-        counters.misses.inc()
+        series.misses.inc()
         computed_at = time.monotonic()
         outputs = await compute()
         insert_started = time.perf_counter()
@@ -198,7 +203,7 @@ class TieredCache:
         breaker = self._breaker(key)
         if not breaker.allow():
             return None
-        counters = self.counters.of(request.model, request.version)
+        series = self.model_metrics.of(request.model, request.version)
         started = time.perf_counter()
         try:
             blob = await self.redis.get(key.redis_key)
@@ -207,11 +212,11 @@ class TieredCache:
             return None
         finally:
             elapsed = time.perf_counter() - started
-            counters.lookup_redis.observe(elapsed)
+            series.lookup_redis.observe(elapsed)
         breaker.record_success()
         outputs = None if blob is None else self._accept(key, blob, request.ttl_s)
         if outputs is not None:
-            counters.hits_redis.inc()
+            series.hits_redis.inc()
         return outputs
 
     async def get_rows_or_compute(
@@ -221,7 +226,7 @@ class TieredCache:
         computed (all missing rows in one call) and inserted like any answer."""
         if not rows:
             return []
-        counters = self.counters.of(rows[0].model, rows[0].version)
+        series = self.model_metrics.of(rows[0].model, rows[0].version)
         keys = [self._key(row) for row in rows]
         found: list[RowHit | None] = [None] * len(rows)
         if self.local is not None:
@@ -229,17 +234,17 @@ class TieredCache:
                 hit = self.local.get(key)
                 if hit is not None:
                     found[index] = (hit, CacheStatus.HIT_LOCAL)
-        counters.row_hits_local.inc(sum(1 for each in found if each is not None))
+        series.row_hits_local.inc(sum(1 for each in found if each is not None))
         remaining = [index for index, each in enumerate(found) if each is None]
-        blobs = await self._redis_get_many([keys[index] for index in remaining], counters)
+        blobs = await self._redis_get_many([keys[index] for index in remaining], series)
         for index, blob in zip(remaining, blobs, strict=True):
             outputs = None if blob is None else self._accept(keys[index], blob, rows[index].ttl_s)
             if outputs is not None:
                 found[index] = (outputs, CacheStatus.HIT_REDIS)
-                counters.row_hits_redis.inc()
+                series.row_hits_redis.inc()
         missing = [index for index, each in enumerate(found) if each is None]
         if missing:
-            counters.row_misses.inc(len(missing))
+            series.row_misses.inc(len(missing))
             since = time.monotonic()
             computed = await compute(missing)
             for index, row_outputs in zip(missing, computed, strict=True):
@@ -248,7 +253,7 @@ class TieredCache:
         return [each for each in found if each is not None]
 
     async def _redis_get_many(
-        self, keys: Sequence[CacheKey], counters: ModelCounters
+        self, keys: Sequence[CacheKey], series: ModelCacheMetrics
     ) -> list[bytes | None]:
         if not keys or self.redis is None:
             return [None] * len(keys)
@@ -264,7 +269,7 @@ class TieredCache:
             self._fault("redis", error, breaker)
             return [None] * len(keys)
         finally:
-            counters.lookup_redis.observe(time.perf_counter() - started)
+            series.lookup_redis.observe(time.perf_counter() - started)
         breaker.record_success()
         return blobs
 
@@ -280,10 +285,10 @@ class TieredCache:
             return None
         # A promoted copy lives no longer than the Redis entry it came from (ttl 0: forever).
         if entry.expires_at is not None:
-            ttl_s = entry.expires_at - time.time()
+            ttl_s = entry.expires_at - self._wall_clock()
         fresh = entry.expires_at is None or ttl_s > 0
         if self.local is not None and fresh and self.local.put(key, entry.outputs, ttl_s):
-            self.counters.of(key.model, key.version).inserts_local.inc()
+            self.model_metrics.of(key.model, key.version).inserts_local.inc()
         return entry.outputs
 
     def _store(self, key: CacheKey, outputs: Sequence[Tensor], ttl_s: float, since: float) -> None:
@@ -291,13 +296,13 @@ class TieredCache:
         if self._flushed_at.get(key.model, -1.0) >= since:
             return  # computed before a flush of its model: it may be stale
         if self.local is not None and self.local.put(key, outputs, ttl_s):
-            self.counters.of(key.model, key.version).inserts_local.inc()
+            self.model_metrics.of(key.model, key.version).inserts_local.inc()
         if self.redis is not None:
             self._submit(key, self._insert_job(key, tuple(outputs), ttl_s, since))
 
     def _submit(self, key: CacheKey, job: WriteJob) -> None:
         if not self.writes.submit(job):
-            self.counters.of(key.model, key.version).insert_dropped.inc()
+            self.model_metrics.of(key.model, key.version).insert_dropped.inc()
 
     def _insert_job(
         self, key: CacheKey, outputs: tuple[Tensor, ...], ttl_s: float, since: float
@@ -309,7 +314,7 @@ class TieredCache:
             if not breaker.allow():
                 return
             try:
-                expires_at = time.time() + ttl_s if ttl_s > 0 else None
+                expires_at = self._wall_clock() + ttl_s if ttl_s > 0 else None
                 blob = encode_entry(key.digest, outputs, expires_at)
                 await self.redis.set(key.redis_key, blob, ttl_s)
             except CacheTierError as error:
@@ -317,7 +322,7 @@ class TieredCache:
                 return
             breaker.record_success()
             self._reported.clear()
-            self.counters.of(key.model, key.version).inserts_redis.inc()
+            self.model_metrics.of(key.model, key.version).inserts_redis.inc()
 
         return insert
 
@@ -346,11 +351,11 @@ class TieredCache:
         kind: ErrorKind = error.kind
         self.metrics.cache_errors.labels(tier, kind).inc()
         if is_outage(kind):
-            breaker.record_failure(f"{kind}: {error.message}")
+            breaker.record_failure(f"{kind}: {error!s}")
         elif kind == "pool":
-            logger.debug("cache: %s", error.message)  # load, not a Redis fault: counted only
+            logger.debug("cache: %s", str(error))  # load, not a Redis fault: counted only
         else:
             breaker.record_success()  # Redis answered; it is up, just unhappy
             if kind not in self._reported:
                 self._reported.add(kind)
-                logger.warning("cache: %s (logged once until an insert succeeds)", error.message)
+                logger.warning("cache: %s (logged once until an insert succeeds)", str(error))

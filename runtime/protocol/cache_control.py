@@ -1,5 +1,6 @@
-"""The client's cache directives, from ``Cache-Control`` (the request parameter
-``"cache": false`` is read by the service, which sees the body)."""
+"""The client's cache directives, from ``Cache-Control``: an HTTP header, or gRPC request
+metadata of the same name, so that both transports opt out of the cache the same way (the
+request parameter ``"cache": false`` is read from the decoded request)."""
 
 from __future__ import annotations
 

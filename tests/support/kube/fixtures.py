@@ -19,7 +19,8 @@ import aiohttp
 import kmock
 import pytest
 import yaml
-from kmock_cluster import Cluster
+
+from support.kube.cluster import Cluster
 
 NS = "ml"
 CIS = "cachefleet.io/v1alpha1/cachedinferenceservices"

@@ -16,7 +16,7 @@ import celpy
 import yaml
 from celpy.adapter import json_to_cel
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CRD_PATH = ROOT / "crds" / "cachedinferenceservices.cachefleet.io.yaml"
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 

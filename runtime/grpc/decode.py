@@ -1,0 +1,118 @@
+"""Decode a ``ModelInferRequest`` into the same :class:`InferRequest` the HTTP side builds.
+
+Inputs are checked by the protocol's own validators (name, datatype, shape, byte size), so a
+request is refused over gRPC exactly when it would be over HTTP, with the same message. The
+request parameters are read into plain values, so that the same parameters sent over either
+transport reach the cache key equal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from cachefleet.runtime.errors import BadRequestError
+from cachefleet.runtime.grpc.contents import has_contents, tensor_bytes
+from cachefleet.runtime.models.types import ModelConfig
+from cachefleet.runtime.protocol.decode import SHARED_MEMORY_PARAMETERS, shared_memory_ref
+from cachefleet.runtime.protocol.request import InferRequest, RequestedOutput, SharedMemoryReader
+from cachefleet.runtime.protocol.validate import (
+    check_binary_size,
+    check_input,
+    check_inputs_complete,
+    check_output,
+)
+from cachefleet.runtime.tensor import Tensor
+
+
+def decode_infer_request(
+    message: Any, config: ModelConfig, shared_memory: SharedMemoryReader
+) -> InferRequest:
+    """Parse and validate ``message`` for the model ``config``; raises BadRequestError.
+    Inputs that name a shared-memory region are read through ``shared_memory``."""
+    return InferRequest(
+        id=message.id or None,
+        inputs=_inputs(message, config, shared_memory),
+        outputs=tuple(_output(item, config) for item in message.outputs),
+        parameters=parameters(message.parameters),
+        # gRPC answers always carry raw_output_contents; there is no JSON rendering to choose.
+        binary_output=True,
+    )
+
+
+def parameters(entries: Mapping[str, Any]) -> dict[str, Any]:
+    """``map<string, InferParameter>`` as plain values (bool, int, str or float)."""
+    values: dict[str, Any] = {}
+    for key, parameter in entries.items():
+        choice = parameter.WhichOneof("parameter_choice")
+        if choice is not None:
+            values[key] = getattr(parameter, choice)
+    return values
+
+
+def _inputs(
+    message: Any, config: ModelConfig, shared_memory: SharedMemoryReader
+) -> tuple[Tensor, ...]:
+    """Each input from, in this order: a shared-memory region it names, the next entry of
+    ``raw_input_contents`` (which holds one entry per input not in shared memory, as
+    tritonclient sends it), or its typed contents."""
+    if not message.inputs:
+        raise BadRequestError("the request needs at least one input")
+    raw = message.raw_input_contents
+    tensors: list[Tensor] = []
+    used = 0
+    for item in message.inputs:
+        name, datatype, shape = check_input(
+            {"name": item.name, "datatype": item.datatype, "shape": list(item.shape)},
+            config,
+            tensors,
+        )
+        values = parameters(item.parameters)
+        if not SHARED_MEMORY_PARAMETERS.isdisjoint(values):
+            if has_contents(item.contents):
+                raise BadRequestError(
+                    f"input {name!r} names a shared memory region and also carries data"
+                )
+            window = shared_memory_ref(values, f"input {name!r}")
+            data = shared_memory.read(window.region, window.offset, window.byte_size)
+            check_binary_size(name, datatype, shape, data)
+        elif raw:
+            if has_contents(item.contents):
+                raise BadRequestError(  # Triton's words: its example clients check them
+                    "contents field must not be specified when using raw_input_contents for "
+                    f"'{name}' for model '{config.name}'"
+                )
+            if used >= len(raw):
+                raise BadRequestError(
+                    f"raw_input_contents has {len(raw)} entries, fewer than the inputs"
+                )
+            data = raw[used]
+            used += 1
+            check_binary_size(name, datatype, shape, data)
+        else:
+            data = tensor_bytes(name, datatype, shape, item.contents)
+        tensors.append(Tensor(name, datatype, shape, data))
+    if used != len(raw):
+        raise BadRequestError(
+            f"raw_input_contents has {len(raw)} entries for {used} inputs that need one"
+        )
+    check_inputs_complete(tensors, config)
+    return tuple(tensors)
+
+
+def _output(item: Any, config: ModelConfig) -> RequestedOutput:
+    values = parameters(item.parameters)
+    window = (
+        None
+        if SHARED_MEMORY_PARAMETERS.isdisjoint(values)
+        else shared_memory_ref(values, f"output {item.name!r}")
+    )
+    classification = values.get("classification", 0)
+    if not isinstance(classification, int) or isinstance(classification, bool):
+        raise BadRequestError(f"output {item.name!r}: classification must be an integer")
+    check_output(item.name, classification, config)
+    if window is not None and classification:
+        raise BadRequestError(
+            f"output {item.name!r}: classification into shared memory is not supported"
+        )
+    return RequestedOutput(item.name, True, classification, window)

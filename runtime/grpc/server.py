@@ -1,0 +1,59 @@
+"""The gRPC server's life: bound and started beside HTTP, stopped before the models close.
+
+It runs in the event loop of the HTTP server's lifespan, so both transports share one service.
+With ``--workers N`` every worker process binds the same gRPC port with ``SO_REUSEPORT`` and the
+kernel spreads connections across them, as uvicorn's shared socket does for HTTP; with one worker
+the option is off, so that a port already taken by another server is an error at start instead
+of a silent share.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import grpc
+
+from cachefleet.runtime.config import ServerSettings
+from cachefleet.runtime.errors import ServingError
+from cachefleet.runtime.grpc.messages import service_pb2_grpc
+from cachefleet.runtime.grpc.servicer import InferenceServicer, ServerParts
+
+log = logging.getLogger(__name__)
+#: Seconds in-flight calls get to finish when the server stops.
+STOP_GRACE_S = 5.0
+
+
+class GrpcStartError(ServingError):
+    """The gRPC port cannot be bound."""
+
+
+async def start_grpc_server(settings: ServerSettings, parts: ServerParts) -> grpc.aio.Server:
+    """Bind ``settings.grpc_port`` on ``settings.host`` and start serving; call in the loop."""
+    limit = settings.max_request_bytes
+    options: list[tuple[str, Any]] = [
+        ("grpc.max_receive_message_length", limit),
+        ("grpc.max_send_message_length", -1),
+        ("grpc.so_reuseport", 1 if settings.workers > 1 else 0),
+    ]
+    server = grpc.aio.server(options=options)
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(parts), server)
+    address = _address(settings.host, settings.grpc_port)
+    try:
+        server.add_insecure_port(address)
+    except RuntimeError as error:
+        raise GrpcStartError(
+            f"cannot listen for gRPC on {address} (--grpc-port; in use?): {error}"
+        ) from None
+    await server.start()
+    log.info("serving gRPC on %s", address)
+    return server
+
+
+async def stop_grpc_server(server: grpc.aio.Server) -> None:
+    """Refuse new calls, let in-flight ones finish for up to :data:`STOP_GRACE_S`."""
+    await server.stop(STOP_GRACE_S)
+
+
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -1,0 +1,63 @@
+"""Test doubles for the cache's unit tests: a stand-in model, requests, settings, metric reads.
+
+The model is a double on purpose: these tests are about what the cache does around a compute
+call (how often it runs, what is stored when it fails), which a real model cannot be told to do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from cachefleet.runtime.cache.api import CacheDirectives, CacheRequest, CacheStatus
+from cachefleet.runtime.cache.read_through import ReadThroughCache
+from cachefleet.runtime.config import RuntimeSettings
+from cachefleet.runtime.metrics import RuntimeMetrics
+from cachefleet.runtime.tensor import Tensor
+
+DEFAULT = CacheDirectives()
+
+
+def settings(mode: str, redis_url: str | None = None, **cache: Any) -> RuntimeSettings:
+    return RuntimeSettings.model_validate(
+        {"cache": {"mode": mode, **cache}, "redis": {"url": redis_url, "breaker_reset_s": 0.2}}
+    )
+
+
+def request(value: int, *, model: str = "simple", enabled: bool = True) -> CacheRequest:
+    tensor = Tensor.from_numpy("INPUT0", np.full((1, 16), value, dtype=np.int32))
+    return CacheRequest(model, "1", [tensor], {}, enabled=enabled, ttl_s=60)
+
+
+class Model:
+    """A stand-in for the model backend: doubles its input and counts its runs."""
+
+    def __init__(self, delay_s: float = 0.0, fail: bool = False) -> None:
+        self.runs = 0
+        self.delay_s = delay_s
+        self.fail = fail
+
+    def for_request(self, req: CacheRequest) -> Callable[[], Any]:
+        async def compute() -> list[Tensor]:
+            self.runs += 1
+            if self.delay_s:
+                await asyncio.sleep(self.delay_s)
+            if self.fail:
+                raise RuntimeError("model failed")
+            doubled = req.inputs[0].to_numpy() * 2
+            return [Tensor.from_numpy("OUTPUT0", doubled)]
+
+        return compute
+
+
+async def ask(
+    cache: ReadThroughCache, req: CacheRequest, model: Model, directives: CacheDirectives = DEFAULT
+) -> tuple[list[Tensor], CacheStatus]:
+    return await cache.get_or_compute(req, directives, model.for_request(req))
+
+
+def metric(metrics: RuntimeMetrics, name: str, **labels: str) -> float:
+    return metrics.registry.get_sample_value(name, labels) or 0.0

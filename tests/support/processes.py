@@ -1,0 +1,32 @@
+"""Real processes for the tests: ``redis-server`` and ``cachefleet serve`` on free loopback ports.
+
+Both are started by the helpers the benchmarks use (``cachefleet.bench.processes``), so there is
+one way to start each and wait for it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from cachefleet.bench.processes import CACHEFLEET, RedisServer, ServerProcess, free_port
+
+__all__ = ["CACHEFLEET", "RedisProcess", "ServerProcess", "free_port", "openssl"]
+
+
+class RedisProcess(RedisServer):
+    """A real redis-server on loopback. ``kill``/``restart`` keep the same port."""
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.port, password=self.password)
+
+    def command(self, *args: str) -> Any:
+        """One raw command (redis-py leaves ``execute_command`` untyped)."""
+        return self.client().execute_command(*args)  # type: ignore[no-untyped-call]
+
+
+def openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)

@@ -1,0 +1,128 @@
+"""Declared dependencies: every third-party module a part imports is declared for that part, and
+each image's extra is enough to run its commands without the other image's dependencies."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+import tomllib
+from importlib.metadata import packages_distributions
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+#: What each folder may use: the base dependencies plus these extras.
+PARTS = {
+    "cli": [],
+    "runtime": ["runtime", "cpu", "gpu"],
+    "operator": ["operator"],
+    "bench": ["bench"],
+}
+#: Files that run in another environment: the KServe peer's model runs in the peer's own venv
+#: (scripts/setup-bench-peer), with kserve and onnxruntime installed there.
+ELSEWHERE = {REPO / "bench" / "kserve_peer_model.py"}
+
+
+def distribution(requirement: str) -> str:
+    match = re.match(r"[A-Za-z0-9_.-]+", requirement)
+    assert match is not None, requirement
+    return match.group(0).lower().replace("_", "-")
+
+
+def declared(extras: list[str]) -> set[str]:
+    """Distributions from the base dependencies and ``extras``, self-references followed."""
+    names = {distribution(r) for r in PROJECT["dependencies"]}
+    pending, seen = list(extras), set()
+    while pending:
+        extra = pending.pop()
+        if extra in seen:
+            continue
+        seen.add(extra)
+        for requirement in PROJECT["optional-dependencies"][extra]:
+            own = re.fullmatch(r"cachefleet\[([a-z,]+)\]", requirement)
+            if own:
+                pending += own.group(1).split(",")
+            else:
+                names.add(distribution(requirement))
+    return names
+
+
+def third_party_imports(folder: Path) -> set[str]:
+    modules: set[str] = set()
+    for path in set(folder.rglob("*.py")) - ELSEWHERE:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                modules |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules.add(node.module.split(".")[0])
+    return {m for m in modules if m not in sys.stdlib_module_names and m != "cachefleet"}
+
+
+@pytest.mark.parametrize("part", sorted(PARTS))
+def test_every_import_is_declared_for_its_part(part: str) -> None:
+    providers = packages_distributions()
+    allowed = declared(PARTS[part])
+    undeclared = {}
+    for module in sorted(third_party_imports(REPO / part)):
+        dists = {name.lower().replace("_", "-") for name in providers.get(module, [module])}
+        if not dists & allowed:
+            undeclared[module] = sorted(dists)
+    assert undeclared == {}, f"{part}/ imports modules no dependency of its extras provides"
+
+
+def test_the_images_extras_do_not_overlap() -> None:
+    """The operator image carries nothing of the server, and the server nothing of kopf."""
+    runtime, operator = declared(["runtime", "gpu"]), declared(["operator"])
+    base = declared([])
+    assert not (runtime & operator) - base - {"redis"}  # both talk to Redis
+    assert {"kopf", "kubernetes", "jinja2"}.isdisjoint(runtime)
+    assert {"fastapi", "onnx", "numpy", "uvicorn", "onnxruntime-gpu"}.isdisjoint(operator)
+
+
+#: Run a command with the other image's modules made unimportable, as in that image.
+BLOCKED_RUN = """
+import sys
+from importlib.abc import MetaPathFinder
+
+BLOCKED = set(sys.argv[1].split(","))
+
+class Absent(MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ModuleNotFoundError(f"No module named {name!r} (not in this image)")
+        return None
+
+sys.meta_path.insert(0, Absent())
+sys.argv = ["cachefleet", *sys.argv[2:]]
+from cachefleet.cli.main import main
+sys.exit(main())
+"""
+SERVER_ONLY = "fastapi,starlette,uvicorn,numpy,onnx,onnxruntime,orjson,prometheus_client,blake3"
+OPERATOR_ONLY = "kopf,kubernetes,jinja2,urllib3"
+
+
+def run_without(blocked: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-P", "-c", BLOCKED_RUN, blocked, *args],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def test_operator_commands_run_without_the_server_dependencies() -> None:
+    result = run_without(SERVER_ONLY, "render", str(REPO / "examples" / "simple-cpu.yaml"))
+    assert result.returncode == 0, result.stderr
+    assert "kind: Deployment" in result.stdout
+    result = run_without(SERVER_ONLY, "operator", "--help")
+    assert result.returncode == 0, result.stderr
+
+
+def test_server_commands_run_without_the_operator_dependencies(tmp_path: Path) -> None:
+    result = run_without(OPERATOR_ONLY, "samples", str(tmp_path / "models"))
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "models" / "simple" / "config.pbtxt").is_file()
+    result = run_without(OPERATOR_ONLY, "serve", "--help")
+    assert result.returncode == 0, result.stderr
