@@ -42,8 +42,17 @@ log = logging.getLogger(__name__)
 
 def create_app(settings: RuntimeSettings) -> FastAPI:
     """The server for ``settings``; models load when the app starts, not here."""
-    state = ServerState(settings)
+    return _application(ServerState(settings))
 
+
+def create_server(settings: RuntimeSettings) -> InferFrontDoor:
+    """What uvicorn serves: the infer fast path in front of :func:`create_app`'s application,
+    both over one server state."""
+    state = ServerState(settings)
+    return InferFrontDoor(_application(state), state)
+
+
+def _application(state: ServerState) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with _serving(state):
@@ -63,12 +72,6 @@ def create_app(settings: RuntimeSettings) -> FastAPI:
     for error_type in (ServingError, HTTPException, Exception):
         app.add_exception_handler(error_type, handle_error)
     return app
-
-
-def create_server(settings: RuntimeSettings) -> InferFrontDoor:
-    """What uvicorn serves: the infer fast path in front of :func:`create_app`'s application."""
-    app = create_app(settings)
-    return InferFrontDoor(app, app.state.cachefleet)
 
 
 @asynccontextmanager
