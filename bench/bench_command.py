@@ -2,10 +2,10 @@
 
 Runs every scenario of design section 9 in one go (no cache, local, redis, tiered; ``simple``
 and ``densenet_onnx``; 100% hits, a hit-ratio sweep, 0% hits; HTTP against gRPC on the same
-model and hit ratio; our JSON path against KServe's Python server) with ``wrk`` as the load
-generator (Python senders in processes where HTTP and gRPC are compared), and writes
-``bench/results/<date>-<machine>.md`` (tables and the targets) and ``.png`` (throughput and p99
-per scenario).
+model and hit ratio; our JSON path against KServe's Python server; our local cache against
+Triton's) with ``wrk`` as the load generator (Python senders in processes where HTTP and gRPC are
+compared), and writes ``bench/results/<date>-<machine>.md`` (tables and the targets) and
+``.png`` (throughput and p99 per scenario).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ HELP = "the benchmark harness: every cache mode side by side under wrk, written 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--quick", action="store_true",
-        help="smoke run: simple only, one sweep point, 2 s per scenario, no warm-up, no peer.",
+        help="smoke run: simple only, one sweep point, 2 s per scenario, no warm-up, no peers.",
     )  # fmt: skip
     parser.add_argument(
         "--models", nargs="+", help="models to load (default: simple densenet_onnx)"
@@ -54,6 +54,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--peer-python", type=Path,
         help="python of the KServe peer venv (default .cache/kserve-peer/bin/python)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--triton", action=argparse.BooleanOptionalAction, default=None,
+        help="compare cache hits with real Triton's local response cache (default: on unless "
+        "--quick)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--triton-python", type=Path,
+        help="python of the Triton peer venv (default .cache/triton-peer/bin/python)",
     )  # fmt: skip
     parser.add_argument(
         "--output", type=Path, default=Path("bench/results"), help="folder for the .md and .png"
@@ -114,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
         wrk_threads=args.wrk_threads,
         cpus=pinning.plan(not args.no_pin),
         peer_python=args.peer_python,
+        triton_python=args.triton_python,
     )
     plan = scenarios.build_plan(
         models=args.models or (("simple",) if quick else scenarios.MODELS),
@@ -122,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
             scenarios.QUICK_SWEEP if quick else scenarios.SWEEP
         ),
         peer=args.peer if args.peer is not None else not quick,
+        triton=args.triton if args.triton is not None else not quick,
         grpc=bool(args.grpc),
     )  # fmt: skip
     print(f"cachefleet bench: {len(plan)} scenarios, {options.duration_s:g} s each; "

@@ -21,7 +21,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from cachefleet.bench import grpc_bodies, grpcload, peer, processes, profiling, pyload, wrk
+from cachefleet.bench import (
+    grpc_bodies,
+    grpcload,
+    peer,
+    processes,
+    profiling,
+    pyload,
+    triton_peer,
+    wrk,
+)
 from cachefleet.bench.bodies import RequestSet
 from cachefleet.bench.errors import BenchError
 from cachefleet.bench.load import LoadResult, LoadSpec
@@ -48,6 +57,8 @@ class BenchOptions:
     wrk_threads: int = 2
     cpus: CpuPlan = field(default_factory=lambda: CpuPlan(None, None))
     peer_python: Path | None = None
+    #: Python of the Triton peer's venv (None: the default under .cache/).
+    triton_python: Path | None = None
 
 
 @dataclass
@@ -113,8 +124,9 @@ def run_plan(plan: list[Scenario], options: BenchOptions, log: Log) -> RunRecord
                 try:
                     url = cluster_url if scenario.cache in CLUSTER_CACHES else redis_url
                     targets[key] = _start_target(
-                        *key, repository, url, workdir, options, stack, record, log
-                    )
+                        *key, repository, url, workdir, options, stack, record, log,
+                        models=sorted({s.model for s in plan}),
+                    )  # fmt: skip
                 except BenchError as error:
                     log(f"  {scenario.server} {scenario.cache}: {str(error).splitlines()[0]}")
                     targets[key] = error
@@ -190,7 +202,18 @@ def _start_target(
     stack: contextlib.ExitStack,
     record: RunRecord,
     log: Log,
+    models: list[str],
 ) -> Target:
+    if server == "triton":
+        triton, base_url, metrics_url = triton_peer.start(
+            repository, models, options.triton_python, workdir, options.cpus.server
+        )
+        stack.callback(triton.stop)
+        note = triton_peer.describe(options.triton_python)
+        if note not in record.notes:
+            record.notes.append(note)
+        log(f"{triton.name} at {base_url}")
+        return Target(base_url, triton.pid, metrics_url)
     if server == "kserve":
         process, base_url = peer.start(
             repository, "simple", options.peer_python, workdir, options.cpus.server
@@ -210,7 +233,7 @@ def _start_target(
         )
         stack.callback(ours.stop)
         log(f"{ours.name} at {ours.base_url}, gRPC at {ours.grpc_url}")
-        return Target(ours.base_url, ours.pid, ours.grpc_url)
+        return Target(ours.base_url, ours.pid, grpc_address=ours.grpc_url)
     stack.callback(stop)
     log(f"{name} at {base_url}")
     return Target(base_url, pid)

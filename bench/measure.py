@@ -59,8 +59,14 @@ class Target:
 
     base_url: str
     pid: int
+    #: Where its Prometheus metrics are (Triton serves them on a port of their own).
+    metrics_url: str = ""
     #: ``host:port`` of the server's gRPC endpoint, when it has one.
     grpc_address: str | None = None
+
+    @property
+    def metrics(self) -> str:
+        return self.metrics_url or f"{self.base_url}/metrics"
 
 
 def request_set(base_url: str, scenario: Scenario) -> RequestSet:
@@ -106,7 +112,7 @@ def measure(
     if warmup_s > 0:
         run_load(spec(warmup_s))
         settle(target.pid)
-    counters_before = server_metrics.read(target.base_url, scenario.model)
+    counters_before = server_metrics.read(target.metrics, scenario.model)
     sampler = None
     if profile_dir is not None and profiling.executable():
         raw = profile_dir / f"{uuid.uuid4().hex}.txt"
@@ -115,7 +121,7 @@ def measure(
     result = run_load(spec(duration_s))
     cpu_after = cpu_seconds(target.pid)
     profile = _finish(sampler, raw) if sampler is not None else {}
-    counters = server_metrics.read(target.base_url, scenario.model).minus(counters_before)
+    counters = server_metrics.read(target.metrics, scenario.model).minus(counters_before)
     # Under 8 connections a p50 is mostly queueing (8 x the service time); one connection
     # shows what a single hit costs, which is what "a Redis hit vs a local hit" asks.
     single = None

@@ -25,6 +25,8 @@ _LAYERS: tuple[tuple[str, str], ...] = (
     ("runtime/cache/", "cache tiers (ours)"),
     ("runtime/protocol/", "protocol decode/encode (ours)"),
     ("prometheus_client", "metrics (prometheus-client)"),
+    ("runtime/service/memo.py", "response memo (ours)"),
+    ("runtime/http/front_door.py", "infer fast path (ours)"),
     ("runtime/http/", "HTTP routes and service (ours)"),
     ("runtime/service/", "HTTP routes and service (ours)"),
     ("starlette/", "Starlette/FastAPI"),

@@ -87,7 +87,7 @@ def write(record: RunRecord, command: str, folder: Path, name: str) -> Path:
 def scenario_cells(scenario: Scenario) -> list[str]:
     return [
         scenario.model, scenario.body, scenario.server,
-        scenario.cache if scenario.server == "cachefleet" else "-", f"{scenario.hit_ratio:.0%}",
+        scenario.cache if scenario.server != "kserve" else "-", f"{scenario.hit_ratio:.0%}",
     ]  # fmt: skip
 
 

@@ -21,7 +21,7 @@ PEER_MODEL = "simple"
 TRANSPORT_HIT_RATIO = 0.9
 TRANSPORT_CACHE = "local"
 
-Server = Literal["cachefleet", "kserve"]
+Server = Literal["cachefleet", "kserve", "triton"]
 Transport = Literal["http", "grpc"]
 Group = Literal["hits", "sweep", "misses", "transport", "peer"]
 GROUP_TITLES: dict[Group, str] = {
@@ -55,7 +55,7 @@ class Scenario:
 
     @property
     def label(self) -> str:
-        who = "kserve" if self.server == "kserve" else self.cache
+        who = self.cache if self.server == "cachefleet" else self.server
         return f"{self.model} {self.body} {who} {self.hit_ratio:.0%}"
 
 
@@ -64,10 +64,16 @@ def build_plan(
     caches: Sequence[str] = CACHE_MODES,
     sweep: Sequence[float] = SWEEP,
     peer: bool = True,
+    triton: bool = False,
     grpc: bool = True,
 ) -> list[Scenario]:
     """Every scenario, comparable ones adjacent: per model and hit ratio, each cache mode;
-    then, with ``grpc``, each model at :data:`TRANSPORT_HIT_RATIO` over HTTP and over gRPC."""
+    then, with ``grpc``, each model at :data:`TRANSPORT_HIT_RATIO` over HTTP and over gRPC.
+
+    With ``triton``, Triton's local response cache runs right after ours on the same model,
+    once at 100% hits (the comparison) and once at 0% (reported, not compared: its model is a
+    Python function there).
+    """
     plan: list[Scenario] = []
     if peer and PEER_MODEL in models:
         plan.append(Scenario("peer", PEER_MODEL, "none", 1.0, "json"))
@@ -75,9 +81,13 @@ def build_plan(
     cached = [cache for cache in caches if cache != "none"]
     for model in models:
         plan += [Scenario("hits", model, cache, 1.0) for cache in caches]
+        if triton:
+            plan.append(Scenario("hits", model, "local", 1.0, server="triton"))
         for ratio in sweep:
             plan += [Scenario("sweep", model, cache, ratio) for cache in cached]
         plan += [Scenario("misses", model, cache, 0.0) for cache in caches]
+        if triton:
+            plan.append(Scenario("misses", model, "local", 0.0, server="triton"))
     if grpc:
         for model in models:
             plan += [

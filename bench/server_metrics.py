@@ -1,7 +1,8 @@
 """The server's own view of a run: cache hits by tier and misses, from ``/metrics``.
 
 The load generator only knows what it sent; the server's counters say what the cache did, so
-the report shows the measured hit ratio next to the asked one.
+the report shows the measured hit ratio next to the asked one. Triton exports no
+``cachefleet_*`` counters; its own ``nv_cache_num_{hits,misses}_per_model`` stand in for them.
 """
 
 from __future__ import annotations
@@ -42,10 +43,10 @@ class CacheMetrics:
         return hits / total if self.available and total > 0 else None
 
 
-def read(base_url: str, model: str) -> CacheMetrics:
-    """Scrape ``base_url/metrics`` for ``model``'s cache counters."""
+def read(metrics_url: str, model: str) -> CacheMetrics:
+    """Scrape ``metrics_url`` for ``model``'s cache counters."""
     try:
-        with urllib.request.urlopen(f"{base_url}/metrics", timeout=5) as response:
+        with urllib.request.urlopen(metrics_url, timeout=5) as response:
             text = response.read().decode()
     except (urllib.error.URLError, OSError):
         return CacheMetrics()
@@ -69,7 +70,25 @@ def read(base_url: str, model: str) -> CacheMetrics:
             if sample.name == "cachefleet_cache_errors_total":
                 kind = f"{sample.labels.get('tier', '?')}/{sample.labels.get('kind', '?')}"
                 errors[kind] = errors.get(kind, 0.0) + sample.value
+    if not found:
+        return _triton(text, model)
     return CacheMetrics(hits, misses, found, errors, coalesced)
+
+
+def _triton(text: str, model: str) -> CacheMetrics:
+    """Triton's per-model cache counters as hits (tier ``triton``) and misses."""
+    hits = misses = 0.0
+    found = False
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.labels.get("model") != model:
+                continue
+            name = sample.name.removesuffix("_total")  # the parser adds it to counters
+            if name == "nv_cache_num_hits_per_model":
+                hits, found = hits + sample.value, True
+            elif name == "nv_cache_num_misses_per_model":
+                misses, found = misses + sample.value, True
+    return CacheMetrics({"triton": hits} if found else {}, misses, found)
 
 
 def _difference(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:

@@ -31,6 +31,9 @@ def check(measurements: Sequence[Measurement]) -> list[TargetCheck]:
     checks += _simple_hits_never_slower(find)
     checks += _simple_miss_overhead(find)
     checks.append(_peer(find))
+    checks += _triton_hits(find)
+    checks += _miss_cpu_overhead(find)
+    checks.append(_simple_redis_vs_local_p50(find))
     return checks
 
 
@@ -158,4 +161,69 @@ def _peer(find: _Finder) -> TargetCheck:
         f"by CPU {cpu_ratio:.2f}x, {_cpu(ours, theirs)}",
         ratio >= 2.0,
         cpu_ratio >= 2.0,
+    )
+
+
+def _triton_hits(find: _Finder) -> list[TargetCheck]:
+    """Our local hit against Triton's, on the same core: the cost of a hit is the product."""
+    checks = []
+    for model, floor, goal in (("simple", 0.6, " (goal >= 1.0x)"), ("densenet_onnx", 2.5, "")):
+        target = f"{model}, 100% hits: local >= {floor:g}x Triton's throughput{goal}"
+        ours, triton = find(model, "local", 1.0), find(model, "local", 1.0, server="triton")
+        if ours is None or triton is None or not _usable(ours, triton):
+            checks.append(_unmeasured(target))
+            continue
+        ratio = ours.load.throughput / triton.load.throughput
+        cpu_ratio = triton.cpu_ms_per_request / ours.cpu_ms_per_request
+        checks.append(
+            TargetCheck(
+                target,
+                f"{ratio:.2f}x ({ours.load.throughput:.0f} vs {triton.load.throughput:.0f} "
+                f"req/s); by CPU {cpu_ratio:.2f}x, {_cpu(ours, triton)}",
+                ratio >= floor,
+                cpu_ratio >= floor,
+            )
+        )
+    return checks
+
+
+def _miss_cpu_overhead(find: _Finder) -> list[TargetCheck]:
+    """What caching adds to a miss, in server CPU per request over ``--cache none``."""
+    checks = []
+    none = find("simple", "none", 0.0)
+    for cache, limit in (("local", 0.10), ("tiered", 0.10), ("redis", 0.25)):
+        target = f"simple, 0% hits: {cache} server CPU/request <= {limit:.0%} over no cache"
+        cached = find("simple", cache, 0.0)
+        if cached is None or none is None or not _usable(cached, none):
+            checks.append(_unmeasured(target))
+            continue
+        extra = cached.cpu_ms_per_request / none.cpu_ms_per_request - 1
+        slower = none.load.throughput / cached.load.throughput - 1
+        checks.append(
+            TargetCheck(
+                target,
+                f"CPU {extra:+.1%}, {_cpu(cached, none)}; throughput cost {slower:+.1%}",
+                extra <= limit,
+                extra <= limit,
+            )
+        )
+    return checks
+
+
+def _simple_redis_vs_local_p50(find: _Finder) -> TargetCheck:
+    target = "simple, 100% hits: Redis hit p50 within 0.3 ms of a local hit's, 1 connection"
+    redis, local = find("simple", "redis", 1.0), find("simple", "local", 1.0)
+    if redis is None or local is None or not _usable(redis, local):
+        return _unmeasured(target)
+    redis_single, local_single = redis.single_connection_p50_ms, local.single_connection_p50_ms
+    if redis_single is None or local_single is None:
+        return _unmeasured(target)
+    gap = redis_single - local_single
+    cpu_gap = redis.cpu_ms_per_request - local.cpu_ms_per_request
+    return TargetCheck(
+        target,
+        f"1 conn {gap:+.3f} ms ({redis_single:.3f} vs {local_single:.3f} ms); "
+        f"CPU {cpu_gap:+.3f} ms/req",
+        gap <= 0.3,
+        cpu_gap <= 0.3,
     )

@@ -21,7 +21,6 @@ import pytest
 pytest.register_assert_rewrite("support")
 #: Under CI=true a skip fails the test (see support/ci_skips.py).
 pytest_plugins = ("support.ci_skips",)
-pytest.register_assert_rewrite("redis_topology_fixtures")
 
 from support.processes import (  # noqa: E402  (after the assert-rewrite registration)
     CACHEFLEET,

@@ -22,9 +22,10 @@ PARTS = {
     "operator": ["operator"],
     "bench": ["bench"],
 }
-#: Files that run in another environment: the KServe peer's model runs in the peer's own venv
-#: (scripts/setup-bench-peer), with kserve and onnxruntime installed there.
-ELSEWHERE = {REPO / "bench" / "kserve_peer_model.py"}
+#: Files that run in another environment: the KServe and Triton peers' models run in the peers'
+#: own venvs (scripts/setup-bench-peer), with kserve, nvidia-pytriton and onnxruntime installed
+#: there.
+ELSEWHERE = {REPO / "bench" / "kserve_peer_model.py", REPO / "bench" / "triton_peer_model.py"}
 
 
 def distribution(requirement: str) -> str:

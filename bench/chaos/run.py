@@ -168,7 +168,7 @@ def _error_counts(urls: list[str]) -> dict[str, float]:
     """``cachefleet_cache_errors_total`` of every server, summed by ``kind``."""
     counts: dict[str, float] = {}
     for url in urls:
-        for tier_kind, value in server_metrics.read(url, MODEL).errors.items():
+        for tier_kind, value in server_metrics.read(f"{url}/metrics", MODEL).errors.items():
             kind = tier_kind.partition("/")[2]
             counts[kind] = counts.get(kind, 0.0) + value
     return counts

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
+from cachefleet.runtime.cache.key import CacheKey
 from cachefleet.runtime.tensor import Tensor
 
 Compute = Callable[[], Awaitable[list[Tensor]]]
@@ -51,6 +52,11 @@ class CacheRequest:
     #: Whether the model's config enables caching (or the server caches every model).
     enabled: bool
     ttl_s: float
+    #: The request's key when the caller already computed it (the cache computes it otherwise).
+    key: CacheKey | None = None
+    #: Compute runs to completion once started (a model run on the event loop): a miss may
+    #: then be computed in the caller's own task instead of a task of its own.
+    quick: bool = False
 
 
 class ResponseCache(Protocol):
@@ -76,6 +82,19 @@ class ResponseCache(Protocol):
         ``compute`` ran it. ``compute`` gets the indices of the rows no tier held and returns
         their outputs in that order; they are inserted as ``get_or_compute`` inserts answers.
         Tier faults make misses; only ``compute``'s exceptions propagate."""
+
+    def local_entry(self, key: CacheKey) -> object | None:
+        """An opaque identity of the local tier's live entry for ``key`` (None: not held).
+
+        Lets a layer above keep something derived from an entry (a rendered response) for
+        exactly as long as the entry itself lives: flush, expiry, eviction and replacement all
+        end the identity.
+        """
+        ...
+
+    def confirm_local_hit(self, key: CacheKey, entry: object, started: float) -> bool:
+        """Whether ``entry`` is still ``key``'s live local entry; if so, count a local hit
+        (lookup time from ``started``, a ``time.perf_counter()`` value) as a lookup would."""
         ...
 
 
@@ -101,3 +120,9 @@ class NullCache:
     ) -> list[RowHit]:
         computed = await compute(list(range(len(rows))))
         return [(list(outputs), CacheStatus.MISS) for outputs in computed]
+
+    def local_entry(self, key: CacheKey) -> object | None:
+        return None
+
+    def confirm_local_hit(self, key: CacheKey, entry: object, started: float) -> bool:
+        return False

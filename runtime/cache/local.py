@@ -60,6 +60,16 @@ class LocalTier:
         return len(self._slots)
 
     def get(self, key: CacheKey) -> list[Tensor] | None:
+        slot = self._live(key)
+        return None if slot is None else list(slot.outputs)
+
+    def entry(self, key: CacheKey) -> object | None:
+        """The live entry of ``key`` as an opaque object, marked as recently used; None when
+        absent or expired. A put, an eviction, a flush or expiry ends that object's life, so
+        ``entry(key) is earlier`` says an earlier answer is still exactly what is cached."""
+        return self._live(key)
+
+    def _live(self, key: CacheKey) -> _Slot | None:
         with self._lock:
             slot = self._slots.get(key)
             if slot is None:
@@ -69,7 +79,7 @@ class LocalTier:
                 self._on_size(self._bytes)
                 return None
             self._slots.move_to_end(key)
-            return list(slot.outputs)
+            return slot
 
     def put(self, key: CacheKey, outputs: Sequence[Tensor], ttl_s: float) -> bool:
         """Store an entry, evicting the least recently used; False if it can never fit."""

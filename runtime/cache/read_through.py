@@ -132,7 +132,7 @@ class ReadThroughCache:
             # once per key, and this request made neither do anything.
             series.coalesced.inc()
         outputs, status = await self._flight.do(
-            key, lambda: self._fill(key, request, store, compute, started)
+            key, lambda: self._fill(key, request, store, compute, started), inline=request.quick
         )
         return list(outputs), status
 
@@ -159,8 +159,23 @@ class ReadThroughCache:
         if self.local is not None:
             self.local.remove_model(model)
 
+    def local_entry(self, key: CacheKey) -> object | None:
+        return None if self.local is None else self.local.entry(key)
+
+    def confirm_local_hit(self, key: CacheKey, entry: object, started: float) -> bool:
+        if self.local is None or self.local.entry(key) is not entry:
+            return False
+        elapsed = time.perf_counter() - started
+        series = self.model_metrics.of(key.model, key.version)
+        series.lookup_local.observe(elapsed)
+        series.hits_local.inc()
+        self.metrics.triton.record(key.model, key.version, hit=True, duration_s=elapsed)
+        return True
+
     @staticmethod
     def _key(request: CacheRequest) -> CacheKey:
+        if request.key is not None:
+            return request.key
         return compute_key(request.model, request.version, request.inputs, request.parameters)
 
     async def _fill(

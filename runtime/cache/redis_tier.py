@@ -1,10 +1,13 @@
 """The shared tier: Redis through redis-py's asyncio client, with every fault translated here.
 
-One round trip per operation (``GET``; ``SET key value PX ttl``), no client-side retries (a
-retry doubles the time a dead Redis costs; the circuit breaker decides when to try again), and
-pools that fail fast when saturated instead of queueing requests. The client itself (one server,
-a Redis Cluster or Sentinel) is built by ``redis_clients``; the commands here are the same for
-all three. Every redis-py error leaves this module as a :class:`CacheTierError` with a ``kind``.
+One round trip per operation (``GET``; ``SET key value PX ttl``), and fewer under load: the
+lookups and inserts issued during one event-loop turn for one shard share one pipelined round
+trip (see ``batch``; one batch per shard, so a failing shard never fails another's commands).
+No client-side retries (a retry doubles the time a dead Redis costs; the circuit breaker
+decides when to try again), and pools that fail fast when saturated instead of queueing
+requests. The client itself (one server, a Redis Cluster or Sentinel) is built by
+``redis_clients``; the commands here are the same for all three. Every redis-py error leaves
+this module as a :class:`CacheTierError` with a ``kind``.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 
 import redis.exceptions as rexc
 
+from cachefleet.runtime.cache.batch import TurnBatch
 from cachefleet.runtime.cache.errors import CacheTierError, ErrorKind
 from cachefleet.runtime.cache.key import key_of_model, redis_model_pattern
 from cachefleet.runtime.cache.redis_clients import RedisConnection, connect
@@ -68,6 +72,8 @@ class RedisTier:
         # The whole operation, pool wait included, never outlives one connect plus one read.
         self.deadline_s = settings.connect_timeout_s + 2 * settings.socket_timeout_s + 0.05
         self._connection: RedisConnection | None = None
+        #: One batch of same-turn commands per shard (one in all but cluster mode).
+        self._batches: dict[str, TurnBatch] = {}
 
     async def start(self) -> None:
         self._connection = connect(
@@ -95,9 +101,15 @@ class RedisTier:
             return "redis"
         return self._connection.shard_of(key)
 
+    def _batch(self, key: str) -> TurnBatch:
+        shard = self.shard_of(key)
+        batch = self._batches.get(shard)
+        if batch is None:
+            batch = self._batches[shard] = TurnBatch(self._send)
+        return batch
+
     async def get(self, key: str) -> bytes | None:
-        async with self._translated("GET", key):
-            value = await self.client.get(key)
+        value = await self._batch(key).run(("GET", key))
         if value is None or isinstance(value, bytes):
             return value
         raise CacheTierError(f"redis GET {key}: decoded reply, expected bytes", "other")
@@ -117,9 +129,29 @@ class RedisTier:
         raise CacheTierError("redis GET: decoded reply, expected bytes", "other")
 
     async def set(self, key: str, value: bytes, ttl_s: float) -> None:
-        ttl_ms = int(ttl_s * 1000) if ttl_s > 0 else None
-        async with self._translated("SET", key):
-            await self.client.set(key, value, px=ttl_ms)
+        command: tuple[Any, ...] = ("SET", key, value)
+        if ttl_s > 0:
+            command += ("PX", int(ttl_s * 1000))
+        await self._batch(key).run(command)
+
+    async def _send(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """One round trip for ``commands``: the command itself, or a pipeline of them.
+
+        A reply that is an error comes back as a :class:`CacheTierError` in its place; a fault
+        of the round trip itself raises one for all of them.
+        """
+        name, key = commands[0][0], commands[0][1]
+        async with self._translated(name if len(commands) == 1 else f"{name}+pipeline", key):
+            if len(commands) == 1:
+                return [await self.client.execute_command(*commands[0])]
+            pipeline = self.client.pipeline(transaction=False)
+            for command in commands:
+                pipeline.execute_command(*command)
+            replies = await pipeline.execute(raise_on_error=False)
+        return [
+            self._error(command[0], command[1], reply) if isinstance(reply, Exception) else reply
+            for command, reply in zip(commands, replies, strict=True)
+        ]
 
     async def delete(self, key: str) -> None:
         async with self._translated("UNLINK", key):

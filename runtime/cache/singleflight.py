@@ -4,6 +4,13 @@ The shared work runs in its own task, so a caller that goes away (a client disco
 its request) cancels neither the work nor the other callers' wait. Only when every caller has
 gone is the work cancelled too: nobody waits for it, and a model execution it queued for can
 then be dropped before it runs. Everyone gets the same result, or the same exception.
+
+A task per miss costs the event loop more than a quick model takes to run, and is only needed
+when the work can be interrupted midway. :meth:`SingleFlight.do` with ``inline=True`` runs
+the work in the caller's own task instead, still registered so that identical calls join it.
+Use it for work whose costly part cannot be cancelled once started (a model run on the event
+loop): if such a caller is cancelled at an earlier await, the callers that joined it simply
+start the work again themselves.
 """
 
 from __future__ import annotations
@@ -16,11 +23,12 @@ T = TypeVar("T")
 
 
 class SingleFlight(Generic[T]):
-    """One in-flight task per key, in one event loop."""
+    """One in-flight call per key, in one event loop."""
 
     def __init__(self) -> None:
-        self._calls: dict[Hashable, asyncio.Task[T]] = {}
-        self._waiting: dict[asyncio.Task[T], int] = {}
+        #: A task of its own, or the future an inline leader resolves.
+        self._calls: dict[Hashable, asyncio.Future[T]] = {}
+        self._waiting: dict[asyncio.Future[T], int] = {}
 
     def __len__(self) -> int:
         return len(self._calls)
@@ -29,12 +37,23 @@ class SingleFlight(Generic[T]):
         """Whether a call for ``key`` is in flight: a ``do`` now would join it."""
         return key in self._calls
 
-    async def do(self, key: Hashable, work: Callable[[], Awaitable[T]]) -> T:
-        task = self._calls.get(key)
-        if task is None:
+    async def do(
+        self, key: Hashable, work: Callable[[], Awaitable[T]], *, inline: bool = False
+    ) -> T:
+        flight = self._calls.get(key)
+        if flight is None and inline:
+            return await self._lead(key, work)
+        if flight is None:
             task = asyncio.ensure_future(work())
             self._calls[key] = task
             task.add_done_callback(lambda done: self._finished(key, done))
+            flight = task
+        if not isinstance(flight, asyncio.Task):
+            return await self._join(key, flight, work, inline)
+        return await self._wait(flight)
+
+    async def _wait(self, task: asyncio.Future[T]) -> T:
+        """Wait for a task of its own; the last caller to leave cancels it."""
         self._waiting[task] = self._waiting.get(task, 0) + 1
         try:
             return await asyncio.shield(task)
@@ -47,7 +66,39 @@ class SingleFlight(Generic[T]):
                 if not task.done():
                     task.cancel()  # every caller has gone
 
-    def _finished(self, key: Hashable, task: asyncio.Task[T]) -> None:
+    async def _lead(self, key: Hashable, work: Callable[[], Awaitable[T]]) -> T:
+        """Run ``work`` in this task; callers that join meanwhile wait on ``flight``."""
+        flight: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._calls[key] = flight
+        try:
+            result = await work()
+        except BaseException as error:
+            if self._calls.get(key) is flight:
+                del self._calls[key]
+            if isinstance(error, asyncio.CancelledError):
+                flight.cancel()  # the joiners start over on their own
+            else:
+                flight.set_exception(error)
+                flight.exception()  # retrieved: nobody may have joined
+            raise
+        if self._calls.get(key) is flight:
+            del self._calls[key]
+        flight.set_result(result)
+        return result
+
+    async def _join(
+        self, key: Hashable, flight: asyncio.Future[T], work: Callable[[], Awaitable[T]],
+        inline: bool,
+    ) -> T:  # fmt: skip
+        try:
+            return await asyncio.shield(flight)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if not flight.cancelled() or (task is not None and task.cancelling()):
+                raise  # this caller was cancelled, not the leader
+        return await self.do(key, work, inline=inline)
+
+    def _finished(self, key: Hashable, task: asyncio.Future[T]) -> None:
         if self._calls.get(key) is task:
             del self._calls[key]
         if not task.cancelled():

@@ -23,6 +23,7 @@ from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.errors import ServingError
 from cachefleet.runtime.grpc.server import start_grpc_server, stop_grpc_server
 from cachefleet.runtime.http.errors import handle_error
+from cachefleet.runtime.http.front_door import InferFrontDoor
 from cachefleet.runtime.http.routes import build_routes
 from cachefleet.runtime.http.state import ServerState
 from cachefleet.runtime.metrics import RuntimeMetrics
@@ -41,8 +42,17 @@ log = logging.getLogger(__name__)
 
 def create_app(settings: RuntimeSettings) -> FastAPI:
     """The server for ``settings``; models load when the app starts, not here."""
-    state = ServerState(settings)
+    return _application(ServerState(settings))
 
+
+def create_server(settings: RuntimeSettings) -> InferFrontDoor:
+    """What uvicorn serves: the infer fast path in front of :func:`create_app`'s application,
+    both over one server state."""
+    state = ServerState(settings)
+    return InferFrontDoor(_application(state), state)
+
+
+def _application(state: ServerState) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with _serving(state):
@@ -86,7 +96,7 @@ async def _serving(state: ServerState) -> AsyncIterator[None]:
         await cache.start()
         statistics, in_flight = StatisticsRegistry(), InFlight()
         state.shared_memory = SharedMemoryRegistry()
-        state.service = InferenceService(
+        service = InferenceService(
             repository,
             cache,
             metrics,
@@ -96,6 +106,7 @@ async def _serving(state: ServerState) -> AsyncIterator[None]:
             in_flight,
             state.shared_memory,
         )
+        state.service = service
         state.control = ModelControl(
             repository, cache, statistics, in_flight, settings.models.control_mode
         )

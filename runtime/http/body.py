@@ -8,6 +8,7 @@ decompression too), so an oversized body is refused without ever being held in m
 from __future__ import annotations
 
 import zlib
+from collections.abc import AsyncIterator
 
 from starlette.requests import Request
 
@@ -19,18 +20,30 @@ _DECOMPRESSORS = {"gzip": zlib.MAX_WBITS | 16, "deflate": zlib.MAX_WBITS}
 
 async def read_body(request: Request, limit: int) -> bytes:
     """The (decompressed) body, or PayloadTooLargeError past ``limit`` bytes."""
-    declared = request.headers.get("content-length")
+    headers = request.headers
+    return await collect_body(
+        request.stream(), headers.get("content-length"), headers.get("content-encoding"), limit
+    )
+
+
+async def collect_body(
+    chunks: AsyncIterator[bytes], declared: str | None, encoding: str | None, limit: int
+) -> bytes:
+    """Join ``chunks`` within ``limit`` and decompress them per ``encoding``.
+
+    Shared by the Starlette routes and the plain ASGI infer path, so both refuse the same
+    bodies the same way.
+    """
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise _too_large(int(declared), limit)
-    chunks: list[bytes] = []
+    parts: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
+    async for chunk in chunks:
         size += len(chunk)
         if size > limit:
             raise _too_large(size, limit, at_least=True)
-        chunks.append(chunk)
-    body = b"".join(chunks)
-    encoding = request.headers.get("content-encoding")
+        parts.append(chunk)
+    body = b"".join(parts)
     if encoding is None or encoding == "identity":
         return body
     return _decompress(body, encoding, limit)
@@ -38,7 +51,11 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 def header_length(request: Request) -> int | None:
     """``Inference-Header-Content-Length`` as an int, None when the body is pure JSON."""
-    value = request.headers.get("inference-header-content-length")
+    return parse_header_length(request.headers.get("inference-header-content-length"))
+
+
+def parse_header_length(value: str | None) -> int | None:
+    """The ``Inference-Header-Content-Length`` value as an int (None: absent)."""
     if value is None:
         return None
     try:

@@ -12,11 +12,11 @@ import os
 from collections.abc import Mapping, MutableMapping
 
 import orjson
-from fastapi import FastAPI
 from pydantic import SecretStr
 
 from cachefleet.runtime.config import RuntimeSettings
-from cachefleet.runtime.http.app import create_app
+from cachefleet.runtime.http.app import create_server
+from cachefleet.runtime.http.front_door import InferFrontDoor
 
 SETTINGS_VARIABLE = "CACHEFLEET_SETTINGS_JSON"
 PASSWORD_VARIABLE = "CACHEFLEET_REDIS_PASSWORD"
@@ -38,11 +38,11 @@ def settings_from_environment(environ: Mapping[str, str]) -> RuntimeSettings:
     return settings.model_copy(update={"redis": redis})
 
 
-def create_app_from_environment() -> FastAPI:
+def create_app_from_environment() -> InferFrontDoor:
     """uvicorn factory for worker processes (``--workers`` > 1)."""
     settings = settings_from_environment(os.environ)
     configure_logging(settings.server.log_level)
-    return create_app(settings)
+    return create_server(settings)
 
 
 def configure_logging(level: str) -> None:

@@ -6,13 +6,15 @@ the model asks for dynamic batching), then render them as this client asked. The
 sees only the raw output tensors, never the rendering. Decoding and rendering are the
 transport's (HTTP bodies, gRPC messages); everything between them is shared, so the same tensors
 sent over either transport are one cache entry, one single-flight, one batch queue, one set of
-metrics and statistics.
+metrics and statistics. With a local tier, a byte-identical repeat of an HTTP request is
+answered from a memo of rendered responses (see ``memo``) before any of that, for as long as the
+local entry it was rendered from lives.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -27,6 +29,7 @@ from cachefleet.runtime.cache.api import (
     ResponseCache,
 )
 from cachefleet.runtime.cache.errors import CacheTierError
+from cachefleet.runtime.cache.key import CacheKey, compute_key
 from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.errors import NotReadyError, ServingError
 from cachefleet.runtime.metrics import RuntimeMetrics
@@ -41,6 +44,7 @@ from cachefleet.runtime.protocol import (
 )
 from cachefleet.runtime.service import rows
 from cachefleet.runtime.service.in_flight import InFlight
+from cachefleet.runtime.service.memo import ResponseMemo, request_digest
 from cachefleet.runtime.service.row_cache import answer_by_rows
 from cachefleet.runtime.service.scheduler import OnWait, Schedulers
 from cachefleet.runtime.service.shared_memory import SharedMemoryRegistry
@@ -63,6 +67,20 @@ class InferOutcome:
     cache_status: CacheStatus
 
 
+class _RecordingReader:
+    """The shared-memory registry as the decoder sees it, noting whether it was read: a
+    request whose inputs come from shared memory is never memoized (its body does not hold
+    its inputs)."""
+
+    def __init__(self, registry: SharedMemoryRegistry) -> None:
+        self._registry = registry
+        self.used = False
+
+    def read(self, name: str, offset: int, byte_size: int) -> bytes:
+        self.used = True
+        return self._registry.read(name, offset, byte_size)
+
+
 @dataclass(frozen=True, slots=True)
 class InferAnswer:
     """The computed outputs of one request, before the transport renders them."""
@@ -72,6 +90,8 @@ class InferAnswer:
     #: Every output the model computed (or the cache held), whatever the request selected.
     outputs: list[Tensor]
     cache_status: CacheStatus
+    #: The request's cache key when it was computed before the lookup (for the HTTP memo).
+    key: CacheKey | None = None
 
 
 #: Renders an answer in the transport's form; may raise ServingError (e.g. non-UTF-8 JSON).
@@ -108,6 +128,13 @@ class InferenceService:
         self._cache_all = settings.models.cache_all_models
         self._row_cache_models = frozenset(settings.models.row_cache_models)
         self._default_ttl_s = settings.cache.ttl_s
+        #: Rendered responses, only where a local tier can vouch for them (``local``, ``tiered``);
+        #: an eighth of the local tier's bound, on top of it.
+        self._memo = (
+            ResponseMemo(settings.cache.local_size_bytes // 8)
+            if settings.cache.mode in ("local", "tiered")
+            else None
+        )
         self._model_series: dict[tuple[str, str], _ModelSeries] = {}
         self._statistics = statistics if statistics is not None else StatisticsRegistry()
         self._in_flight = in_flight if in_flight is not None else InFlight()
@@ -129,14 +156,18 @@ class InferenceService:
     ) -> InferOutcome:
         """Answer one HTTP inference request; raises ServingError subclasses for the client.
 
-        ``on_wait`` is called when the request starts waiting for a model execution: the
-        transport may then watch for its client going away and cancel the call.
+        A byte-identical repeat is answered from the memo when its local entry still lives;
+        anything else goes the shared way of :meth:`answer`. ``on_wait`` is called when the
+        request starts waiting for a model execution: the transport may then watch for its
+        client going away and cancel the call.
         """
 
-        def decode(config: ModelConfig) -> InferRequest:
-            return decode_request(body, header_length, config, self._shared_memory)
+        async def work(model: Model, stats: ModelStatistics, started_ns: int) -> InferOutcome:
+            return await self._infer_http(
+                model, stats, body, header_length, directives, on_wait, started_ns
+            )
 
-        return await self.answer(model_name, version, decode, _render_http, directives, on_wait)
+        return await self._accounted(model_name, version, work)
 
     async def answer(
         self,
@@ -150,13 +181,27 @@ class InferenceService:
         """Answer one request of any transport: ``decode`` it, compute or look up its outputs,
         ``render`` them. Raises ServingError subclasses for the client; success and failure
         are counted here (metrics and statistics), so every transport reports the same."""
+
+        async def work(model: Model, stats: ModelStatistics, started_ns: int) -> Rendered:
+            return await self._answer(model, stats, decode, render, directives, on_wait)
+
+        return await self._accounted(model_name, version, work)
+
+    async def _accounted(
+        self,
+        model_name: str,
+        version: str | None,
+        work: Callable[[Model, ModelStatistics, int], Awaitable[Rendered]],
+    ) -> Rendered:
+        """Run ``work`` for the resolved model, counting its success or failure (metrics and
+        statistics) and holding the model loaded while it runs."""
         started = time.perf_counter_ns()
         model = self._repository.get(model_name, version)
         series = self._series(model)
         stats = self._statistics.for_version(model.name, model.version)
         self._in_flight.enter(model.name)  # no await since get(): an unload cannot slip between
         try:
-            outcome = await self._answer(model, stats, decode, render, directives, on_wait)
+            outcome = await work(model, stats, started)
         except ServingError as error:
             elapsed_ns = time.perf_counter_ns() - started
             self._metrics.requests.labels(model.name, model.version, str(error.status_code)).inc()
@@ -173,6 +218,48 @@ class InferenceService:
         stats.record_success(elapsed_ns)
         return outcome
 
+    async def _infer_http(
+        self,
+        model: Model,
+        stats: ModelStatistics,
+        body: bytes,
+        header_length: int | None,
+        directives: CacheDirectives,
+        on_wait: OnWait | None,
+        started_ns: int,
+    ) -> InferOutcome:
+        """The memo in front of :meth:`_answer`: a live memoized response, or the shared path
+        with a renderer that memoizes what it rendered from a local hit."""
+        cached = model.config.response_cache or self._cache_all
+        memo = self._memo if cached and directives.lookup else None
+        reader = _RecordingReader(self._shared_memory)
+
+        def decode(config: ModelConfig) -> InferRequest:
+            return decode_request(body, header_length, config, reader)
+
+        if memo is None:
+            return await self._answer(model, stats, decode, _render_http, directives, on_wait)
+        digest = request_digest(model, body, header_length)
+        memoized = self._memoized(memo, digest, model, stats, started_ns)
+        if memoized is not None:
+            return memoized
+
+        def render(answer: InferAnswer) -> InferOutcome:
+            outcome = _render_http(answer)
+            key, request = answer.key, answer.request
+            if key is not None and answer.cache_status is CacheStatus.HIT_LOCAL:
+                # From the second sighting on (a one-off request costs nothing more), and never
+                # for shared memory: its inputs are not in the body, its outputs go to a region.
+                shared = reader.used or any(o.shared_memory is not None for o in request.outputs)
+                entry = None if shared else self._cache.local_entry(key)
+                if entry is not None:
+                    memo.put(digest, model, key, entry, outcome.body, outcome.header_length)
+            return outcome
+
+        return await self._answer(
+            model, stats, decode, render, directives, on_wait, precompute_key=True
+        )
+
     async def _answer(
         self,
         model: Model,
@@ -181,16 +268,25 @@ class InferenceService:
         render: Renderer[Rendered],
         directives: CacheDirectives,
         on_wait: OnWait | None,
+        *,
+        precompute_key: bool = False,
     ) -> Rendered:
+        """Decode, look up or compute, render. ``precompute_key``: compute the cache key here
+        and hand it to the renderer (the memo keeps it) instead of leaving it to the cache."""
         config = model.config
         request = decode(config)
+        parameters = request.keyed_parameters()
+        key: CacheKey | None = None
+        if precompute_key and request.use_cache:
+            key = compute_key(model.name, model.version, request.inputs, parameters)
         cache_request = CacheRequest(
             model=model.name,
             version=model.version,
             inputs=request.inputs,
-            parameters=request.keyed_parameters(),
+            parameters=parameters,
             enabled=config.response_cache or self._cache_all,
             ttl_s=self._default_ttl_s if config.cache_ttl_s is None else config.cache_ttl_s,
+            key=key,
         )
 
         directives = directives if request.use_cache else _NO_CACHE
@@ -202,9 +298,29 @@ class InferenceService:
         if miss.row_status is not None and status is CacheStatus.MISS:
             status = miss.row_status  # the whole request missed; its rows may not have
         self._write_shared_memory(request, outputs)
-        rendered = render(InferAnswer(model, request, outputs, status))
+        rendered = render(InferAnswer(model, request, outputs, status, key))
         _record(stats, status, cache_ns, miss.waited_ns)
         return rendered
+
+    def _memoized(
+        self,
+        memo: ResponseMemo,
+        digest: bytes,
+        model: Model,
+        stats: ModelStatistics,
+        started_ns: int,
+    ) -> InferOutcome | None:
+        """The memoized response, if its model and its local-tier entry are still the live ones
+        (the cache then counts the local hit, and so do the statistics); a stale one is dropped."""
+        found = memo.get(digest)
+        if found is None:
+            return None
+        started = started_ns / 1e9
+        if found.model is model and self._cache.confirm_local_hit(found.key, found.entry, started):
+            stats.record_cache_hit(time.perf_counter_ns() - started_ns)
+            return InferOutcome(found.body, found.header_length, CacheStatus.HIT_LOCAL)
+        memo.discard(digest)
+        return None
 
     def _compute(
         self,

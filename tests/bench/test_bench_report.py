@@ -61,3 +61,52 @@ def test_profile_shares_leave_out_waiting_threads(tmp_path: Path) -> None:
     )
     assert summarize(raw) == {"uvicorn/httptools": 0.7, "cache key (BLAKE3)": 0.3}
     assert summarize(tmp_path / "missing.txt") == {}
+
+
+def _peer_measurement(
+    model: str, ratio: float, throughput: float, cpu_s: float, server: str = "cachefleet",
+    cache: str = "local", p50_ms: float = 1.0,
+) -> Measurement:  # fmt: skip
+    load = LoadResult(
+        requests=int(throughput * 10), duration_s=10.0, errors=0, p50_ms=p50_ms, p90_ms=p50_ms,
+        p99_ms=p50_ms, generator="wrk",
+    )  # fmt: skip
+    group: Group = "hits" if ratio == 1.0 else "misses"
+    return Measurement(
+        scenario=Scenario(group, model, cache, ratio, server=server),  # type: ignore[arg-type]
+        load=load, server_cpu_s=cpu_s, measured_hit_ratio=None, hits_by_tier={},
+        cache_errors={}, warm_status="-", single_connection_p50_ms=p50_ms,
+    )  # fmt: skip
+
+
+def test_triton_ratios_miss_cpu_and_redis_latency_targets() -> None:
+    checks = {c.target: c for c in check([
+        # simple: ours 1000 req/s at 1 ms CPU each; Triton 1500 req/s at 0.5 ms each.
+        _peer_measurement("simple", 1.0, 1000.0, 10.0),
+        _peer_measurement("simple", 1.0, 1500.0, 7.5, server="triton"),
+        _peer_measurement("densenet_onnx", 1.0, 900.0, 9.0),
+        _peer_measurement("densenet_onnx", 1.0, 300.0, 9.0, server="triton"),
+        _peer_measurement("simple", 0.0, 1000.0, 10.0, cache="none"),
+        _peer_measurement("simple", 0.0, 950.0, 10.4),  # +9.5% CPU per request
+        _peer_measurement("simple", 0.0, 800.0, 10.4, cache="redis"),  # +30%
+        _peer_measurement("simple", 1.0, 900.0, 9.0, cache="redis", p50_ms=1.25),
+    ])}  # fmt: skip
+
+    simple = checks["simple, 100% hits: local >= 0.6x Triton's throughput (goal >= 1.0x)"]
+    assert (simple.met, simple.met_by_cpu) == (True, False)  # 0.67x; by CPU 0.5x
+    assert "0.67x (1000 vs 1500 req/s)" in simple.measured
+    densenet = checks["densenet_onnx, 100% hits: local >= 2.5x Triton's throughput"]
+    assert (densenet.met, densenet.met_by_cpu) == (True, True)  # 3x, and 3x by CPU
+    local = checks["simple, 0% hits: local server CPU/request <= 10% over no cache"]
+    assert local.met is True
+    assert "CPU +9.5%" in local.measured
+    redis = checks["simple, 0% hits: redis server CPU/request <= 25% over no cache"]
+    assert redis.met is False
+    assert "CPU +30.0%" in redis.measured
+    tiered = checks["simple, 0% hits: tiered server CPU/request <= 10% over no cache"]
+    assert tiered.met is None
+    latency = checks[
+        "simple, 100% hits: Redis hit p50 within 0.3 ms of a local hit's, 1 connection"
+    ]
+    assert latency.met is True
+    assert "+0.250 ms" in latency.measured

@@ -8,13 +8,13 @@ import time
 from collections.abc import Callable
 
 import httpx
-from redis_topology_fixtures import LoadLoop
 from support.processes import CACHEFLEET, ServerProcess
+from support.redis_topology import LoadLoop
 
 from cachefleet.bench.chaos.answers import redis_key
 from cachefleet.bench.redis_topology import MASTER_NAME, ClusterProcesses, SentinelProcesses, info
 
-pytest_plugins = ("redis_topology_fixtures",)
+pytest_plugins = ("support.redis_topology",)
 MakeServer = Callable[..., ServerProcess]
 SEEDS = list(range(60))
 

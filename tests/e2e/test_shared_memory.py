@@ -214,3 +214,31 @@ def test_cuda_shared_memory_is_reported_unsupported(
     client.unregister_cuda_shared_memory()  # nothing to do, and not an error
     with pytest.raises(InferenceServerException, match="CUDA shared memory is not supported"):
         client.register_cuda_shared_memory("gpu", b"\0" * 64, 0, 64)
+
+
+def test_repeated_shared_memory_requests_read_and_write_the_regions_every_time(
+    client: httpclient.InferenceServerClient, region: Region
+) -> None:
+    """The same request body, sent again after the input region changed, must answer for the
+    new contents and write the output region again: its body does not hold its tensors, so
+    the memo of rendered responses must never answer it."""
+    first = np.arange(16, dtype=np.int32).reshape(1, 16)
+    size = first.nbytes
+    in_name, _, in_handle = region(2 * size)
+    out_name, _, out_handle = region(size)
+    inputs = [
+        httpclient.InferInput("INPUT0", [1, 16], "INT32"),
+        httpclient.InferInput("INPUT1", [1, 16], "INT32"),
+    ]
+    inputs[0].set_shared_memory(in_name, size)
+    inputs[1].set_shared_memory(in_name, size, offset=size)
+    outputs = [httpclient.InferRequestedOutput("OUTPUT0")]
+    outputs[0].set_shared_memory(out_name, size)
+
+    for value in (1, 1, 1, 5, 5, 9):  # repeats are cache hits, and candidates for the memo
+        shm.set_shared_memory_region(in_handle, [first])
+        shm.set_shared_memory_region(in_handle, [np.full((1, 16), value, np.int32)], offset=size)
+        shm.set_shared_memory_region(out_handle, [np.zeros((1, 16), np.int32)])
+        client.infer("simple", inputs, outputs=outputs)
+        total = shm.get_contents_as_numpy(out_handle, np.int32, [1, 16])
+        np.testing.assert_array_equal(total, first + value)

@@ -19,7 +19,7 @@ from cachefleet.bench.redis_topology import (
     info,
 )
 
-pytest_plugins = ("support.kube.fixtures", "redis_topology_fixtures")
+pytest_plugins = ("support.kube.fixtures", "support.redis_topology")
 pytestmark = pytest.mark.timeout(120)
 
 

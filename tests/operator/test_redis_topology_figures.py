@@ -15,7 +15,7 @@ from cachefleet.bench.redis_topology import (
 from cachefleet.operator.reconcile.redis_live import RedisLiveError
 from cachefleet.operator.reconcile.redis_topology import ExternalRedis, read_topology_figures
 
-pytest_plugins = ("redis_topology_fixtures",)
+pytest_plugins = ("support.redis_topology",)
 
 
 def test_cluster_figures_are_summed_over_every_primary(redis_cluster: ClusterProcesses) -> None:

@@ -14,7 +14,7 @@ from cachefleet.bench.chaos.report import render_table
 from cachefleet.bench.chaos.run import run_cluster_chaos
 from cachefleet.bench.redis_topology import ClusterProcesses
 
-pytest_plugins = ("redis_topology_fixtures",)
+pytest_plugins = ("support.redis_topology",)
 
 
 def test_two_servers_one_cluster_under_shard_faults_never_fail_or_lie(

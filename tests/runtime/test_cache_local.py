@@ -146,3 +146,35 @@ def test_numpy_outputs_round_trip() -> None:
     found = tier.get(key(0))
     assert found is not None
     np.testing.assert_array_equal(found[0].to_numpy(), np.ones((1000, 1, 1), dtype=np.float32))
+
+
+def test_an_entry_identity_lives_exactly_as_long_as_the_entry() -> None:
+    """What the rendered-response memo relies on: a put, an eviction, expiry and a flush each
+    end the identity that ``entry`` returned, and a lookup does not."""
+    clock = Clock()
+    size = entry_size(outputs(100))
+    tier = LocalTier(3 * size, clock=clock)
+    assert tier.entry(key(1)) is None
+    tier.put(key(1), outputs(100), ttl_s=10)
+    held = tier.entry(key(1))
+    assert held is not None
+    assert tier.get(key(1)) == outputs(100)
+    assert tier.entry(key(1)) is held
+
+    tier.put(key(1), outputs(100), ttl_s=10)  # replaced, even with equal contents
+    assert tier.entry(key(1)) is not held
+
+    held = tier.entry(key(1))
+    for other in range(2, 5):  # three more entries: key 1 is the least recently used
+        tier.put(key(other), outputs(100), ttl_s=10)
+    assert tier.entry(key(1)) is None
+
+    tier.put(key(1), outputs(100), ttl_s=10)
+    held = tier.entry(key(1))
+    clock.now += 10
+    assert tier.entry(key(1)) is None
+
+    tier.put(key(1), outputs(100), ttl_s=10)
+    assert tier.entry(key(1)) is not None
+    tier.remove_model("m")
+    assert tier.entry(key(1)) is None

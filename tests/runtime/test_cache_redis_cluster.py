@@ -21,7 +21,7 @@ from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.tensor import Tensor
 
-pytest_plugins = ("redis_topology_fixtures",)
+pytest_plugins = ("support.redis_topology",)
 KEYS = "cachefleet:v1:simple:*"
 
 

@@ -18,7 +18,7 @@ from cachefleet.runtime.config import RuntimeSettings, SettingsError, load_setti
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.tensor import Tensor
 
-pytest_plugins = ("redis_topology_fixtures",)
+pytest_plugins = ("support.redis_topology",)
 
 
 async def started(mode: str, sentinel: SentinelProcesses, **redis: Any) -> ReadThroughCache:

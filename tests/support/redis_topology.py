@@ -1,6 +1,6 @@
 """Fixtures for Redis past one node: a real Redis Cluster and a real Sentinel, plus a load loop.
 
-Loaded by the modules that need them with ``pytest_plugins = ("redis_topology_fixtures",)``.
+Loaded by the modules that need them with ``pytest_plugins = ("support.redis_topology",)``.
 The processes come from :mod:`cachefleet.bench.redis_topology` (the bench and the chaos run
 start the same ones); every one is stopped at teardown and lives in a pytest temp folder.
 """

@@ -1,0 +1,104 @@
+"""A memo of fully rendered responses for byte-identical requests.
+
+A repeated request (same model, same body bytes, same binary header length) is answered with
+the exact response bytes rendered the last time, skipping decoding, the key and rendering.
+It is safe by construction: everything that shapes a response (the request ``id``, the
+selected outputs, JSON vs binary, classification, parameters) is in the body, so a request
+that differs in any of them differs in its digest. ``Cache-Control`` directives bypass the
+memo, and ``Accept-Encoding`` is applied after it.
+
+A memoized response lives no longer than the local-tier entry it was rendered from: each
+memo entry keeps that entry's identity, and the service serves it only while the cache
+confirms the identity is still live, so a flush, an expiry, an eviction or a replacement of
+the entry ends the memoized response with it. A reloaded model is a new model object, which
+the memo entry also has to match. The memo is an LRU bounded by bytes, and used only from the
+event loop's thread, so it needs no lock.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from blake3 import blake3
+
+from cachefleet.runtime.cache.key import CacheKey
+from cachefleet.runtime.models.types import Model
+
+#: Bytes charged per memo entry for the objects around the response bytes.
+ENTRY_OVERHEAD_BYTES = 320
+_PREFIX = b"cachefleet.memo1"
+_LENGTHS = struct.Struct("<QQQQ")
+
+
+@dataclass(frozen=True, slots=True)
+class Memoized:
+    """One rendered response and what it was rendered from."""
+
+    model: Model
+    key: CacheKey
+    #: The local tier's entry identity (see ``ResponseCache.local_entry``).
+    entry: object
+    body: bytes
+    header_length: int | None
+    size: int
+
+
+def request_digest(model: Model, body: bytes, header_length: int | None) -> bytes:
+    """A 256-bit digest of what a response is rendered from, fields length-prefixed.
+
+    The header length goes in as decimal text ("" when absent): it is the client's number,
+    any integer, and a refused request must be refused, not fail in here.
+    """
+    name, version = model.name.encode(), model.version.encode()
+    length = b"" if header_length is None else b"%d" % header_length
+    sizes = _LENGTHS.pack(len(name), len(version), len(length), len(body))
+    hasher = blake3(_PREFIX + sizes + name + version + length)
+    hasher.update(body)
+    return hasher.digest()
+
+
+class ResponseMemo:
+    """Request digest -> rendered response, LRU, at most ``max_bytes`` of responses."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[bytes, Memoized] = OrderedDict()
+        self._bytes = 0
+
+    @property
+    def size_bytes(self) -> int:
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, digest: bytes) -> Memoized | None:
+        found = self._entries.get(digest)
+        if found is not None:
+            self._entries.move_to_end(digest)
+        return found
+
+    def put(
+        self,
+        digest: bytes,
+        model: Model,
+        key: CacheKey,
+        entry: object,
+        body: bytes,
+        header_length: int | None,
+    ) -> None:
+        size = ENTRY_OVERHEAD_BYTES + len(body)
+        if size > self.max_bytes:
+            return
+        self.discard(digest)
+        while self._bytes + size > self.max_bytes:
+            self.discard(next(iter(self._entries)))
+        self._entries[digest] = Memoized(model, key, entry, body, header_length, size)
+        self._bytes += size
+
+    def discard(self, digest: bytes) -> None:
+        gone = self._entries.pop(digest, None)
+        if gone is not None:
+            self._bytes -= gone.size

@@ -1,0 +1,224 @@
+"""The infer route's fast path and its memo of rendered responses, through a real server.
+
+``cachefleet serve`` answers ``POST .../infer`` from a plain ASGI callable in front of the
+FastAPI app, and answers byte-identical repeats from rendered responses. These tests check
+what a client would notice: every repeat renders exactly as asked (id, outputs, JSON vs
+binary, classification), says how the cache answered, is counted, and never outlives the
+cached entry it came from (flush, TTL); everything else still reaches the app.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import numpy as np
+import tritonclient.http as httpclient
+from prometheus_client.parser import text_string_to_metric_families
+from support.processes import ServerProcess
+from support.waiting import wait_for
+
+MakeServer = Callable[..., ServerProcess]
+FIRST = np.arange(16, dtype=np.int32).reshape(1, 16)
+SECOND = np.full((1, 16), 3, dtype=np.int32)
+
+
+def simple_body(
+    *,
+    request_id: str | None = "r1",
+    outputs: list[httpclient.InferRequestedOutput] | None = None,
+    binary: bool = True,
+    parameters: dict[str, Any] | None = None,
+) -> tuple[bytes, dict[str, str]]:
+    """A ``simple`` request as tritonclient encodes it, and its headers."""
+    inputs = []
+    for name, array in (("INPUT0", FIRST), ("INPUT1", SECOND)):
+        item = httpclient.InferInput(name, list(array.shape), "INT32")
+        item.set_data_from_numpy(array, binary_data=binary)
+        inputs.append(item)
+    body, json_size = httpclient.InferenceServerClient.generate_request_body(
+        inputs, outputs=outputs, request_id=request_id or "", parameters=parameters
+    )
+    headers = {} if json_size is None else {"Inference-Header-Content-Length": str(json_size)}
+    return body, headers
+
+
+def post(
+    server: ServerProcess,
+    body: bytes,
+    headers: dict[str, str],
+    model: str = "simple",
+) -> httpx.Response:
+    return httpx.post(
+        f"{server.base_url}/v2/models/{model}/infer", content=body, headers=headers, timeout=60
+    )
+
+
+def parse(response: httpx.Response) -> tuple[dict[str, Any], bytes]:
+    """The JSON header and the binary tail of an infer response."""
+    length = response.headers.get("Inference-Header-Content-Length")
+    if length is None:
+        return json.loads(response.content), b""
+    return json.loads(response.content[: int(length)]), response.content[int(length) :]
+
+
+def counters(server: ServerProcess, model: str = "simple") -> dict[str, float]:
+    """This model's request and cache counters from /metrics, by sample name and label."""
+    with urllib.request.urlopen(f"{server.base_url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    found: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.labels.get("model") != model:
+                continue
+            suffix = sample.labels.get("tier") or sample.labels.get("code") or ""
+            name = f"{sample.name}{':' + suffix if suffix else ''}"
+            found[name] = found.get(name, 0.0) + sample.value
+    return found
+
+
+def test_a_repeated_request_is_a_local_hit_with_the_same_bytes(server: ServerProcess) -> None:
+    body, headers = simple_body()
+    answers = [post(server, body, headers) for _ in range(4)]
+
+    assert [a.headers["X-Cache"] for a in answers] == ["miss"] + ["hit-local"] * 3
+    assert len({a.content for a in answers}) == 1
+    document, tail = parse(answers[-1])
+    assert document["id"] == "r1"
+    assert document["model_name"] == "simple"
+    sums = np.frombuffer(tail[:64], dtype=np.int32)
+    assert (sums == (FIRST + SECOND).ravel()).all()
+    seen = counters(server)
+    assert seen["cachefleet_requests_total:200"] == 4
+    assert seen["cachefleet_cache_hits_total:local"] == 3
+    assert seen["cachefleet_cache_misses_total"] == 1
+    assert seen["nv_cache_num_hits_per_model"] == 3
+    assert seen["cachefleet_request_seconds_count"] == 4
+
+
+def test_every_rendering_of_one_entry_is_rendered_as_asked(server: ServerProcess) -> None:
+    """Id, output selection, JSON vs binary and classification each change the bytes, so a
+    repeat of one never gets the answer rendered for another; all share one cache entry."""
+    variants = {
+        "id a": simple_body(request_id="a"),
+        "id b": simple_body(request_id="b"),
+        "OUTPUT1 only": simple_body(outputs=[httpclient.InferRequestedOutput("OUTPUT1")]),
+        "json": simple_body(
+            binary=False,
+            outputs=[httpclient.InferRequestedOutput(n, binary_data=False) for n in ("OUTPUT0",)],
+        ),
+        "top 2": simple_body(
+            outputs=[httpclient.InferRequestedOutput("OUTPUT0", binary_data=False, class_count=2)]
+        ),
+    }
+    first: dict[str, httpx.Response] = {}
+    for _ in range(3):  # first pass fills, later passes come from the memo
+        for name, (body, headers) in variants.items():
+            answer = post(server, body, headers)
+            assert answer.status_code == 200, answer.text
+            first.setdefault(name, answer)
+            assert answer.content == first[name].content, name
+
+    documents = {name: parse(answer)[0] for name, answer in first.items()}
+    assert documents["id a"]["id"] == "a"
+    assert documents["id b"]["id"] == "b"
+    assert [o["name"] for o in documents["OUTPUT1 only"]["outputs"]] == ["OUTPUT1"]
+    assert documents["json"]["outputs"][0]["data"] == (FIRST + SECOND).ravel().tolist()
+    top = documents["top 2"]["outputs"][0]
+    assert top["datatype"] == "BYTES"
+    assert len(top["data"]) == 2
+    assert top["data"][0].startswith("18:")  # the largest sum, 15 + 3, at index 15
+    seen = counters(server)
+    assert seen["cachefleet_cache_misses_total"] == 1
+    assert seen["cachefleet_cache_hits_total:local"] == 3 * len(variants) - 1
+    assert seen["cachefleet_requests_total:200"] == 3 * len(variants)
+
+
+def test_a_flush_ends_the_memoized_answer(server: ServerProcess) -> None:
+    body, headers = simple_body()
+    assert [post(server, body, headers).headers["X-Cache"] for _ in range(3)] == [
+        "miss", "hit-local", "hit-local",
+    ]  # fmt: skip
+    flushed = httpx.post(f"{server.base_url}/v2/models/simple/cache/flush", timeout=10)
+    assert flushed.json()["removed"] >= 1
+
+    assert post(server, body, headers).headers["X-Cache"] == "miss"
+    assert post(server, body, headers).headers["X-Cache"] == "hit-local"
+
+
+def test_an_expired_entry_ends_the_memoized_answer(make_server: MakeServer) -> None:
+    server = make_server("--cache-ttl", "1")
+    body, headers = simple_body()
+    assert [post(server, body, headers).headers["X-Cache"] for _ in range(2)] == [
+        "miss", "hit-local",
+    ]  # fmt: skip
+    # Once the TTL has passed the repeat must run the model again, memo or not.
+    wait_for(lambda: post(server, body, headers).headers["X-Cache"] == "miss", "expiry", 10)
+
+
+def test_cache_directives_and_the_cache_parameter_skip_the_memo(server: ServerProcess) -> None:
+    body, headers = simple_body()
+    for _ in range(2):
+        post(server, body, headers)
+    for directive in ("no-cache", "no-store"):
+        answer = post(server, body, {**headers, "Cache-Control": directive})
+        assert answer.headers["X-Cache"] == "bypass"
+        assert parse(answer)[0]["id"] == "r1"
+    opted_out, opted_headers = simple_body(parameters={"cache": False})
+    assert [post(server, opted_out, opted_headers).headers["X-Cache"] for _ in range(3)] == [
+        "bypass"
+    ] * 3
+    seen = counters(server)
+    assert seen["cachefleet_cache_bypass_total"] == 5
+    assert seen["cachefleet_requests_total:200"] == 7
+
+
+def test_compressed_requests_and_responses(server: ServerProcess) -> None:
+    body, headers = simple_body()
+    plain = post(server, body, headers)
+    zipped = post(
+        server,
+        gzip.compress(body),
+        {**headers, "Content-Encoding": "gzip", "Accept-Encoding": "gzip"},
+    )
+    assert zipped.headers["X-Cache"] == "hit-local"
+    assert zipped.headers["Content-Encoding"] == "gzip"
+    assert zipped.content == plain.content  # httpx decompressed it
+
+
+def test_errors_keep_their_shape_on_the_fast_path(make_server: MakeServer) -> None:
+    server = make_server("--max-request-size", "4096")
+    body, headers = simple_body()
+    cases = [
+        ("nope", body, headers, 404),
+        ("simple", b"{not json", {}, 400),
+        ("simple", body + b"extra", headers, 400),
+        ("simple", b"x" * 5000, {}, 413),
+    ]
+    for model, sent, sent_headers, status in cases:
+        answer = post(server, sent, sent_headers, model)
+        assert answer.status_code == status, (model, answer.text)
+        assert set(answer.json()) == {"error"}
+        assert answer.headers["X-Cache"] == "bypass"
+    assert counters(server)["cachefleet_requests_total:400"] == 2
+
+
+def test_everything_else_still_reaches_the_application(server: ServerProcess) -> None:
+    assert httpx.get(f"{server.base_url}/v2", timeout=10).json()["name"]
+    assert httpx.get(f"{server.base_url}/v2/models/simple/infer", timeout=10).status_code == 405
+    missing = httpx.post(f"{server.base_url}/v2/models/simple/infer/more", timeout=10)
+    assert missing.status_code == 404
+    assert set(missing.json()) == {"error"}
+    body, headers = simple_body()
+    versioned = httpx.post(
+        f"{server.base_url}/v2/models/simple/versions/1/infer",
+        content=body,
+        headers=headers,
+        timeout=10,
+    )
+    assert versioned.status_code == 200
+    assert parse(versioned)[0]["model_version"] == "1"

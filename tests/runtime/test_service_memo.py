@@ -1,0 +1,74 @@
+"""The memo of rendered responses: digests that separate what renders differently, an LRU
+bounded by bytes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from cachefleet.runtime.cache.key import CacheKey
+from cachefleet.runtime.models.types import ModelConfig
+from cachefleet.runtime.service.memo import ENTRY_OVERHEAD_BYTES, ResponseMemo, request_digest
+from cachefleet.runtime.tensor import Tensor
+
+
+@dataclass
+class FakeModel:
+    """Only identity fields: the memo never runs a model."""
+
+    name: str
+    version: str = "1"
+    labels: Mapping[str, Sequence[str]] = field(default_factory=dict)
+
+    @property
+    def config(self) -> ModelConfig:
+        raise NotImplementedError
+
+    def run(self, inputs: Sequence[Tensor]) -> list[Tensor]:
+        raise NotImplementedError
+
+
+KEY = CacheKey("m", "1", bytes(32))
+
+
+def test_digests_separate_models_versions_header_lengths_and_bodies() -> None:
+    m1, m2, v2 = FakeModel("m"), FakeModel("n"), FakeModel("m", "2")
+    body = b'{"inputs": []}'
+    digests = {
+        request_digest(m1, body, None),
+        request_digest(m2, body, None),
+        request_digest(v2, body, None),
+        request_digest(m1, body, 3),
+        request_digest(m1, body, 2**64),  # any client number: the request is refused later
+        request_digest(m1, body, -1),
+        request_digest(m1, body + b" ", None),
+        # The length prefixes keep the name/version boundary: "m"+"11" is not "m1"+"1".
+        request_digest(FakeModel("m1", "1"), body, None),
+        request_digest(FakeModel("m", "11"), body, None),
+    }
+    assert len(digests) == 9
+    assert request_digest(m1, body, None) == request_digest(FakeModel("m"), body, None)
+
+
+def test_the_memo_is_an_lru_bounded_by_bytes() -> None:
+    response = b"x" * 100
+    size = ENTRY_OVERHEAD_BYTES + len(response)
+    memo = ResponseMemo(3 * size)
+    model = FakeModel("m")
+    for index in range(3):
+        memo.put(bytes([index]), model, KEY, object(), response, None)
+    assert memo.get(bytes([0])) is not None  # 0 is now the most recently used
+    memo.put(bytes([3]), model, KEY, object(), response, 10)
+
+    assert memo.get(bytes([1])) is None
+    assert [memo.get(bytes([i])) is not None for i in (0, 2, 3)] == [True, True, True]
+    assert memo.size_bytes == 3 * size <= memo.max_bytes
+    found = memo.get(bytes([3]))
+    assert found is not None
+    assert (found.body, found.header_length) == (response, 10)
+
+    memo.put(b"big", model, KEY, object(), b"y" * (3 * size), None)  # can never fit
+    assert memo.get(b"big") is None
+    assert len(memo) == 3
+    memo.discard(bytes([0]))
+    assert memo.size_bytes == 2 * size
