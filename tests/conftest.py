@@ -59,6 +59,20 @@ def model_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def sample_server(
+    model_repository: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    """A server on the sample models, one per test module: its counters and cache start empty
+    there, and modules that do not need a fresh cache per test do not pay a start-up each."""
+    server = ServerProcess(
+        ["--model-repository", str(model_repository)], tmp_path_factory.mktemp("server")
+    )
+    server.start()
+    yield server
+    server.stop()
+
+
 @pytest.fixture(scope="session")
 def certificates(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A CA, and a certificate for 127.0.0.1 signed by it (Redis and its clients use it)."""

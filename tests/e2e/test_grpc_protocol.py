@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -22,20 +21,8 @@ Stub = service_pb2_grpc.GRPCInferenceServiceStub
 
 
 @pytest.fixture(scope="module")
-def server(
-    model_repository: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ServerProcess]:
-    server = ServerProcess(
-        ["--model-repository", str(model_repository)], tmp_path_factory.mktemp("server")
-    )
-    server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def stub(server: ServerProcess) -> Iterator[Any]:
-    with grpc.insecure_channel(server.grpc_url) as channel:
+def stub(sample_server: ServerProcess) -> Iterator[Any]:
+    with grpc.insecure_channel(sample_server.grpc_url) as channel:
         yield Stub(channel)
 
 
@@ -229,15 +216,15 @@ def _http(server: ServerProcess, value: int) -> tuple[list[int], str]:
         return document["outputs"][0]["data"], str(response.headers["X-Cache"])
 
 
-def test_http_and_grpc_share_one_cache_entry(server: ServerProcess, stub: Any) -> None:
-    total, status = _http(server, 41)
+def test_http_and_grpc_share_one_cache_entry(sample_server: ServerProcess, stub: Any) -> None:
+    total, status = _http(sample_server, 41)
     assert (total, status) == ([82] * 16, "miss")
     response, status = _infer(stub, _simple_raw(41))
     assert status == "hit-local"
     np.testing.assert_array_equal(_output(response, "OUTPUT0", "<i4"), np.full((1, 16), 82))
     response, status = _infer(stub, _simple_raw(42))
     assert status == "miss"
-    assert _http(server, 42) == ([84] * 16, "hit-local")
+    assert _http(sample_server, 42) == ([84] * 16, "hit-local")
 
 
 def test_cache_control_metadata_and_the_cache_parameter(stub: Any) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,21 +19,9 @@ _counter = itertools.count()
 Region = Callable[[int], tuple[str, Any]]
 
 
-@pytest.fixture(scope="module")
-def shm_server(
-    model_repository: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ServerProcess]:
-    server = ServerProcess(
-        ["--model-repository", str(model_repository)], tmp_path_factory.mktemp("server")
-    )
-    server.start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
-def client(shm_server: ServerProcess) -> Iterator[grpcclient.InferenceServerClient]:
-    with grpcclient.InferenceServerClient(shm_server.grpc_url) as triton:
+def client(sample_server: ServerProcess) -> Iterator[grpcclient.InferenceServerClient]:
+    with grpcclient.InferenceServerClient(sample_server.grpc_url) as triton:
         yield triton
         triton.unregister_system_shared_memory()
 

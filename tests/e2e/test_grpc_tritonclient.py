@@ -25,22 +25,9 @@ from support.processes import ServerProcess, free_port
 from tritonclient.utils import InferenceServerException
 
 
-@pytest.fixture(scope="module")
-def shared_server(
-    model_repository: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ServerProcess]:
-    """One server for the tests that do not depend on a fresh cache."""
-    server = ServerProcess(
-        ["--model-repository", str(model_repository)], tmp_path_factory.mktemp("server")
-    )
-    server.start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
-def client(shared_server: ServerProcess) -> Iterator[grpcclient.InferenceServerClient]:
-    triton = grpcclient.InferenceServerClient(shared_server.grpc_url)
+def client(sample_server: ServerProcess) -> Iterator[grpcclient.InferenceServerClient]:
+    triton = grpcclient.InferenceServerClient(sample_server.grpc_url)
     yield triton
     triton.close()
 
@@ -227,8 +214,8 @@ def test_errors_carry_triton_status_codes_and_our_messages(
     assert no_meta.status() == "StatusCode.NOT_FOUND"
 
 
-async def test_asyncio_client(shared_server: ServerProcess) -> None:
-    async with aioclient.InferenceServerClient(shared_server.grpc_url) as client:
+async def test_asyncio_client(sample_server: ServerProcess) -> None:
+    async with aioclient.InferenceServerClient(sample_server.grpc_url) as client:
         assert await client.is_server_ready()
         assert await client.is_model_ready("simple")
         first = np.arange(16, dtype=np.int32).reshape(1, 16)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,20 +18,9 @@ from tritonclient.utils import InferenceServerException
 _counter = itertools.count()
 
 
-@pytest.fixture(scope="module")
-def shm_server(
-    model_repository: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ServerProcess]:
-    args = ["--model-repository", str(model_repository)]
-    server = ServerProcess(args, tmp_path_factory.mktemp("server"))
-    server.start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
-def client(shm_server: ServerProcess) -> Iterator[httpclient.InferenceServerClient]:
-    triton = httpclient.InferenceServerClient(shm_server.url)
+def client(sample_server: ServerProcess) -> Iterator[httpclient.InferenceServerClient]:
+    triton = httpclient.InferenceServerClient(sample_server.url)
     yield triton
     triton.unregister_system_shared_memory()
     triton.close()
@@ -169,7 +157,7 @@ def _simple_inputs(name: str, byte_size: int, offset: int = 0) -> list[Any]:
 
 
 def test_bad_regions_offsets_and_sizes_are_400s(
-    client: httpclient.InferenceServerClient, region: Region, shm_server: ServerProcess
+    client: httpclient.InferenceServerClient, region: Region, sample_server: ServerProcess
 ) -> None:
     def refused(call: Callable[[], Any], message: str) -> None:
         with pytest.raises(InferenceServerException, match=message) as error:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -13,21 +12,9 @@ from support.processes import ServerProcess
 from tritonclient.utils import InferenceServerException
 
 
-@pytest.fixture(scope="module")
-def stats_server(
-    model_repository: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ServerProcess]:
-    """A server of its own: the counts below start from zero."""
-    args = ["--model-repository", str(model_repository)]
-    server = ServerProcess(args, tmp_path_factory.mktemp("server"))
-    server.start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
-def client(stats_server: ServerProcess) -> Iterator[httpclient.InferenceServerClient]:
-    triton = httpclient.InferenceServerClient(stats_server.url)
+def client(sample_server: ServerProcess) -> Iterator[httpclient.InferenceServerClient]:
+    triton = httpclient.InferenceServerClient(sample_server.url)
     yield triton
     triton.close()
 

@@ -6,7 +6,6 @@ import json
 import urllib.request
 import zlib
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,22 +14,9 @@ import tritonclient.http as httpclient
 from support.processes import ServerProcess
 
 
-@pytest.fixture(scope="module")
-def shared_server(
-    model_repository: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ServerProcess]:
-    """One server for the tests that do not depend on a fresh cache (starting one takes seconds)."""
-    server = ServerProcess(
-        ["--model-repository", str(model_repository)], tmp_path_factory.mktemp("server")
-    )
-    server.start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
-def client(shared_server: ServerProcess) -> Iterator[httpclient.InferenceServerClient]:
-    triton = httpclient.InferenceServerClient(shared_server.url)
+def client(sample_server: ServerProcess) -> Iterator[httpclient.InferenceServerClient]:
+    triton = httpclient.InferenceServerClient(sample_server.url)
     yield triton
     triton.close()
 
@@ -227,8 +213,8 @@ def _post(server: ServerProcess, path: str, body: bytes, headers: dict[str, str]
         return str(response.headers["X-Cache"])
 
 
-def test_cache_header_and_directives(shared_server: ServerProcess) -> None:
-    server = shared_server
+def test_cache_header_and_directives(sample_server: ServerProcess) -> None:
+    server = sample_server
     path, body = "/v2/models/simple/infer", _simple_json_body(3)
     assert _post(server, path, body, {}) == "miss"
     assert _post(server, path, body, {}) == "hit-local"
@@ -255,11 +241,11 @@ def test_flush_and_metrics(server: ServerProcess) -> None:
     assert 'cachefleet_request_seconds_count{model="simple",version="1"} 2.0' in text
 
 
-def test_responses_are_compressed_only_when_asked(shared_server: ServerProcess) -> None:
+def test_responses_are_compressed_only_when_asked(sample_server: ServerProcess) -> None:
     body = _simple_json_body(11)
     for accept, encoding in (("gzip", "gzip"), ("deflate", "deflate"), ("identity", None)):
         request = urllib.request.Request(
-            f"{shared_server.base_url}/v2/models/simple/infer",
+            f"{sample_server.base_url}/v2/models/simple/infer",
             data=body,
             headers={"Accept-Encoding": accept},
             method="POST",
