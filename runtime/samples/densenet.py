@@ -149,9 +149,11 @@ def densenet_labels() -> list[str]:
     return [f"class_{index:04d}" for index in range(CLASSES)]
 
 
-DENSENET_CONFIG = f"""name: "densenet_onnx"
+def _config(name: str, max_batch_size: int, extra: str = "") -> str:
+    """config.pbtxt of the network under ``name``; both samples share inputs, outputs, labels."""
+    return f"""name: "{name}"
 platform: "onnxruntime_onnx"
-max_batch_size: 0
+max_batch_size: {max_batch_size}
 input [
   {{
     name: "{INPUT}"
@@ -169,30 +171,16 @@ output [
   }}
 ]
 response_cache {{ enable: true }}
-"""
+{extra}"""
+
+
+DENSENET_CONFIG = _config("densenet_onnx", 0)
 
 #: The same network with a batch dimension: misses are merged by the dynamic batcher (a short
 #: queue delay: a miss waits at most 2 ms for company), and each row is cached on its own.
-DENSENET_BATCH_CONFIG = f"""name: "densenet_batch"
-platform: "onnxruntime_onnx"
-max_batch_size: 8
-input [
-  {{
-    name: "{INPUT}"
-    data_type: TYPE_FP32
-    format: FORMAT_NCHW
-    dims: [ 3, 224, 224 ]
-  }}
-]
-output [
-  {{
-    name: "{OUTPUT}"
-    data_type: TYPE_FP32
-    dims: [ {CLASSES}, 1, 1 ]
-    label_filename: "densenet_labels.txt"
-  }}
-]
-dynamic_batching {{ max_queue_delay_microseconds: 2000 }}
-response_cache {{ enable: true }}
-parameters {{ key: "cachefleet.row_cache" value: {{ string_value: "true" }} }}
-"""
+DENSENET_BATCH_CONFIG = _config(
+    "densenet_batch",
+    8,
+    "dynamic_batching { max_queue_delay_microseconds: 2000 }\n"
+    'parameters { key: "cachefleet.row_cache" value: { string_value: "true" } }\n',
+)
