@@ -13,7 +13,7 @@ import time
 
 import grpc
 
-from cachefleet.bench.load import LoadResult, LoadSpec, is_miss
+from cachefleet.bench.load import LoadResult, LoadSpec, bodies
 from cachefleet.bench.pyload import SenderReport, run_senders
 
 #: Seconds one call may take before it counts as an error.
@@ -29,25 +29,18 @@ def _send(spec: LoadSpec, sender: int, start_at: float) -> SenderReport:
     """One sender: its own channel (one HTTP/2 connection), calls until the duration is over."""
     if spec.cpus:
         os.sched_setaffinity(0, {int(cpu) for cpu in spec.cpus.split(",")})
-    requests = spec.requests
     latencies: list[float] = []
-    errors = hits = misses = 0
+    errors = 0
     with grpc.insecure_channel(spec.base_url) as channel:
         # No (de)serializers: requests are bytes already, and responses are only counted.
-        call: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(requests.path)
+        call: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(spec.requests.path)
         grpc.channel_ready_future(channel).result(timeout=30)
         time.sleep(max(0.0, start_at - time.time()))
         began = time.perf_counter()
         deadline = began + spec.duration_s
-        index = 0
-        while time.perf_counter() < deadline:
-            index += 1
-            if is_miss(index, spec.miss_per_10000):
-                misses += 1
-                body = requests.miss_body(spec.nonce, sender, misses)
-            else:
-                hits += 1
-                body = requests.hit_bodies[hits % len(requests.hit_bodies)]
+        for body in bodies(spec, sender):
+            if time.perf_counter() >= deadline:
+                break
             sent = time.perf_counter()
             try:
                 call(body, timeout=CALL_TIMEOUT_S)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from cachefleet.bench.bodies import RequestSet
@@ -46,3 +47,18 @@ class LoadResult:
 def is_miss(index: int, miss_per_10000: int) -> bool:
     """Whether request ``index`` (1-based) of a sender is a miss: exact, evenly spread."""
     return index * miss_per_10000 // 10_000 > (index - 1) * miss_per_10000 // 10_000
+
+
+def bodies(spec: LoadSpec, sender: int) -> Iterator[bytes]:
+    """The bodies one sender sends, in order: misses unique to this run and sender, evenly spread
+    at the asked ratio, and hits cycling through the prebuilt hit bodies."""
+    requests = spec.requests
+    hits = misses = index = 0
+    while True:
+        index += 1
+        if is_miss(index, spec.miss_per_10000):
+            misses += 1
+            yield requests.miss_body(spec.nonce, sender, misses)
+        else:
+            hits += 1
+            yield requests.hit_bodies[hits % len(requests.hit_bodies)]

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from cachefleet.bench.bodies import RequestSet
 from cachefleet.bench.errors import BenchError
-from cachefleet.bench.load import LoadResult, LoadSpec, is_miss
+from cachefleet.bench.load import LoadResult, LoadSpec, bodies
 
 
 @dataclass(frozen=True)
@@ -73,19 +73,13 @@ def _send(spec: LoadSpec, sender: int, start_at: float) -> SenderReport:
     connection = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80)
     requests = spec.requests
     latencies: list[float] = []
-    errors = hits = misses = 0
+    errors = 0
     time.sleep(max(0.0, start_at - time.time()))
     began = time.perf_counter()
     deadline = began + spec.duration_s
-    index = 0
-    while time.perf_counter() < deadline:
-        index += 1
-        if is_miss(index, spec.miss_per_10000):
-            misses += 1
-            body = requests.miss_body(spec.nonce, sender, misses)
-        else:
-            hits += 1
-            body = requests.hit_bodies[hits % len(requests.hit_bodies)]
+    for body in bodies(spec, sender):
+        if time.perf_counter() >= deadline:
+            break
         sent = time.perf_counter()
         ok = _post(connection, requests, body)
         latencies.append(time.perf_counter() - sent)
