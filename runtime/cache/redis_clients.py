@@ -18,6 +18,11 @@ because redis-py's ``Redis`` and ``RedisCluster`` share the command API. What di
   :data:`PRIMARY_CHECK_S`: when the answer changes, its idle connections close and busy ones
   are dropped when returned, and the next command goes to the new primary, without a restart.
 
+The hot commands of standalone and sentinel modes go over one :class:`PipelinedConnection`
+leased from that pool (see ``pipelined``); in sentinel mode it is retired when Sentinel names
+another primary, like the pool's own connections. Cluster mode has none: its commands go
+through redis-py's cluster client, which follows MOVED/ASK replies.
+
 The same credentials, TLS files and timeouts go to every node (and to the Sentinel).
 """
 
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from typing import Any, Protocol
 
 import redis.asyncio as aioredis
@@ -35,6 +41,7 @@ from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import NoBackoff
 
+from cachefleet.runtime.cache.pipelined import PipelinedConnection
 from cachefleet.runtime.config import RedisSettings
 
 #: The shard name when there is only one (standalone, sentinel) or the key's node is unknown.
@@ -77,9 +84,19 @@ class RedisConnection(Protocol):
         """The name of the node ``key`` is served by (one name when there is one node)."""
         ...
 
+    def pipelined(self, *, stall_s: float, connect_timeout_s: float) -> PipelinedConnection | None:
+        """A shared connection for the hot commands, or None where they need the client."""
+        ...
+
     async def start(self) -> None: ...
 
     async def close(self) -> None: ...
+
+
+def _pipelined(pool: Any, stall_s: float, connect_timeout_s: float) -> PipelinedConnection:
+    return PipelinedConnection(
+        pool.get_connection, pool.release, stall_s=stall_s, connect_timeout_s=connect_timeout_s
+    )
 
 
 class StandaloneConnection:
@@ -97,6 +114,9 @@ class StandaloneConnection:
 
     def shard_of(self, key: str) -> str:
         return WHOLE
+
+    def pipelined(self, *, stall_s: float, connect_timeout_s: float) -> PipelinedConnection:
+        return _pipelined(self.client.connection_pool, stall_s, connect_timeout_s)
 
     async def start(self) -> None:
         return None
@@ -125,6 +145,9 @@ class ClusterConnection:
         except (rexc.RedisClusterException, KeyError, IndexError):
             return WHOLE  # not discovered yet, or the slot is uncovered
         return str(node.name)
+
+    def pipelined(self, *, stall_s: float, connect_timeout_s: float) -> None:
+        return None  # keys move between nodes: the cluster client routes and follows them
 
     async def start(self) -> None:
         """Discover the slots now when the cluster answers; later commands retry otherwise."""
@@ -163,9 +186,15 @@ class SentinelConnection:
             settings.sentinel_master, max_connections=pool_size, db=int(address.get("db", 0))
         )
         self._watch: asyncio.Task[None] | None = None
+        self._pipes: list[PipelinedConnection] = []
 
     def shard_of(self, key: str) -> str:
         return WHOLE
+
+    def pipelined(self, *, stall_s: float, connect_timeout_s: float) -> PipelinedConnection:
+        pipe = _pipelined(self.client.connection_pool, stall_s, connect_timeout_s)
+        self._pipes.append(pipe)
+        return pipe
 
     async def start(self) -> None:
         self._watch = asyncio.create_task(self._follow_primary(), name="redis-sentinel-watch")
@@ -175,7 +204,9 @@ class SentinelConnection:
         while True:
             with contextlib.suppress(rexc.RedisError, OSError, TimeoutError):
                 async with asyncio.timeout(max(PRIMARY_CHECK_S, self._deadline_s)):
-                    await self.client.connection_pool.get_master_address()
+                    primary = await self.client.connection_pool.get_master_address()
+                for pipe in self._pipes:
+                    pipe.retire(keep=functools.partial(_connected_to, primary))
             await asyncio.sleep(PRIMARY_CHECK_S)
 
     async def close(self) -> None:
@@ -186,6 +217,10 @@ class SentinelConnection:
             self._watch = None
         await self.client.aclose(close_connection_pool=True)
         await self.sentinel.aclose()
+
+
+def _connected_to(address: tuple[str, int], connection: Any) -> bool:
+    return (connection.host, connection.port) == tuple(address)
 
 
 def connect(settings: RedisSettings, *, socket_timeout_s: float, pool_size: int) -> RedisConnection:

@@ -1,8 +1,15 @@
 """The shared tier: Redis through redis-py's asyncio client, with every fault translated here.
 
-One round trip per operation (``GET``; ``SET key value PX ttl``), and fewer under load: the
-lookups and inserts issued during one event-loop turn for one shard share one pipelined round
+One round trip per operation (``GET``; ``SET key value PX ttl``; ``UNLINK``), and fewer under
+load: the commands issued during one event-loop turn for one shard share one pipelined round
 trip (see ``batch``; one batch per shard, so a failing shard never fails another's commands).
+In standalone and sentinel modes those batches go over one shared, pipelined connection
+(``pipelined``): written at once, replies matched in order, no pool checkout, no task and no
+timeout context per command; a stalled or dead connection fails every command waiting on it
+within ``socket_timeout_s``. In cluster mode they go through redis-py's cluster client, which
+routes keys to their nodes and follows MOVED/ASK. The rest (PING, PUBLISH, the SCAN of a flush,
+lookups of many rows) uses redis-py's client in every mode.
+
 No client-side retries (a retry doubles the time a dead Redis costs; the circuit breaker
 decides when to try again), and pools that fail fast when saturated instead of queueing
 requests. The client itself (one server, a Redis Cluster or Sentinel) is built by
@@ -13,8 +20,9 @@ this module as a :class:`CacheTierError` with a ``kind``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -23,6 +31,7 @@ import redis.exceptions as rexc
 from cachefleet.runtime.cache.batch import TurnBatch
 from cachefleet.runtime.cache.errors import CacheTierError, ErrorKind
 from cachefleet.runtime.cache.key import key_of_model, redis_model_pattern
+from cachefleet.runtime.cache.pipelined import PipelinedConnection
 from cachefleet.runtime.cache.redis_clients import RedisConnection, connect
 from cachefleet.runtime.config import RedisSettings
 
@@ -55,6 +64,11 @@ def error_kind(error: BaseException) -> ErrorKind:
     return "other"
 
 
+def _round_trip(commands: list[tuple[Any, ...]]) -> str:
+    """What a round trip sent, for messages: ``GET``, or ``GET+pipeline`` for a batch."""
+    return str(commands[0][0]) if len(commands) == 1 else f"{commands[0][0]}+pipeline"
+
+
 def is_outage(kind: ErrorKind) -> bool:
     """Faults that mean Redis is unreachable. An OOM reply means it is up (lookups still work);
     a saturated pool means this process is busy, not that Redis is down."""
@@ -72,6 +86,8 @@ class RedisTier:
         # The whole operation, pool wait included, never outlives one connect plus one read.
         self.deadline_s = settings.connect_timeout_s + 2 * settings.socket_timeout_s + 0.05
         self._connection: RedisConnection | None = None
+        #: The shared connection of the hot commands (none in cluster mode).
+        self._pipe: PipelinedConnection | None = None
         #: One batch of same-turn commands per shard (one in all but cluster mode).
         self._batches: dict[str, TurnBatch] = {}
 
@@ -82,8 +98,14 @@ class RedisTier:
             pool_size=self.settings.pool_size,
         )
         await self._connection.start()
+        self._pipe = self._connection.pipelined(
+            stall_s=self.settings.socket_timeout_s, connect_timeout_s=self.deadline_s
+        )
 
     async def close(self) -> None:
+        if self._pipe is not None:
+            pipe, self._pipe = self._pipe, None
+            await pipe.close()
         if self._connection is not None:
             connection, self._connection = self._connection, None
             await connection.close()
@@ -134,14 +156,45 @@ class RedisTier:
             command += ("PX", int(ttl_s * 1000))
         await self._batch(key).run(command)
 
-    async def _send(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+    def _send(self, commands: list[tuple[Any, ...]]) -> Awaitable[list[Any]]:
         """One round trip for ``commands``: the command itself, or a pipeline of them.
 
         A reply that is an error comes back as a :class:`CacheTierError` in its place; a fault
         of the round trip itself raises one for all of them.
         """
+        pipe = self._pipe
+        if pipe is None:
+            return self._send_through_client(commands)
+        replies: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+        pipe.send(commands).add_done_callback(functools.partial(self._translate, commands, replies))
+        return replies
+
+    def _translate(
+        self,
+        commands: list[tuple[Any, ...]],
+        replies: asyncio.Future[list[Any]],
+        sent: asyncio.Future[list[Any]],
+    ) -> None:
+        """The pipelined connection's replies, errors made :class:`CacheTierError`."""
         name, key = commands[0][0], commands[0][1]
-        async with self._translated(name if len(commands) == 1 else f"{name}+pipeline", key):
+        if sent.cancelled():
+            replies.set_exception(CacheTierError(f"redis {name} {key}: cancelled", "other"))
+            return
+        fault = sent.exception()
+        if fault is not None:
+            replies.set_exception(self._error(_round_trip(commands), key, fault))
+            return
+        translated = sent.result()
+        for index, reply in enumerate(translated):
+            if isinstance(reply, Exception):
+                if str(reply).startswith("READONLY") and self._pipe is not None:
+                    self._pipe.retire()  # a demoted primary: ask Sentinel again
+                translated[index] = self._error(commands[index][0], commands[index][1], reply)
+        replies.set_result(translated)
+
+    async def _send_through_client(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        key = commands[0][1]
+        async with self._translated(_round_trip(commands), key):
             if len(commands) == 1:
                 return [await self.client.execute_command(*commands[0])]
             pipeline = self.client.pipeline(transaction=False)
@@ -154,8 +207,7 @@ class RedisTier:
         ]
 
     async def delete(self, key: str) -> None:
-        async with self._translated("UNLINK", key):
-            await self.client.unlink(key)
+        await self._batch(key).run(("UNLINK", key))
 
     async def ping(self) -> None:
         async with self._translated("PING", ""):
