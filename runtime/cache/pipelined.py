@@ -12,8 +12,9 @@ Sentinel's primary lookup): the connection is leased from a redis-py pool, alrea
 and its transport is taken over. It goes back to the pool, closed, when it fails or is retired.
 
 A dead or stalled connection fails every waiting batch at once: a watchdog ticks every half
-``stall_s`` while replies are awaited, and when a full tick passes without a byte from Redis
-while the oldest batch had been waiting since before it, the connection is aborted and every
+``stall_s`` while replies are awaited, and when three ticks have passed since both the oldest
+waiting batch was written and Redis last sent a byte (``stall_s`` to 1.5 ``stall_s`` of
+silence, as redis-py's socket timeout allows one read), the connection is aborted and every
 waiting batch fails with a timeout. Replies that come after that are never matched to the wrong
 command, because the connection is gone. An error reply is the reply of its own command only.
 """
@@ -70,9 +71,9 @@ class _Link(asyncio.Protocol):
         self.returned = False
         self.open = not self._transport.is_closing()
         self._retired = False
-        #: Watchdog state: ticks so far, whether Redis sent anything since the last tick.
+        #: Watchdog state: ticks so far, and the tick during which Redis last sent anything.
         self._tick = 0
-        self._heard = False
+        self._heard_at = 0
         self._watch: asyncio.TimerHandle | None = None
         self._due = 0.0
 
@@ -94,7 +95,7 @@ class _Link(asyncio.Protocol):
         self._transport.abort()
 
     def data_received(self, data: bytes) -> None:
-        self._heard = True
+        self._heard_at = self._tick
         reader = self._reader
         reader.feed(data)
         pending = self._pending
@@ -129,7 +130,6 @@ class _Link(asyncio.Protocol):
                 batch.future.set_exception(error)
 
     def _arm(self) -> None:
-        self._heard = False
         self._due = self._loop.time() + self._period_s
         self._watch = self._loop.call_at(self._due, self._check)
 
@@ -138,8 +138,8 @@ class _Link(asyncio.Protocol):
         if not self._pending:
             return
         late = self._loop.time() - self._due > self._period_s
-        stalled = not self._heard and self._pending[0].tick < self._tick
         self._tick += 1
+        stalled = self._tick - max(self._pending[0].tick, self._heard_at) >= 3
         if stalled and not late:  # a late tick means the loop was busy, not that Redis was
             self.abort(rexc.TimeoutError("Timeout reading from Redis (no reply in time)"))
             return

@@ -1,0 +1,143 @@
+"""The shared, pipelined connection of the Redis tier, against a real Redis: replies matched in
+order under concurrency, error replies failing only their own command, and a paused or killed
+Redis failing every waiting command by the deadline while requests still succeed as misses."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+
+import pytest
+from support.cache_doubles import Model, ask, metric, request, settings
+from support.processes import RedisProcess
+
+from cachefleet.runtime.cache.api import CacheStatus
+from cachefleet.runtime.cache.errors import CacheTierError
+from cachefleet.runtime.cache.factory import build_cache
+from cachefleet.runtime.cache.read_through import ReadThroughCache
+from cachefleet.runtime.cache.redis_tier import RedisTier
+from cachefleet.runtime.config import RedisSettings
+from cachefleet.runtime.metrics import RuntimeMetrics
+
+SOCKET_TIMEOUT_S = 0.2
+
+
+@pytest.fixture
+async def tier(redis_server: RedisProcess) -> AsyncIterator[RedisTier]:
+    made = RedisTier(RedisSettings(url=redis_server.url, socket_timeout_s=SOCKET_TIMEOUT_S))
+    await made.start()
+    yield made
+    await made.close()
+
+
+def cachefleet_connections(redis: RedisProcess) -> int:
+    return sum(1 for client in redis.client().client_list() if client["name"] == "cachefleet")
+
+
+@contextmanager
+def paused(redis: RedisProcess) -> Iterator[None]:
+    """SIGSTOP: the socket stays open and nothing answers, as a frozen node behaves."""
+    assert redis.process is not None
+    os.kill(redis.process.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(redis.process.pid, signal.SIGCONT)
+
+
+async def test_concurrent_commands_share_one_connection_and_get_their_own_replies(
+    tier: RedisTier, redis_server: RedisProcess
+) -> None:
+    async def round_trip(index: int) -> bytes | None:
+        await asyncio.sleep(index % 7 * 0.001)  # spread over several loop turns
+        await tier.set(f"own{index}", f"value{index}".encode(), 60)
+        return await tier.get(f"own{index}")
+
+    found = await asyncio.gather(*(round_trip(index) for index in range(300)))
+
+    assert found == [f"value{index}".encode() for index in range(300)]
+    assert cachefleet_connections(redis_server) == 1
+
+
+async def test_an_error_reply_fails_only_its_own_command(
+    tier: RedisTier, redis_server: RedisProcess
+) -> None:
+    redis_server.client().rpush("a-list", "x")  # GET on a list is a WRONGTYPE error reply
+    await tier.set("plain", b"value", 60)
+
+    results = await asyncio.gather(
+        tier.get("plain"), tier.get("a-list"), tier.get("plain"), return_exceptions=True
+    )
+
+    assert results[0] == results[2] == b"value"
+    assert isinstance(results[1], CacheTierError)
+    assert results[1].kind == "other"
+    assert "WRONGTYPE" in str(results[1])
+    assert await tier.get("plain") == b"value"  # the connection is still in step
+
+
+async def test_a_paused_redis_fails_every_waiting_command_by_the_deadline(
+    tier: RedisTier, redis_server: RedisProcess
+) -> None:
+    await tier.set("k", b"v", 60)
+    with paused(redis_server):
+        started = time.monotonic()
+        results = await asyncio.gather(
+            *(tier.get(f"k{index}") for index in range(20)), return_exceptions=True
+        )
+        waited_s = time.monotonic() - started
+    assert all(isinstance(result, CacheTierError) for result in results), results
+    assert {result.kind for result in results if isinstance(result, CacheTierError)} == {"timeout"}
+    assert waited_s < tier.deadline_s + 1.0  # not the minutes a frozen socket can hang
+    assert await tier.get("k") == b"v"  # a new connection once Redis answers again
+
+
+async def test_a_killed_redis_fails_the_commands_in_flight(
+    tier: RedisTier, redis_server: RedisProcess
+) -> None:
+    await tier.set("k", b"v", 60)
+    assert redis_server.process is not None
+    os.kill(redis_server.process.pid, signal.SIGSTOP)
+    waiting = [asyncio.ensure_future(tier.get(f"k{index}")) for index in range(10)]
+    await asyncio.sleep(0.01)  # written, not answered
+    assert not any(each.done() for each in waiting)
+    redis_server.kill()  # SIGKILL ends a stopped process too
+    results = await asyncio.gather(*waiting, return_exceptions=True)
+    assert all(isinstance(result, CacheTierError) for result in results), results
+    assert {result.kind for result in results if isinstance(result, CacheTierError)} <= {
+        "connection",
+        "timeout",
+    }
+
+
+async def test_requests_are_misses_while_redis_is_paused(redis_server: RedisProcess) -> None:
+    metrics = RuntimeMetrics()
+    config = settings("redis", redis_server.url)
+    config = config.model_copy(
+        update={"redis": config.redis.model_copy(update={"socket_timeout_s": SOCKET_TIMEOUT_S})}
+    )
+    cache = build_cache(config, metrics)
+    assert isinstance(cache, ReadThroughCache)
+    await cache.start()
+    try:
+        model = Model()
+        assert (await ask(cache, request(1), model))[1] is CacheStatus.MISS
+        await cache.writes.join()
+        with paused(redis_server):
+            answers = await asyncio.wait_for(
+                asyncio.gather(*(ask(cache, request(value), model) for value in range(2, 12))),
+                timeout=10,
+            )
+        assert {status for _, status in answers} == {CacheStatus.MISS}
+        assert metric(metrics, "cachefleet_cache_errors_total", tier="redis", kind="timeout") >= 1
+        await cache.writes.join()
+        deadline = time.monotonic() + 10
+        while (await ask(cache, request(1), model))[1] is not CacheStatus.HIT_REDIS:
+            assert time.monotonic() < deadline, "hits never came back after the pause"
+            await asyncio.sleep(0.1)
+    finally:
+        await cache.close()
