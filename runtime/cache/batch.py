@@ -37,12 +37,17 @@ class TurnBatch:
 
     async def run(self, command: Command) -> Any:
         """``command``'s reply; raises the :class:`CacheTierError` of its reply or round trip."""
+        return await self.submit(command)
+
+    def submit(self, command: Command) -> asyncio.Future[Any]:
+        """Queue ``command``; the future gets its reply or its :class:`CacheTierError`. For a
+        caller that needs no coroutine of its own (a write-behind insert)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         self._queued.append((command, future))
         if len(self._queued) == 1:
             loop.call_soon(self._flush)
-        return await future
+        return future
 
     def _flush(self) -> None:
         batch, self._queued = self._queued, []

@@ -23,9 +23,11 @@ exceptions propagate, and a failed compute stores nothing.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from cachefleet.runtime.cache.api import (
     CacheDirectives,
@@ -327,24 +329,48 @@ class ReadThroughCache:
     def _insert_job(
         self, key: CacheKey, outputs: tuple[Tensor, ...], ttl_s: float, since: float
     ) -> WriteJob:
-        async def insert() -> None:
+        """The insert of one answer: it queues its SET and returns the future of its outcome, so
+        that a drain of inserts needs neither a coroutine nor a task per insert."""
+
+        def insert() -> asyncio.Future[None]:
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             if self.redis is None or self._flushed_at.get(key.model, -1.0) >= since:
-                return
+                done.set_result(None)
+                return done
             breaker = self._breaker(key)
             if not breaker.allow():
-                return
-            try:
-                expires_at = self._wall_clock() + ttl_s if ttl_s > 0 else None
-                blob = encode_entry(key.digest, outputs, expires_at)
-                await self.redis.set(key.redis_key, blob, ttl_s)
-            except CacheTierError as error:
-                self._fault("redis", error, breaker)
-                return
+                done.set_result(None)
+                return done
+            expires_at = self._wall_clock() + ttl_s if ttl_s > 0 else None
+            blob = encode_entry(key.digest, outputs, expires_at)
+            sent = self.redis.set_soon(key.redis_key, blob, ttl_s)
+            sent.add_done_callback(functools.partial(self._inserted, key, breaker, done))
+            return done
+
+        return insert
+
+    def _inserted(
+        self,
+        key: CacheKey,
+        breaker: CircuitBreaker,
+        done: asyncio.Future[None],
+        sent: asyncio.Future[Any],
+    ) -> None:
+        """Count an insert's outcome and feed the breaker, as a lookup's is."""
+        if sent.cancelled():
+            done.cancel()
+            return
+        error = sent.exception()
+        if isinstance(error, CacheTierError):
+            self._fault("redis", error, breaker)
+        elif error is not None:  # a bug: the write-behind worker logs it
+            done.set_exception(error)
+            return
+        else:
             breaker.record_success()
             self._reported.clear()
             self.model_metrics.of(key.model, key.version).inserts_redis.inc()
-
-        return insert
+        done.set_result(None)
 
     def _delete_job(self, key: CacheKey) -> WriteJob:
         async def delete() -> None:

@@ -151,10 +151,14 @@ class RedisTier:
         raise CacheTierError("redis GET: decoded reply, expected bytes", "other")
 
     async def set(self, key: str, value: bytes, ttl_s: float) -> None:
+        await self.set_soon(key, value, ttl_s)
+
+    def set_soon(self, key: str, value: bytes, ttl_s: float) -> asyncio.Future[Any]:
+        """:meth:`set` without a coroutine: the future fails with its :class:`CacheTierError`."""
         command: tuple[Any, ...] = ("SET", key, value)
         if ttl_s > 0:
             command += ("PX", int(ttl_s * 1000))
-        await self._batch(key).run(command)
+        return self._batch(key).submit(command)
 
     def _send(self, commands: list[tuple[Any, ...]]) -> Awaitable[list[Any]]:
         """One round trip for ``commands``: the command itself, or a pipeline of them.

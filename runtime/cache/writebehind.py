@@ -4,7 +4,9 @@ A full queue drops the write (the caller counts it): under a Redis slowdown the 
 some inserts instead of holding memory or adding latency to requests. A few workers drain the
 queue so one slow write does not hold up the rest. A worker takes everything queued (up to
 ``batch`` jobs) and starts it at once, so the Redis writes of one drain leave together in one
-pipelined round trip (see ``batch``) instead of one round trip each.
+pipelined round trip (see ``batch``) instead of one round trip each. A job may return a plain
+future (the cache's inserts do: they queue their SET and return): it is waited for as it is,
+while a coroutine needs a task of its own to run beside the others.
 """
 
 from __future__ import annotations
@@ -65,17 +67,34 @@ class WriteBehind:
             while len(jobs) < self._batch and not queue.empty():
                 jobs.append(queue.get_nowait())
             try:
-                if len(jobs) == 1:
-                    await _run(jobs[0])
-                else:
-                    await asyncio.gather(*(_run(job) for job in jobs))
+                running = [started for job in jobs if (started := _start(job)) is not None]
+                if len(running) == 1:
+                    await _finish(running[0])
+                elif running:
+                    for error in await asyncio.gather(*running, return_exceptions=True):
+                        if isinstance(error, Exception):
+                            _report(error)
+                        elif isinstance(error, BaseException):
+                            raise error
             finally:
                 for _ in jobs:
                     queue.task_done()
 
 
-async def _run(job: Job) -> None:
+def _start(job: Job) -> Awaitable[None] | None:
     try:
-        await job()
-    except Exception:  # a job must never kill its worker
-        logger.exception("cache write-behind job failed")
+        return job()
+    except Exception as error:  # a job must never kill its worker
+        _report(error)
+        return None
+
+
+async def _finish(running: Awaitable[None]) -> None:
+    try:
+        await running
+    except Exception as error:
+        _report(error)
+
+
+def _report(error: Exception) -> None:
+    logger.error("cache write-behind job failed", exc_info=error)
