@@ -7,8 +7,9 @@ In standalone and sentinel modes those batches go over one shared, pipelined con
 (``pipelined``): written at once, replies matched in order, no pool checkout, no task and no
 timeout context per command; a stalled or dead connection fails every command waiting on it
 within ``socket_timeout_s``. In cluster mode they go through redis-py's cluster client, which
-routes keys to their nodes and follows MOVED/ASK. The rest (PING, PUBLISH, the SCAN of a flush,
-lookups of many rows) uses redis-py's client in every mode.
+routes keys to their nodes and follows MOVED/ASK. The lookups of a batched request's rows take
+the same way, as one batch. The rest (PING, PUBLISH, the SCAN of a flush) uses redis-py's client
+in every mode.
 
 No client-side retries (a retry doubles the time a dead Redis costs; the circuit breaker
 decides when to try again), and pools that fail fast when saturated instead of queueing
@@ -139,13 +140,12 @@ class RedisTier:
     async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
         """GET of several keys in one round trip (a pipeline, not MGET, so that keys never need
         to share a cluster slot)."""
-        async with (
-            self._translated("GET", keys[0] if keys else ""),
-            self.client.pipeline(transaction=False) as pipe,
-        ):
-            for key in keys:
-                pipe.get(key)
-            values = await pipe.execute()
+        if not keys:
+            return []
+        values = await self._send([("GET", key) for key in keys])
+        for value in values:
+            if isinstance(value, CacheTierError):
+                raise value
         if all(value is None or isinstance(value, bytes) for value in values):
             return list(values)
         raise CacheTierError("redis GET: decoded reply, expected bytes", "other")
