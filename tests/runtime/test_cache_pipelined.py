@@ -8,12 +8,14 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 import pytest
 from support.cache_doubles import Model, ask, metric, request, settings
-from support.processes import RedisProcess
+from support.processes import RedisProcess, free_port
 
 from cachefleet.runtime.cache.api import CacheStatus
 from cachefleet.runtime.cache.errors import CacheTierError
@@ -141,3 +143,44 @@ async def test_requests_are_misses_while_redis_is_paused(redis_server: RedisProc
             await asyncio.sleep(0.1)
     finally:
         await cache.close()
+
+
+def uvloop_round_trip(settings: RedisSettings) -> list[bytes | None]:
+    """SET then GET through a tier on uvloop, as the server runs it (its transports differ)."""
+    uvloop = pytest.importorskip("uvloop")
+
+    async def main() -> list[bytes | None]:
+        tier = RedisTier(settings)
+        await tier.start()
+        try:
+            await asyncio.gather(*(tier.set(f"uv{index}", b"v", 60) for index in range(3)))
+            return list(await asyncio.gather(*(tier.get(f"uv{index}") for index in range(4))))
+        finally:
+            await tier.close()
+
+    result: list[bytes | None] = uvloop.run(main())
+    return result
+
+
+def test_the_shared_connection_on_uvloop_over_tcp_tls_and_a_unix_socket(
+    make_redis: Callable[..., RedisProcess], certificates: Path, tmp_path: Path
+) -> None:
+    tls_port = free_port()
+    socket_path = tmp_path / "redis.sock"
+    redis = make_redis("--tls-port", str(tls_port), "--tls-cert-file", str(certificates / "node.crt"),
+                       "--tls-key-file", str(certificates / "node.key"),
+                       "--tls-ca-cert-file", str(certificates / "ca.crt"),
+                       "--unixsocket", str(socket_path), "--unixsocketperm", "700")  # fmt: skip
+    tls: dict[str, Any] = {
+        "tls_ca_file": str(certificates / "ca.crt"),
+        "tls_cert_file": str(certificates / "node.crt"),
+        "tls_key_file": str(certificates / "node.key"),
+        "connect_timeout_s": 2.0,
+        "socket_timeout_s": 1.0,
+    }
+    for settings in (
+        RedisSettings(url=redis.url),
+        RedisSettings(url=f"rediss://127.0.0.1:{tls_port}/0", **tls),
+        RedisSettings(url=f"unix://{socket_path}?db=1"),
+    ):
+        assert uvloop_round_trip(settings) == [b"v", b"v", b"v", None], settings.url
