@@ -167,7 +167,8 @@ def test_the_shared_connection_on_uvloop_over_tcp_tls_and_a_unix_socket(
 ) -> None:
     tls_port = free_port()
     socket_path = tmp_path / "redis.sock"
-    redis = make_redis("--tls-port", str(tls_port), "--tls-cert-file", str(certificates / "node.crt"),
+    redis = make_redis("--tls-port", str(tls_port),
+                       "--tls-cert-file", str(certificates / "node.crt"),
                        "--tls-key-file", str(certificates / "node.key"),
                        "--tls-ca-cert-file", str(certificates / "ca.crt"),
                        "--unixsocket", str(socket_path), "--unixsocketperm", "700")  # fmt: skip
@@ -178,9 +179,9 @@ def test_the_shared_connection_on_uvloop_over_tcp_tls_and_a_unix_socket(
         "connect_timeout_s": 2.0,
         "socket_timeout_s": 1.0,
     }
-    for settings in (
+    for each in (
         RedisSettings(url=redis.url),
         RedisSettings(url=f"rediss://127.0.0.1:{tls_port}/0", **tls),
         RedisSettings(url=f"unix://{socket_path}?db=1"),
     ):
-        assert uvloop_round_trip(settings) == [b"v", b"v", b"v", None], settings.url
+        assert uvloop_round_trip(each) == [b"v", b"v", b"v", None], each.url
