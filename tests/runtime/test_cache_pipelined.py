@@ -185,3 +185,37 @@ def test_the_shared_connection_on_uvloop_over_tcp_tls_and_a_unix_socket(
         RedisSettings(url=f"unix://{socket_path}?db=1"),
     ):
         assert uvloop_round_trip(each) == [b"v", b"v", b"v", None], each.url
+
+
+async def test_the_inserts_of_one_drain_are_one_write_and_all_counted(
+    redis_server: RedisProcess,
+) -> None:
+    metrics = RuntimeMetrics()
+    cache = build_cache(settings("redis", redis_server.url), metrics)
+    assert isinstance(cache, ReadThroughCache)
+    assert cache.redis is not None
+    await cache.redis.start()  # the tier, but not the write-behind workers: inserts queue up
+    tier = cache.redis
+    sent: list[list[tuple[Any, ...]]] = []
+    send = tier._send
+
+    def counting(commands: list[tuple[Any, ...]]) -> Any:
+        sent.append(commands)
+        return send(commands)
+
+    tier._send = counting  # type: ignore[method-assign]
+    try:
+        for value in range(30):
+            assert (await ask(cache, request(value), Model()))[1] is CacheStatus.MISS
+        sent.clear()
+        await cache.writes.start()
+        await cache.writes.join()
+
+        assert [len(commands) for commands in sent] == [30]
+        assert {commands[0] for commands in sent[0]} == {"SET"}
+        inserts = metric(metrics, "cachefleet_cache_inserts_total", model="simple", version="1",
+                         tier="redis")  # fmt: skip
+        assert inserts == 30
+        assert (await ask(cache, request(29), Model()))[1] is CacheStatus.HIT_REDIS
+    finally:
+        await cache.close()
