@@ -201,12 +201,11 @@ class PipelinedConnection:
             async with asyncio.timeout(self._connect_timeout_s):
                 connection = await self._lease()
             link = _Link(connection, self._stall_s, self._ended)
+            if not link.open:  # closed between the pool's check and the takeover
+                await self._give_back(link)
+                raise rexc.ConnectionError("Connection closed by server.")
         except BaseException as error:
-            backlog, self._backlog = self._backlog, []
-            failure = error if isinstance(error, Exception) else rexc.ConnectionError("cancelled")
-            for _, _, future in backlog:
-                if not future.done():
-                    future.set_exception(failure)
+            self._fail_backlog(error)
             if not isinstance(error, Exception):
                 raise
             return
@@ -216,6 +215,13 @@ class PipelinedConnection:
         backlog, self._backlog = self._backlog, []
         for data, count, future in backlog:
             link.write(data, count, future)
+
+    def _fail_backlog(self, error: BaseException) -> None:
+        backlog, self._backlog = self._backlog, []
+        failure = error if isinstance(error, Exception) else rexc.ConnectionError("cancelled")
+        for _, _, future in backlog:
+            if not future.done():
+                future.set_exception(failure)
 
     def _ended(self, link: _Link) -> None:
         if self._link is link:

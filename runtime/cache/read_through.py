@@ -357,34 +357,40 @@ class ReadThroughCache:
         sent: asyncio.Future[Any],
     ) -> None:
         """Count an insert's outcome and feed the breaker, as a lookup's is."""
-        if sent.cancelled():
-            done.cancel()
-            return
-        error = sent.exception()
-        if isinstance(error, CacheTierError):
-            self._fault("redis", error, breaker)
-        elif error is not None:  # a bug: the write-behind worker logs it
-            done.set_exception(error)
-            return
-        else:
-            breaker.record_success()
+        if self._written(breaker, done, sent):
             self._reported.clear()
             self.model_metrics.of(key.model, key.version).inserts_redis.inc()
+
+    def _written(
+        self, breaker: CircuitBreaker, done: asyncio.Future[None], sent: asyncio.Future[Any]
+    ) -> bool:
+        """Resolve ``done`` with the outcome of a write; whether Redis took it."""
+        if sent.cancelled():
+            done.cancel()
+            return False
+        error = sent.exception()
+        if error is not None and not isinstance(error, CacheTierError):
+            done.set_exception(error)  # a bug: the write-behind worker logs it
+            return False
+        if error is not None:
+            self._fault("redis", error, breaker)
+        else:
+            breaker.record_success()
         done.set_result(None)
+        return error is None
 
     def _delete_job(self, key: CacheKey) -> WriteJob:
-        async def delete() -> None:
-            if self.redis is None:
-                return
-            breaker = self._breaker(key)
-            if not breaker.allow():
-                return
-            try:
-                await self.redis.delete(key.redis_key)
-            except CacheTierError as error:
-                self._fault("redis", error, breaker)
-                return
-            breaker.record_success()
+        """The removal of a corrupt entry. Like an insert, it queues its UNLINK when the drain
+        takes it, so it stays ahead of the insert of the right answer, queued after it."""
+
+        def delete() -> asyncio.Future[None]:
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            if self.redis is None or not (breaker := self._breaker(key)).allow():
+                done.set_result(None)
+                return done
+            sent = self.redis.delete_soon(key.redis_key)
+            sent.add_done_callback(functools.partial(self._written, breaker, done))
+            return done
 
         return delete
 

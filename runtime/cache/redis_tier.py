@@ -211,7 +211,11 @@ class RedisTier:
         ]
 
     async def delete(self, key: str) -> None:
-        await self._batch(key).run(("UNLINK", key))
+        await self.delete_soon(key)
+
+    def delete_soon(self, key: str) -> asyncio.Future[Any]:
+        """:meth:`delete` without a coroutine, queued behind the commands queued before it."""
+        return self._batch(key).submit(("UNLINK", key))
 
     async def ping(self) -> None:
         async with self._translated("PING", ""):
