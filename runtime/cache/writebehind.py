@@ -5,8 +5,9 @@ some inserts instead of holding memory or adding latency to requests. A few work
 queue so one slow write does not hold up the rest. A worker takes everything queued (up to
 ``batch`` jobs) and starts it at once, so the Redis writes of one drain leave together in one
 pipelined round trip (see ``batch``) instead of one round trip each. A job may return a plain
-future (the cache's inserts do: they queue their SET and return): it is waited for as it is,
-while a coroutine needs a task of its own to run beside the others.
+future (the cache's inserts and deletes do: they queue their command and return): it is waited
+for as it is, while a coroutine needs a task of its own to run beside the others, and so starts
+after every future-returning job of its drain; a write whose order matters returns a future.
 """
 
 from __future__ import annotations
