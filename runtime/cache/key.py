@@ -52,6 +52,22 @@ class CacheKey:
     version: str
     digest: bytes
 
+    def __hash__(self) -> int:
+        # The digest covers the model and version already, and a bytes object caches its own
+        # hash: a lookup in the local tier then hashes nothing (a dataclass would hash a tuple).
+        return hash(self.digest)
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, CacheKey):
+            return NotImplemented
+        return (
+            self.digest == other.digest
+            and self.model == other.model
+            and self.version == other.version
+        )
+
     @property
     def hexdigest(self) -> str:
         return self.digest.hex()
