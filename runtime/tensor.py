@@ -54,6 +54,10 @@ def datatype_of(array: np.ndarray) -> str:
     raise TensorDataError(f"no KServe datatype for numpy dtype {array.dtype}")
 
 
+#: How ``Tensor.trusted`` fills a frozen instance.
+_set = object.__setattr__
+
+
 @dataclass(frozen=True, slots=True)
 class Tensor:
     """A named tensor in canonical byte form (see the module docstring)."""
@@ -75,6 +79,17 @@ class Tensor:
                     f"tensor {self.name!r}: {self.datatype}{list(self.shape)} needs "
                     f"{expected} bytes, got {len(self.data)}"
                 )
+
+    @classmethod
+    def trusted(cls, name: str, datatype: str, shape: tuple[int, ...], data: bytes) -> Tensor:
+        """A tensor from fields that were a valid Tensor before (a cache tier keeps them as plain
+        tuples): built without checking them again."""
+        tensor = object.__new__(cls)
+        _set(tensor, "name", name)
+        _set(tensor, "datatype", datatype)
+        _set(tensor, "shape", shape)
+        _set(tensor, "data", data)
+        return tensor
 
     @classmethod
     def from_numpy(cls, name: str, array: np.ndarray, datatype: str | None = None) -> Tensor:

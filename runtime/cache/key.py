@@ -14,6 +14,7 @@ and never enter the key: a hit is rendered per request from the raw output tenso
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -53,20 +54,9 @@ class CacheKey:
     digest: bytes
 
     def __hash__(self) -> int:
-        # The digest covers the model and version already, and a bytes object caches its own
-        # hash: a lookup in the local tier then hashes nothing (a dataclass would hash a tuple).
+        # The digest alone already tells keys apart, and bytes keep their hash once computed:
+        # the tiers, the single-flight and the memo hash a key several times per request.
         return hash(self.digest)
-
-    def __eq__(self, other: object) -> bool:
-        if self is other:
-            return True
-        if not isinstance(other, CacheKey):
-            return NotImplemented
-        return (
-            self.digest == other.digest
-            and self.model == other.model
-            and self.version == other.version
-        )
 
     @property
     def hexdigest(self) -> str:
@@ -108,22 +98,31 @@ def compute_key(
     _field(frame, model.encode())
     _field(frame, version.encode())
     frame += _U64.pack(len(inputs))
-    ordered = inputs if len(inputs) < 2 else sorted(inputs, key=lambda t: t.name)
+    ordered = inputs if len(inputs) < 2 else sorted(inputs, key=_name)
     for tensor in ordered:
         _field(frame, tensor.name.encode())
         _field(frame, tensor.datatype.encode())
-        frame += _U64.pack(len(tensor.shape))
-        frame += struct.pack(f"<{len(tensor.shape)}Q", *tensor.shape)
-        frame += _U64.pack(len(tensor.data))
-        if len(tensor.data) <= _INLINE_BYTES:
-            frame += tensor.data
+        shape, data = tensor.shape, tensor.data
+        frame += _shape_struct(len(shape)).pack(len(shape), *shape, len(data))
+        if len(data) <= _INLINE_BYTES:
+            frame += data
         else:
             hasher.update(frame)
-            hasher.update(tensor.data)
+            hasher.update(data)
             frame.clear()
     _field(frame, _parameters(parameters))
     hasher.update(frame)
     return CacheKey(model, version, hasher.digest())
+
+
+def _name(tensor: Tensor) -> str:
+    return tensor.name
+
+
+@functools.cache
+def _shape_struct(rank: int) -> struct.Struct:
+    """The rank, the dimensions and the data length of a tensor, as little-endian u64s."""
+    return struct.Struct(f"<{rank + 2}Q")
 
 
 def _parameters(parameters: Mapping[str, Any]) -> bytes:

@@ -88,6 +88,8 @@ class OnnxModel:
         self._output_names = [spec.name for spec in config.outputs]
         self._run_options = ort.RunOptions()
         self._run_options.log_severity_level = 4  # failures are raised, not printed
+        #: Set by the loader once it has timed a trial run (``placement.runs_inline``).
+        self.quick = False
 
     @property
     def name(self) -> str:

@@ -34,6 +34,7 @@ from cachefleet.runtime.models.graph import (
     derive_config,
 )
 from cachefleet.runtime.models.onnx_backend import OnnxModel, open_session, signature_of
+from cachefleet.runtime.models.placement import runs_inline
 from cachefleet.runtime.models.providers import ExecutionPlan, plan_execution
 from cachefleet.runtime.models.scheduling import scheduling_policy
 from cachefleet.runtime.models.types import Model, ModelConfig, ModelIndexEntry
@@ -248,7 +249,9 @@ class _VersionLoader:
         logger.info(
             "model %r version %d: READY on %s", config.name, version, session.get_providers()
         )
-        return OnnxModel(str(version), config, session, self._labels)
+        model = OnnxModel(str(version), config, session, self._labels)
+        model.quick = runs_inline(model)
+        return model
 
     def _settle_config(self, signature: GraphSignature) -> ModelConfig:
         if not self._message.input or not self._message.output:

@@ -73,8 +73,14 @@ class Model(Protocol):
         """Classification labels per output name, read from each output's label_filename."""
         ...
 
+    @property
+    def quick(self) -> bool:
+        """Quick enough to run on the event loop (decided at load, see ``placement``)."""
+        ...
+
     def run(self, inputs: Sequence[Tensor]) -> list[Tensor]:
-        """Run the model on validated inputs; returns every output. Blocking: call off-loop."""
+        """Run the model on validated inputs; returns every output. Blocking: run it in the
+        executor unless it is ``quick``."""
         ...
 
 

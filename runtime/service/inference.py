@@ -48,7 +48,7 @@ from cachefleet.runtime.service.memo import Memoized, ResponseMemo
 from cachefleet.runtime.service.memo_answers import MemoAnswers
 from cachefleet.runtime.service.request_series import RequestSeries
 from cachefleet.runtime.service.row_cache import answer_by_rows
-from cachefleet.runtime.service.scheduler import OnWait, Schedulers
+from cachefleet.runtime.service.scheduler import ModelScheduler, OnWait, Schedulers
 from cachefleet.runtime.service.shared_memory import SharedMemoryRegistry
 from cachefleet.runtime.service.statistics import ModelStatistics, StatisticsRegistry
 from cachefleet.runtime.tensor import Tensor
@@ -317,19 +317,29 @@ class InferenceService:
         key: CacheKey | None = None
         if precompute_key and request.use_cache:
             key = compute_key(model.name, model.version, request.inputs, parameters)
+        scheduler = self._schedulers.of(model)
+        directives = directives if request.use_cache else _NO_CACHE
+        enabled = config.response_cache or self._cache_all
+        by_rows = (
+            (scheduler.policy.row_cache or model.name in self._row_cache_models)
+            and config.max_batch_size > 0
+            and enabled
+            and directives.lookup
+            and rows.batch_rows(request.inputs) > 1
+        )
         cache_request = CacheRequest(
             model=model.name,
             version=model.version,
             inputs=request.inputs,
             parameters=parameters,
-            enabled=config.response_cache or self._cache_all,
+            enabled=enabled,
             ttl_s=self._default_ttl_s if config.cache_ttl_s is None else config.cache_ttl_s,
             key=key,
+            # An inline run cannot be interrupted once started; row lookups can be.
+            quick=scheduler.inline and not by_rows,
         )
-
-        directives = directives if request.use_cache else _NO_CACHE
         miss = _Miss()
-        compute = self._compute(model, request, cache_request, directives, on_wait, miss)
+        compute = self._compute(scheduler, request, cache_request, by_rows, on_wait, miss)
         cache_started = time.perf_counter_ns()
         outputs, status = await self._cache.get_or_compute(cache_request, directives, compute)
         cache_ns = time.perf_counter_ns() - cache_started
@@ -342,17 +352,16 @@ class InferenceService:
 
     def _compute(
         self,
-        model: Model,
+        scheduler: ModelScheduler,
         request: InferRequest,
         cache_request: CacheRequest,
-        directives: CacheDirectives,
+        by_rows: bool,
         on_wait: OnWait | None,
         miss: _Miss,
     ) -> Compute:
         """How a miss is computed: through the model's scheduler, row by row through the row
-        cache when the model has it; what happened goes into ``miss``."""
+        cache when ``by_rows``; what happened goes into ``miss``."""
         priority = _priority(request.parameters)
-        scheduler = self._schedulers.of(model)
 
         async def run(inputs: Sequence[Tensor]) -> list[Tensor]:
             started = time.perf_counter_ns()
@@ -360,14 +369,6 @@ class InferenceService:
                 return await scheduler.run(inputs, priority, on_wait)
             finally:
                 miss.waited_ns += time.perf_counter_ns() - started
-
-        by_rows = (
-            (scheduler.policy.row_cache or model.name in self._row_cache_models)
-            and model.config.max_batch_size > 0
-            and cache_request.enabled
-            and directives.lookup
-            and rows.batch_rows(request.inputs) > 1
-        )
 
         async def compute() -> list[Tensor]:
             if not by_rows:

@@ -1,7 +1,9 @@
 """Runs one model version's executions: at most ``instances`` at once, misses merged into
 batches when the model asks for dynamic batching.
 
-Executions run in the server's thread pool, off the event loop. Every execution runs in its own
+Executions run in the server's thread pool, off the event loop, except those of a ``quick``
+model without dynamic batching (see ``models.placement``): they run on the event loop itself,
+at once, since the thread hand-off would cost more than the run. Every execution runs in its own
 task, so a caller that goes away (a client disconnect cancels its request) never cancels an
 execution that other callers wait on; a caller that goes before its request left the queue is
 simply dropped from it. A batch that fails is run again one request at a time, so that a request
@@ -64,12 +66,16 @@ class ModelScheduler:
         self._pending = metrics.pending_requests.labels(*labels)
         self._counters = metrics.inference
         self._preserve_ordering = policy.batching is not None and policy.batching.preserve_ordering
+        #: Runs on the event loop, in the caller's task: nothing to wait for, nothing to cancel.
+        self.inline = model.quick and policy.batching is None
 
     async def run(
         self, inputs: Sequence[Tensor], priority: int = 0, on_wait: OnWait | None = None
     ) -> list[Tensor]:
         """The model's outputs for ``inputs`` (batched with other requests if configured)."""
         level = self._level(priority)
+        if self.inline:
+            return self._run_inline(inputs)
         if on_wait is not None:
             on_wait()
         if self._queue is None:
@@ -144,6 +150,12 @@ class ModelScheduler:
         task = asyncio.ensure_future(self._execute_one(inputs, submitted_ns))
         task.add_done_callback(lambda _: self._slots.release())
         return await asyncio.shield(task)
+
+    def _run_inline(self, inputs: Sequence[Tensor]) -> list[Tensor]:
+        size = self._rows(inputs)
+        (outputs,), times = self._execute_blocking([inputs], [size], time.perf_counter_ns())
+        self._record(size, times)
+        return outputs
 
     async def _execute_one(self, inputs: Sequence[Tensor], submitted_ns: int) -> list[Tensor]:
         (outputs,) = await self._execute([inputs], submitted_ns)
@@ -252,13 +264,16 @@ class ModelScheduler:
         pieces, times = await loop.run_in_executor(
             self._executor, self._execute_blocking, parts, sizes, submitted_ns
         )
-        self._inference_seconds.observe(times.compute_infer_ns / 1e9)
-        total = sum(sizes)
-        self._batch_sizes.observe(total)
-        self._counters.executed(self.model.name, self.model.version, total)
-        stats = self._statistics.for_version(self.model.name, self.model.version)
-        stats.record_execution(total, times)
+        self._record(sum(sizes), times)
         return pieces
+
+    def _record(self, rows: int, times: ExecutionTimes) -> None:
+        """One execution of ``rows`` rows, in the metrics and the statistics extension."""
+        self._inference_seconds.observe(times.compute_infer_ns / 1e9)
+        self._batch_sizes.observe(rows)
+        self._counters.executed(self.model.name, self.model.version, rows)
+        stats = self._statistics.for_version(self.model.name, self.model.version)
+        stats.record_execution(rows, times)
 
     def _execute_blocking(
         self, parts: Sequence[Sequence[Tensor]], sizes: Sequence[int], submitted_ns: int

@@ -169,4 +169,3 @@ def test_keys_are_equal_by_every_field_and_hash_by_their_digest() -> None:
     assert key != CacheKey("n", "1", digest)
     assert key != CacheKey("m", "2", digest)
     assert key != CacheKey("m", "1", bytes(32))
-    assert key != digest

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import random
 import threading
 
@@ -178,3 +179,22 @@ def test_an_entry_identity_lives_exactly_as_long_as_the_entry() -> None:
     assert tier.entry(key(1)) is not None
     tier.remove_model("m")
     assert tier.entry(key(1)) is None
+
+
+def test_a_full_tier_gives_the_garbage_collector_nothing_to_walk() -> None:
+    """Entries are untracked by the collector: with them tracked, every full collection walked
+    the whole tier (a pause of ~0.4 s with 256 MiB of small entries)."""
+    tier = LocalTier(10**8)
+    gc.collect()
+    before = len(gc.get_objects())
+    for index in range(20_000):
+        array = np.full((1, 4), index, dtype=np.int32)
+        tier.put(key(index), [Tensor.from_numpy("y", array), Tensor.from_numpy("z", array)], 60)
+    for _ in range(4):  # the collector untracks nested tuples one level per pass
+        gc.collect()
+    assert len(tier) == 20_000
+    assert len(gc.get_objects()) - before < 1_000
+    hit = tier.get(key(7))
+    assert hit is not None
+    assert [t.name for t in hit] == ["y", "z"]
+    assert hit[0].to_numpy().tolist() == [[7, 7, 7, 7]]

@@ -24,6 +24,7 @@ class FakeModel:
     name: str
     version: str = "1"
     labels: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    quick: bool = False
 
     @property
     def config(self) -> ModelConfig:

@@ -31,6 +31,7 @@ class HeldModel:
             (TensorSpec("X", "INT32", (1,)),), (TensorSpec("Y", "INT32", (1,)),),
         )  # fmt: skip
         self.labels: Mapping[str, Sequence[str]] = {}
+        self.quick = False  # it waits for the test: never on the event loop
         self.running = 0
         self.most_running = 0
         self.started: list[list[int]] = []
@@ -166,3 +167,43 @@ async def test_closing_answers_waiting_requests_with_503(executor: ThreadPoolExe
     with pytest.raises(NotReadyError):
         await waiting
     assert model.started == []
+
+
+class QuickModel(HeldModel):
+    """Doubles its input at once, noting the thread each run happens on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.quick = True
+        self.threads: list[int] = []
+
+    def run(self, inputs: Sequence[Tensor]) -> list[Tensor]:
+        self.threads.append(threading.get_ident())
+        return [Tensor.from_numpy("Y", inputs[0].to_numpy() * 2)]
+
+
+async def test_a_quick_model_runs_on_the_event_loop_and_is_recorded(
+    executor: ThreadPoolExecutor,
+) -> None:
+    model, statistics = QuickModel(), StatisticsRegistry()
+    scheduler = ModelScheduler(model, SchedulingPolicy(), executor, RuntimeMetrics(), statistics)
+    waited: list[bool] = []
+    answer = await scheduler.run(request(4), on_wait=lambda: waited.append(True))
+    assert int(answer[0].to_numpy()[0, 0]) == 8
+    assert model.threads == [threading.get_ident()], "run in the caller's thread, the loop's"
+    assert not waited, "nothing to wait for, so no client watch is started"
+    assert batches(statistics) == {1: 1}, "the execution is in the statistics like any other"
+    await scheduler.close()
+
+
+async def test_a_quick_model_with_dynamic_batching_still_batches(
+    executor: ThreadPoolExecutor,
+) -> None:
+    model = QuickModel()
+    policy = SchedulingPolicy(batching=BatchingPolicy(max_batch_size=8))
+    scheduler = ModelScheduler(model, policy, executor, RuntimeMetrics(), StatisticsRegistry())
+    assert not scheduler.inline
+    answer = await scheduler.run(request(3))
+    assert int(answer[0].to_numpy()[0, 0]) == 6
+    assert model.threads != [threading.get_ident()], "batches run in the executor"
+    await scheduler.close()
