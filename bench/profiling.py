@@ -26,6 +26,8 @@ _LAYERS: tuple[tuple[str, str], ...] = (
     ("runtime/protocol/", "protocol decode/encode (ours)"),
     ("prometheus_client", "metrics (prometheus-client)"),
     ("runtime/service/memo.py", "response memo (ours)"),
+    ("runtime/service/memo_answers.py", "response memo (ours)"),
+    ("runtime/http/one_write.py", "uvicorn/httptools"),
     ("runtime/http/front_door.py", "infer fast path (ours)"),
     ("runtime/http/", "HTTP routes and service (ours)"),
     ("runtime/service/", "HTTP routes and service (ours)"),

@@ -64,15 +64,25 @@ class TritonCacheCounters(TritonCounters):
         "nv_cache_miss_duration_per_model": "Cumulative time spent on cache misses, microseconds",
     }
 
+    def __init__(self) -> None:
+        super().__init__()
+        values = self._values
+        self._hit_series = (
+            values["nv_cache_num_hits_per_model"],
+            values["nv_cache_hit_duration_per_model"],
+        )
+        self._miss_series = (
+            values["nv_cache_num_misses_per_model"],
+            values["nv_cache_miss_duration_per_model"],
+        )
+
     def record(self, model: str, version: str, *, hit: bool, duration_s: float) -> None:
-        kind = "hit" if hit else "miss"
+        # The two series of each kind, looked up without building their names per call.
+        counts, durations = self._hit_series if hit else self._miss_series
+        labels = (model, version)
         with self._lock:
-            self._values[f"nv_cache_num_{kind}{'es' if kind == 'miss' else 's'}_per_model"][
-                (model, version)
-            ] += 1
-            self._values[f"nv_cache_{kind}_duration_per_model"][(model, version)] += (
-                duration_s * 1e6
-            )
+            counts[labels] += 1
+            durations[labels] += duration_s * 1e6
 
 
 class TritonInferenceCounters(TritonCounters):

@@ -8,6 +8,7 @@ keeps its own metrics registry, so ``/metrics`` shows the figures of the worker 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import importlib.util
 import os
 import sys
@@ -65,7 +66,16 @@ def run(args: argparse.Namespace) -> int:
         proxy_headers=False,  # client addresses are never used, so skip X-Forwarded-* parsing
         server_header=False,
         loop="uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
-        http="httptools" if importlib.util.find_spec("httptools") else "h11",
+        http=_http_protocol(),
         timeout_graceful_shutdown=10,
     )
     return 0
+
+
+def _http_protocol() -> type[asyncio.Protocol] | str:
+    """httptools (with a response's head and body in one write) when installed, else h11."""
+    if importlib.util.find_spec("httptools") is None:
+        return "h11"
+    from cachefleet.runtime.http.one_write import OneWriteHttpToolsProtocol
+
+    return OneWriteHttpToolsProtocol

@@ -92,9 +92,11 @@ class ResponseCache(Protocol):
         """
         ...
 
-    def confirm_local_hit(self, key: CacheKey, entry: object, started: float) -> bool:
-        """Whether ``entry`` is still ``key``'s live local entry; if so, count a local hit
-        (lookup time from ``started``, a ``time.perf_counter()`` value) as a lookup would."""
+    def confirm_local_hit(self, key: CacheKey, entry: object, started_ns: int) -> int | None:
+        """If ``entry`` is still ``key``'s live local entry, count a local hit as a lookup
+        would (lookup time from ``started_ns``, a ``time.perf_counter_ns()`` value) and return
+        the ``perf_counter_ns()`` it was confirmed at (one clock read serves the caller too);
+        else None, nothing counted."""
         ...
 
 
@@ -124,5 +126,5 @@ class NullCache:
     def local_entry(self, key: CacheKey) -> object | None:
         return None
 
-    def confirm_local_hit(self, key: CacheKey, entry: object, started: float) -> bool:
-        return False
+    def confirm_local_hit(self, key: CacheKey, entry: object, started_ns: int) -> int | None:
+        return None

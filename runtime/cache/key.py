@@ -94,14 +94,10 @@ def compute_key(
     payload and without one hasher call per field.
     """
     hasher = blake3()
-    frame = bytearray(_PREFIX)
-    _field(frame, model.encode())
-    _field(frame, version.encode())
-    frame += _U64.pack(len(inputs))
+    frame = bytearray(_head(model, version, len(inputs)))
     ordered = inputs if len(inputs) < 2 else sorted(inputs, key=_name)
     for tensor in ordered:
-        _field(frame, tensor.name.encode())
-        _field(frame, tensor.datatype.encode())
+        frame += _tensor_head(tensor.name, tensor.datatype)
         shape, data = tensor.shape, tensor.data
         frame += _shape_struct(len(shape)).pack(len(shape), *shape, len(data))
         if len(data) <= _INLINE_BYTES:
@@ -110,13 +106,26 @@ def compute_key(
             hasher.update(frame)
             hasher.update(data)
             frame.clear()
-    _field(frame, _parameters(parameters))
+    frame += _framed(_parameters(parameters))
     hasher.update(frame)
     return CacheKey(model, version, hasher.digest())
 
 
 def _name(tensor: Tensor) -> str:
     return tensor.name
+
+
+# The framings below repeat for every request of a model; they are cached (bounded: model names,
+# versions, input names and datatypes are those of loaded models, checked before any key).
+@functools.lru_cache(maxsize=1024)
+def _head(model: str, version: str, input_count: int) -> bytes:
+    """The prefix, the framed model and version, and the number of inputs."""
+    return _PREFIX + _framed(model.encode()) + _framed(version.encode()) + _U64.pack(input_count)
+
+
+@functools.lru_cache(maxsize=1024)
+def _tensor_head(name: str, datatype: str) -> bytes:
+    return _framed(name.encode()) + _framed(datatype.encode())
 
 
 @functools.cache
@@ -132,6 +141,5 @@ def _parameters(parameters: Mapping[str, Any]) -> bytes:
     return orjson.dumps(keyed, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=str)
 
 
-def _field(frame: bytearray, value: bytes) -> None:
-    frame += _U64.pack(len(value))
-    frame += value
+def _framed(value: bytes) -> bytes:
+    return _U64.pack(len(value)) + value

@@ -164,15 +164,16 @@ class ReadThroughCache:
     def local_entry(self, key: CacheKey) -> object | None:
         return None if self.local is None else self.local.entry(key)
 
-    def confirm_local_hit(self, key: CacheKey, entry: object, started: float) -> bool:
+    def confirm_local_hit(self, key: CacheKey, entry: object, started_ns: int) -> int | None:
         if self.local is None or self.local.entry(key) is not entry:
-            return False
-        elapsed = time.perf_counter() - started
+            return None
+        now_ns = time.perf_counter_ns()
+        elapsed = (now_ns - started_ns) / 1e9
         series = self.model_metrics.of(key.model, key.version)
         series.lookup_local.observe(elapsed)
         series.hits_local.inc()
         self.metrics.triton.record(key.model, key.version, hit=True, duration_s=elapsed)
-        return True
+        return now_ns
 
     @staticmethod
     def _key(request: CacheRequest) -> CacheKey:

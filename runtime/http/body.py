@@ -9,13 +9,25 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import AsyncIterator
+from typing import Protocol
 
 from starlette.requests import Request
+from starlette.types import Receive
 
 from cachefleet.runtime.errors import BadRequestError, PayloadTooLargeError
 
 #: zlib ``wbits`` per Content-Encoding: gzip framing, or zlib framing for "deflate".
 _DECOMPRESSORS = {"gzip": zlib.MAX_WBITS | 16, "deflate": zlib.MAX_WBITS}
+
+
+class ClientGoneError(Exception):
+    """The client disconnected before its body arrived: there is no one to answer."""
+
+
+class Hasher(Protocol):
+    """What :func:`receive_parts` feeds each piece of a body to (a BLAKE3 hasher)."""
+
+    def update(self, data: bytes, /) -> object: ...
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -44,6 +56,43 @@ async def collect_body(
             raise _too_large(size, limit, at_least=True)
         parts.append(chunk)
     body = b"".join(parts)
+    if encoding is None or encoding == "identity":
+        return body
+    return _decompress(body, encoding, limit)
+
+
+async def receive_parts(
+    receive: Receive, declared: str | None, limit: int, hasher: Hasher | None
+) -> list[bytes]:
+    """The raw body straight from ASGI ``receive``, as the pieces it came in (within
+    ``limit``, checked as :func:`collect_body` checks it), each fed to ``hasher`` on arrival.
+
+    A caller that only needs the body's digest never joins (copies) it; one that needs the
+    body joins it with :func:`joined`. Raises ClientGoneError if the client hangs up first.
+    """
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _too_large(int(declared), limit)
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGoneError
+        chunk: bytes = message.get("body", b"")
+        if chunk:
+            size += len(chunk)
+            if size > limit:
+                raise _too_large(size, limit, at_least=True)
+            parts.append(chunk)
+            if hasher is not None:
+                hasher.update(chunk)
+        if not message.get("more_body", False):
+            return parts
+
+
+def joined(parts: list[bytes], encoding: str | None, limit: int) -> bytes:
+    """The body of :func:`receive_parts`' pieces, decompressed per ``encoding``."""
+    body = parts[0] if len(parts) == 1 else b"".join(parts)
     if encoding is None or encoding == "identity":
         return body
     return _decompress(body, encoding, limit)

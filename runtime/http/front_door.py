@@ -6,43 +6,42 @@ So ``POST /v2/models/{m}[/versions/{v}]/infer`` is answered here, straight from 
 scope, and every other request (and the lifespan) falls through to the application
 unchanged. The behaviour is the route's: the same body limit and decompression, the same
 service call, the same ``{"error": ...}`` answers and headers.
+
+The cheapest answer, a memoized response (see ``service.memo_answers``), is found before any
+of the service's asynchronous path: the body is hashed piece by piece as it arrives (never
+joined), the memo answers and counts in one synchronous call, and the response goes out as
+one message pair whose headers were built when the response was memoized. No task lookup,
+no closure, no coroutine of ours beyond this one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+import time
 
 import orjson
 from starlette.requests import Request
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from cachefleet.runtime.errors import ServingError
-from cachefleet.runtime.http.body import collect_body, parse_header_length
+from cachefleet.runtime.cache.api import CacheDirectives
+from cachefleet.runtime.errors import BadRequestError, ServingError
+from cachefleet.runtime.http.body import (
+    ClientGoneError,
+    joined,
+    parse_header_length,
+    receive_parts,
+)
 from cachefleet.runtime.http.client_watch import ClientWatch
 from cachefleet.runtime.http.compression import compress_for
 from cachefleet.runtime.http.state import ServerState
 from cachefleet.runtime.protocol.cache_control import directives_from
+from cachefleet.runtime.service.memo import Memoized
 
 log = logging.getLogger(__name__)
 
 _JSON = b"application/json"
 _BINARY = b"application/octet-stream"
-#: The request headers the infer path reads; everything else is ignored.
-_WANTED = frozenset(
-    {
-        b"content-length",
-        b"content-encoding",
-        b"inference-header-content-length",
-        b"cache-control",
-        b"accept-encoding",
-    }
-)
-
-
-class ClientGoneError(Exception):
-    """The client disconnected before its body arrived: there is no one to answer."""
 
 
 def infer_route(path: str) -> tuple[str, str | None] | None:
@@ -80,7 +79,64 @@ class InferFrontDoor:
     async def _infer(
         self, scope: Scope, receive: Receive, send: Send, model: str, version: str | None
     ) -> None:
-        headers = {name: value for name, value in scope["headers"] if name in _WANTED}
+        declared = encoding = header_text = cache_control = accept = None
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                declared = value
+            elif name == b"inference-header-content-length":
+                header_text = value
+            elif name == b"content-encoding":
+                encoding = value
+            elif name == b"cache-control":
+                cache_control = value
+            elif name == b"accept-encoding":
+                accept = value
+        try:
+            service = self._state.ready_service()
+            directives = directives_from(_text(cache_control))
+            header_length, bad_header = _header_length(header_text)
+            # A compressed body is hashed by the service once inflated (its digest is the
+            # plain body's); a bad header length is refused after the body, by the service.
+            asked = bad_header is None and (encoding is None or encoding == b"identity")
+            hasher = None
+            if asked:
+                hasher = service.memo_hasher(model, version, header_length, directives)
+            parts = await receive_parts(receive, _text(declared), self._limit, hasher)
+            digest = None
+            if hasher is not None:
+                started_ns = time.perf_counter_ns()
+                digest = hasher.digest()
+                found = service.memo_answer(model, version, digest, started_ns)
+                if found is not None:
+                    await _send_memoized(send, found, accept)
+                    return
+            body = joined(parts, _text(encoding), self._limit)
+            if bad_header is not None:
+                raise bad_header
+        except ClientGoneError:
+            return
+        except ServingError as error:
+            await _refuse(send, scope, error)
+            return
+        memo = (digest, asked)
+        await self._answer(
+            scope, receive, send, (model, version), body, header_length, directives, memo, accept
+        )
+
+    async def _answer(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        route: tuple[str, str | None],
+        body: bytes,
+        header_length: int | None,
+        directives: CacheDirectives,
+        memo: tuple[bytes | None, bool],
+        accept: bytes | None,
+    ) -> None:
+        """Everything but a memoized answer: the service's whole path, with a watch for the
+        client hanging up once the request waits for a model."""
         task = asyncio.current_task()
         watch: ClientWatch | None = None
 
@@ -93,31 +149,21 @@ class InferFrontDoor:
             watch.start()
 
         try:
-            service = self._state.ready_service()
-            body = await collect_body(
-                _chunks(receive),
-                _text(headers.get(b"content-length")),
-                _text(headers.get(b"content-encoding")),
-                self._limit,
-            )
-            outcome = await service.infer(
-                model,
-                version,
+            outcome = await self._state.ready_service().infer(
+                *route,
                 body,
-                parse_header_length(_text(headers.get(b"inference-header-content-length"))),
-                directives_from(_text(headers.get(b"cache-control"))),
+                header_length,
+                directives,
                 on_wait=on_wait,
+                digest=memo[0],
+                memo_asked=memo[1],
             )
         except asyncio.CancelledError:
             if watch is None or not watch.absorb():
                 raise
             return  # the client has gone: nobody reads an answer
-        except ClientGoneError:
-            return
         except ServingError as error:
-            if error.status_code >= 500:
-                log.warning("POST %s: %s", scope["path"], error.message)
-            await _error(send, error.status_code, error.message)
+            await _refuse(send, scope, error)
             return
         except Exception as error:  # a bug: answer as the app's last-resort handler does
             log.exception("unexpected error on POST %s", scope["path"])
@@ -126,35 +172,67 @@ class InferFrontDoor:
         finally:
             if watch is not None:
                 watch.stop()
-        response = outcome.body
-        extra: list[tuple[bytes, bytes]] = [(b"x-cache", outcome.cache_status.value.encode())]
-        accept = headers.get(b"accept-encoding")
-        if accept is not None:
-            response, encoding = compress_for(accept.decode("latin-1"), response)
-            if encoding is not None:
-                extra.append((b"content-encoding", encoding.encode()))
-        if outcome.header_length is None:
-            media = _JSON
-        else:
-            media = _BINARY
-            extra.append((b"inference-header-content-length", b"%d" % outcome.header_length))
-        await _respond(send, 200, media, response, extra)
+        await _send_answer(
+            send, outcome.body, outcome.header_length, outcome.cache_status.value, accept
+        )
 
 
-async def _chunks(receive: Receive) -> AsyncIterator[bytes]:
-    while True:
-        message: Message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientGoneError
-        chunk = message.get("body", b"")
-        if chunk:
-            yield chunk
-        if not message.get("more_body", False):
-            return
+async def _send_memoized(send: Send, found: Memoized, accept: bytes | None) -> None:
+    if accept is not None:  # compressed per request: the memo holds the plain response
+        await _send_answer(send, found.body, found.header_length, "hit-local", accept)
+        return
+    headers = found.response_headers
+    if headers is None:
+        headers = found.response_headers = _headers(found.body, found.header_length, b"hit-local")
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": found.body})
+
+
+async def _send_answer(
+    send: Send, body: bytes, header_length: int | None, cache_status: str, accept: bytes | None
+) -> None:
+    encoding = None
+    if accept is not None:
+        body, encoding = compress_for(accept.decode("latin-1"), body)
+    headers = _headers(body, header_length, cache_status.encode())
+    if encoding is not None:
+        headers.append((b"content-encoding", encoding.encode()))
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _headers(
+    body: bytes, header_length: int | None, cache_status: bytes
+) -> list[tuple[bytes, bytes]]:
+    """An answer's headers: its length and type, how the cache answered, and the binary
+    extension's header length when binary outputs follow the JSON header."""
+    headers = [(b"content-length", b"%d" % len(body))]
+    if header_length is None:
+        headers.append((b"content-type", _JSON))
+    else:
+        headers.append((b"content-type", _BINARY))
+        headers.append((b"inference-header-content-length", b"%d" % header_length))
+    headers.append((b"x-cache", cache_status))
+    return headers
+
+
+def _header_length(value: bytes | None) -> tuple[int | None, BadRequestError | None]:
+    """The binary extension's header length, or the error to answer once the body is read
+    (a body over the limit is refused first, as it always was)."""
+    try:
+        return parse_header_length(_text(value)), None
+    except BadRequestError as error:
+        return None, error
 
 
 def _text(value: bytes | None) -> str | None:
     return None if value is None else value.decode("latin-1")
+
+
+async def _refuse(send: Send, scope: Scope, error: ServingError) -> None:
+    if error.status_code >= 500:
+        log.warning("POST %s: %s", scope["path"], error.message)
+    await _error(send, error.status_code, error.message)
 
 
 async def _error(send: Send, status: int, message: str) -> None:

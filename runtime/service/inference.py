@@ -7,8 +7,8 @@ sees only the raw output tensors, never the rendering. Decoding and rendering ar
 transport's (HTTP bodies, gRPC messages); everything between them is shared, so the same tensors
 sent over either transport are one cache entry, one single-flight, one batch queue, one set of
 metrics and statistics. With a local tier, a byte-identical repeat of an HTTP request is
-answered from a memo of rendered responses (see ``memo``) before any of that, for as long as the
-local entry it was rendered from lives.
+answered from a memo of rendered responses (see ``memo`` and ``memo_answers``) before any of
+that, for as long as the local entry it was rendered from lives.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from prometheus_client import Counter, Histogram
+from blake3 import blake3
 
 from cachefleet.runtime.cache.api import (
     CacheDirectives,
@@ -44,7 +44,9 @@ from cachefleet.runtime.protocol import (
 )
 from cachefleet.runtime.service import rows
 from cachefleet.runtime.service.in_flight import InFlight
-from cachefleet.runtime.service.memo import ResponseMemo, request_digest
+from cachefleet.runtime.service.memo import Memoized, ResponseMemo
+from cachefleet.runtime.service.memo_answers import MemoAnswers
+from cachefleet.runtime.service.request_series import RequestSeries
 from cachefleet.runtime.service.row_cache import answer_by_rows
 from cachefleet.runtime.service.scheduler import ModelScheduler, OnWait, Schedulers
 from cachefleet.runtime.service.shared_memory import SharedMemoryRegistry
@@ -98,12 +100,6 @@ class InferAnswer:
 Renderer = Callable[[InferAnswer], Rendered]
 
 
-@dataclass(frozen=True, slots=True)
-class _ModelSeries:
-    request_seconds: Histogram
-    ok: Counter
-
-
 class InferenceService:
     """Serves inference and metadata for a loaded repository through a response cache."""
 
@@ -128,15 +124,23 @@ class InferenceService:
         self._cache_all = settings.models.cache_all_models
         self._row_cache_models = frozenset(settings.models.row_cache_models)
         self._default_ttl_s = settings.cache.ttl_s
+        self._series = RequestSeries(metrics)
+        self._statistics = statistics if statistics is not None else StatisticsRegistry()
         #: Rendered responses, only where a local tier can vouch for them (``local``, ``tiered``);
         #: an eighth of the local tier's bound, on top of it.
         self._memo = (
-            ResponseMemo(settings.cache.local_size_bytes // 8)
+            MemoAnswers(
+                ResponseMemo(settings.cache.local_size_bytes // 8),
+                repository,
+                cache,
+                metrics,
+                self._series,
+                self._statistics,
+                cache_all=self._cache_all,
+            )
             if settings.cache.mode in ("local", "tiered")
             else None
         )
-        self._model_series: dict[tuple[str, str], _ModelSeries] = {}
-        self._statistics = statistics if statistics is not None else StatisticsRegistry()
         self._in_flight = in_flight if in_flight is not None else InFlight()
         self._shared_memory = shared_memory if shared_memory is not None else SharedMemoryRegistry()
         self._schedulers = Schedulers(executor, metrics, self._statistics)
@@ -144,6 +148,29 @@ class InferenceService:
     async def close(self) -> None:
         """Stop the models' batchers (executions already running finish)."""
         await self._schedulers.close()
+
+    def memo_hasher(
+        self,
+        model_name: str,
+        version: str | None,
+        header_length: int | None,
+        directives: CacheDirectives,
+    ) -> blake3 | None:
+        """A hasher to feed an HTTP request's body to, for :meth:`memo_answer` and then
+        :meth:`infer`'s ``digest``; None when no memoized answer can serve the request."""
+        if self._memo is None:
+            return None
+        return self._memo.hasher(model_name, version, header_length, directives)
+
+    def memo_answer(
+        self, model_name: str, version: str | None, digest: bytes, started_ns: int
+    ) -> Memoized | None:
+        """The memoized response of a byte-identical repeat, answered and counted (a local
+        hit, in the metrics and the statistics), or None with nothing counted: :meth:`infer`
+        then answers it. Synchronous: nothing runs between the lookup and the counting."""
+        if self._memo is None:
+            return None
+        return self._memo.answer(model_name, version, digest, started_ns)
 
     async def infer(
         self,
@@ -153,18 +180,33 @@ class InferenceService:
         header_length: int | None,
         directives: CacheDirectives,
         on_wait: OnWait | None = None,
+        *,
+        digest: bytes | None = None,
+        memo_asked: bool = False,
     ) -> InferOutcome:
         """Answer one HTTP inference request; raises ServingError subclasses for the client.
 
-        A byte-identical repeat is answered from the memo when its local entry still lives;
-        anything else goes the shared way of :meth:`answer`. ``on_wait`` is called when the
-        request starts waiting for a model execution: the transport may then watch for its
-        client going away and cancel the call.
+        ``memo_asked``: the caller already hashed the body and asked :meth:`memo_answer`
+        (``digest``: the request's digest, None when the memo cannot serve it); by default
+        both happen here. A live memoized response answers a byte-identical repeat; anything
+        else goes the shared way of :meth:`answer`. ``on_wait`` is called when the request
+        starts waiting for a model execution: the transport may then watch for its client
+        going away and cancel the call.
         """
+        if not memo_asked:
+            started_ns = time.perf_counter_ns()
+            hasher = self.memo_hasher(model_name, version, header_length, directives)
+            if hasher is not None:
+                hasher.update(body)
+                digest = hasher.digest()
+                found = self.memo_answer(model_name, version, digest, started_ns)
+                if found is not None:
+                    return InferOutcome(found.body, found.header_length, CacheStatus.HIT_LOCAL)
+        memo_digest = digest
 
         async def work(model: Model, stats: ModelStatistics, started_ns: int) -> InferOutcome:
             return await self._infer_http(
-                model, stats, body, header_length, directives, on_wait, started_ns
+                model, stats, body, header_length, directives, on_wait, memo_digest
             )
 
         return await self._accounted(model_name, version, work)
@@ -197,7 +239,7 @@ class InferenceService:
         statistics) and holding the model loaded while it runs."""
         started = time.perf_counter_ns()
         model = self._repository.get(model_name, version)
-        series = self._series(model)
+        series = self._series.of(model)
         stats = self._statistics.for_version(model.name, model.version)
         self._in_flight.enter(model.name)  # no await since get(): an unload cannot slip between
         try:
@@ -226,23 +268,20 @@ class InferenceService:
         header_length: int | None,
         directives: CacheDirectives,
         on_wait: OnWait | None,
-        started_ns: int,
+        digest: bytes | None,
     ) -> InferOutcome:
-        """The memo in front of :meth:`_answer`: a live memoized response, or the shared path
-        with a renderer that memoizes what it rendered from a local hit."""
+        """The shared path of :meth:`_answer`, with a renderer that memoizes (under
+        ``digest``) what it rendered from a local hit."""
         cached = model.config.response_cache or self._cache_all
-        memo = self._memo if cached and directives.lookup else None
+        memo = self._memo if digest is not None and cached and directives.lookup else None
         reader = _RecordingReader(self._shared_memory)
 
         def decode(config: ModelConfig) -> InferRequest:
             return decode_request(body, header_length, config, reader)
 
-        if memo is None:
+        if memo is None or digest is None:
             return await self._answer(model, stats, decode, _render_http, directives, on_wait)
-        digest = request_digest(model, body, header_length)
-        memoized = self._memoized(memo, digest, model, stats, started_ns)
-        if memoized is not None:
-            return memoized
+        memo_digest = digest
 
         def render(answer: InferAnswer) -> InferOutcome:
             outcome = _render_http(answer)
@@ -251,9 +290,8 @@ class InferenceService:
                 # From the second sighting on (a one-off request costs nothing more), and never
                 # for shared memory: its inputs are not in the body, its outputs go to a region.
                 shared = reader.used or any(o.shared_memory is not None for o in request.outputs)
-                entry = None if shared else self._cache.local_entry(key)
-                if entry is not None:
-                    memo.put(digest, model, key, entry, outcome.body, outcome.header_length)
+                if not shared:
+                    memo.keep(memo_digest, model, key, outcome.body, outcome.header_length)
             return outcome
 
         return await self._answer(
@@ -312,26 +350,6 @@ class InferenceService:
         _record(stats, status, cache_ns, miss.waited_ns)
         return rendered
 
-    def _memoized(
-        self,
-        memo: ResponseMemo,
-        digest: bytes,
-        model: Model,
-        stats: ModelStatistics,
-        started_ns: int,
-    ) -> InferOutcome | None:
-        """The memoized response, if its model and its local-tier entry are still the live ones
-        (the cache then counts the local hit, and so do the statistics); a stale one is dropped."""
-        found = memo.get(digest)
-        if found is None:
-            return None
-        started = started_ns / 1e9
-        if found.model is model and self._cache.confirm_local_hit(found.key, found.entry, started):
-            stats.record_cache_hit(time.perf_counter_ns() - started_ns)
-            return InferOutcome(found.body, found.header_length, CacheStatus.HIT_LOCAL)
-        memo.discard(digest)
-        return None
-
     def _compute(
         self,
         scheduler: ModelScheduler,
@@ -370,19 +388,6 @@ class InferenceService:
                 self._shared_memory.write(
                     window.region, window.offset, window.byte_size, tensor.data
                 )
-
-    def _series(self, model: Model) -> _ModelSeries:
-        """The model's labelled metric children, looked up once (``labels()`` takes a lock)."""
-        key = (model.name, model.version)
-        series = self._model_series.get(key)
-        if series is None:
-            metrics = self._metrics
-            series = _ModelSeries(
-                request_seconds=metrics.request_seconds.labels(*key),
-                ok=metrics.requests.labels(*key, "200"),
-            )
-            self._model_series[key] = series
-        return series
 
     def model_metadata(self, name: str, version: str | None) -> dict[str, Any]:
         model = self._repository.get(name, version)

@@ -7,6 +7,11 @@ selected outputs, JSON vs binary, classification, parameters) is in the body, so
 that differs in any of them differs in its digest. ``Cache-Control`` directives bypass the
 memo, and ``Accept-Encoding`` is applied after it.
 
+The digest is over the model name and version as the request names them (the path's, before
+they are resolved) and the body after them, so a transport can hash a body's chunks as they
+arrive and never join them when the answer is memoized; the entry keeps the model object it
+was rendered for, and a request is served from it only while its names resolve to that object.
+
 A memoized response lives no longer than the local-tier entry it was rendered from: each
 memo entry keeps that entry's identity, and the service serves it only while the cache
 confirms the identity is still live, so a flush, an expiry, an eviction or a replacement of
@@ -20,6 +25,7 @@ from __future__ import annotations
 import struct
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Protocol
 
 from blake3 import blake3
 
@@ -28,11 +34,21 @@ from cachefleet.runtime.models.types import Model
 
 #: Bytes charged per memo entry for the objects around the response bytes.
 ENTRY_OVERHEAD_BYTES = 320
-_PREFIX = b"cachefleet.memo1"
-_LENGTHS = struct.Struct("<QQQQ")
+_PREFIX = b"cachefleet.memo2"
+_LENGTHS = struct.Struct("<QQQ")
 
 
-@dataclass(frozen=True, slots=True)
+class Named(Protocol):
+    """What a digest needs of a model: the names a request gives."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def version(self) -> str: ...
+
+
+@dataclass(slots=True)
 class Memoized:
     """One rendered response and what it was rendered from."""
 
@@ -43,18 +59,29 @@ class Memoized:
     body: bytes
     header_length: int | None
     size: int
+    #: The transport's response headers for it, built on first use and sent as they are.
+    response_headers: list[tuple[bytes, bytes]] | None = None
 
 
-def request_digest(model: Model, body: bytes, header_length: int | None) -> bytes:
-    """A 256-bit digest of what a response is rendered from, fields length-prefixed.
+def digest_hasher(model: str, version: str | None, header_length: int | None) -> blake3:
+    """A BLAKE3 hasher fed the request's fields; feed it the body (in any number of pieces)
+    and take its 256-bit ``digest()``.
 
-    The header length goes in as decimal text ("" when absent): it is the client's number,
-    any integer, and a refused request must be refused, not fail in here.
+    The fields are length-prefixed, so they end where their lengths say and the body is
+    everything after them: no two (fields, body) pairs hash the same stream. The header length
+    goes in as decimal text ("" when absent): it is the client's number, any integer, and a
+    refused request must be refused, not fail in here. No version ("latest") is "".
     """
-    name, version = model.name.encode(), model.version.encode()
+    name = model.encode()
+    named = b"" if version is None else version.encode()
     length = b"" if header_length is None else b"%d" % header_length
-    sizes = _LENGTHS.pack(len(name), len(version), len(length), len(body))
-    hasher = blake3(_PREFIX + sizes + name + version + length)
+    sizes = _LENGTHS.pack(len(name), len(named), len(length))
+    return blake3(_PREFIX + sizes + name + named + length)
+
+
+def request_digest(model: Named, body: bytes, header_length: int | None) -> bytes:
+    """The digest of a whole body at hand (see :func:`digest_hasher`)."""
+    hasher = digest_hasher(model.name, model.version, header_length)
     hasher.update(body)
     return hasher.digest()
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import gzip
 import json
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -222,3 +222,71 @@ def test_everything_else_still_reaches_the_application(server: ServerProcess) ->
     )
     assert versioned.status_code == 200
     assert parse(versioned)[0]["model_version"] == "1"
+
+
+def test_a_memoized_answer_is_counted_once_everywhere(server: ServerProcess) -> None:
+    """A memoized answer skips the service's whole path, not its accounting: each repeat is
+    one request, one local hit and one lookup in the metrics, and one success and one cache
+    hit in the statistics."""
+    body, headers = simple_body(request_id="counted")
+    answers = [post(server, body, headers) for _ in range(5)]
+    assert [a.headers["X-Cache"] for a in answers] == ["miss"] + ["hit-local"] * 4
+    seen = counters(server)
+    assert seen["cachefleet_requests_total:200"] == 5
+    assert seen["cachefleet_request_seconds_count"] == 5
+    assert seen["cachefleet_cache_hits_total:local"] == 4
+    assert seen["cachefleet_cache_lookup_seconds_count:local"] == 5  # the miss looked too
+    assert seen["nv_inference_request_success"] == 5
+    assert seen["nv_cache_num_hits_per_model"] == 4
+    assert seen["nv_cache_num_misses_per_model"] == 1
+    stats = httpx.get(f"{server.base_url}/v2/models/simple/stats", timeout=10).json()
+    (model,) = stats["model_stats"]
+    phases = model["inference_stats"]
+    assert phases["success"]["count"] == 5
+    assert phases["cache_hit"]["count"] == 4
+    assert phases["cache_miss"]["count"] == 1
+    assert phases["fail"]["count"] == 0
+    assert model["execution_count"] == 1
+    assert phases["cache_hit"]["ns"] > 0
+
+
+def test_a_body_in_many_pieces_is_answered_from_the_memo(server: ServerProcess) -> None:
+    """The memo hashes a body piece by piece as it arrives: a chunked upload of the same bytes
+    is the same request, and a different last piece is a different one."""
+    body, headers = simple_body()
+    assert post(server, body, headers).headers["X-Cache"] == "miss"
+    plain = post(server, body, headers)
+
+    def pieces(data: bytes) -> Iterator[bytes]:
+        for start in range(0, len(data), 7):
+            yield data[start : start + 7]
+
+    url = f"{server.base_url}/v2/models/simple/infer"
+    chunked = httpx.post(url, content=pieces(body), headers=headers, timeout=60)
+    assert chunked.headers["X-Cache"] == "hit-local"
+    assert chunked.content == plain.content
+    other, other_headers = simple_body(request_id="r2")  # same tensors, another id
+    renamed = httpx.post(url, content=pieces(other), headers=other_headers, timeout=60)
+    assert renamed.headers["X-Cache"] == "hit-local"
+    assert parse(renamed)[0]["id"] == "r2"
+    assert counters(server)["cachefleet_requests_total:200"] == 4
+
+
+def test_a_reloaded_model_ends_its_memoized_answers(make_server: MakeServer) -> None:
+    """A memo entry belongs to the model object it was rendered for: after an unload the
+    request is refused (and counted as such), after a load it is answered again."""
+    server = make_server("--model-control-mode", "explicit", "--load-model", "*")
+    body, headers = simple_body()
+    assert [post(server, body, headers).headers["X-Cache"] for _ in range(2)] == [
+        "miss", "hit-local",
+    ]  # fmt: skip
+    control = f"{server.base_url}/v2/repository/models/simple"
+    assert httpx.post(f"{control}/unload", timeout=30).status_code == 200
+    gone = post(server, body, headers)
+    assert gone.status_code == 404
+    assert httpx.post(f"{control}/load", timeout=60).status_code == 200
+    again = post(server, body, headers)
+    assert again.status_code == 200
+    assert again.headers["X-Cache"] in ("hit-local", "miss")  # same files: entries may stay
+    stats = httpx.get(f"{server.base_url}/v2/models/simple/stats", timeout=10).json()
+    assert stats["model_stats"][0]["inference_stats"]["success"]["count"] == 1

@@ -155,3 +155,17 @@ def test_different_datatypes_or_shapes_never_share_a_key(
     b = Tensor("x", type_b, tuple(shape_b), bytes(count_b))
     same = (a.datatype, a.shape) == (b.datatype, b.shape)
     assert (key([a]) == key([b])) == same
+
+
+def test_keys_are_equal_by_every_field_and_hash_by_their_digest() -> None:
+    """Equal keys hash alike (they are dict keys in every tier); the hash is the digest's,
+    which bytes objects cache, but equality still compares the model and version too."""
+    digest = bytes(range(32))
+    key = CacheKey("m", "1", digest)
+    same = CacheKey("m", "1", bytes(digest))
+    assert key == same
+    assert hash(key) == hash(same) == hash(digest)
+    assert {key: 1}[same] == 1
+    assert key != CacheKey("n", "1", digest)
+    assert key != CacheKey("m", "2", digest)
+    assert key != CacheKey("m", "1", bytes(32))

@@ -8,7 +8,12 @@ from dataclasses import dataclass, field
 
 from cachefleet.runtime.cache.key import CacheKey
 from cachefleet.runtime.models.types import ModelConfig
-from cachefleet.runtime.service.memo import ENTRY_OVERHEAD_BYTES, ResponseMemo, request_digest
+from cachefleet.runtime.service.memo import (
+    ENTRY_OVERHEAD_BYTES,
+    ResponseMemo,
+    digest_hasher,
+    request_digest,
+)
 from cachefleet.runtime.tensor import Tensor
 
 
@@ -73,3 +78,15 @@ def test_the_memo_is_an_lru_bounded_by_bytes() -> None:
     assert len(memo) == 3
     memo.discard(bytes([0]))
     assert memo.size_bytes == 2 * size
+
+
+def test_a_body_hashed_in_pieces_has_the_digest_of_the_whole() -> None:
+    body = bytes(range(256)) * 40
+    hasher = digest_hasher("m", "1", 12)
+    for start in range(0, len(body), 1000):
+        hasher.update(body[start : start + 1000])
+    assert hasher.digest() == request_digest(FakeModel("m"), body, 12)
+    # No version (the latest) is its own request: it may resolve to another model later.
+    latest = digest_hasher("m", None, 12)
+    latest.update(body)
+    assert latest.digest() != hasher.digest()
