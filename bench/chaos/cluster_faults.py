@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cachefleet.bench.chaos.control import STEADY, ChaosOptions, Log
-from cachefleet.bench.chaos.faults import FaultLog
+from cachefleet.bench.chaos.faults import FaultLog, run_schedule
 from cachefleet.bench.redis_topology import ClusterProcesses, command
 
 
@@ -52,18 +52,7 @@ class ClusterConductor:
             (0.10, self._kill), (0.35, self._restart), (0.55, self._failover),
             (0.70, self._pause), (0.85, self._fill), (0.95, self._unfill),
         ]  # fmt: skip
-        start = time.time()
-        index = 0
-        while True:
-            at_cycle, action = steps[index % len(steps)]
-            when = start + (index // len(steps)) * cycle + at_cycle * cycle
-            if when >= stop_at - 0.5:
-                break
-            self.stop.wait(max(0.0, when - time.time()))
-            if self.stop.is_set():
-                break
-            action()
-            index += 1
+        run_schedule(steps, cycle, stop_at, self.stop)
 
     def _primary_with_replica(self) -> int | None:
         primaries = self.cluster.primary_ports()

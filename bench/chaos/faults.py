@@ -9,7 +9,7 @@ from __future__ import annotations
 import bisect
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from cachefleet.bench.chaos.control import STEADY, ChaosOptions, Log, connect
@@ -40,6 +40,28 @@ class FaultLog:
         return events[index - 1][1] if index else STEADY
 
 
+def run_schedule(
+    steps: Sequence[tuple[float, Callable[[], None]]],
+    cycle_s: float,
+    stop_at: float,
+    stop: threading.Event,
+) -> None:
+    """Run ``steps`` (fraction of a cycle, action) cycle after cycle until ``stop_at`` (no step
+    in its last half second) or until ``stop`` is set."""
+    start = time.time()
+    index = 0
+    while True:
+        at_cycle, action = steps[index % len(steps)]
+        when = start + (index // len(steps)) * cycle_s + at_cycle * cycle_s
+        if when >= stop_at - 0.5:
+            return
+        stop.wait(max(0.0, when - time.time()))
+        if stop.is_set():
+            return
+        action()
+        index += 1
+
+
 class Conductor:
     """Runs the fault schedule against ``redis``; ``stop`` also ends the planter."""
 
@@ -57,16 +79,7 @@ class Conductor:
             (0.15, self._kill), (0.25, self._restart), (0.45, self._pause),
             (0.60, self._fill), (0.75, self._unfill),
         ]  # fmt: skip
-        start = time.time()
-        index = 0
-        while True:
-            at_cycle, action = steps[index % len(steps)]
-            when = start + (index // len(steps)) * cycle + at_cycle * cycle
-            if when >= stop_at - 0.5:
-                break
-            self.stop.wait(max(0.0, when - time.time()))
-            action()
-            index += 1
+        run_schedule(steps, cycle, stop_at, self.stop)
 
     def _kill(self) -> None:
         self.redis.kill()
