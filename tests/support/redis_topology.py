@@ -20,26 +20,26 @@ from cachefleet.bench.chaos.answers import MODEL, answer_is_right, decode_output
 from cachefleet.bench.redis_topology import ClusterProcesses, SentinelProcesses
 
 
-@pytest.fixture
-def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterProcesses]:
-    """Three primaries, no replicas."""
-    cluster = ClusterProcesses(tmp_path_factory.mktemp("cluster"), primaries=3, replicas=0)
+def _cluster(tmp_path_factory: pytest.TempPathFactory, replicas: int) -> Iterator[ClusterProcesses]:
+    """A started cluster of three primaries with ``replicas`` each, stopped afterwards."""
+    cluster = ClusterProcesses(tmp_path_factory.mktemp("cluster"), primaries=3, replicas=replicas)
     try:
         cluster.start()
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterProcesses]:
+    """Three primaries, no replicas."""
+    yield from _cluster(tmp_path_factory, replicas=0)
 
 
 @pytest.fixture
 def redis_cluster_replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterProcesses]:
     """Three primaries with one replica each."""
-    cluster = ClusterProcesses(tmp_path_factory.mktemp("cluster"), primaries=3, replicas=1)
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.stop()
+    yield from _cluster(tmp_path_factory, replicas=1)
 
 
 @pytest.fixture
