@@ -202,11 +202,10 @@ class InferenceService:
                 found = self.memo_answer(model_name, version, digest, started_ns)
                 if found is not None:
                     return InferOutcome(found.body, found.header_length, CacheStatus.HIT_LOCAL)
-        memo_digest = digest
 
         async def work(model: Model, stats: ModelStatistics, started_ns: int) -> InferOutcome:
             return await self._infer_http(
-                model, stats, body, header_length, directives, on_wait, memo_digest
+                model, stats, body, header_length, directives, on_wait, digest
             )
 
         return await self._accounted(model_name, version, work)

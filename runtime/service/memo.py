@@ -25,7 +25,6 @@ from __future__ import annotations
 import struct
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Protocol
 
 from blake3 import blake3
 
@@ -36,16 +35,6 @@ from cachefleet.runtime.models.types import Model
 ENTRY_OVERHEAD_BYTES = 320
 _PREFIX = b"cachefleet.memo2"
 _LENGTHS = struct.Struct("<QQQ")
-
-
-class Named(Protocol):
-    """What a digest needs of a model: the names a request gives."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def version(self) -> str: ...
 
 
 @dataclass(slots=True)
@@ -77,13 +66,6 @@ def digest_hasher(model: str, version: str | None, header_length: int | None) ->
     length = b"" if header_length is None else b"%d" % header_length
     sizes = _LENGTHS.pack(len(name), len(named), len(length))
     return blake3(_PREFIX + sizes + name + named + length)
-
-
-def request_digest(model: Named, body: bytes, header_length: int | None) -> bytes:
-    """The digest of a whole body at hand (see :func:`digest_hasher`)."""
-    hasher = digest_hasher(model.name, model.version, header_length)
-    hasher.update(body)
-    return hasher.digest()
 
 
 class ResponseMemo:

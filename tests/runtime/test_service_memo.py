@@ -12,7 +12,6 @@ from cachefleet.runtime.service.memo import (
     ENTRY_OVERHEAD_BYTES,
     ResponseMemo,
     digest_hasher,
-    request_digest,
 )
 from cachefleet.runtime.tensor import Tensor
 
@@ -32,6 +31,13 @@ class FakeModel:
 
     def run(self, inputs: Sequence[Tensor]) -> list[Tensor]:
         raise NotImplementedError
+
+
+def request_digest(model: FakeModel, body: bytes, header_length: int | None) -> bytes:
+    """The digest of a whole body at hand, as the server computes it piece by piece."""
+    hasher = digest_hasher(model.name, model.version, header_length)
+    hasher.update(body)
+    return hasher.digest()
 
 
 KEY = CacheKey("m", "1", bytes(32))
