@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     markdown = report.write(record, "cachefleet demo", args.output, "demo")
     print(f"\nfull table: {markdown}")
     if not chart.available():
-        print("no chart: matplotlib is not installed (pip install 'cachefleet[bench]')")
+        print("no chart: matplotlib is not installed (pip install 'cachefleet[demo]')")
     elif record.measurements:
         print(f"chart: {chart.draw(record.measurements, args.output / 'demo.png', _TITLE)}")
     return 0 if not record.failures else 1

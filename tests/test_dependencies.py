@@ -127,3 +127,14 @@ def test_server_commands_run_without_the_operator_dependencies(tmp_path: Path) -
     assert (tmp_path / "models" / "simple" / "config.pbtxt").is_file()
     result = run_without(OPERATOR_ONLY, "serve", "--help")
     assert result.returncode == 0, result.stderr
+
+
+def test_the_readme_first_command_installs_what_the_demo_draws_with() -> None:
+    """The README's first command runs `cachefleet demo`, which leaves a chart: the extras that
+    command installs must bring the models' runtime and matplotlib."""
+    readme = (REPO / "README.md").read_text()
+    first = next(line for line in readme.splitlines() if "cachefleet demo" in line)
+    match = re.search(r"pip install -e '\.\[([a-z,]+)\]'", first)
+    assert match, first
+    installed = declared(match.group(1).split(","))
+    assert {"matplotlib", "onnxruntime"} <= installed

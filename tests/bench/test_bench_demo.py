@@ -49,6 +49,7 @@ def test_demo_prints_no_cache_and_cache_figures_and_cleans_up(tmp_path: Path) ->
     assert [row[1] for row in rows] == ["none", "tiered"]
     assert rows[0][-1] == "1.0x"
     assert (tmp_path / "demo.md").exists()
+    assert (tmp_path / "demo.png").stat().st_size > 0, output  # the chart, not "no chart"
     assert _processes_using(_working_folder(output)) == []
 
 
