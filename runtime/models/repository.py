@@ -250,7 +250,7 @@ class _VersionLoader:
             "model %r version %d: READY on %s", config.name, version, session.get_providers()
         )
         model = OnnxModel(str(version), config, session, self._labels)
-        model.quick = runs_inline(model)
+        model.quick = runs_inline(model, file_bytes=model_file.stat().st_size)
         return model
 
     def _settle_config(self, signature: GraphSignature) -> ModelConfig:
