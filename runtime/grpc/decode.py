@@ -8,6 +8,7 @@ transport reach the cache key equal.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,6 +22,7 @@ from cachefleet.runtime.protocol.validate import (
     check_input,
     check_inputs_complete,
     check_output,
+    check_request_parameters,
 )
 from cachefleet.runtime.tensor import Tensor
 
@@ -30,23 +32,31 @@ def decode_infer_request(
 ) -> InferRequest:
     """Parse and validate ``message`` for the model ``config``; raises BadRequestError.
     Inputs that name a shared-memory region are read through ``shared_memory``."""
+    values = parameters(message.parameters)
+    check_request_parameters(values)
     return InferRequest(
         id=message.id or None,
         inputs=_inputs(message, config, shared_memory),
         outputs=tuple(_output(item, config) for item in message.outputs),
-        parameters=parameters(message.parameters),
+        parameters=values,
         # gRPC answers always carry raw_output_contents; there is no JSON rendering to choose.
         binary_output=True,
     )
 
 
 def parameters(entries: Mapping[str, Any]) -> dict[str, Any]:
-    """``map<string, InferParameter>`` as plain values (bool, int, str or float)."""
+    """``map<string, InferParameter>`` as plain values (bool, int, str or float).
+
+    A NaN or infinite ``double_param`` is refused: JSON cannot carry one, so HTTP never sees it,
+    and the cache key's JSON encoding would write it as ``null``, the same as another value."""
     values: dict[str, Any] = {}
     for key, parameter in entries.items():
         choice = parameter.WhichOneof("parameter_choice")
         if choice is not None:
-            values[key] = getattr(parameter, choice)
+            value = getattr(parameter, choice)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise BadRequestError(f"parameter {key!r} must be a finite number, not {value}")
+            values[key] = value
     return values
 
 

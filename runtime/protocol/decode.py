@@ -27,6 +27,7 @@ from cachefleet.runtime.protocol.validate import (
     check_input,
     check_inputs_complete,
     check_output,
+    check_request_parameters,
 )
 from cachefleet.runtime.tensor import Tensor
 
@@ -56,11 +57,7 @@ def decode_request(
     binary_output = parameters.get("binary_data_output", False)
     if not isinstance(binary_output, bool):
         raise BadRequestError("request parameter 'binary_data_output' must be true or false")
-    priority = parameters.get("priority", 0)
-    if type(priority) is not int or priority < 0:
-        raise BadRequestError(
-            f"parameter 'priority' must be a non-negative integer, not {priority!r}"
-        )
+    check_request_parameters(parameters)
     inputs = _decode_inputs(document.get("inputs"), binary, config, shared_memory)
     outputs = tuple(_decode_output(item, config) for item in _array(document, "outputs"))
     return InferRequest(

@@ -9,7 +9,7 @@ and a mistake found later is the server's own (a 500).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cachefleet.runtime.errors import BadRequestError
@@ -79,6 +79,18 @@ def check_text(name: str, elements: Sequence[bytes]) -> None:
             raise BadRequestError(
                 f"input {name!r}: BYTES elements must be UTF-8 for an ONNX string tensor"
             ) from None
+
+
+def check_request_parameters(parameters: Mapping[str, Any]) -> None:
+    """The scheduling parameters both transports share: ``priority`` (a level, 0 the default)
+    and ``timeout`` (microseconds in the queue, 0 none), each a non-negative integer. Checked
+    here, while decoding, so that a string or NaN sent over gRPC is a 400 there as over HTTP."""
+    for name in ("priority", "timeout"):
+        value = parameters.get(name, 0)
+        if type(value) is not int or value < 0:
+            raise BadRequestError(
+                f"parameter {name!r} must be a non-negative integer, not {value!r}"
+            )
 
 
 def check_inputs_complete(tensors: Sequence[Tensor], config: ModelConfig) -> None:
