@@ -23,6 +23,7 @@ from cachefleet.runtime.protocol.validate import (
     check_inputs_complete,
     check_output,
     check_request_parameters,
+    check_window_size,
 )
 from cachefleet.runtime.tensor import Tensor
 
@@ -84,6 +85,7 @@ def _inputs(
                     f"input {name!r} names a shared memory region and also carries data"
                 )
             window = shared_memory_ref(values, f"input {name!r}")
+            check_window_size(name, datatype, shape, window.byte_size)
             data = shared_memory.read(window.region, window.offset, window.byte_size)
             check_binary_size(name, datatype, shape, data)
         elif raw:

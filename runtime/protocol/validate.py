@@ -66,6 +66,27 @@ def check_binary_size(name: str, datatype: str, shape: tuple[int, ...], data: by
         )
 
 
+def check_window_size(name: str, datatype: str, shape: tuple[int, ...], byte_size: int) -> None:
+    """A shared-memory window must fit the input's shape before a byte of it is copied: exactly
+    its size for fixed-size datatypes, room for every length prefix for BYTES (whose elements
+    are then checked by :func:`check_binary_size`). A tiny tensor cannot make the server copy a
+    large region."""
+    count = element_count(shape)
+    if datatype == "BYTES":
+        if byte_size < 4 * count:
+            raise BadRequestError(
+                f"input {name!r}: BYTES{list(shape)} needs at least {4 * count} bytes, "
+                f"shared_memory_byte_size is {byte_size}"
+            )
+        return
+    expected = count * NUMPY_DTYPES[datatype].itemsize
+    if byte_size != expected:
+        raise BadRequestError(
+            f"input {name!r}: {datatype}{list(shape)} needs {expected} bytes, "
+            f"shared_memory_byte_size is {byte_size}"
+        )
+
+
 def check_text(name: str, elements: Sequence[bytes]) -> None:
     """BYTES elements must be UTF-8: ONNX Runtime, the one backend, takes string tensors as text.
 
