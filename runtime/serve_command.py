@@ -12,7 +12,10 @@ import asyncio
 import importlib.util
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    from cachefleet.runtime.config import LimitSettings
 
 HELP = "run the inference server."
 
@@ -66,16 +69,26 @@ def run(args: argparse.Namespace) -> int:
         proxy_headers=False,  # client addresses are never used, so skip X-Forwarded-* parsing
         server_header=False,
         loop="uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
-        http=_http_protocol(),
+        http=_http_protocol(settings.limits),
+        # uvicorn types it int, but only hands it to call_later: a fraction of a second works.
+        timeout_keep_alive=cast(int, settings.limits.keep_alive_timeout_s),
         timeout_graceful_shutdown=10,
     )
     return 0
 
 
-def _http_protocol() -> type[asyncio.Protocol] | str:
-    """httptools (with a response's head and body in one write) when installed, else h11."""
-    if importlib.util.find_spec("httptools") is None:
-        return "h11"
-    from cachefleet.runtime.http.one_write import OneWriteHttpToolsProtocol
+def _http_protocol(limits: LimitSettings) -> type[asyncio.Protocol]:
+    """httptools (with a response's head and body in one write) when installed, else h11;
+    either with the deadlines and connection cap of ``limits``."""
+    from cachefleet.runtime.http.connection_guard import guarded
 
-    return OneWriteHttpToolsProtocol
+    protocol: type[asyncio.Protocol]
+    if importlib.util.find_spec("httptools") is None:
+        from uvicorn.protocols.http.h11_impl import H11Protocol
+
+        protocol = H11Protocol
+    else:
+        from cachefleet.runtime.http.one_write import OneWriteHttpToolsProtocol
+
+        protocol = OneWriteHttpToolsProtocol
+    return guarded(protocol, limits)

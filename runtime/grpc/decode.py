@@ -45,6 +45,21 @@ def decode_infer_request(
     )
 
 
+#: Bytes a typed element may take while decoded (a Python object and its pointer, for BYTES).
+TYPED_ELEMENT_BYTES = 40
+
+
+def request_cost(message: Any) -> int:
+    """What decoding ``message`` may hold, for the request budget: the message itself, its
+    tensors, and the objects typed contents go through (``ByteSize`` is cheap for raw bytes)."""
+    typed = 0
+    for item in message.inputs:
+        for _, values in item.contents.ListFields():
+            typed += len(values)
+    size: int = message.ByteSize()
+    return 2 * size + TYPED_ELEMENT_BYTES * typed
+
+
 def parameters(entries: Mapping[str, Any]) -> dict[str, Any]:
     """``map<string, InferParameter>`` as plain values (bool, int, str or float).
 
