@@ -17,7 +17,8 @@ def test_body_cost_counts_the_body_its_tensors_and_the_json_decode() -> None:
 
 def test_requests_over_the_count_are_refused_at_once() -> None:
     budget = RequestBudget(max_requests=2, max_bytes=100)
-    assert budget.try_enter(10) and budget.try_enter(10)
+    assert budget.try_enter(10)
+    assert budget.try_enter(10)
     with pytest.raises(OverloadedError, match="max-requests-in-flight"):
         budget.try_enter(10)
     budget.leave(10)
