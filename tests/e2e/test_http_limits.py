@@ -14,8 +14,10 @@ import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+import grpc
 import pytest
 from support.processes import ServerProcess
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 _HEAD = (
     b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\n"
@@ -131,6 +133,34 @@ def test_requests_over_the_in_flight_cap_get_503_with_retry_after(
     assert "--max-requests-in-flight" in json.loads(body)["error"]
     time.sleep(0.2)
     assert _infer_simple(server, 3)[0] == 200
+
+
+def test_grpc_shares_the_cap_and_answers_unavailable(
+    make_server: Callable[..., ServerProcess],
+) -> None:
+    server = make_server("--max-requests-in-flight", "1")
+    data = bytes(64)
+    request = service_pb2.ModelInferRequest(
+        model_name="simple",
+        inputs=[
+            service_pb2.ModelInferRequest.InferInputTensor(
+                name=name, datatype="INT32", shape=[1, 16]
+            )
+            for name in ("INPUT0", "INPUT1")
+        ],
+        raw_input_contents=[data, data],
+    )
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        with _connect(server) as slow:
+            slow.sendall(_HEAD + b"{")
+            time.sleep(0.3)
+            with pytest.raises(grpc.RpcError) as caught:
+                stub.ModelInfer(request)
+        assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "--max-requests-in-flight" in str(caught.value.details())
+        time.sleep(0.2)
+        assert stub.ModelInfer(request).outputs
 
 
 def _identity_body(seed: int, size: int) -> tuple[bytes, bytes, int]:
