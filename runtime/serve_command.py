@@ -12,10 +12,7 @@ import asyncio
 import importlib.util
 import os
 import sys
-from typing import TYPE_CHECKING, Any, cast
-
-if TYPE_CHECKING:
-    from cachefleet.runtime.config import LimitSettings
+from typing import Any, cast
 
 HELP = "run the inference server."
 
@@ -69,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         proxy_headers=False,  # client addresses are never used, so skip X-Forwarded-* parsing
         server_header=False,
         loop="uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
-        http=_http_protocol(settings.limits),
+        http=_http_protocol(),
         # uvicorn types it int, but only hands it to call_later: a fraction of a second works.
         timeout_keep_alive=cast(int, settings.limits.keep_alive_timeout_s),
         timeout_graceful_shutdown=10,
@@ -77,18 +74,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _http_protocol(limits: LimitSettings) -> type[asyncio.Protocol]:
+def _http_protocol() -> type[asyncio.Protocol]:
     """httptools (with a response's head and body in one write) when installed, else h11;
-    either with the deadlines and connection cap of ``limits``."""
-    from cachefleet.runtime.http.connection_guard import guarded
-
-    protocol: type[asyncio.Protocol]
+    either with the deadlines and connection cap of the settings' limits."""
     if importlib.util.find_spec("httptools") is None:
-        from uvicorn.protocols.http.h11_impl import H11Protocol
+        from cachefleet.runtime.http.connection_guard import GuardedH11Protocol
 
-        protocol = H11Protocol
-    else:
-        from cachefleet.runtime.http.one_write import OneWriteHttpToolsProtocol
+        return GuardedH11Protocol
+    from cachefleet.runtime.http.httptools_protocol import GuardedHttpToolsProtocol
 
-        protocol = OneWriteHttpToolsProtocol
-    return guarded(protocol, limits)
+    return GuardedHttpToolsProtocol

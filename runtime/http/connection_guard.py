@@ -26,6 +26,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
 from cachefleet.runtime.config import LimitSettings
 
 #: The most a request head may hold (request line and headers), as uvicorn's h11 default is
@@ -47,10 +49,14 @@ def tick_s(limits: LimitSettings) -> float:
 
 
 class ConnectionGuard:
-    """Mixed in before a uvicorn HTTP protocol class (see :func:`guarded`)."""
+    """Mixed in before a uvicorn HTTP protocol class. The limits are the served application's
+    (``app.limits``, which :class:`~cachefleet.runtime.http.front_door.InferFrontDoor` has):
+    uvicorn builds protocols from a class it pickles to its worker processes, so the class
+    itself cannot carry them."""
 
-    limits: LimitSettings
+    limits: LimitSettings = LimitSettings()
     # uvicorn's protocol attributes this mixin reads.
+    app: Any
     connections: set[Any]
     cycle: Any
     flow: Any
@@ -64,7 +70,8 @@ class ConnectionGuard:
     _body_mark: tuple[float, int] | None = None
     _timer: asyncio.TimerHandle | None = None
 
-    def connection_made(self, transport: asyncio.Transport) -> None:
+    def connection_made(self, transport: Any) -> None:  # asyncio.Transport, typed as uvicorn's
+        self.limits = getattr(self.app, "limits", ConnectionGuard.limits)
         super().connection_made(transport)  # type: ignore[misc]
         if len(self.connections) > self.limits.max_connections:
             transport.write(BUSY_RESPONSE)
@@ -124,6 +131,5 @@ class ConnectionGuard:
         return now - mark[0] > self.limits.body_timeout_s
 
 
-def guarded(protocol: type[asyncio.Protocol], limits: LimitSettings) -> type[asyncio.Protocol]:
-    """``protocol`` (one of uvicorn's HTTP protocol classes) with :class:`ConnectionGuard`."""
-    return type(f"Guarded{protocol.__name__}", (ConnectionGuard, protocol), {"limits": limits})
+class GuardedH11Protocol(ConnectionGuard, H11Protocol):
+    """uvicorn's h11 protocol with the guard (where httptools is not installed)."""

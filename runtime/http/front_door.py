@@ -68,6 +68,8 @@ class InferFrontDoor:
         self.app = app
         self._state = state
         self._limit = state.settings.server.max_request_bytes
+        #: Read by the HTTP protocol's connection guard (see ``connection_guard``).
+        self.limits = state.settings.limits
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":

@@ -95,8 +95,14 @@ def test_a_slow_body_is_cut_off_while_others_are_served(strict_server: ServerPro
     assert _live(strict_server) == 200
 
 
-def test_a_connection_that_never_speaks_is_closed(strict_server: ServerProcess) -> None:
-    with _connect(strict_server) as sock:
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_connection_that_never_speaks_is_closed(
+    make_server: Callable[..., ServerProcess], workers: int
+) -> None:
+    """Also in worker processes, which get the protocol class by pickling, and the limits from
+    their own settings."""
+    server = make_server("--request-head-timeout", "1", "--workers", str(workers))
+    with _connect(server) as sock:
         started = time.monotonic()
         assert sock.recv(10) == b""
         assert time.monotonic() - started < 2.5
