@@ -13,6 +13,7 @@ from cachefleet.runtime.config.quantity import (
 from cachefleet.runtime.config.settings import (
     CacheMode,
     CacheSettings,
+    LimitSettings,
     ModelSettings,
     RedisMode,
     RedisSettings,
@@ -25,6 +26,7 @@ __all__ = [
     "CacheMode",
     "CacheSettings",
     "Flag",
+    "LimitSettings",
     "ModelSettings",
     "QuantityError",
     "RedisMode",

@@ -63,6 +63,38 @@ class ServerSettings(_Group):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
 
+class LimitSettings(_Group):
+    """What one client, or many, may hold of the server: deadlines that cut slow clients off,
+    caps on connections and requests, and a budget of request bytes in memory. Defaults are
+    meant for a pod open to the public; over a limit the answer is a 503 with ``Retry-After``
+    or a closed connection, never an out-of-memory kill."""
+
+    head_timeout_s: Seconds = Field(
+        10.0, gt=0, description="A request head must arrive whole within this; else closed."
+    )
+    body_timeout_s: Seconds = Field(
+        30.0,
+        gt=0,
+        description="A body that delivers less than 1 KiB in this long is cut off (closed).",
+    )
+    keep_alive_timeout_s: Seconds = Field(
+        5.0, gt=0, description="An idle keep-alive connection is closed after this."
+    )
+    max_connections: int = Field(
+        1024, ge=1, description="Open HTTP connections; more are answered 503 and closed."
+    )
+    max_requests_in_flight: int = Field(
+        512, ge=1, description="Inference requests being answered (HTTP, and gRPC calls); 503 over."
+    )
+    max_inflight_bytes: Bytes = Field(
+        1024 * 2**20,
+        gt=0,
+        description="Request bytes held at once (bodies as received and decoded tensors); "
+        "a request over it waits briefly, then gets 503. The operator derives it from the "
+        "memory limit.",
+    )
+
+
 class ModelSettings(_Group):
     """The model repository and how models are executed."""
 
@@ -144,6 +176,7 @@ class RuntimeSettings(_Group):
     """Everything `cachefleet serve` needs, as the operator renders it into a ConfigMap."""
 
     server: ServerSettings = ServerSettings()
+    limits: LimitSettings = LimitSettings()
     models: ModelSettings = ModelSettings()
     cache: CacheSettings = CacheSettings()
     redis: RedisSettings = RedisSettings()
