@@ -10,6 +10,7 @@ from cachefleet.runtime.config.quantity import (
     parse_bytes,
     parse_duration_s,
 )
+from cachefleet.runtime.config.redaction import RedactingFilter, redact, split_password
 from cachefleet.runtime.config.settings import (
     CacheMode,
     CacheSettings,
@@ -27,6 +28,7 @@ __all__ = [
     "Flag",
     "ModelSettings",
     "QuantityError",
+    "RedactingFilter",
     "RedisMode",
     "RedisSettings",
     "RuntimeSettings",
@@ -37,4 +39,6 @@ __all__ = [
     "load_settings",
     "parse_bytes",
     "parse_duration_s",
+    "redact",
+    "split_password",
 ]

@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from cachefleet.runtime.config.quantity import parse_bytes, parse_duration_s
+from cachefleet.runtime.config.redaction import redact, split_password
 
 Bytes = Annotated[int, BeforeValidator(parse_bytes), Field(ge=0)]
 Seconds = Annotated[float, BeforeValidator(parse_duration_s), Field(ge=0)]
@@ -122,11 +123,33 @@ class RedisSettings(_Group):
     )
     breaker_reset_s: Seconds = Field(1.0, description="How long the breaker stays open per probe.")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _password_out_of_url(cls, data: Any) -> Any:
+        """Move a password found in the URL (``user:secret@`` or ``?password=``) into the
+        password field, which no dump includes: from here on the URL is safe to log, to put
+        in an error, or to hand to worker processes."""
+        if not isinstance(data, dict) or not isinstance(data.get("url"), str):
+            return data
+        url, password = split_password(data["url"])
+        if password is None:
+            return data
+        given = data.get("password")
+        if isinstance(given, SecretStr):
+            given = given.get_secret_value()
+        if given is not None and given != password:
+            raise ValueError(
+                "the redis url carries a password and --redis-password / "
+                "CACHEFLEET_REDIS_PASSWORD gives another: give one of them"
+            )
+        return {**data, "url": url, "password": SecretStr(password)}
+
     @field_validator("url")
     @classmethod
     def _known_scheme(cls, url: str | None) -> str | None:
         if url is not None and not url.startswith(("redis://", "rediss://", "unix://")):
-            raise ValueError(f"redis url must start with redis://, rediss:// or unix://: {url!r}")
+            shown = redact(url)
+            raise ValueError(f"redis url must start with redis://, rediss:// or unix://: {shown!r}")
         return url
 
     @model_validator(mode="after")

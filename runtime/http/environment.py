@@ -14,19 +14,27 @@ from collections.abc import Mapping, MutableMapping
 import orjson
 from pydantic import SecretStr
 
-from cachefleet.runtime.config import RuntimeSettings
+from cachefleet.runtime.config import RedactingFilter, RuntimeSettings
 from cachefleet.runtime.http.app import create_server
 from cachefleet.runtime.http.front_door import InferFrontDoor
 
 SETTINGS_VARIABLE = "CACHEFLEET_SETTINGS_JSON"
 PASSWORD_VARIABLE = "CACHEFLEET_REDIS_PASSWORD"
+URL_VARIABLE = "CACHEFLEET_REDIS_URL"
 
 
 def export_settings(settings: RuntimeSettings, environ: MutableMapping[str, str]) -> None:
-    """Put ``settings`` (and the password, separately) where workers will find them."""
+    """Put ``settings`` (and the password, separately) where workers will find them.
+
+    The settings' URL no longer holds a password (the settings moved it out); the URL variable
+    the parent may have read is replaced by that clean URL, so no worker inherits the secret
+    in it.
+    """
     environ[SETTINGS_VARIABLE] = orjson.dumps(settings.to_document()).decode()
     if settings.redis.password is not None:
         environ[PASSWORD_VARIABLE] = settings.redis.password.get_secret_value()
+    if URL_VARIABLE in environ and settings.redis.url is not None:
+        environ[URL_VARIABLE] = settings.redis.url
 
 
 def settings_from_environment(environ: Mapping[str, str]) -> RuntimeSettings:
@@ -46,7 +54,11 @@ def create_app_from_environment() -> InferFrontDoor:
 
 
 def configure_logging(level: str) -> None:
+    """Log to stderr; every record (ours and the libraries') passes the URL redaction."""
     logging.basicConfig(
         level=level.upper(),
         format="%(asctime)s %(levelname)s %(process)d %(name)s: %(message)s",
     )
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(RedactingFilter())
