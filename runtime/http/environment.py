@@ -21,6 +21,11 @@ from cachefleet.runtime.http.front_door import InferFrontDoor
 SETTINGS_VARIABLE = "CACHEFLEET_SETTINGS_JSON"
 PASSWORD_VARIABLE = "CACHEFLEET_REDIS_PASSWORD"
 URL_VARIABLE = "CACHEFLEET_REDIS_URL"
+#: The restrictions (secret values, so left out of the JSON), one per line in each variable.
+RESTRICTION_VARIABLES = {
+    "http_restricted_api": "CACHEFLEET_HTTP_RESTRICTED_API",
+    "grpc_restricted_protocol": "CACHEFLEET_GRPC_RESTRICTED_PROTOCOL",
+}
 
 
 def export_settings(settings: RuntimeSettings, environ: MutableMapping[str, str]) -> None:
@@ -35,15 +40,23 @@ def export_settings(settings: RuntimeSettings, environ: MutableMapping[str, str]
         environ[PASSWORD_VARIABLE] = settings.redis.password.get_secret_value()
     if URL_VARIABLE in environ and settings.redis.url is not None:
         environ[URL_VARIABLE] = settings.redis.url
+    for field, variable in RESTRICTION_VARIABLES.items():
+        restrictions = getattr(settings.security, field)
+        if restrictions:
+            environ[variable] = "\n".join(item.to_flag() for item in restrictions)
+        else:
+            environ.pop(variable, None)
 
 
 def settings_from_environment(environ: Mapping[str, str]) -> RuntimeSettings:
-    settings = RuntimeSettings.model_validate_json(environ[SETTINGS_VARIABLE])
+    document = orjson.loads(environ[SETTINGS_VARIABLE])
     password = environ.get(PASSWORD_VARIABLE)
-    if password is None:
-        return settings
-    redis = settings.redis.model_copy(update={"password": SecretStr(password)})
-    return settings.model_copy(update={"redis": redis})
+    if password is not None:
+        document.setdefault("redis", {})["password"] = SecretStr(password)
+    for field, variable in RESTRICTION_VARIABLES.items():
+        if variable in environ:
+            document.setdefault("security", {})[field] = environ[variable]
+    return RuntimeSettings.model_validate(document)
 
 
 def create_app_from_environment() -> InferFrontDoor:
