@@ -321,6 +321,7 @@ class InferenceService:
                 model.name, model.version, model.fingerprint, request.inputs, parameters
             )
         scheduler = self._schedulers.of(model)
+        scheduler.check_priority(_priority(request.parameters))
         directives = directives if request.use_cache else _NO_CACHE
         enabled = config.response_cache or self._cache_all
         by_rows = (
