@@ -78,6 +78,18 @@ FLAGS: tuple[Flag, ...] = (
     Flag("local-cache-size", "cache", "local_size_bytes", "In-process cache bound, e.g. 256Mi."),
     Flag("cache-ttl", "cache", "ttl_s", "Entry lifetime: seconds or 30m, 1h (default 3600)."),
     Flag("cache-insert-queue", "cache", "insert_queue_size", "Write-behind queue length."),
+    Flag(
+        "cache-namespace",
+        "cache",
+        "namespace",
+        "Fleet namespace: prefixes every Redis key, names the flush channel (default 'default').",
+    ),
+    Flag(
+        "cache-secret",
+        "cache",
+        "secret",
+        "Key of the entries' MAC: entries without a valid one are forged (prefer the environment).",
+    ),
     Flag("cache-all-models", "models", "cache_all_models", "Cache every model.", is_switch=True),
     Flag(
         "row-cache-models",

@@ -7,6 +7,7 @@ Secrets (the Redis password) are excluded from every dump, so they can never rea
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -32,6 +33,12 @@ CacheMode = Literal["none", "local", "redis", "tiered"]
 RedisMode = Literal["standalone", "cluster", "sentinel"]
 ExecutionProvider = Literal["auto", "cpu", "cuda", "tensorrt"]
 ModelControlMode = Literal["none", "explicit"]
+#: The cache namespace of a server that names none.
+DEFAULT_NAMESPACE = "default"
+#: What a cache namespace may hold: no ``:`` (it would make Redis keys ambiguous), no glob
+#: characters (the flush's SCAN pattern) and no braces (a Redis Cluster hash tag would put a
+#: whole fleet on one slot). ``<namespace>/<name>`` of a Kubernetes object always fits.
+NAMESPACE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,319}")
 
 
 def _name_list(value: Any) -> Any:
@@ -131,6 +138,30 @@ class CacheSettings(_Group):
     local_size_bytes: Bytes = Field(256 * 2**20, description="Bound of the in-process tier.")
     ttl_s: Seconds = Field(3600.0, description="Entry lifetime; a model's config may override it.")
     insert_queue_size: int = Field(1024, ge=1, description="Write-behind queue; drops when full.")
+    namespace: str = Field(
+        DEFAULT_NAMESPACE,
+        description="The fleet's share of Redis: prefixes every key and names the flush channel.",
+    )
+    secret: SecretStr | None = Field(
+        None, exclude=True, description="Key of the entries' MAC; entries failing it are forged."
+    )
+
+    @field_validator("namespace")
+    @classmethod
+    def _usable_namespace(cls, namespace: str) -> str:
+        if NAMESPACE_PATTERN.fullmatch(namespace) is None:
+            raise ValueError(
+                f"{namespace!r}: use letters, digits, '.', '_', '-' and '/' (no ':', braces or "
+                "glob characters), starting with a letter or digit, at most 320 characters"
+            )
+        return namespace
+
+    @field_validator("secret")
+    @classmethod
+    def _long_enough(cls, secret: SecretStr | None) -> SecretStr | None:
+        if secret is not None and len(secret.get_secret_value()) < 16:
+            raise ValueError("a cache secret needs at least 16 characters")
+        return secret
 
 
 class RedisSettings(_Group):
