@@ -11,6 +11,7 @@ from cachefleet.operator.manifests import meta
 from cachefleet.operator.manifests.errors import SpecError
 from cachefleet.operator.manifests.meta import RUNTIME_GRPC_PORT, RUNTIME_PORT, Owner
 from cachefleet.operator.manifests.redis import password_ref
+from cachefleet.operator.manifests.release import RELEASE_RUNTIME_IMAGE
 from cachefleet.operator.manifests.security import container_security, pod_security
 from cachefleet.operator.manifests.spec import SecretKeyRef, ServiceSpec
 from cachefleet.runtime.config import (
@@ -87,8 +88,19 @@ def redis_password_ref(spec: ServiceSpec, *, owner: Owner) -> SecretKeyRef | Non
     return external.password_secret_ref if external is not None else password_ref(spec, owner)
 
 
+def config_document(settings: RuntimeSettings) -> dict[str, Any]:
+    """The settings that differ from the runtime's own defaults, as the ConfigMap holds them.
+
+    A default is left to the runtime: a pod of an older image refuses settings it does not know
+    (its model forbids extra fields), and a setting a release adds has its default there. So a
+    new operator never renders something an old image cannot read, and adding a setting changes
+    no ConfigMap and rolls no pods.
+    """
+    return settings.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
+
+
 def build_runtime_configmap(spec: ServiceSpec, *, owner: Owner) -> dict[str, Any]:
-    document = runtime_settings(spec, owner=owner).to_document()
+    document = config_document(runtime_settings(spec, owner=owner))
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -141,9 +153,16 @@ def build_runtime_hpa(spec: ServiceSpec, *, owner: Owner) -> dict[str, Any]:
 
 
 def build_runtime_deployment(
-    spec: ServiceSpec, *, owner: Owner, password_digest: str = ""
+    spec: ServiceSpec,
+    *,
+    owner: Owner,
+    password_digest: str = "",
+    runtime_image: str = RELEASE_RUNTIME_IMAGE,
 ) -> dict[str, Any]:
-    """The server pods; ``password_digest`` rolls them when a generated password was replaced."""
+    """The server pods; ``password_digest`` rolls them when a generated password was replaced.
+
+    ``runtime_image`` runs when the spec names no image: the operator's own release's runtime.
+    """
     configmap = build_runtime_configmap(spec, owner=owner)
     deployment_spec: dict[str, Any] = {
         "selector": {"matchLabels": meta.selector_labels(owner, COMPONENT)},
@@ -159,7 +178,7 @@ def build_runtime_deployment(
                     "prometheus.io/path": "/metrics",
                 },
             },
-            "spec": _pod_spec(spec, owner),
+            "spec": _pod_spec(spec, owner, runtime_image),
         },
     }
     if spec.autoscaling is None:  # with an HPA, the HPA owns the replica count
@@ -179,12 +198,12 @@ def build_runtime_deployment(
     }
 
 
-def _pod_spec(spec: ServiceSpec, owner: Owner) -> dict[str, Any]:
+def _pod_spec(spec: ServiceSpec, owner: Owner, runtime_image: str) -> dict[str, Any]:
     runtime = spec.runtime
     pod: dict[str, Any] = {
         "securityContext": pod_security(RUNTIME_USER_ID),
         "automountServiceAccountToken": False,
-        "containers": [_server_container(spec, owner)],
+        "containers": [_server_container(spec, owner, runtime_image)],
         "volumes": [
             {"name": "config", "configMap": {"name": f"{owner.name}-config"}},
             {"name": "tmp", "emptyDir": {}},
@@ -226,7 +245,7 @@ def _model_volume(spec: ServiceSpec) -> dict[str, Any]:
     return {"name": "models", "emptyDir": {}}
 
 
-def _server_container(spec: ServiceSpec, owner: Owner) -> dict[str, Any]:
+def _server_container(spec: ServiceSpec, owner: Owner, runtime_image: str) -> dict[str, Any]:
     runtime = spec.runtime
     resources = runtime.resources.as_dict()
     if runtime.gpus:
@@ -248,7 +267,7 @@ def _server_container(spec: ServiceSpec, owner: Owner) -> dict[str, Any]:
         )
     return {
         "name": "server",
-        "image": runtime.image,
+        "image": runtime.image or runtime_image,
         "imagePullPolicy": runtime.image_pull_policy,
         "command": [
             "cachefleet",

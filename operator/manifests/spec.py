@@ -56,7 +56,6 @@ def _kube_quantity(value: Any) -> Any:
 
 KubeQuantity = Annotated[str | int, BeforeValidator(_kube_quantity)]
 
-DEFAULT_RUNTIME_IMAGE = "ghcr.io/cachefleet/cachefleet:0.1.0"
 DEFAULT_REDIS_IMAGE = "redis:7.4-alpine"
 
 
@@ -118,7 +117,10 @@ class Resources(_Spec):
 
 
 class Runtime(_Spec):
-    image: str = DEFAULT_RUNTIME_IMAGE
+    #: None: the runtime image of the operator's own release (see ``release.py``). No default is
+    #: stored: an API server stores a default once, at create, and the image would never follow
+    #: an operator upgrade again.
+    image: str | None = Field(None, min_length=1)
     image_pull_policy: PullPolicy = "IfNotPresent"
     gpus: int = Field(0, ge=0)
     execution_provider: Literal["auto", "cpu", "cuda", "tensorrt"] = "auto"

@@ -116,6 +116,7 @@ class Reconciler:
             owner=owner,
             redis_password=password,
             operator_namespace=self.settings.operator_namespace,
+            runtime_image=self.settings.runtime_image,
         )
 
     def _observe(

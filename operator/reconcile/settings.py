@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from cachefleet.operator.manifests.meta import DEFAULT_OPERATOR_NAMESPACE
+from cachefleet.operator.manifests.release import RELEASE_RUNTIME_IMAGE
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,9 @@ class OperatorSettings:
     operator_namespace: str = DEFAULT_OPERATOR_NAMESPACE
     """Where the operator runs (the chart passes it through the downward API): each managed
     Redis's NetworkPolicy admits the operator's pods from there unless the spec names another."""
+    runtime_image: str = RELEASE_RUNTIME_IMAGE
+    """The runtime image of services that name none: this release's, or a mirror of it (the
+    chart's runtimeImage value, for a private registry)."""
 
     resync_interval_s: float = 60.0
     """How often every service is re-applied in full (drift no watch saw, a rotated password)."""
@@ -34,6 +38,7 @@ class OperatorSettings:
             redis_address=env.get("CACHEFLEET_OPERATOR_REDIS_ADDRESS") or None,
             operator_namespace=env.get("CACHEFLEET_OPERATOR_NAMESPACE")
             or DEFAULT_OPERATOR_NAMESPACE,
+            runtime_image=env.get("CACHEFLEET_OPERATOR_RUNTIME_IMAGE") or RELEASE_RUNTIME_IMAGE,
             resync_interval_s=float(env.get("CACHEFLEET_OPERATOR_RESYNC_INTERVAL", "60")),
             cache_figures_interval_s=float(env.get("CACHEFLEET_OPERATOR_CACHE_INTERVAL", "30")),
         )
