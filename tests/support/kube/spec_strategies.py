@@ -58,6 +58,12 @@ affinity = st.sampled_from(
     ]
 )
 
+SPREAD = {
+    "maxSkew": 1,
+    "topologyKey": "kubernetes.io/hostname",
+    "whenUnsatisfiable": "DoNotSchedule",
+}
+
 # Fields whose generic strategy (from the schema's type and pattern) would be too narrow or
 # too wide: sizes get good and bad quantities, free-form maps get realistic content.
 OVERRIDES: dict[str, st.SearchStrategy[Any]] = {
@@ -70,10 +76,7 @@ OVERRIDES: dict[str, st.SearchStrategy[Any]] = {
     "model.repository.image.sizeLimit": sizes,
     "imagePullSecrets": st.lists(st.fixed_dictionaries({"name": names}), max_size=2),
     "runtime.image": st.sampled_from(["ghcr.io/cachefleet/cachefleet:0.1.0", "runtime:dev"]),
-    "runtime.topologySpreadConstraints": st.sampled_from(
-        [[], [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
-               "whenUnsatisfiable": "DoNotSchedule"}]]
-    ),  # fmt: skip
+    "runtime.topologySpreadConstraints": st.sampled_from([[], [SPREAD]]),
     "runtime.podAnnotations": st.dictionaries(names, names, max_size=2),
     "runtime.podLabels": st.dictionaries(names, names, max_size=2),
     "runtime.gpus": st.integers(0, 4),
