@@ -21,7 +21,10 @@ from cachefleet.operator.manifests.spec import parse_spec
 
 KUBERNETES_VERSION = "1.32"
 OWNER = Owner("svc", "ml", "0b7c7a5e-1b8d-4a57-9f43-5c0f5d1e9a11")
-IMAGE_MODELS = {"name": "m", "repository": {"image": {"image": "registry.example.com/m:1"}}}
+IMAGE_MODELS: dict[str, Any] = {
+    "name": "m",
+    "repository": {"image": {"image": "registry.example.com/m:1"}},
+}
 BASE: dict[str, Any] = {"replicas": 2, "model": IMAGE_MODELS}
 VARIANTS: dict[str, dict[str, Any]] = {
     "image-models": {},
