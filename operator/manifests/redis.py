@@ -176,7 +176,7 @@ def _redis_pod_spec(spec: ServiceSpec, owner: Owner) -> dict[str, Any]:
     if not redis.persistence_or_default.enabled:
         volumes.append({"name": "data", "emptyDir": {}})
     return {
-        "securityContext": pod_security(REDIS_USER_ID),
+        "securityContext": pod_security(REDIS_USER_ID, user_ids=spec.user_ids or "fixed"),
         "automountServiceAccountToken": False,
         **meta.pull_secrets(spec),
         "terminationGracePeriodSeconds": 30,

@@ -210,7 +210,8 @@ def _pod_metadata(spec: ServiceSpec, owner: Owner, pod: dict[str, Any], digest: 
 def _pod_spec(spec: ServiceSpec, owner: Owner, runtime_image: str) -> dict[str, Any]:
     runtime = spec.runtime
     server = _server_container(spec, owner, runtime_image)
-    pod: dict[str, Any] = {"securityContext": pod_security(RUNTIME_USER_ID)}
+    security = pod_security(RUNTIME_USER_ID, user_ids=spec.user_ids or "fixed")
+    pod: dict[str, Any] = {"securityContext": security}
     if runtime.service_account_name is not None:
         pod["serviceAccountName"] = runtime.service_account_name
     pod["automountServiceAccountToken"] = False

@@ -35,6 +35,9 @@ MaxmemoryPolicy = Literal[
     "volatile-ttl",
 ]
 PersistenceMode = Literal["none", "rdb", "aof", "rdb+aof"]
+#: fixed: the pods run as the images' users (runtime 10001, Redis 999); platform: the ids are
+#: left to the platform (OpenShift's SCCs assign them from the namespace's range).
+UserIds = Literal["fixed", "platform"]
 Quantity = str | int
 
 # The API server's own quantity syntax (the CRD's pattern): a value the operator passes through
@@ -321,6 +324,8 @@ class ServiceSpec(_Spec):
     model: Model
     #: Registry credentials for every pod of the service (runtime, model copy, Redis).
     image_pull_secrets: list[LocalObjectReference] = []
+    #: None: the operator's own setting (the chart's openshift value).
+    user_ids: UserIds | None = None
     runtime: Runtime = Runtime()
     cache: Cache = Cache()
     autoscaling: Autoscaling | None = None

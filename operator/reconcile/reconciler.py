@@ -121,6 +121,7 @@ class Reconciler:
             redis_password=password,
             operator_namespace=self.settings.operator_namespace,
             runtime_image=self.settings.runtime_image,
+            user_ids=self.settings.user_ids,
         )
 
     def _observe(

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from cachefleet.operator.manifests.meta import DEFAULT_OPERATOR_NAMESPACE
 from cachefleet.operator.manifests.release import RELEASE_RUNTIME_IMAGE
+from cachefleet.operator.manifests.spec import UserIds
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,10 @@ class OperatorSettings:
     """The runtime image of services that name none: this release's, or a mirror of it (the
     chart's runtimeImage value, for a private registry)."""
 
+    user_ids: UserIds = "fixed"
+    """The pods' user ids where a spec leaves ``userIds`` unset: "platform" on OpenShift (the
+    chart's openshift.enabled), whose SCCs assign them."""
+
     resync_interval_s: float = 60.0
     """How often every service is re-applied in full (drift no watch saw, a rotated password)."""
     cache_figures_interval_s: float = 30.0
@@ -39,6 +44,15 @@ class OperatorSettings:
             operator_namespace=env.get("CACHEFLEET_OPERATOR_NAMESPACE")
             or DEFAULT_OPERATOR_NAMESPACE,
             runtime_image=env.get("CACHEFLEET_OPERATOR_RUNTIME_IMAGE") or RELEASE_RUNTIME_IMAGE,
+            user_ids=_user_ids(env.get("CACHEFLEET_OPERATOR_USER_IDS") or "fixed"),
             resync_interval_s=float(env.get("CACHEFLEET_OPERATOR_RESYNC_INTERVAL", "60")),
             cache_figures_interval_s=float(env.get("CACHEFLEET_OPERATOR_CACHE_INTERVAL", "30")),
         )
+
+
+def _user_ids(value: str) -> UserIds:
+    if value == "fixed":
+        return "fixed"
+    if value == "platform":
+        return "platform"
+    raise ValueError(f"CACHEFLEET_OPERATOR_USER_IDS must be fixed or platform, not {value!r}")

@@ -36,3 +36,18 @@ def test_the_runtime_image_follows_the_release_unless_a_mirror_is_named(
     assert env_of(mirrored)["CACHEFLEET_OPERATOR_RUNTIME_IMAGE"] == (
         "mirror.example/cachefleet:0.1.0"
     )
+
+
+def test_openshift_mode_leaves_ids_to_the_platform_for_the_operator_and_its_services(
+    helm: Helm, tmp_path: Path
+) -> None:
+    default = only(helm.template(), "Deployment", OPERATOR)["spec"]["template"]["spec"]
+    assert default["securityContext"]["runAsUser"] == 10001
+    assert "CACHEFLEET_OPERATOR_USER_IDS" not in env_of(helm.template())
+    objects = render(helm, tmp_path, {"openshift": {"enabled": True}})
+    pod = only(objects, "Deployment", OPERATOR)["spec"]["template"]["spec"]
+    security = pod["securityContext"]
+    assert not {"runAsUser", "runAsGroup", "fsGroup"} & set(security)
+    assert security["runAsNonRoot"] is True
+    assert security["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert env_of(objects)["CACHEFLEET_OPERATOR_USER_IDS"] == "platform"
