@@ -13,6 +13,7 @@ that, for as long as the local entry it was rendered from lives.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import Executor
@@ -34,6 +35,7 @@ from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.errors import NotReadyError, ServingError
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.metrics import TritonInferenceCounters as TRITON
+from cachefleet.runtime.models.heap import release_freed_memory
 from cachefleet.runtime.models.types import Model, ModelConfig, ModelRepository
 from cachefleet.runtime.protocol import (
     InferRequest,
@@ -148,6 +150,15 @@ class InferenceService:
     async def close(self) -> None:
         """Stop the models' batchers (executions already running finish)."""
         await self._schedulers.close()
+
+    async def release_model(self, name: str) -> None:
+        """Let go of everything kept for model ``name`` (its batchers and memoized responses),
+        once it is unloaded or loaded again: its old sessions are then freed, and the memory
+        they held goes back to the system."""
+        await self._schedulers.release(name)
+        if self._memo is not None:
+            self._memo.memo.discard_model(name)
+        await asyncio.to_thread(release_freed_memory)
 
     def memo_hasher(
         self,

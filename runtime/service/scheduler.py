@@ -331,6 +331,13 @@ class Schedulers:
         """The scheduler of a model version that has run at least once, else None."""
         return self._schedulers.get((name, version))
 
+    async def release(self, name: str) -> None:
+        """Close and forget the schedulers of model ``name`` (unloaded, or loaded again), so
+        that nothing here keeps its sessions alive; a later request makes a new one."""
+        doomed = [key for key in self._schedulers if key[0] == name]
+        schedulers = [self._schedulers.pop(key) for key in doomed]
+        await asyncio.gather(*(scheduler.close() for scheduler in schedulers))
+
     async def close(self) -> None:
         schedulers, self._schedulers = list(self._schedulers.values()), {}
         await asyncio.gather(*(scheduler.close() for scheduler in schedulers), *self._retiring)
