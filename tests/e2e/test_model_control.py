@@ -220,6 +220,6 @@ def test_unload_releases_the_session(
         _densenet_once(client, cycle + 2)
     client.unload_model("densenet_onnx")
     after = _rss_bytes(server.pid)
-    # Measured here: 2 MiB more after the cycles; 162 MiB more when the scheduler kept the
+    # Measured here: 2-4 MiB more after the cycles; 162 MiB more when the scheduler kept the
     # session, 41 MiB when it did not but freed memory stayed in the allocator's arenas.
     assert after < baseline + (24 << 20), (baseline, loaded, after)
