@@ -10,6 +10,8 @@ their own package and carry no status.
 
 from __future__ import annotations
 
+from cachefleet.runtime.config.redaction import redact
+
 
 class ServingError(Exception):
     """Base of every error the runtime reports to a client."""
@@ -17,6 +19,8 @@ class ServingError(Exception):
     status_code: int = 500
 
     def __init__(self, message: str) -> None:
+        # Every client-facing message passes here: a Redis URL quoted in it loses its password.
+        message = redact(message)
         super().__init__(message)
         self.message = message
 

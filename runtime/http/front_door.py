@@ -34,6 +34,7 @@ from cachefleet.runtime.http.body import (
 )
 from cachefleet.runtime.http.client_watch import ClientWatch
 from cachefleet.runtime.http.compression import compress_for
+from cachefleet.runtime.http.restricted import FORBIDDEN, ApiGuard, refusal_message
 from cachefleet.runtime.http.state import ServerState
 from cachefleet.runtime.protocol.cache_control import directives_from
 from cachefleet.runtime.service.memo import Memoized
@@ -70,6 +71,13 @@ class InferFrontDoor:
         self._limit = state.settings.server.max_request_bytes
         #: Read by the HTTP protocol's connection guard (see ``connection_guard``).
         self.limits = state.settings.limits
+        #: ``--http-restricted-api``'s restriction of the inference group, if any.
+        self._restriction = ApiGuard(state.settings.security.http_restricted_api).restriction(
+            "inference"
+        )
+        self._restricted_header = (
+            self._restriction.header.lower().encode() if self._restriction is not None else b""
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
@@ -115,7 +123,7 @@ class InferFrontDoor:
     async def _admitted(
         self, scope: Scope, receive: Receive, send: Send, model: str, version: str | None
     ) -> None:
-        declared = encoding = header_text = cache_control = accept = None
+        declared = encoding = header_text = cache_control = accept = presented = None
         for name, value in scope["headers"]:
             if name == b"content-length":
                 declared = value
@@ -127,6 +135,11 @@ class InferFrontDoor:
                 cache_control = value
             elif name == b"accept-encoding":
                 accept = value
+            elif name == self._restricted_header:
+                presented = value
+        if self._restriction is not None and not self._restriction.admits(presented):
+            await _error(send, FORBIDDEN, refusal_message(self._restriction))
+            return
         try:
             service = self._state.ready_service()
             directives = directives_from(_text(cache_control))

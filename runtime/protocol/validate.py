@@ -45,6 +45,7 @@ def check_input(
         )
     shape = _shape(name, item.get("shape"))
     _check_shape(name, shape, spec, config)
+    _check_extent(name, datatype, shape)
     return name, datatype, shape
 
 
@@ -157,6 +158,28 @@ def _shape(name: str, value: Any) -> tuple[int, ...]:
         else:
             return tuple(value)
     raise BadRequestError(f"input {name!r}: 'shape' must be an array of non-negative integers")
+
+
+#: The most bytes a shape may span (its non-zero dimensions times the item size): what an
+#: array, and so the model backend, can describe at all.
+_MAX_EXTENT_BYTES = 2**63 - 1
+#: The size of a BYTES element as an array holds it (a reference).
+_BYTES_ITEM_SIZE = 8
+
+
+def _check_extent(name: str, datatype: str, shape: tuple[int, ...]) -> None:
+    """A zero-element tensor holds no data, whatever its other dimensions say, so its size
+    check passes; but a shape such as ``[0, 2**62]`` is still one no array can take. Refused
+    here as the client's mistake, not left to fail in the backend (a 500)."""
+    dtype = NUMPY_DTYPES.get(datatype)
+    extent = dtype.itemsize if dtype is not None else _BYTES_ITEM_SIZE
+    for dim in shape:
+        extent *= dim or 1
+    if extent > _MAX_EXTENT_BYTES:
+        raise BadRequestError(
+            f"input {name!r}: shape {list(shape)} is too large for a {datatype} tensor "
+            "(its dimensions span more than 2^63 bytes, even with no elements)"
+        )
 
 
 def _check_shape(name: str, shape: tuple[int, ...], spec: TensorSpec, config: ModelConfig) -> None:

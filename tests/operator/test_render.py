@@ -270,7 +270,7 @@ def test_image_repository_is_copied_by_an_init_container() -> None:
     pod = by_kind(render(SPECS["image-models"]), "Deployment")["spec"]["template"]["spec"]
     [init] = pod["initContainers"]
     assert init["image"] == "models:1"
-    assert {"name": "models", "emptyDir": {}} in pod["volumes"]
+    assert {"name": "models", "emptyDir": {"sizeLimit": "10Gi"}} in pod["volumes"]
 
 
 def test_redis_conf_carries_memory_and_persistence_settings() -> None:
