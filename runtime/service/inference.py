@@ -378,11 +378,12 @@ class InferenceService:
         """How a miss is computed: through the model's scheduler, row by row through the row
         cache when ``by_rows``; what happened goes into ``miss``."""
         priority = _priority(request.parameters)
+        timeout_us = _timeout_us(request.parameters)
 
         async def run(inputs: Sequence[Tensor]) -> list[Tensor]:
             started = time.perf_counter_ns()
             try:
-                return await scheduler.run(inputs, priority, on_wait)
+                return await scheduler.run(inputs, priority, on_wait, timeout_us)
             finally:
                 miss.waited_ns += time.perf_counter_ns() - started
 
@@ -457,6 +458,12 @@ def _priority(parameters: Mapping[str, Any]) -> int:
     """The request parameter ``priority`` (0, the default level, when absent); checked while
     the request was decoded."""
     return int(parameters.get("priority", 0))
+
+
+def _timeout_us(parameters: Mapping[str, Any]) -> int:
+    """The request parameter ``timeout`` (microseconds in the queue; 0, none, when absent);
+    checked while the request was decoded."""
+    return int(parameters.get("timeout", 0))
 
 
 @dataclass(slots=True)
