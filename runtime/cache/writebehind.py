@@ -1,15 +1,15 @@
 """Write-behind: cache writes run after the response has gone, through a bounded queue.
 
-A full queue drops the write (the caller counts it): under a Redis slowdown the cache loses
-some inserts instead of holding memory or adding latency to requests. The queue is bounded in
-jobs and in bytes (each job says what it holds: an insert, its answer's tensors), and a job's
-bytes count until it has run, so large answers cannot pile up behind a slow Redis. A few workers drain the
-queue so one slow write does not hold up the rest. A worker takes everything queued (up to
-``batch`` jobs) and starts it at once, so the Redis writes of one drain leave together in one
-pipelined round trip (see ``batch``) instead of one round trip each. A job may return a plain
-future (the cache's inserts and deletes do: they queue their command and return): it is waited
-for as it is, while a coroutine needs a task of its own to run beside the others, and so starts
-after every future-returning job of its drain; a write whose order matters returns a future.
+A full queue drops the write (the caller counts it): under a Redis slowdown the cache loses some
+inserts instead of holding memory or adding latency to requests. The queue is bounded in jobs and in
+bytes (each job says what it holds: an insert, its answer's tensors), and a job's bytes count until
+it has run, so large answers cannot pile up behind a slow Redis. A few workers drain the queue so
+one slow write does not hold up the rest. A worker takes everything queued (up to ``batch`` jobs)
+and starts it at once, so the Redis writes of one drain leave together in one pipelined round trip
+(see ``batch``) instead of one round trip each. A job may return a plain future (the cache's inserts
+and deletes do: they queue their command and return): it is waited for as it is, while a coroutine
+needs a task of its own to run beside the others, and so starts after every future-returning job of
+its drain; a write whose order matters returns a future.
 """
 
 from __future__ import annotations
