@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,9 @@ MODEL_DIR = "/models"
 # (by default also /models), or the copy would read from the empty volume mounted over it.
 COPY_DESTINATION = "/cachefleet-model-repository"
 PASSWORD_ENV = "CACHEFLEET_REDIS_PASSWORD"
+CACHE_SECRET_ENV = "CACHEFLEET_CACHE_SECRET"
+#: The key of the generated cache Secret.
+CACHE_SECRET_KEY = "secret"
 
 
 def runtime_settings(spec: ServiceSpec, *, owner: Owner) -> RuntimeSettings:
@@ -42,6 +46,7 @@ def runtime_settings(spec: ServiceSpec, *, owner: Owner) -> RuntimeSettings:
             mode=cache.mode,
             local_size_bytes=parse_bytes(cache.local.size),
             ttl_s=parse_duration_s(cache.ttl),
+            namespace=cache_namespace(spec, owner=owner),
         )
     except QuantityError as error:
         raise SpecError(f"spec.cache: {error}") from None
@@ -61,6 +66,32 @@ def runtime_settings(spec: ServiceSpec, *, owner: Owner) -> RuntimeSettings:
         cache=cache_settings,
         redis=redis_settings(spec, owner=owner),
     )
+
+
+def cache_namespace(spec: ServiceSpec, *, owner: Owner) -> str:
+    """The fleet's share of Redis: ``<namespace>/<name>``, unless the spec names one (two
+    services that deliberately share answers name the same one, and the same secret)."""
+    return spec.cache.namespace or f"{owner.namespace}/{owner.name}"
+
+
+def cache_secret_ref(spec: ServiceSpec, *, owner: Owner) -> SecretKeyRef | None:
+    """Where the pods read the key of the Redis entries' MAC; None without a Redis tier."""
+    if not spec.cache.uses_redis:
+        return None
+    return spec.cache.secret_ref or SecretKeyRef(
+        name=meta.cache_secret_name(owner), key=CACHE_SECRET_KEY
+    )
+
+
+def build_cache_secret(spec: ServiceSpec, *, owner: Owner, secret: str) -> dict[str, Any]:
+    """The generated cache Secret; the caller keeps an existing secret across reconciles."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": meta.metadata(owner, meta.cache_secret_name(owner), COMPONENT),
+        "type": "Opaque",
+        "data": {CACHE_SECRET_KEY: base64.b64encode(secret.encode()).decode()},
+    }
 
 
 def redis_settings(spec: ServiceSpec, *, owner: Owner) -> RedisSettings:
@@ -143,7 +174,8 @@ def build_runtime_hpa(spec: ServiceSpec, *, owner: Owner) -> dict[str, Any]:
 def build_runtime_deployment(
     spec: ServiceSpec, *, owner: Owner, password_digest: str = ""
 ) -> dict[str, Any]:
-    """The server pods; ``password_digest`` rolls them when a generated password was replaced."""
+    """The server pods; ``password_digest`` (of the secrets they read at start: the Redis
+    password, the cache secret) rolls them when a generated one was replaced."""
     configmap = build_runtime_configmap(spec, owner=owner)
     deployment_spec: dict[str, Any] = {
         "selector": {"matchLabels": meta.selector_labels(owner, COMPONENT)},
@@ -237,15 +269,15 @@ def _server_container(spec: ServiceSpec, owner: Owner) -> dict[str, Any]:
         models_mount["readOnly"] = True
         if pvc.sub_path:
             models_mount["subPath"] = pvc.sub_path
-    ref = redis_password_ref(spec, owner=owner)
     env = []
-    if ref is not None:
-        env.append(
-            {
-                "name": PASSWORD_ENV,
-                "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}},
-            }
-        )
+    for name, ref in (
+        (PASSWORD_ENV, redis_password_ref(spec, owner=owner)),
+        (CACHE_SECRET_ENV, cache_secret_ref(spec, owner=owner)),
+    ):
+        if ref is not None:
+            env.append(
+                {"name": name, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
+            )
     return {
         "name": "server",
         "image": runtime.image,

@@ -11,6 +11,8 @@ from cachefleet.runtime.config.quantity import (
     parse_duration_s,
 )
 from cachefleet.runtime.config.settings import (
+    DEFAULT_NAMESPACE,
+    NAMESPACE_PATTERN,
     CacheMode,
     CacheSettings,
     ModelSettings,
@@ -21,7 +23,9 @@ from cachefleet.runtime.config.settings import (
 )
 
 __all__ = [
+    "DEFAULT_NAMESPACE",
     "FLAGS",
+    "NAMESPACE_PATTERN",
     "CacheMode",
     "CacheSettings",
     "Flag",
