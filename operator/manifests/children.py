@@ -7,7 +7,8 @@ from typing import Any
 from cachefleet.operator.manifests import redis, runtime
 from cachefleet.operator.manifests.meta import DEFAULT_OPERATOR_NAMESPACE, Owner, config_hash
 from cachefleet.operator.manifests.names import check_name
-from cachefleet.operator.manifests.spec import ServiceSpec
+from cachefleet.operator.manifests.release import RELEASE_RUNTIME_IMAGE
+from cachefleet.operator.manifests.spec import ServiceSpec, UserIds
 
 # Every kind a CachedInferenceService may own: (apiVersion, kind). Pruning looks at these.
 CHILD_KINDS: tuple[tuple[str, str], ...] = (
@@ -41,6 +42,8 @@ def build_children(
     redis_password: str | None = None,
     cache_secret: str | None = None,
     operator_namespace: str = DEFAULT_OPERATOR_NAMESPACE,
+    runtime_image: str = RELEASE_RUNTIME_IMAGE,
+    user_ids: UserIds = "fixed",
 ) -> list[dict[str, Any]]:
     """All children.
 
@@ -50,8 +53,13 @@ def build_children(
     ``cache_secret`` is the generated cache secret (required when
     :func:`needs_generated_cache_secret`); a new one rolls the runtime pods likewise.
     ``operator_namespace`` is where the operator runs, for the Redis NetworkPolicy.
+    ``runtime_image`` runs where the spec names none (the operator's release's runtime, or the
+    operator's configured mirror of it). ``user_ids`` is the operator's setting for services
+    whose spec leaves ``userIds`` unset (platform on OpenShift).
     """
     check_name(owner.name)
+    if spec.user_ids is None:
+        spec = spec.model_copy(update={"user_ids": user_ids})
     children: list[dict[str, Any]] = []
     digest = password_digest(spec, redis_password)
     if spec.cache.managed_redis:
@@ -65,7 +73,9 @@ def build_children(
     children.append(runtime.build_runtime_configmap(spec, owner=owner))
     children.append(runtime.build_runtime_service(spec, owner=owner))
     children.append(
-        runtime.build_runtime_deployment(spec, owner=owner, password_digest=secrets_digest)
+        runtime.build_runtime_deployment(
+            spec, owner=owner, password_digest=secrets_digest, runtime_image=runtime_image
+        )
     )
     if spec.autoscaling is not None:
         children.append(runtime.build_runtime_hpa(spec, owner=owner))

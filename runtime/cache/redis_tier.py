@@ -34,7 +34,7 @@ from cachefleet.runtime.cache.errors import CacheTierError, ErrorKind
 from cachefleet.runtime.cache.key import KeySpace
 from cachefleet.runtime.cache.pipelined import PipelinedConnection
 from cachefleet.runtime.cache.redis_clients import RedisConnection, connect
-from cachefleet.runtime.config import RedisSettings
+from cachefleet.runtime.config import RedisSettings, redact
 
 logger = logging.getLogger(__name__)
 _UNLINK_BATCH = 500
@@ -266,7 +266,7 @@ class RedisTier:
     @property
     def where(self) -> str:
         """The URL without credentials, for messages."""
-        scheme, _, rest = self.url.partition("://")
+        scheme, _, rest = redact(self.url).partition("://")
         where = f"{scheme}://{rest.rpartition('@')[2]}"
         if self.settings.mode == "cluster":
             return f"cluster seeded by {where}"

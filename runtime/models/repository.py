@@ -25,6 +25,7 @@ from cachefleet.runtime.models.config import (
     to_model_config,
 )
 from cachefleet.runtime.models.config_message import ConfigMessage, new_model_config
+from cachefleet.runtime.models.confined import check_names, confined_file
 from cachefleet.runtime.models.errors import ModelLoadError
 from cachefleet.runtime.models.fingerprint import files_digest, fingerprint
 from cachefleet.runtime.models.graph import (
@@ -192,6 +193,7 @@ def _load_model(
     state = _ModelState(loaded={}, failed={})
     try:
         message = _read_config(folder, config_json)
+        check_names(message)
         chosen, missing = select_versions(message, version_folders(folder))
         plan = plan_execution(config_document(message), settings, ort.get_available_providers())
     except ModelLoadError as error:
@@ -219,7 +221,12 @@ class _VersionLoader:
         self._labels: Mapping[str, Sequence[str]] = {}
 
     def load(self, version: int) -> OnnxModel:
-        model_file = self._folder / str(version) / self._message.default_model_filename
+        model_file = confined_file(
+            self._folder / str(version),
+            self._message.default_model_filename,
+            field="default_model_filename",
+            root=self._folder.parent,
+        )
         if not model_file.is_file():
             raise ModelLoadError(f"{model_file.name} not found in version folder {version}/")
         named = [spec.label_filename for spec in self._message.output if spec.label_filename]
@@ -241,7 +248,7 @@ class _VersionLoader:
             fingerprint_hex,
         )
         model = OnnxModel(str(version), config, session, self._labels, fingerprint_hex)
-        model.quick = runs_inline(model)
+        model.quick = runs_inline(model, file_bytes=model_file.stat().st_size)
         return model
 
     def _settle_config(self, signature: GraphSignature) -> ModelConfig:
@@ -306,7 +313,8 @@ def _read_labels(folder: Path, config: ModelConfig) -> dict[str, list[str]]:
     labels: dict[str, list[str]] = {}
     for spec in config.outputs:
         if spec.label_filename:
-            path = folder / spec.label_filename
+            field = f"output {spec.name!r} label_filename"
+            path = confined_file(folder, spec.label_filename, field=field, root=folder.parent)
             try:
                 labels[spec.name] = path.read_text().splitlines()
             except (OSError, UnicodeDecodeError) as error:

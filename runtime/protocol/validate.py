@@ -9,7 +9,7 @@ and a mistake found later is the server's own (a 500).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cachefleet.runtime.errors import BadRequestError
@@ -67,6 +67,27 @@ def check_binary_size(name: str, datatype: str, shape: tuple[int, ...], data: by
         )
 
 
+def check_window_size(name: str, datatype: str, shape: tuple[int, ...], byte_size: int) -> None:
+    """A shared-memory window must fit the input's shape before a byte of it is copied: exactly
+    its size for fixed-size datatypes, room for every length prefix for BYTES (whose elements
+    are then checked by :func:`check_binary_size`). A tiny tensor cannot make the server copy a
+    large region."""
+    count = element_count(shape)
+    if datatype == "BYTES":
+        if byte_size < 4 * count:
+            raise BadRequestError(
+                f"input {name!r}: BYTES{list(shape)} needs at least {4 * count} bytes, "
+                f"shared_memory_byte_size is {byte_size}"
+            )
+        return
+    expected = count * NUMPY_DTYPES[datatype].itemsize
+    if byte_size != expected:
+        raise BadRequestError(
+            f"input {name!r}: {datatype}{list(shape)} needs {expected} bytes, "
+            f"shared_memory_byte_size is {byte_size}"
+        )
+
+
 def check_text(name: str, elements: Sequence[bytes]) -> None:
     """BYTES elements must be UTF-8: ONNX Runtime, the one backend, takes string tensors as text.
 
@@ -80,6 +101,18 @@ def check_text(name: str, elements: Sequence[bytes]) -> None:
             raise BadRequestError(
                 f"input {name!r}: BYTES elements must be UTF-8 for an ONNX string tensor"
             ) from None
+
+
+def check_request_parameters(parameters: Mapping[str, Any]) -> None:
+    """The scheduling parameters both transports share: ``priority`` (a level, 0 the default)
+    and ``timeout`` (microseconds in the queue, 0 none), each a non-negative integer. Checked
+    here, while decoding, so that a string or NaN sent over gRPC is a 400 there as over HTTP."""
+    for name in ("priority", "timeout"):
+        value = parameters.get(name, 0)
+        if type(value) is not int or value < 0:
+            raise BadRequestError(
+                f"parameter {name!r} must be a non-negative integer, not {value!r}"
+            )
 
 
 def check_inputs_complete(tensors: Sequence[Tensor], config: ModelConfig) -> None:
