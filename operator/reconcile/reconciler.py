@@ -45,6 +45,7 @@ from cachefleet.operator.reconcile.redis_live import (
     read_cache_figures,
 )
 from cachefleet.operator.reconcile.redis_topology import ExternalRedis, read_topology_figures
+from cachefleet.operator.reconcile.served import read_served
 from cachefleet.operator.reconcile.settings import OperatorSettings
 
 
@@ -221,6 +222,15 @@ class Reconciler:
             return None
         figures = read_cache_figures(self.redis_address(spec, owner))
         return figures.to_status()
+
+    def served(self, body: Mapping[str, Any]) -> list[dict[str, str]] | None:
+        """What each ready runtime pod serves (its model's fingerprint); None on a bad spec."""
+        owner = Owner.from_body(body)
+        try:
+            spec = parse_spec(body.get("spec") or {})
+        except SpecError:
+            return None
+        return read_served(self.kube, owner, spec.model.name, self.settings.redis_timeout_s)
 
     def redis_address(
         self, spec: ServiceSpec, owner: Owner, password: str | None = None
