@@ -164,3 +164,17 @@ async def test_the_status_lists_what_each_ready_replica_serves(
     writes = status_writes(cluster, "svc")
     await asyncio.to_thread(passes.refresh_served, must(cis(cluster, "svc")))
     assert status_writes(cluster, "svc") == writes  # unchanged: not written again
+
+
+async def test_the_generated_cache_secret_is_made_once_and_kept(cluster: Cluster, api: Api) -> None:
+    await api.send("POST", CIS_PATH, service("svc"))  # tiered, managed Redis
+    passes = periodic()
+    await asyncio.to_thread(passes.resync, must(cis(cluster, "svc")))
+    first = must(live(cluster, "v1/secrets", "svc-cache-mac"))["data"]["secret"]
+    await asyncio.to_thread(passes.resync, must(cis(cluster, "svc")))
+    assert must(live(cluster, "v1/secrets", "svc-cache-mac"))["data"]["secret"] == first
+    container = must(live(cluster, DEPLOYMENT, "svc"))["spec"]["template"]["spec"]["containers"][0]
+    env = {item["name"]: item.get("valueFrom") for item in container["env"]}
+    assert env["CACHEFLEET_CACHE_SECRET"] == {
+        "secretKeyRef": {"name": "svc-cache-mac", "key": "secret"}
+    }
