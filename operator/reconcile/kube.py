@@ -28,6 +28,7 @@ PLURALS: dict[str, str] = {
     "HorizontalPodAutoscaler": "horizontalpodautoscalers",
     "CachedInferenceService": "cachedinferenceservices",
     "PersistentVolumeClaim": "persistentvolumeclaims",
+    "Pod": "pods",
 }
 MERGE_PATCH_CONTENT_TYPE = "application/merge-patch+json"
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
