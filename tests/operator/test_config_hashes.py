@@ -6,6 +6,7 @@ an operator upgrade that would restart every Redis at once has to change this fi
 from __future__ import annotations
 
 import copy
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +59,7 @@ def test_a_new_template_with_other_comments_and_fixed_lines_restarts_no_redis(
 ) -> None:
     persisted = {"persistence": {"mode": "rdb+aof", "size": "1Gi"}}
     before = (redis_hash({}), redis_hash(persisted))
-    source = redis_conf.resources.files(redis_conf.__package__).joinpath("redis.conf.j2")
+    source = resources.files("cachefleet.operator.manifests").joinpath("redis.conf.j2")
     upgraded = (
         "# rendered by a newer cachefleet-operator, with other words\n"
         + source.read_text().replace("tcp-keepalive 60", "tcp-keepalive 120")
