@@ -10,6 +10,8 @@ their own package and carry no status.
 
 from __future__ import annotations
 
+from cachefleet.runtime.config.redaction import redact
+
 
 class ServingError(Exception):
     """Base of every error the runtime reports to a client."""
@@ -17,6 +19,8 @@ class ServingError(Exception):
     status_code: int = 500
 
     def __init__(self, message: str) -> None:
+        # Every client-facing message passes here: a Redis URL quoted in it loses its password.
+        message = redact(message)
         super().__init__(message)
         self.message = message
 
@@ -43,6 +47,13 @@ class NotReadyError(ServingError):
     """The server, model or cache cannot serve the request yet (503)."""
 
     status_code = 503
+
+
+class OverloadedError(NotReadyError):
+    """The server holds as many requests (or request bytes) as it may: retry later (503, with
+    ``Retry-After``; gRPC ``UNAVAILABLE``)."""
+
+    retry_after_s = 1
 
 
 class ModelExecutionError(ServingError):

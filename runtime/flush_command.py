@@ -3,7 +3,9 @@
 Straight from Redis (``--redis-url``, or ``CACHEFLEET_REDIS_URL`` and the other Redis flags
 of ``cachefleet serve``): the model's keys are SCANned and UNLINKed, and a flush message on
 the invalidation channel makes every running server drop its in-process copies. And/or through
-servers (``--server``, repeatable), which flush both tiers themselves.
+servers (``--server``, repeatable), which flush both tiers themselves. A server that restricts
+the ``cache`` API (``--http-restricted-api``) gets its header: from the same flag, variable or
+config file the server reads, or from ``--header KEY:VALUE``.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import urllib.request
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from cachefleet.runtime.config import RedisSettings
+    from cachefleet.runtime.cache.key import KeySpace
+    from cachefleet.runtime.config import RedisSettings, Restriction
 
 HELP = "remove one model's entries from the response cache."
 
@@ -32,13 +35,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="URL",
         help="also POST /v2/models/MODEL/cache/flush to this server, e.g. http://host:8000",
     )
+    parser.add_argument(
+        "-H",
+        "--header",
+        action="append",
+        default=[],
+        metavar="KEY:VALUE",
+        help="send this header to the servers (repeatable), e.g. a restricted API's key",
+    )
     parser.add_argument("--config", help="YAML settings file, as for cachefleet serve")
     for flag in FLAGS:
-        if flag.group == "redis":
+        if flag.group == "redis" or flag.name == "cache-namespace":
             parser.add_argument(f"--{flag.name}", help=f"{flag.help} [env {flag.env_var}]")
+    parser.add_argument(
+        "--http-restricted-api",
+        action="append",
+        metavar="RESTRICTION",
+        help="the servers' restrictions, as for cachefleet serve: the one that covers the "
+        "cache API gives the header to send [env CACHEFLEET_HTTP_RESTRICTED_API]",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    from cachefleet.runtime.cache.key import KeySpace
     from cachefleet.runtime.config import SettingsError, load_settings
 
     try:
@@ -49,19 +68,39 @@ def run(args: argparse.Namespace) -> int:
     if settings.redis.url is None and not args.server:
         print("cachefleet flush: give --redis-url and/or --server", file=sys.stderr)
         return 2
+    try:
+        headers = _headers(args.header, settings.security.http_restricted_api)
+    except ValueError as error:
+        print(f"cachefleet flush: {error}", file=sys.stderr)
+        return 2
     status = 0
     for server in args.server:
-        status |= _flush_server(server, args.model)
+        status |= _flush_server(server, args.model, headers)
     if settings.redis.url is not None:
-        status |= _flush_redis(settings.redis, args.model)
+        status |= _flush_redis(settings.redis, KeySpace(settings.cache.namespace), args.model)
     return status
 
 
-def _flush_server(server: str, model: str) -> int:
+def _headers(given: list[str], restrictions: tuple[Restriction, ...]) -> dict[str, str]:
+    """The headers to send: the restriction of the ``cache`` API's, then ``--header``'s."""
+    headers = {}
+    for restriction in restrictions:
+        if "cache" in restriction.groups:
+            headers[restriction.header] = restriction.value.get_secret_value()
+    for item in given:
+        key, colon, value = item.partition(":")
+        if not colon or not key.strip():
+            raise ValueError("--header takes KEY:VALUE")
+        headers[key.strip()] = value.strip()
+    return headers
+
+
+def _flush_server(server: str, model: str, headers: dict[str, str]) -> int:
     base = server if "://" in server else f"http://{server}"
     url = f"{base.rstrip('/')}/v2/models/{urllib.parse.quote(model, safe='')}/cache/flush"
+    request = urllib.request.Request(url, method="POST", headers=headers)
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, method="POST"), timeout=30) as r:
+        with urllib.request.urlopen(request, timeout=30) as r:
             print(f"{base}: {r.read().decode(errors='replace')}")
     except urllib.error.HTTPError as error:
         detail = error.read().decode(errors="replace")
@@ -73,11 +112,10 @@ def _flush_server(server: str, model: str) -> int:
     return 0
 
 
-def _flush_redis(settings: RedisSettings, model: str) -> int:
+def _flush_redis(settings: RedisSettings, keys: KeySpace, model: str) -> int:
     import asyncio
 
     from cachefleet.runtime.cache.errors import CacheTierError
-    from cachefleet.runtime.cache.invalidation import CHANNEL
     from cachefleet.runtime.cache.redis_tier import RedisTier
 
     # An admin command may wait longer than a request would.
@@ -86,8 +124,8 @@ def _flush_redis(settings: RedisSettings, model: str) -> int:
     async def flush() -> int:
         await tier.start()
         try:
-            removed = await tier.flush_model(model)
-            await tier.publish(CHANNEL, model)
+            removed = await tier.flush_model(model, keys)
+            await tier.publish(keys.flush_channel, model)
             return removed
         finally:
             await tier.close()
@@ -97,5 +135,8 @@ def _flush_redis(settings: RedisSettings, model: str) -> int:
     except CacheTierError as error:
         print(f"cachefleet flush: {error!s}", file=sys.stderr)
         return 1
-    print(f"{tier.where}: removed {removed} entries of model {model!r}; servers notified")
+    print(
+        f"{tier.where}: removed {removed} entries of model {model!r} in namespace "
+        f"{keys.namespace!r}; servers notified"
+    )
     return 0

@@ -16,6 +16,7 @@ from cachefleet.operator.manifests.security import container_security, pod_secur
 from cachefleet.operator.manifests.spec import ImageSource, SecretKeyRef, ServiceSpec
 from cachefleet.runtime.config import (
     CacheSettings,
+    LimitSettings,
     ModelSettings,
     QuantityError,
     RedisSettings,
@@ -33,6 +34,9 @@ MODEL_DIR = "/models"
 # (by default also /models), or the copy would read from the empty volume mounted over it.
 COPY_DESTINATION = "/cachefleet-model-repository"
 PASSWORD_ENV = "CACHEFLEET_REDIS_PASSWORD"
+#: The share of the runtime container's memory limit that requests in flight may hold (split
+#: between its worker processes); models, the local cache and the memo take the rest.
+INFLIGHT_SHARE = 4
 GPU_RESOURCE = "nvidia.com/gpu"
 #: The server's /tmp: scratch only (the root filesystem is read-only).
 TMP_SIZE_LIMIT = "256Mi"
@@ -54,6 +58,7 @@ def runtime_settings(spec: ServiceSpec, *, owner: Owner) -> RuntimeSettings:
     except QuantityError as error:
         raise SpecError(f"spec.cache: {error}") from None
     return RuntimeSettings(
+        limits=limit_settings(spec),
         server=ServerSettings(
             port=RUNTIME_PORT,
             grpc_port=RUNTIME_GRPC_PORT,
@@ -69,6 +74,20 @@ def runtime_settings(spec: ServiceSpec, *, owner: Owner) -> RuntimeSettings:
         cache=cache_settings,
         redis=redis_settings(spec, owner=owner),
     )
+
+
+def limit_settings(spec: ServiceSpec) -> LimitSettings:
+    """The runtime's limits; the budget of request bytes in flight derived from the container's
+    memory limit when it has one (a quarter of it, shared by the workers), else the default."""
+    memory = spec.runtime.resources.limits.get("memory")
+    if memory is None:
+        return LimitSettings()
+    try:
+        limit = parse_bytes(memory)
+    except QuantityError as error:
+        raise SpecError(f"spec.runtime.resources.limits.memory: {error}") from None
+    share = max(1, limit // INFLIGHT_SHARE // spec.runtime.workers)
+    return LimitSettings(max_inflight_bytes=share)
 
 
 def redis_settings(spec: ServiceSpec, *, owner: Owner) -> RedisSettings:

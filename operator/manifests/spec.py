@@ -22,6 +22,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from cachefleet.operator.manifests.errors import SpecError
+from cachefleet.runtime.config import split_password
 
 PullPolicy = Literal["Always", "IfNotPresent", "Never"]
 MaxmemoryPolicy = Literal[
@@ -227,6 +228,12 @@ class ExternalRedis(_Spec):
             raise ValueError(
                 "cache.redis.external.url must be redis:// or rediss:// in modes cluster "
                 "and sentinel"
+            )
+        if split_password(self.url)[1] is not None:
+            # It would sit in the object and in the runtime's ConfigMap for anyone to read.
+            raise ValueError(
+                "cache.redis.external.url carries a password: put it in a Secret and name it "
+                "in cache.redis.external.passwordSecretRef"
             )
         return self
 

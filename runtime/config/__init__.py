@@ -10,31 +10,51 @@ from cachefleet.runtime.config.quantity import (
     parse_bytes,
     parse_duration_s,
 )
+from cachefleet.runtime.config.redaction import RedactingFilter, redact, split_password
+from cachefleet.runtime.config.restrictions import (
+    API_GROUPS,
+    ApiGroup,
+    Restriction,
+    by_group,
+    parse_restriction,
+)
 from cachefleet.runtime.config.settings import (
     CacheMode,
     CacheSettings,
+    LimitSettings,
     ModelSettings,
     RedisMode,
     RedisSettings,
     RuntimeSettings,
+    SecuritySettings,
     ServerSettings,
 )
 
 __all__ = [
+    "API_GROUPS",
     "FLAGS",
+    "ApiGroup",
     "CacheMode",
     "CacheSettings",
     "Flag",
+    "LimitSettings",
     "ModelSettings",
     "QuantityError",
+    "RedactingFilter",
     "RedisMode",
     "RedisSettings",
+    "Restriction",
     "RuntimeSettings",
+    "SecuritySettings",
     "ServerSettings",
     "SettingsError",
     "add_flags",
+    "by_group",
     "format_bytes",
     "load_settings",
     "parse_bytes",
     "parse_duration_s",
+    "parse_restriction",
+    "redact",
+    "split_password",
 ]

@@ -34,6 +34,7 @@ class Flag:
     is_switch: bool = False
     #: Repeatable on the command line; comma-separated in the environment.
     is_list: bool = False
+    metavar: str = "NAME"
 
     @property
     def env_var(self) -> str:
@@ -52,10 +53,43 @@ FLAGS: tuple[Flag, ...] = (
     Flag("workers", "server", "workers", "Server processes (default 1)."),
     Flag("max-request-size", "server", "max_request_bytes", "Body limit, e.g. 64Mi (413 above)."),
     Flag("log-level", "server", "log_level", "debug, info, warning or error."),
+    Flag("request-head-timeout", "limits", "head_timeout_s", "Seconds for a whole head (10)."),
+    Flag(
+        "request-body-timeout",
+        "limits",
+        "body_timeout_s",
+        "Seconds in which a body must deliver 1 KiB, or be cut off (30).",
+    ),
+    Flag("keep-alive-timeout", "limits", "keep_alive_timeout_s", "Idle keep-alive seconds (5)."),
+    Flag("max-connections", "limits", "max_connections", "Open HTTP connections (1024)."),
+    Flag(
+        "max-requests-in-flight",
+        "limits",
+        "max_requests_in_flight",
+        "Inference requests answered at once, HTTP and gRPC each (512); 503 over.",
+    ),
+    Flag(
+        "max-inflight-bytes",
+        "limits",
+        "max_inflight_bytes",
+        "Request bytes held at once, e.g. 1Gi (default); over it, wait briefly, then 503.",
+    ),
     Flag("cache", "cache", "mode", "Response cache mode.", ("none", "local", "redis", "tiered")),
     Flag("local-cache-size", "cache", "local_size_bytes", "In-process cache bound, e.g. 256Mi."),
     Flag("cache-ttl", "cache", "ttl_s", "Entry lifetime: seconds or 30m, 1h (default 3600)."),
     Flag("cache-insert-queue", "cache", "insert_queue_size", "Write-behind queue length."),
+    Flag(
+        "cache-namespace",
+        "cache",
+        "namespace",
+        "Fleet namespace: prefixes every Redis key, names the flush channel (default 'default').",
+    ),
+    Flag(
+        "cache-secret",
+        "cache",
+        "secret",
+        "Key of the entries' MAC: entries without a valid one are forged (prefer the environment).",
+    ),
     Flag("cache-all-models", "models", "cache_all_models", "Cache every model.", is_switch=True),
     Flag(
         "row-cache-models",
@@ -102,6 +136,36 @@ FLAGS: tuple[Flag, ...] = (
     Flag("redis-tls-ca-file", "redis", "tls_ca_file", "CA bundle for rediss://."),
     Flag("redis-tls-cert-file", "redis", "tls_cert_file", "Client certificate for rediss://."),
     Flag("redis-tls-key-file", "redis", "tls_key_file", "Client key for rediss://."),
+    Flag(
+        "http-restricted-api",
+        "security",
+        "http_restricted_api",
+        "<api>[,<api>...]:<header-key>=<header-value>, as Triton's (repeatable; newline-"
+        "separated in the environment): those APIs need that header.",
+        is_list=True,
+        metavar="RESTRICTION",
+    ),
+    Flag(
+        "grpc-restricted-protocol",
+        "security",
+        "grpc_restricted_protocol",
+        "The same over gRPC; the metadata key is triton-grpc-protocol-<header-key>.",
+        is_list=True,
+        metavar="RESTRICTION",
+    ),
+    Flag("grpc-use-ssl", "security", "grpc_use_ssl", "Serve gRPC over TLS.", is_switch=True),
+    Flag("grpc-server-cert", "security", "grpc_server_cert", "gRPC server certificate (PEM)."),
+    Flag("grpc-server-key", "security", "grpc_server_key", "gRPC server private key (PEM)."),
+    Flag("grpc-root-cert", "security", "grpc_root_cert", "CA that signs gRPC client certs."),
+    Flag(
+        "grpc-use-ssl-mutual",
+        "security",
+        "grpc_use_ssl_mutual",
+        "gRPC clients must present a certificate signed by --grpc-root-cert.",
+        is_switch=True,
+    ),
+    Flag("ssl-certfile", "security", "ssl_certfile", "Serve HTTP over TLS with this cert (PEM)."),
+    Flag("ssl-keyfile", "security", "ssl_keyfile", "Private key of --ssl-certfile (PEM)."),
 )
 _BY_NAME = {flag.name: flag for flag in FLAGS}
 _TRUE = {"1", "true", "yes", "on"}
@@ -119,7 +183,9 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         if flag.is_switch:
             parser.add_argument(f"--{flag.name}", action="store_true", default=None, help=help_text)
         elif flag.is_list:
-            parser.add_argument(f"--{flag.name}", action="append", metavar="NAME", help=help_text)
+            parser.add_argument(
+                f"--{flag.name}", action="append", metavar=flag.metavar, help=help_text
+            )
         else:
             parser.add_argument(f"--{flag.name}", choices=flag.choices, help=help_text)
 

@@ -7,6 +7,7 @@ Secrets (the Redis password) are excluded from every dump, so they can never rea
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -21,6 +22,8 @@ from pydantic import (
 )
 
 from cachefleet.runtime.config.quantity import parse_bytes, parse_duration_s
+from cachefleet.runtime.config.redaction import redact, split_password
+from cachefleet.runtime.config.restrictions import Restrictions
 
 Bytes = Annotated[int, BeforeValidator(parse_bytes), Field(ge=0)]
 Seconds = Annotated[float, BeforeValidator(parse_duration_s), Field(ge=0)]
@@ -30,6 +33,12 @@ CacheMode = Literal["none", "local", "redis", "tiered"]
 RedisMode = Literal["standalone", "cluster", "sentinel"]
 ExecutionProvider = Literal["auto", "cpu", "cuda", "tensorrt"]
 ModelControlMode = Literal["none", "explicit"]
+#: The cache namespace of a server that names none.
+DEFAULT_NAMESPACE = "default"
+#: What a cache namespace may hold: no ``:`` (it would make Redis keys ambiguous), no glob
+#: characters (the flush's SCAN pattern) and no braces (a Redis Cluster hash tag would put a
+#: whole fleet on one slot). ``<namespace>/<name>`` of a Kubernetes object always fits.
+NAMESPACE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,319}")
 
 
 def _name_list(value: Any) -> Any:
@@ -61,6 +70,38 @@ class ServerSettings(_Group):
     workers: int = Field(1, ge=1, description="Server processes; each loads every model.")
     max_request_bytes: Bytes = Field(64 * 2**20, description="Larger bodies get 413.")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+class LimitSettings(_Group):
+    """What one client, or many, may hold of the server: deadlines that cut slow clients off,
+    caps on connections and requests, and a budget of request bytes in memory. Defaults are
+    meant for a pod open to the public; over a limit the answer is a 503 with ``Retry-After``
+    or a closed connection, never an out-of-memory kill."""
+
+    head_timeout_s: Seconds = Field(
+        10.0, gt=0, description="A request head must arrive whole within this; else closed."
+    )
+    body_timeout_s: Seconds = Field(
+        30.0,
+        gt=0,
+        description="A body that delivers less than 1 KiB in this long is cut off (closed).",
+    )
+    keep_alive_timeout_s: Seconds = Field(
+        5.0, gt=0, description="An idle keep-alive connection is closed after this."
+    )
+    max_connections: int = Field(
+        1024, ge=1, description="Open HTTP connections; more are answered 503 and closed."
+    )
+    max_requests_in_flight: int = Field(
+        512, ge=1, description="Inference requests being answered (HTTP, and gRPC calls); 503 over."
+    )
+    max_inflight_bytes: Bytes = Field(
+        1024 * 2**20,
+        gt=0,
+        description="Request bytes held at once (bodies as received and decoded tensors); "
+        "a request over it waits briefly, then gets 503. The operator derives it from the "
+        "memory limit.",
+    )
 
 
 class ModelSettings(_Group):
@@ -97,6 +138,30 @@ class CacheSettings(_Group):
     local_size_bytes: Bytes = Field(256 * 2**20, description="Bound of the in-process tier.")
     ttl_s: Seconds = Field(3600.0, description="Entry lifetime; a model's config may override it.")
     insert_queue_size: int = Field(1024, ge=1, description="Write-behind queue; drops when full.")
+    namespace: str = Field(
+        DEFAULT_NAMESPACE,
+        description="The fleet's share of Redis: prefixes every key and names the flush channel.",
+    )
+    secret: SecretStr | None = Field(
+        None, exclude=True, description="Key of the entries' MAC; entries failing it are forged."
+    )
+
+    @field_validator("namespace")
+    @classmethod
+    def _usable_namespace(cls, namespace: str) -> str:
+        if NAMESPACE_PATTERN.fullmatch(namespace) is None:
+            raise ValueError(
+                f"{namespace!r}: use letters, digits, '.', '_', '-' and '/' (no ':', braces or "
+                "glob characters), starting with a letter or digit, at most 320 characters"
+            )
+        return namespace
+
+    @field_validator("secret")
+    @classmethod
+    def _long_enough(cls, secret: SecretStr | None) -> SecretStr | None:
+        if secret is not None and len(secret.get_secret_value()) < 16:
+            raise ValueError("a cache secret needs at least 16 characters")
+        return secret
 
 
 class RedisSettings(_Group):
@@ -122,11 +187,33 @@ class RedisSettings(_Group):
     )
     breaker_reset_s: Seconds = Field(1.0, description="How long the breaker stays open per probe.")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _password_out_of_url(cls, data: Any) -> Any:
+        """Move a password found in the URL (``user:secret@`` or ``?password=``) into the
+        password field, which no dump includes: from here on the URL is safe to log, to put
+        in an error, or to hand to worker processes."""
+        if not isinstance(data, dict) or not isinstance(data.get("url"), str):
+            return data
+        url, password = split_password(data["url"])
+        if password is None:
+            return data
+        given = data.get("password")
+        if isinstance(given, SecretStr):
+            given = given.get_secret_value()
+        if given is not None and given != password:
+            raise ValueError(
+                "the redis url carries a password and --redis-password / "
+                "CACHEFLEET_REDIS_PASSWORD gives another: give one of them"
+            )
+        return {**data, "url": url, "password": SecretStr(password)}
+
     @field_validator("url")
     @classmethod
     def _known_scheme(cls, url: str | None) -> str | None:
         if url is not None and not url.startswith(("redis://", "rediss://", "unix://")):
-            raise ValueError(f"redis url must start with redis://, rediss:// or unix://: {url!r}")
+            shown = redact(url)
+            raise ValueError(f"redis url must start with redis://, rediss:// or unix://: {shown!r}")
         return url
 
     @model_validator(mode="after")
@@ -140,13 +227,51 @@ class RedisSettings(_Group):
         return self
 
 
+class SecuritySettings(_Group):
+    """Who may call what, and TLS, with Triton's (and uvicorn's) flag names.
+
+    Restrictions hold secrets: they are excluded from every dump (the ConfigMap the operator
+    renders, the JSON handed to workers) and travel like the Redis password, on their own.
+    """
+
+    http_restricted_api: Restrictions = Field(
+        (), exclude=True, description="Triton's <api>[,<api>...]:<key>=<value>, over HTTP."
+    )
+    grpc_restricted_protocol: Restrictions = Field(
+        (), exclude=True, description="The same over gRPC (metadata triton-grpc-protocol-<key>)."
+    )
+    grpc_use_ssl: bool = Field(False, description="Serve gRPC over TLS.")
+    grpc_use_ssl_mutual: bool = Field(
+        False, description="gRPC clients must present a certificate signed by grpc_root_cert."
+    )
+    grpc_server_cert: Path | None = None
+    grpc_server_key: Path | None = None
+    grpc_root_cert: Path | None = None
+    ssl_certfile: Path | None = Field(None, description="Serve HTTP over TLS with this cert.")
+    ssl_keyfile: Path | None = None
+
+    @model_validator(mode="after")
+    def _tls_files(self) -> SecuritySettings:
+        if self.grpc_use_ssl_mutual and not self.grpc_use_ssl:
+            raise ValueError("--grpc-use-ssl-mutual needs --grpc-use-ssl")
+        if self.grpc_use_ssl and (self.grpc_server_cert is None or self.grpc_server_key is None):
+            raise ValueError("--grpc-use-ssl needs --grpc-server-cert and --grpc-server-key")
+        if self.grpc_use_ssl_mutual and self.grpc_root_cert is None:
+            raise ValueError("--grpc-use-ssl-mutual needs --grpc-root-cert")
+        if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
+            raise ValueError("--ssl-certfile and --ssl-keyfile go together")
+        return self
+
+
 class RuntimeSettings(_Group):
     """Everything `cachefleet serve` needs, as the operator renders it into a ConfigMap."""
 
     server: ServerSettings = ServerSettings()
+    limits: LimitSettings = LimitSettings()
     models: ModelSettings = ModelSettings()
     cache: CacheSettings = CacheSettings()
     redis: RedisSettings = RedisSettings()
+    security: SecuritySettings = SecuritySettings()
 
     def to_document(self) -> dict[str, Any]:
         """The settings as a YAML/JSON-ready mapping, without secrets and with plain types."""

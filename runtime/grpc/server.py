@@ -14,9 +14,10 @@ from typing import Any
 
 import grpc
 
-from cachefleet.runtime.config import ServerSettings
+from cachefleet.runtime.config import SecuritySettings, ServerSettings
 from cachefleet.runtime.errors import ServingError
 from cachefleet.runtime.grpc.messages import service_pb2_grpc
+from cachefleet.runtime.grpc.restricted import RestrictedProtocols
 from cachefleet.runtime.grpc.servicer import InferenceServicer, ServerParts
 
 log = logging.getLogger(__name__)
@@ -28,15 +29,23 @@ class GrpcStartError(ServingError):
     """The gRPC port cannot be bound."""
 
 
-async def start_grpc_server(settings: ServerSettings, parts: ServerParts) -> grpc.aio.Server:
-    """Bind ``settings.grpc_port`` on ``settings.host`` and start serving; call in the loop."""
+async def start_grpc_server(
+    settings: ServerSettings, security: SecuritySettings, parts: ServerParts
+) -> grpc.aio.Server:
+    """Bind ``settings.grpc_port`` on ``settings.host`` and start serving; call in the loop.
+
+    With ``--grpc-restricted-protocol`` an interceptor checks each call's group first.
+    """
     limit = settings.max_request_bytes
     options: list[tuple[str, Any]] = [
         ("grpc.max_receive_message_length", limit),
         ("grpc.max_send_message_length", -1),
         ("grpc.so_reuseport", 1 if settings.workers > 1 else 0),
     ]
-    server = grpc.aio.server(options=options)
+    interceptors = []
+    if security.grpc_restricted_protocol:
+        interceptors.append(RestrictedProtocols(security.grpc_restricted_protocol))
+    server = grpc.aio.server(options=options, interceptors=interceptors)
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(parts), server)
     address = _address(settings.host, settings.grpc_port)
     try:

@@ -109,10 +109,10 @@ async def _serving(state: ServerState) -> AsyncIterator[None]:
         )
         state.service = service
         state.control = ModelControl(
-            repository, cache, statistics, in_flight, settings.models.control_mode
+            repository, statistics, in_flight, settings.models.control_mode
         )
         if settings.server.grpc_port:
-            grpc_server = await start_grpc_server(settings.server, state)
+            grpc_server = await start_grpc_server(settings.server, settings.security, state)
         # Everything made so far (modules, models, sessions) lives as long as the server: out of
         # the collector's sight, a full collection walks only what requests and the cache made.
         gc.freeze()

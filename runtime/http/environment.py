@@ -14,28 +14,49 @@ from collections.abc import Mapping, MutableMapping
 import orjson
 from pydantic import SecretStr
 
-from cachefleet.runtime.config import RuntimeSettings
+from cachefleet.runtime.config import RedactingFilter, RuntimeSettings
 from cachefleet.runtime.http.app import create_server
 from cachefleet.runtime.http.front_door import InferFrontDoor
 
 SETTINGS_VARIABLE = "CACHEFLEET_SETTINGS_JSON"
 PASSWORD_VARIABLE = "CACHEFLEET_REDIS_PASSWORD"
+URL_VARIABLE = "CACHEFLEET_REDIS_URL"
+#: The restrictions (secret values, so left out of the JSON), one per line in each variable.
+RESTRICTION_VARIABLES = {
+    "http_restricted_api": "CACHEFLEET_HTTP_RESTRICTED_API",
+    "grpc_restricted_protocol": "CACHEFLEET_GRPC_RESTRICTED_PROTOCOL",
+}
 
 
 def export_settings(settings: RuntimeSettings, environ: MutableMapping[str, str]) -> None:
-    """Put ``settings`` (and the password, separately) where workers will find them."""
+    """Put ``settings`` (and the password, separately) where workers will find them.
+
+    The settings' URL no longer holds a password (the settings moved it out); the URL variable
+    the parent may have read is replaced by that clean URL, so no worker inherits the secret
+    in it.
+    """
     environ[SETTINGS_VARIABLE] = orjson.dumps(settings.to_document()).decode()
     if settings.redis.password is not None:
         environ[PASSWORD_VARIABLE] = settings.redis.password.get_secret_value()
+    if URL_VARIABLE in environ and settings.redis.url is not None:
+        environ[URL_VARIABLE] = settings.redis.url
+    for field, variable in RESTRICTION_VARIABLES.items():
+        restrictions = getattr(settings.security, field)
+        if restrictions:
+            environ[variable] = "\n".join(item.to_flag() for item in restrictions)
+        else:
+            environ.pop(variable, None)
 
 
 def settings_from_environment(environ: Mapping[str, str]) -> RuntimeSettings:
-    settings = RuntimeSettings.model_validate_json(environ[SETTINGS_VARIABLE])
+    document = orjson.loads(environ[SETTINGS_VARIABLE])
     password = environ.get(PASSWORD_VARIABLE)
-    if password is None:
-        return settings
-    redis = settings.redis.model_copy(update={"password": SecretStr(password)})
-    return settings.model_copy(update={"redis": redis})
+    if password is not None:
+        document.setdefault("redis", {})["password"] = SecretStr(password)
+    for field, variable in RESTRICTION_VARIABLES.items():
+        if variable in environ:
+            document.setdefault("security", {})[field] = environ[variable]
+    return RuntimeSettings.model_validate(document)
 
 
 def create_app_from_environment() -> InferFrontDoor:
@@ -46,7 +67,11 @@ def create_app_from_environment() -> InferFrontDoor:
 
 
 def configure_logging(level: str) -> None:
+    """Log to stderr; every record (ours and the libraries') passes the URL redaction."""
     logging.basicConfig(
         level=level.upper(),
         format="%(asctime)s %(levelname)s %(process)d %(name)s: %(message)s",
     )
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(RedactingFilter())

@@ -15,10 +15,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from cachefleet.runtime.config import ApiGroup
 from cachefleet.runtime.errors import BadRequestError
 from cachefleet.runtime.http.body import header_length, read_body
 from cachefleet.runtime.http.client_watch import ClientWatch
 from cachefleet.runtime.http.compression import compress_for
+from cachefleet.runtime.http.restricted import ApiGuard
 from cachefleet.runtime.http.shared_memory_routes import shared_memory_routes
 from cachefleet.runtime.http.state import ServerState
 from cachefleet.runtime.protocol import server_metadata
@@ -32,33 +34,49 @@ _MODEL_PATHS = ("/v2/models/{model}", "/v2/models/{model}/versions/{version}")
 
 
 def build_routes(state: ServerState) -> list[BaseRoute]:
-    """Every route of the server, bound to ``state``; infer first, as routes match in order."""
+    """Every route of the server, bound to ``state``; infer first, as routes match in order.
+
+    Each endpoint is guarded by its API group's restriction (``--http-restricted-api``), with
+    Triton's groups: ``/metrics`` belongs to none, as Triton serves it on a port of its own.
+    """
     endpoints = Endpoints(state)
+    guard = ApiGuard(state.settings.security.http_restricted_api)
     routes: list[BaseRoute] = [
-        Route(f"{base}/infer", endpoints.infer, methods=["POST"]) for base in _MODEL_PATHS
+        Route(f"{base}/infer", guard("inference", endpoints.infer), methods=["POST"])
+        for base in _MODEL_PATHS
     ]
     # Before "/v2/models/{model}", which would take "stats" for a model name.
+    statistics = guard("statistics", endpoints.statistics)
     routes += [
-        Route(path, endpoints.statistics, methods=["GET"])
+        Route(path, statistics, methods=["GET"])
         for path in ("/v2/models/stats", *(f"{base}/stats" for base in _MODEL_PATHS))
     ]
     for base in _MODEL_PATHS:
         routes += [
-            Route(base, endpoints.model, methods=["GET"]),
-            Route(f"{base}/ready", endpoints.model_ready, methods=["GET"]),
-            Route(f"{base}/config", endpoints.model_config, methods=["GET"]),
+            Route(base, guard("metadata", endpoints.model), methods=["GET"]),
+            Route(f"{base}/ready", guard("health", endpoints.model_ready), methods=["GET"]),
+            Route(f"{base}/config", guard("model-config", endpoints.model_config), methods=["GET"]),
         ]
+    repository: ApiGroup = "model-repository"
     return [
         *routes,
-        Route("/v2/health/live", endpoints.live, methods=["GET"]),
-        Route("/v2/health/ready", endpoints.ready, methods=["GET"]),
-        Route("/v2", endpoints.server, methods=["GET"]),
-        Route("/v2/repository/index", endpoints.index, methods=["POST"]),
-        Route("/v2/repository/models/{model}/load", endpoints.load, methods=["POST"]),
-        Route("/v2/repository/models/{model}/unload", endpoints.unload, methods=["POST"]),
-        Route("/v2/models/{model}/cache/flush", endpoints.flush, methods=["POST"]),
+        Route("/v2/health/live", guard("health", endpoints.live), methods=["GET"]),
+        Route("/v2/health/ready", guard("health", endpoints.ready), methods=["GET"]),
+        Route("/v2", guard("metadata", endpoints.server), methods=["GET"]),
+        Route("/v2/repository/index", guard(repository, endpoints.index), methods=["POST"]),
+        Route(
+            "/v2/repository/models/{model}/load",
+            guard(repository, endpoints.load),
+            methods=["POST"],
+        ),
+        Route(
+            "/v2/repository/models/{model}/unload",
+            guard(repository, endpoints.unload),
+            methods=["POST"],
+        ),
+        Route("/v2/models/{model}/cache/flush", guard("cache", endpoints.flush), methods=["POST"]),
         Route("/metrics", endpoints.metrics, methods=["GET"]),
-        *shared_memory_routes(state),
+        *shared_memory_routes(state, guard),
     ]
 
 

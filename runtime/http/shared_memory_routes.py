@@ -16,22 +16,27 @@ from starlette.routing import BaseRoute, Route
 
 from cachefleet.runtime.errors import BadRequestError
 from cachefleet.runtime.http.body import read_body
+from cachefleet.runtime.http.restricted import ApiGuard
 from cachefleet.runtime.http.state import ServerState
 
 _JSON = "application/json"
 
 
-def shared_memory_routes(state: ServerState) -> list[BaseRoute]:
+def shared_memory_routes(state: ServerState, guard: ApiGuard) -> list[BaseRoute]:
+    """Every shared-memory route, each guarded as the ``shared-memory`` API group."""
     endpoints = SharedMemoryEndpoints(state)
+    status = guard("shared-memory", endpoints.status)
+    register = guard("shared-memory", endpoints.register)
+    unregister = guard("shared-memory", endpoints.unregister)
     routes: list[BaseRoute] = []
     for kind in ("system", "cuda"):
         base = f"/v2/{kind}sharedmemory"
         routes += [
-            Route(f"{base}/status", endpoints.status, methods=["GET"]),
-            Route(f"{base}/region/{{name}}/status", endpoints.status, methods=["GET"]),
-            Route(f"{base}/region/{{name}}/register", endpoints.register, methods=["POST"]),
-            Route(f"{base}/unregister", endpoints.unregister, methods=["POST"]),
-            Route(f"{base}/region/{{name}}/unregister", endpoints.unregister, methods=["POST"]),
+            Route(f"{base}/status", status, methods=["GET"]),
+            Route(f"{base}/region/{{name}}/status", status, methods=["GET"]),
+            Route(f"{base}/region/{{name}}/register", register, methods=["POST"]),
+            Route(f"{base}/unregister", unregister, methods=["POST"]),
+            Route(f"{base}/region/{{name}}/unregister", unregister, methods=["POST"]),
         ]
     return routes
 

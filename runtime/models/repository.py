@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-import blake3
 import onnxruntime as ort
 from google.protobuf import json_format
 
@@ -26,7 +25,9 @@ from cachefleet.runtime.models.config import (
     to_model_config,
 )
 from cachefleet.runtime.models.config_message import ConfigMessage, new_model_config
+from cachefleet.runtime.models.confined import check_names, confined_file
 from cachefleet.runtime.models.errors import ModelLoadError
+from cachefleet.runtime.models.fingerprint import files_digest, fingerprint
 from cachefleet.runtime.models.graph import (
     DERIVED_MAX_BATCH_SIZE,
     GraphSignature,
@@ -55,8 +56,6 @@ class _ModelState:
 
     loaded: dict[int, OnnxModel]
     failed: dict[int | None, str]  # None: the whole model failed before any version
-    #: BLAKE3 of the config and every loaded model file: what the served answers depend on.
-    fingerprint: str = field(default="")
 
 
 class LocalModelRepository:
@@ -119,12 +118,6 @@ class LocalModelRepository:
     def names(self) -> list[str]:
         """Every model folder of the repository on disk, loaded or not."""
         return _model_folders(self.path)
-
-    def fingerprint(self, name: str) -> str:
-        """A digest of what the loaded model computes with (config and model files); "" if
-        ``name`` is not loaded."""
-        state = self._models.get(name)
-        return state.fingerprint if state is not None and state.loaded else ""
 
     def load(self, name: str, config_json: str | None = None) -> None:
         """(Re)load model ``name`` from its folder, optionally with a JSON config instead of
@@ -200,6 +193,7 @@ def _load_model(
     state = _ModelState(loaded={}, failed={})
     try:
         message = _read_config(folder, config_json)
+        check_names(message)
         chosen, missing = select_versions(message, version_folders(folder))
         plan = plan_execution(config_document(message), settings, ort.get_available_providers())
     except ModelLoadError as error:
@@ -213,19 +207,7 @@ def _load_model(
             state.loaded[version] = loader.load(version)
         except ModelLoadError as error:
             state.failed[version] = str(error)
-    state.fingerprint = _fingerprint(folder, message, sorted(state.loaded))
     return state
-
-
-def _fingerprint(folder: Path, message: ConfigMessage, versions: list[int]) -> str:
-    """BLAKE3 of the settled config and each loaded version's model file, streamed."""
-    digest = blake3.blake3(message.SerializeToString(deterministic=True))
-    for version in versions:
-        digest.update(f"\0{version}\0".encode())
-        with (folder / str(version) / message.default_model_filename).open("rb") as model_file:
-            while chunk := model_file.read(1 << 20):
-                digest.update(chunk)
-    return str(digest.hexdigest())
 
 
 class _VersionLoader:
@@ -239,18 +221,34 @@ class _VersionLoader:
         self._labels: Mapping[str, Sequence[str]] = {}
 
     def load(self, version: int) -> OnnxModel:
-        model_file = self._folder / str(version) / self._message.default_model_filename
+        model_file = confined_file(
+            self._folder / str(version),
+            self._message.default_model_filename,
+            field="default_model_filename",
+            root=self._folder.parent,
+        )
         if not model_file.is_file():
             raise ModelLoadError(f"{model_file.name} not found in version folder {version}/")
+        named = [spec.label_filename for spec in self._message.output if spec.label_filename]
+        files = files_digest(self._folder, version, named)
         session = open_session(model_file, self._plan)
         signature = signature_of(session)
         config = self._config or self._settle_config(signature)
         check_config(config, signature)
+        # Hashed again once loaded: a file replaced while the session read it would otherwise
+        # leave a fingerprint of files other than those answering.
+        if files_digest(self._folder, version, named) != files:
+            raise ModelLoadError(f"files of version folder {version}/ changed while it loaded")
+        fingerprint_hex = fingerprint(self._message.SerializeToString(deterministic=True), files)
         logger.info(
-            "model %r version %d: READY on %s", config.name, version, session.get_providers()
+            "model %r version %d: READY on %s, fingerprint %s",
+            config.name,
+            version,
+            session.get_providers(),
+            fingerprint_hex,
         )
-        model = OnnxModel(str(version), config, session, self._labels)
-        model.quick = runs_inline(model)
+        model = OnnxModel(str(version), config, session, self._labels, fingerprint_hex)
+        model.quick = runs_inline(model, file_bytes=model_file.stat().st_size)
         return model
 
     def _settle_config(self, signature: GraphSignature) -> ModelConfig:
@@ -315,7 +313,8 @@ def _read_labels(folder: Path, config: ModelConfig) -> dict[str, list[str]]:
     labels: dict[str, list[str]] = {}
     for spec in config.outputs:
         if spec.label_filename:
-            path = folder / spec.label_filename
+            field = f"output {spec.name!r} label_filename"
+            path = confined_file(folder, spec.label_filename, field=field, root=folder.parent)
             try:
                 labels[spec.name] = path.read_text().splitlines()
             except (OSError, UnicodeDecodeError) as error:

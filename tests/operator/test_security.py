@@ -341,3 +341,18 @@ async def test_network_policy_switched_off_is_deleted_and_on_again_comes_back(
     await api.send("PATCH", f"{CIS_PATH}/svc", switch, patch=True)
     again = await eventually(lambda: live(cluster, policy, "svc-redis"), "the policy back")
     assert again["spec"] == first["spec"]
+
+
+@pytest.mark.parametrize(
+    "url", ["redis://:pw-in-url@cache:6379/0", "redis://cache:6379/0?password=pw-in-url"]
+)
+def test_an_external_url_with_a_password_is_refused_pointing_at_the_secret_ref(url: str) -> None:
+    from cachefleet.operator.manifests.errors import SpecError
+
+    spec = {
+        "model": {"name": "simple", "repository": {"pvc": {"claimName": "models"}}},
+        "cache": {"mode": "redis", "redis": {"external": {"url": url}}},
+    }
+    with pytest.raises(SpecError, match="passwordSecretRef") as refused:
+        parse_spec(spec)
+    assert "pw-in-url" not in str(refused.value)

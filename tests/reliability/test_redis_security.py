@@ -13,7 +13,13 @@ import redis as redis_py
 from support.processes import CACHEFLEET, RedisProcess, ServerProcess, free_port
 from support.waiting import wait_for
 
-from cachefleet.bench.chaos.answers import answer_is_right, decode_outputs, redis_key, request_body
+from cachefleet.bench.chaos.answers import (
+    answer_is_right,
+    decode_outputs,
+    redis_key,
+    request_body,
+    served_fingerprint,
+)
 
 MakeServer = Callable[..., ServerProcess]
 MakeRedis = Callable[..., RedisProcess]
@@ -64,7 +70,10 @@ def test_tls_redis_with_client_certificate_end_to_end(
     )  # fmt: skip
     eventually_hit_redis(server, 1)
     # The entry went over TLS into this very Redis (read back on its plain port).
-    assert redis_py.Redis(port=redis.port).exists(redis_key(1)) == 1
+    assert (
+        redis_py.Redis(port=redis.port).exists(redis_key(1, served_fingerprint(server.base_url)))
+        == 1
+    )
 
 
 def test_the_redis_password_never_leaks(
@@ -107,3 +116,78 @@ def test_the_redis_password_never_leaks(
     assert "Connection refused" in everything
     assert PASSWORD not in everything  # ...and the secrets were not
     assert WRONG not in everything
+
+
+def _worker_environments(pid: int) -> str:
+    """The environment ``pid`` handed to the processes it started (its workers)."""
+    texts = []
+    for process in _children(pid):
+        try:
+            with open(f"/proc/{process}/environ", "rb") as environ:
+                texts.append(environ.read().replace(b"\0", b"\n").decode(errors="replace"))
+        except OSError:
+            continue
+    return "\n".join(texts)
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text().rpartition(")")[2].split()
+            except OSError:
+                continue
+            if int(stat[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def test_a_password_in_the_url_query_or_user_info_never_leaks(
+    make_redis: MakeRedis, make_server: MakeServer
+) -> None:
+    redis = make_redis(password=PASSWORD)
+    in_query = f"redis://127.0.0.1:{redis.port}/0?password={PASSWORD}"
+    with_user = f"redis://default:{PASSWORD}@127.0.0.1:{redis.port}/0"
+    query_server = make_server("--cache", "redis", "--redis-url", in_query, "--log-level",
+                               "debug", "--workers", "2")  # fmt: skip
+    user_server = make_server("--cache", "tiered", "--log-level", "debug", "--workers", "2",
+                              env={"CACHEFLEET_REDIS_URL": with_user})  # fmt: skip
+    servers = (query_server, user_server)
+    eventually_hit_redis(query_server, 31, writer=user_server)  # both still authenticate
+    # What the workers were handed: the password in its own variable, never in the URL or JSON.
+    handed = _worker_environments(query_server.pid) + _worker_environments(user_server.pid)
+    assert "CACHEFLEET_SETTINGS_JSON" in handed
+    for line in handed.splitlines():
+        if PASSWORD in line:
+            assert line.startswith("CACHEFLEET_REDIS_PASSWORD="), line.split("=")[0]
+
+    seen: list[str] = []
+    redis.kill()
+    for server in servers:
+        for seed in range(40, 44):
+            assert x_cache(server, seed) in ("miss", "hit-local")
+        flush = httpx.post(f"{server.base_url}/v2/models/simple/cache/flush", timeout=30)
+        assert flush.status_code == 503
+        assert "redis://" in flush.text  # it says where, without the secret
+        seen += [flush.text, httpx.get(f"{server.base_url}/metrics", timeout=10).text]
+        seen.append(httpx.get(f"{server.base_url}/v2/models/simple/config", timeout=10).text)
+    for url in (in_query, with_user):
+        flush_command = subprocess.run(
+            [*CACHEFLEET, "flush", "--model", "simple", "--redis-url", url],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert flush_command.returncode != 0
+        seen += [flush_command.stdout, flush_command.stderr]
+    bad_scheme = subprocess.run(
+        [*CACHEFLEET, "flush", "--model", "simple", "--redis-url", f"http://u:{PASSWORD}@h/"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert bad_scheme.returncode == 2
+    seen.append(bad_scheme.stderr)
+    for server in servers:
+        server.stop()
+        seen.append(server.log())
+    everything = "\n".join(seen)
+    assert "Connection refused" in everything
+    assert PASSWORD not in everything

@@ -1,0 +1,50 @@
+"""``--http-restricted-api``: each route checks its API group's header, as Triton's handlers do.
+
+The check is bound to the endpoint a route runs (not to a second reading of the path), so no
+spelling of a path can reach an endpoint around it. An open group costs nothing: its endpoints
+are not wrapped. A refusal is Triton's: 403 and ``{"error": "This API is restricted,
+expecting header '<key>'"}``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from cachefleet.runtime.config import ApiGroup, Restriction, by_group
+from cachefleet.runtime.http.errors import error_response
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+FORBIDDEN = 403
+
+
+def refusal_message(restriction: Restriction) -> str:
+    """Triton's words for a request without the header (or with another value)."""
+    return f"This API is restricted, expecting header '{restriction.header}'"
+
+
+class ApiGuard:
+    """Wraps the endpoints of restricted groups with their header check."""
+
+    def __init__(self, restrictions: Iterable[Restriction]) -> None:
+        self._by_group = by_group(restrictions)
+
+    def restriction(self, group: ApiGroup) -> Restriction | None:
+        return self._by_group.get(group)
+
+    def __call__(self, group: ApiGroup, endpoint: Endpoint) -> Endpoint:
+        """``endpoint``, or a wrapper that refuses requests without ``group``'s header."""
+        restriction = self._by_group.get(group)
+        if restriction is None:
+            return endpoint
+        header = restriction.header.lower()
+
+        async def guarded(request: Request) -> Response:
+            if not restriction.admits(request.headers.get(header)):
+                return error_response(FORBIDDEN, refusal_message(restriction))
+            return await endpoint(request)
+
+        guarded.__name__ = getattr(endpoint, "__name__", "endpoint")
+        return guarded
