@@ -28,6 +28,7 @@ PLURALS: dict[str, str] = {
     "HorizontalPodAutoscaler": "horizontalpodautoscalers",
     "CachedInferenceService": "cachedinferenceservices",
     "PersistentVolumeClaim": "persistentvolumeclaims",
+    "Event": "events",
 }
 MERGE_PATCH_CONTENT_TYPE = "application/merge-patch+json"
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
@@ -118,6 +119,18 @@ class Kube:
             item
             for item in items
             if labels.items() <= (item.get("metadata", {}).get("labels") or {}).items()
+        ]
+
+    def list_events(self, namespace: str, kind: str, name: str) -> list[dict[str, Any]]:
+        """The core events about one object (filtered here too, in case the server ignores it)."""
+        selector = f"involvedObject.kind={kind},involvedObject.name={name}"
+        path = collection_path("v1", "Event", namespace)
+        items = self._call("GET", path, query=[("fieldSelector", selector)]).get("items") or []
+        return [
+            item
+            for item in items
+            if (item.get("involvedObject") or {}).get("kind") == kind
+            and (item.get("involvedObject") or {}).get("name") == name
         ]
 
     def apply(self, obj: Mapping[str, Any], *, manager: str = MANAGER) -> dict[str, Any]:
