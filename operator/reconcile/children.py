@@ -54,7 +54,7 @@ def apply_children(
         if response is None:
             continue
         result.live[describe(child)] = response
-        if versions.record(key_of(child), response):
+        if versions.record(key_of(child), response, child):
             result.written.append(describe(child))
     return result
 
