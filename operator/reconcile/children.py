@@ -19,6 +19,7 @@ from cachefleet.operator.reconcile.applied import AppliedVersions, key_of
 from cachefleet.operator.reconcile.claims import (
     ClaimChange,
     not_expandable_message,
+    only_immutable_fields,
     plan_claim_change,
 )
 from cachefleet.operator.reconcile.kube import Kube, KubeError
@@ -102,8 +103,10 @@ def _apply(kube: Kube, child: Mapping[str, Any], result: Applied) -> dict[str, A
     try:
         return kube.apply(child)
     except KubeError as error:
-        if not (error.invalid and child["kind"] == "StatefulSet"):
-            raise
+        if not (
+            error.invalid and child["kind"] == "StatefulSet" and only_immutable_fields(error.causes)
+        ):
+            raise  # refused for another reason too: the caller reports the server's message
         meta = child["metadata"]
         live = kube.get(child["apiVersion"], child["kind"], meta["namespace"], meta["name"])
         if live is None:

@@ -14,13 +14,34 @@ gets a deliberate path here, decided from the live and the desired object (no I/
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from cachefleet.operator.reconcile.kube import Cause
 from cachefleet.runtime.config import QuantityError, parse_bytes
 
 Action = Literal["none", "recreate", "expand", "blocked"]
+
+#: The one refusal the deliberate paths answer: the API server's cause for an update of an
+#: immutable StatefulSet field (reason FieldValueForbidden, field "spec").
+IMMUTABLE_FIELDS_CAUSE = "updates to statefulset spec for fields other than"
+
+
+def only_immutable_fields(causes: Iterable[Cause]) -> bool:
+    """Whether the server refused the StatefulSet for its immutable fields and nothing else.
+
+    A refusal also naming another cause (an invalid value edited in the same change) must be
+    reported as it is: expanding claims and deleting the StatefulSet would end in a re-apply
+    the server refuses again, with the Redis pod orphaned.
+    """
+    found = list(causes)
+    return bool(found) and all(
+        cause.reason == "FieldValueForbidden"
+        and cause.field == "spec"
+        and IMMUTABLE_FIELDS_CAUSE in cause.message
+        for cause in found
+    )
 
 
 @dataclass(frozen=True)

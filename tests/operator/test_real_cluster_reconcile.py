@@ -21,7 +21,11 @@ import attrs
 import kmock
 import kopf
 import pytest
-from support.kube.api_rules import claim_resize_refusal, statefulset_forbidden_changes
+from support.kube.api_rules import (
+    claim_resize_refusal,
+    statefulset_forbidden_cause,
+    statefulset_forbidden_changes,
+)
 from support.kube.cluster import VERBS, Cluster, InvalidError
 from support.kube.fixtures import (
     CIS_PATH,
@@ -231,6 +235,8 @@ class StrictCluster(Cluster):
 
     class_allows_expansion: bool = True
     refuse_deployments: bool = False
+    #: Causes the server adds to any StatefulSet update (an invalid value edited alongside).
+    extra_causes: list[dict[str, str]] = attrs.field(factory=list)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -253,10 +259,14 @@ class StrictCluster(Cluster):
     def _refuse(self, plural: str, found: dict[str, Any], new: dict[str, Any]) -> None:
         name = found["metadata"]["name"]
         if plural == "statefulsets" and "spec" in new:
-            changed = statefulset_forbidden_changes(found, new)
-            if changed:
-                raise InvalidError(message=f'StatefulSet.apps "{name}" is invalid: spec: '
-                                   f"Forbidden: updates to {changed} are forbidden")  # fmt: skip
+            causes = list(self.extra_causes)
+            if statefulset_forbidden_changes(found, new):
+                causes.insert(0, statefulset_forbidden_cause())
+            if causes:
+                text = "; ".join(f"{c['field']}: {c['message']}" for c in causes)
+                raise InvalidError(message=f'StatefulSet.apps "{name}" is invalid: {text}',
+                                   details={"name": name, "kind": "statefulsets",
+                                            "causes": causes})  # fmt: skip
         if plural == "persistentvolumeclaims":
             size = functools.partial(_claim_size)
             refusal = claim_resize_refusal(
@@ -364,6 +374,28 @@ async def test_a_new_storage_class_stalls_with_what_to_do(cluster: StrictCluster
     assert "storageClassName cannot change from fast to slow" in message
     assert "delete the StatefulSet" in message
     assert _deletes(cluster, "statefulsets") == []
+
+
+@pytest.mark.usefixtures("operator")
+async def test_a_larger_claim_with_another_invalid_field_is_reported_and_changes_nothing(
+    cluster: StrictCluster, api: Api
+) -> None:
+    await _persistent_service(cluster, api)
+    # The server names both causes: the immutable claim template and a value it refuses.
+    invalid = {"reason": "FieldValueInvalid", "field": "spec.template.spec.containers[0].image",
+               "message": "Invalid value: \"bad image\": must not contain spaces"}  # fmt: skip
+    cluster.extra_causes = [invalid]
+    bigger = {"persistence": {**PERSISTENT["persistence"], "size": "2Gi"}}
+    await api.send("PATCH", f"{CIS_PATH}/svc", {"spec": {"cache": {"redis": bigger}}}, patch=True)
+
+    def failed() -> dict[str, Any] | None:
+        found = condition(cis(cluster, "svc"), "Ready")
+        return found if found and "must not contain spaces" in found["message"] else None
+
+    await eventually(failed, "the server's refusal reported")
+    assert _deletes(cluster, "statefulsets") == []  # no orphaned Redis pod
+    claim_patches = [r for r in cluster["patch"] if "persistentvolumeclaims" in r.url.path]
+    assert claim_patches == []  # and no claim grown for a StatefulSet that stays as it was
 
 
 @pytest.mark.usefixtures("operator")
