@@ -116,10 +116,45 @@ def _apply(kube: Kube, child: Mapping[str, Any], result: Applied) -> dict[str, A
             raise  # refused for another reason: the caller reports the server's message
         if change.action == "expand":
             change = _expand_claims(kube, child, change)
+        if change.adopted:
+            change = _prepare_adopted_claims(kube, child, change)
         if change.action == "blocked":
             result.blocked.append(change.message)
             return None
-        return _recreate(kube, child)
+        response = _recreate(kube, child)
+        for claim in change.dropped:
+            kube.delete(_claim(child, claim))
+        return response
+
+
+def _claim(child: Mapping[str, Any], name: str) -> dict[str, Any]:
+    namespace = child["metadata"]["namespace"]
+    meta = {"name": name, "namespace": namespace}
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta}
+
+
+def _prepare_adopted_claims(
+    kube: Kube, child: Mapping[str, Any], change: ClaimChange
+) -> ClaimChange:
+    """Persistence is switched on and its claims may be left from before: a retained one is
+    kept (its data wanted) and grown to the size asked for; any other is deleted, so that the
+    new StatefulSet makes a fresh claim of the new size instead of reusing a stale one."""
+    found = []
+    for name in change.adopted:
+        claim = _claim(child, name)
+        if kube.get("v1", "PersistentVolumeClaim", claim["metadata"]["namespace"], name):
+            found.append(name)
+    if not found:
+        return change
+    if change.retain:
+        grow = ClaimChange("expand", "", change.size, change.storage_class, tuple(found))
+        grown = _expand_claims(kube, child, grow)
+        return grown if grown.action == "blocked" else change
+    for name in found:
+        claim = _claim(child, name)
+        kube.delete(claim)
+        _wait_until_gone(kube, claim)
+    return change
 
 
 def _expand_claims(kube: Kube, child: Mapping[str, Any], change: ClaimChange) -> ClaimChange:

@@ -376,6 +376,67 @@ async def test_a_new_storage_class_stalls_with_what_to_do(cluster: StrictCluster
     assert _deletes(cluster, "statefulsets") == []
 
 
+CLAIMS = f"/api/v1/namespaces/{NS}/persistentvolumeclaims"
+
+
+def _claim_body(size: str) -> dict[str, Any]:
+    """A claim as the orphaning delete of an earlier StatefulSet left it: no owner reference."""
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "data-svc-redis-0", "namespace": NS},
+            "spec": {"resources": {"requests": {"storage": size}}},
+            "status": {"capacity": {"storage": size}}}  # fmt: skip
+
+
+def _sts_recreated(cluster: StrictCluster) -> bool:
+    return bool(_deletes(cluster, "statefulsets")) and bool(
+        live(cluster, "apps/v1/statefulsets", "svc-redis")
+    )
+
+
+@pytest.mark.usefixtures("operator")
+async def test_switching_persistence_off_deletes_the_claim_nothing_uses_any_more(
+    cluster: StrictCluster, api: Api
+) -> None:
+    await _persistent_service(cluster, api)
+    off = {"spec": {"cache": {"redis": {"persistence": {"mode": "none"}}}}}
+    await api.send("PATCH", f"{CIS_PATH}/svc", off, patch=True)
+    await eventually(lambda: _deletes(cluster, "persistentvolumeclaims"), "the claim deleted")
+    assert live(cluster, "v1/persistentvolumeclaims", "data-svc-redis-0") is None
+    assert _sts_recreated(cluster)
+
+
+@pytest.mark.usefixtures("operator")
+async def test_switching_persistence_on_never_reuses_a_stale_claim(
+    cluster: StrictCluster, api: Api
+) -> None:
+    await api.send("POST", CIS_PATH, service("svc"))
+    await eventually(lambda: live(cluster, "apps/v1/statefulsets", "svc-redis"), "the STS")
+    await api.send("POST", CLAIMS, _claim_body("1Gi"))  # left over from an earlier persistence
+    bigger = {"persistence": {**PERSISTENT["persistence"], "size": "2Gi"}}
+    await api.send("PATCH", f"{CIS_PATH}/svc", {"spec": {"cache": {"redis": bigger}}}, patch=True)
+    await eventually(lambda: _sts_recreated(cluster), "the StatefulSet re-created")
+    # Deleted before the new StatefulSet (which makes a fresh 2Gi claim), never reused at 1Gi.
+    [deleted] = _deletes(cluster, "persistentvolumeclaims")
+    assert deleted.url.path.endswith("/data-svc-redis-0")
+    assert _template_size(live(cluster, "apps/v1/statefulsets", "svc-redis")) == "2Gi"
+
+
+@pytest.mark.usefixtures("operator")
+async def test_a_retained_claim_is_kept_and_grown_when_persistence_comes_back(
+    cluster: StrictCluster, api: Api
+) -> None:
+    await api.send("POST", CIS_PATH, service("svc"))
+    await eventually(lambda: live(cluster, "apps/v1/statefulsets", "svc-redis"), "the STS")
+    await api.send("POST", CLAIMS, _claim_body("1Gi"))
+    kept = {**PERSISTENT["persistence"], "size": "2Gi", "retainOnDelete": True}
+    patch = {"spec": {"cache": {"redis": {"persistence": kept}}}}
+    await api.send("PATCH", f"{CIS_PATH}/svc", patch, patch=True)
+    await eventually(lambda: _sts_recreated(cluster), "the StatefulSet re-created")
+    assert _deletes(cluster, "persistentvolumeclaims") == []
+    claim = must(live(cluster, "v1/persistentvolumeclaims", "data-svc-redis-0"))
+    assert claim["spec"]["resources"]["requests"]["storage"] == "2Gi"  # no ResizingVolume forever
+
+
 @pytest.mark.usefixtures("operator")
 async def test_a_larger_claim_with_another_invalid_field_is_reported_and_changes_nothing(
     cluster: StrictCluster, api: Api
