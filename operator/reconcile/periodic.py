@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from cachefleet.operator.manifests.meta import GROUP, KIND, VERSION
 from cachefleet.operator.reconcile.conditions import timestamp_now
 from cachefleet.operator.reconcile.kube import KubeError
 from cachefleet.operator.reconcile.locks import KeyedLocks
@@ -31,6 +32,8 @@ log = logging.getLogger(__name__)
 
 Snapshot = Callable[[], list[Mapping[str, Any]]]
 """The services to visit now; called in the event loop (kopf updates its index there)."""
+Active = Callable[[], bool]
+"""Whether kopf is active (not paused by a peer); called in a worker thread."""
 
 
 def status_changes(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> dict[str, Any]:
@@ -50,16 +53,19 @@ class Periodic:
     reconciler: Reconciler
     locks: KeyedLocks
 
-    async def run(self, services: Snapshot) -> None:
+    async def run(self, services: Snapshot, active: Active = lambda: True) -> None:
         """Until cancelled: a resync pass every resync interval (the first one interval after
         start, since the resume handlers have just reconciled everything), a figures pass every
-        cache interval (the first one at once)."""
+        cache interval (the first one at once). A pass is skipped while ``active()`` says kopf
+        is paused (a peer leads): a standby must not write."""
         settings = self.reconciler.settings
         await asyncio.gather(
             self._every(settings.resync_interval_s, settings.resync_interval_s, services,
-                        self.resync),
-            self._every(settings.cache_figures_interval_s, 0.0, services, self.refresh_figures),
-            self._every(settings.cache_figures_interval_s, 0.0, services, self.refresh_served),
+                        self.resync, active),
+            self._every(settings.cache_figures_interval_s, 0.0, services, self.refresh_figures,
+                        active),
+            self._every(settings.cache_figures_interval_s, 0.0, services, self.refresh_served,
+                        active),
         )  # fmt: skip
 
     async def _every(
@@ -68,11 +74,13 @@ class Periodic:
         first_delay_s: float,
         services: Snapshot,
         job: Callable[[Mapping[str, Any]], None],
+        active: Active,
     ) -> None:
         await asyncio.sleep(first_delay_s)
         while True:
-            for body in services():
-                await asyncio.to_thread(self._guarded, job, body)
+            if await asyncio.to_thread(active):
+                for body in services():
+                    await asyncio.to_thread(self._guarded, job, body)
             await asyncio.sleep(interval_s)
 
     @staticmethod
@@ -84,9 +92,18 @@ class Periodic:
             name = f"{meta.get('namespace')}/{meta.get('name')}"
             log.exception("periodic %s of %s failed", job.__name__, name)
 
-    def resync(self, body: Mapping[str, Any]) -> None:
-        """Re-apply every child (drift the watches missed); only a spec change can drop one."""
-        if body["metadata"].get("deletionTimestamp"):
+    def resync(self, indexed: Mapping[str, Any]) -> None:
+        """Re-apply every child (drift the watches missed); only a spec change can drop one.
+
+        The service is read first: kopf's index may hold a service whose DELETED event was
+        missed (re-applying its children would re-create them every pass), or an older spec
+        than the API server's (re-applying it would revert a newer one until kopf caught up).
+        """
+        meta = indexed["metadata"]
+        body = self.reconciler.kube.get(
+            f"{GROUP}/{VERSION}", KIND, meta.get("namespace") or "default", meta["name"]
+        )
+        if body is None or body["metadata"].get("deletionTimestamp"):
             return
         with self.locks(object_key(body)):
             outcome = self.reconciler.reconcile(body, prune=False)

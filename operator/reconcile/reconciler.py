@@ -151,6 +151,14 @@ class Reconciler:
             name = meta.redis_name(owner)
             statefulset = self._live(applied, "apps/v1", "StatefulSet", name, owner)
         redis = observe.redis_condition(statefulset, managed=spec.cache.managed_redis)
+        refusals: list[observe.Refusal] = []
+        if statefulset is not None and redis.reason == "Starting":
+            found = observe.statefulset_refusal(
+                self.kube.list_events(owner.namespace, "StatefulSet", meta.redis_name(owner))
+            )
+            if found is not None:
+                redis = found.condition("RedisReady")
+                refusals.append(found)
         persistence = spec.cache.redis.persistence_or_default
         if redis.status and spec.cache.managed_redis and persistence.enabled:
             claim = self.kube.get(
@@ -164,9 +172,17 @@ class Reconciler:
             redis = Condition("RedisReady", False, "ConfigSetFailed", problem)
         deployment = self._live(applied, "apps/v1", "Deployment", owner.name, owner)
         runtime = observe.runtime_condition(deployment)
+        refused = observe.deployment_refusal(deployment)
+        if refused is not None and not runtime.status:
+            runtime = refused.condition("RuntimeReady")
+            refusals.append(refused)
         replicas, ready = observe.replica_counts(deployment)
-        stalled = "; ".join(applied.blocked) or None
-        conditions = summary_conditions(redis, runtime, problem=problem, stalled=stalled)
+        lasting = [f"pods are refused: {r.message}" for r in refusals if r.lasting]
+        stalled = "; ".join([*applied.blocked, *lasting]) or None
+        reason = observe.REFUSED if lasting and not applied.blocked else "ReconcileFailed"
+        conditions = summary_conditions(
+            redis, runtime, problem=problem, stalled=stalled, stalled_reason=reason
+        )
         status = self._status(body, conditions)
         status.update(
             replicas=replicas,
