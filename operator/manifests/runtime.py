@@ -37,7 +37,7 @@ COPY_DESTINATION = "/cachefleet-model-repository"
 PASSWORD_ENV = "CACHEFLEET_REDIS_PASSWORD"
 CACHE_SECRET_ENV = "CACHEFLEET_CACHE_SECRET"
 #: The key of the generated cache Secret.
-CACHE_SECRET_KEY = "secret"
+CACHE_SECRET_KEY = "cache-secret"
 #: The share of the runtime container's memory limit that requests in flight may hold (split
 #: between its worker processes); models, the local cache and the memo take the rest.
 INFLIGHT_SHARE = 4
