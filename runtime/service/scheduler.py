@@ -194,7 +194,7 @@ class ModelScheduler:
     def _run_inline(self, inputs: Sequence[Tensor]) -> list[Tensor]:
         size = self._rows(inputs)
         (outputs,), times = self._execute_blocking([inputs], [size], time.perf_counter_ns())
-        self._record(size, times)
+        self._record(size, times, 1)
         return outputs
 
     async def _execute_one(self, inputs: Sequence[Tensor], submitted_ns: int) -> list[Tensor]:
@@ -304,16 +304,17 @@ class ModelScheduler:
         pieces, times = await loop.run_in_executor(
             self._executor, self._execute_blocking, parts, sizes, submitted_ns
         )
-        self._record(sum(sizes), times)
+        self._record(sum(sizes), times, len(parts))
         return pieces
 
-    def _record(self, rows: int, times: ExecutionTimes) -> None:
-        """One execution of ``rows`` rows, in the metrics and the statistics extension."""
+    def _record(self, rows: int, times: ExecutionTimes, requests: int) -> None:
+        """One execution of ``rows`` rows for ``requests`` requests, in the metrics and the
+        statistics extension."""
         self._inference_seconds.observe(times.compute_infer_ns / 1e9)
         self._batch_sizes.observe(rows)
         self._counters.executed(self.model.name, self.model.version, rows)
         stats = self._statistics.for_version(self.model.name, self.model.version)
-        stats.record_execution(rows, times)
+        stats.record_execution(rows, times, requests)
 
     def _execute_blocking(
         self, parts: Sequence[Sequence[Tensor]], sizes: Sequence[int], submitted_ns: int

@@ -5,19 +5,26 @@ Transport-neutral: the HTTP route and the gRPC ``ModelStatistics`` call both ask
 ``ModelStatisticsResponse`` (proto field names, counts and nanoseconds as integers), which HTTP
 sends as JSON and gRPC turns into the message with ``json_format.ParseDict``.
 
-What is counted, as Triton counts it:
+What is counted, as Triton counts it (its ``infer_stats.cc``; perf_analyzer reads every field
+below, and picks the model version to report by the growth of ``queue.count``):
 
 - ``success`` / ``fail``: every request, however it was answered (cache hit, miss, bypass or an
   identical request already in flight), with its whole duration in the service.
+- ``queue``: every successful request, cache hits included (Triton looks its cache up after a
+  request is queued), so ``queue.count`` equals ``success.count``; the nanoseconds are the
+  requests' waits for a model execution (a hit, or a follower of an identical request in flight,
+  waits for none and adds 0).
+- ``compute_input``, ``compute_infer``, ``compute_output``: per request that a model execution
+  answered, each with that execution's durations (decoding the request into tensors, running the
+  model, encoding the response): a batch of three requests adds three, as in Triton, so the three
+  counts stay equal, as perf_analyzer requires. A cache hit executes nothing and adds none.
 - ``cache_hit``: requests answered from the cache, with the lookup's duration.
 - ``cache_miss``: requests that looked the cache up and missed, with the lookup and insert time
   (the request's cache time minus the model's run).
-- ``queue``, ``compute_input``, ``compute_infer``, ``compute_output``: per model execution, not
-  per request: waiting for a model thread, decoding the request into tensors, running the model,
-  encoding the response. A cache hit executes nothing and adds none of these.
 - ``inference_count`` (rows inferred) and ``execution_count`` (model executions): cache hits
-  excluded, as in Triton. ``batch_stats`` groups executions by their batch size; a batcher that
-  merges requests records one execution of N rows with :meth:`ModelStatistics.record_execution`.
+  excluded, as in Triton. ``batch_stats`` groups executions (not requests) by their batch size;
+  a batcher that merges requests records one execution of N rows with
+  :meth:`ModelStatistics.record_execution`.
 
 Every method is called from the event loop only, so nothing here takes a lock.
 """
@@ -87,6 +94,7 @@ class ModelStatistics:
         success = self.success
         success.count += 1
         success.ns += duration_ns
+        self.queue.count += 1  # its wait, if any, was added by record_execution
         self.last_inference_ms = time.time_ns() // 1_000_000
 
     def record_failure(self, duration_ns: int) -> None:
@@ -100,14 +108,20 @@ class ModelStatistics:
     def record_cache_miss(self, lookup_and_insert_ns: int) -> None:
         self.cache_miss.add(max(0, lookup_and_insert_ns))
 
-    def record_execution(self, batch_size: int, times: ExecutionTimes) -> None:
-        """One model execution of ``batch_size`` rows (1 for a model without batching)."""
+    def record_execution(self, batch_size: int, times: ExecutionTimes, requests: int = 1) -> None:
+        """One model execution of ``batch_size`` rows (1 for a model without batching) that
+        answered ``requests`` requests, each of which waited ``times.queue_ns`` and is counted
+        in ``queue`` when it succeeds (:meth:`record_success`)."""
         self.execution_count += 1
         self.inference_count += batch_size
-        self.queue.add(times.queue_ns)
-        self.compute_input.add(times.compute_input_ns)
-        self.compute_infer.add(times.compute_infer_ns)
-        self.compute_output.add(times.compute_output_ns)
+        self.queue.ns += times.queue_ns * requests
+        for phase, ns in (
+            (self.compute_input, times.compute_input_ns),
+            (self.compute_infer, times.compute_infer_ns),
+            (self.compute_output, times.compute_output_ns),
+        ):
+            phase.count += requests
+            phase.ns += ns * requests
         batch = self.batches.setdefault(batch_size, _BatchDurations())
         batch.compute_input.add(times.compute_input_ns)
         batch.compute_infer.add(times.compute_infer_ns)

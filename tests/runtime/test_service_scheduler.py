@@ -155,6 +155,9 @@ async def test_waiting_requests_merge_into_one_execution(executor: ThreadPoolExe
     assert batches(statistics) == {1: 1, 3: 1}
     document = statistics.for_version("held", "1").document()
     assert (document["execution_count"], document["inference_count"]) == (2, 4)
+    phases = document["inference_stats"]
+    computed = [phases[p]["count"] for p in ("compute_input", "compute_infer", "compute_output")]
+    assert computed == [4, 4, 4], "per request, as in Triton: the batch of three adds three"
     await scheduler.close()
 
 
