@@ -38,8 +38,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=float, help="seconds per scenario (5; quick: 2)")
     parser.add_argument("--warmup", type=float, help="unmeasured seconds first (1; quick: 0)")
     parser.add_argument(
-        "--generator", choices=("wrk", "python"), default="wrk",
-        help="load generator: wrk (default; the Python senders if wrk is missing) or python",
+        "--generator", "--load", dest="generator", default="wrk",
+        choices=("wrk", "python", "perf_analyzer"),
+        help="load generator: wrk (default; the Python senders if wrk is missing), python, or "
+        "perf_analyzer (Triton's; 100%% hit scenarios only, the Python senders for the rest; "
+        "bash scripts/get-perf-analyzer installs it)",
     )  # fmt: skip
     parser.add_argument("--wrk-threads", type=int, default=2, help="wrk threads (2)")
     parser.add_argument("--no-pin", action="store_true", help="do not pin CPUs with taskset")

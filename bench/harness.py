@@ -25,6 +25,7 @@ from cachefleet.bench import (
     grpc_bodies,
     grpcload,
     peer,
+    perf_analyzer,
     processes,
     profiling,
     pyload,
@@ -94,7 +95,21 @@ def load_runner(
         return grpcload.run if scenario.transport == "grpc" else pyload.run
     if options.generator == "wrk" and wrk.available():
         return lambda spec: wrk.run(spec, options.wrk_threads)
+    if options.generator == perf_analyzer.NAME and perf_analyzer.available():
+        return perf_analyzer.runner(pyload.run)
     return pyload.run
+
+
+def _generator_name(options: BenchOptions) -> str:
+    if options.generator == "wrk" and wrk.available():
+        return f"wrk -t{options.wrk_threads} -c{options.connections} (infer.lua)"
+    python = f"Python http.client, {options.connections} processes"
+    if options.generator == perf_analyzer.NAME and perf_analyzer.available():
+        return (
+            f"perf_analyzer --concurrency-range {options.connections} (100% hits; "
+            f"{python} for the rest)"
+        )
+    return python
 
 
 def run_plan(plan: list[Scenario], options: BenchOptions, log: Log) -> RunRecord:
@@ -106,11 +121,12 @@ def run_plan(plan: list[Scenario], options: BenchOptions, log: Log) -> RunRecord
         record.notes.append(
             "py-spy is not installed: no profiles (pip install 'cachefleet[bench]')"
         )
-    record.generator_name = (
-        f"wrk -t{options.wrk_threads} -c{options.connections} (infer.lua)"
-        if options.generator == "wrk" and wrk.available()
-        else f"Python http.client, {options.connections} processes"
-    )
+    if options.generator == perf_analyzer.NAME and not perf_analyzer.available():
+        record.notes.append(
+            "perf_analyzer is not installed (bash scripts/get-perf-analyzer): the Python load "
+            "generator ran instead."
+        )
+    record.generator_name = _generator_name(options)
     with contextlib.ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="cachefleet-bench-")))
         log(f"working folder {workdir} (removed at the end)")

@@ -1,0 +1,130 @@
+"""Load from Triton's ``perf_analyzer``: the generator every Triton user already runs.
+
+``scripts/get-perf-analyzer`` installs it (``.cache/tools/bin/perf_analyzer``). It sends its own
+inputs: random data made once and reused, so after its first request every request is the same
+and, with a cache, a hit. It cannot send a unique miss per request, so it measures the 100%-hit
+scenarios only; the harness gives the others to the Python senders (:func:`runner`).
+
+perf_analyzer also reads the server's statistics extension before and after each window and
+prints its server-side section (cache hits and misses, the latency split): :func:`run` keeps that
+section in :attr:`Measured.server` for the caller to show.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from cachefleet.bench.errors import BenchError
+from cachefleet.bench.load import LoadResult, LoadSpec
+from cachefleet.bench.pinning import pinned
+
+#: Where scripts/get-perf-analyzer puts its launcher, relative to the checkout.
+_CACHED = Path(".cache/tools/bin/perf_analyzer")
+NAME = "perf_analyzer"
+
+
+def executable() -> str | None:
+    """perf_analyzer on PATH, else the one scripts/get-perf-analyzer cached, else None."""
+    found = shutil.which(NAME)
+    if found is not None:
+        return found
+    return str(_CACHED.resolve()) if _CACHED.is_file() else None
+
+
+def available() -> bool:
+    return executable() is not None
+
+
+@dataclass(frozen=True)
+class Measured:
+    """perf_analyzer's client figures, and its server-side section as it printed it."""
+
+    result: LoadResult
+    server: str
+
+
+def command(model: str, address: str, protocol: str, concurrency: int, window_ms: int) -> list[str]:
+    """The perf_analyzer command line a Triton user would type, for one concurrency.
+
+    ``--stability-percentage 100``: on a shared machine throughput moves by more than the
+    default 10% between windows, and perf_analyzer would then give up after ten windows.
+    """
+    found = executable()
+    if found is None:
+        raise BenchError("perf_analyzer is not installed (bash scripts/get-perf-analyzer)")
+    return [
+        found, "-m", model, "-u", address, "-i", protocol,
+        "--concurrency-range", str(concurrency),
+        "--measurement-interval", str(window_ms),
+        "--stability-percentage", "100",
+    ]  # fmt: skip
+
+
+def run_command(arguments: list[str], cpus: str | None, timeout_s: float) -> Measured:
+    """Run one perf_analyzer command; raises :class:`BenchError` when it fails."""
+    completed = subprocess.run(
+        pinned(arguments, cpus), capture_output=True, text=True, timeout=timeout_s, check=False
+    )
+    return parse_output(completed.stdout, completed.stderr, completed.returncode)
+
+
+def run(spec: LoadSpec, protocol: str = "http") -> Measured:
+    """Load ``spec.requests.model`` at ``spec.base_url`` with ``spec.connections`` concurrent
+    requests; perf_analyzer's three stable windows together last about ``spec.duration_s``."""
+    address = urlsplit(spec.base_url).netloc or spec.base_url
+    window_ms = max(200, round(spec.duration_s * 1000 / 3))
+    arguments = command(spec.requests.model, address, protocol, spec.connections, window_ms)
+    return run_command(arguments, spec.cpus, timeout_s=spec.duration_s * 10 + 120)
+
+
+def runner(fallback: Callable[[LoadSpec], LoadResult]) -> Callable[[LoadSpec], LoadResult]:
+    """perf_analyzer for 100%-hit loads, ``fallback`` for the loads that need unique misses."""
+
+    def load(spec: LoadSpec) -> LoadResult:
+        if spec.hit_ratio < 1.0:
+            return fallback(spec)
+        return run(spec).result
+
+    return load
+
+
+_NUMBER = r"([0-9]+(?:\.[0-9]+)?)"
+
+
+def parse_output(stdout: str, stderr: str, returncode: int) -> Measured:
+    """The client figures and the server-side section of perf_analyzer's report."""
+    client, _, server = stdout.partition("  Server: \n")
+    found = {
+        name: re.search(pattern, client)
+        for name, pattern in (
+            ("requests", r"Request count: ([0-9]+)"),
+            ("throughput", rf"Throughput: {_NUMBER} infer/sec"),
+            ("p50", rf"p50 latency: {_NUMBER} usec"),
+            ("p90", rf"p90 latency: {_NUMBER} usec"),
+            ("p99", rf"p99 latency: {_NUMBER} usec"),
+        )
+    }
+    if returncode != 0 or any(match is None for match in found.values()):
+        last = (stderr.strip() or stdout.strip() or "no output").splitlines()[-1]
+        raise BenchError(
+            f"perf_analyzer failed (exit {returncode}): {last}\n{stdout[-2000:]}\n{stderr[-2000:]}"
+        )
+    value = {name: float(match.group(1)) for name, match in found.items() if match is not None}
+    requests = int(value["requests"])
+    result = LoadResult(
+        requests=requests,
+        duration_s=requests / value["throughput"] if value["throughput"] > 0 else 0.0,
+        errors=0,  # perf_analyzer stops with an error status at the first failed request
+        p50_ms=value["p50"] / 1000,
+        p90_ms=value["p90"] / 1000,
+        p99_ms=value["p99"] / 1000,
+        generator=NAME,
+    )
+    section = server.split("\nInferences/Second vs.")[0].rstrip()
+    return Measured(result, "Server:\n" + section if section else "")

@@ -1,0 +1,79 @@
+"""Triton's own perf_analyzer against a real server: its server-side section shows our cache hits.
+
+perf_analyzer reads the statistics extension before and after each window and reports the model
+version whose counts grew; with Triton's semantics (every request in ``queue``, cache hits
+included) it finds ours and prints the hits, misses and the latency split.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from support.processes import ServerProcess
+
+from cachefleet.bench import perf_analyzer
+from cachefleet.bench.bodies import RequestSet
+from cachefleet.bench.load import LoadResult, LoadSpec
+
+pytestmark = pytest.mark.skipif(
+    not perf_analyzer.available(),
+    reason="perf_analyzer is not installed (bash scripts/get-perf-analyzer)",
+)
+
+
+def _server_figures(section: str) -> dict[str, int]:
+    names = ("Inference count", "Execution count", "Cache hit count", "Cache miss count",
+             "Successful request count")  # fmt: skip
+    figures = {}
+    for name in names:
+        match = re.search(rf"{name}: ([0-9]+)", section)
+        assert match is not None, f"no {name!r} in perf_analyzer's server section:\n{section}"
+        figures[name] = int(match.group(1))
+    return figures
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_the_server_section_shows_our_cache_hits(server: ServerProcess, protocol: str) -> None:
+    address = server.url if protocol == "http" else server.grpc_url
+    arguments = perf_analyzer.command("simple", address, protocol, concurrency=2, window_ms=500)
+    measured = perf_analyzer.run_command(arguments, cpus=None, timeout_s=120)
+
+    assert measured.result.requests > 0
+    assert measured.result.throughput > 0
+    figures = _server_figures(measured.server)
+    served = figures["Successful request count"]
+    assert served > 0, measured.server
+    # perf_analyzer repeats one random input: its first concurrent requests may miss (at most one
+    # per connection, before the first answer is cached), every later one hits.
+    assert figures["Cache miss count"] <= 2 < figures["Cache hit count"], measured.server
+    assert figures["Cache hit count"] + figures["Cache miss count"] == served, measured.server
+    assert figures["Execution count"] == figures["Inference count"] == figures["Cache miss count"]
+    assert "Average Cache Hit Latency" in measured.server
+
+
+def test_the_bench_runner_measures_hits_and_leaves_misses_to_the_fallback(
+    server: ServerProcess,
+) -> None:
+    requests = RequestSet(
+        model="simple", encoding="json", path="/v2/models/simple/infer", headers={},
+        hit_bodies=(b"{}",), miss_prefix=b"", miss_suffix=b"", slot_format="dec",
+    )  # fmt: skip
+    fallen_back: list[LoadSpec] = []
+
+    def fallback(spec: LoadSpec) -> LoadResult:
+        fallen_back.append(spec)
+        return LoadResult(1, 1.0, 0, 1.0, 1.0, 1.0, "fallback")
+
+    load = perf_analyzer.runner(fallback)
+    spec = LoadSpec(server.base_url, requests, connections=2, duration_s=1.5, hit_ratio=1.0,
+                    nonce=1)  # fmt: skip
+    result = load(spec)
+    assert result.generator == "perf_analyzer"
+    assert result.requests > 0
+    assert not fallen_back
+    assert 0 < result.p50_ms <= result.p90_ms <= result.p99_ms
+    half = LoadSpec(server.base_url, requests, connections=2, duration_s=1.5, hit_ratio=0.5,
+                    nonce=1)  # fmt: skip
+    assert load(half).generator == "fallback"
+    assert fallen_back == [half]
