@@ -126,6 +126,11 @@ def run_plan(plan: list[Scenario], options: BenchOptions, log: Log) -> RunRecord
             "perf_analyzer is not installed (bash scripts/get-perf-analyzer): the Python load "
             "generator ran instead."
         )
+    elif options.generator == perf_analyzer.NAME:
+        record.notes.append(
+            "perf_analyzer sends its own input (random, made once) in the 100%-hit scenarios: "
+            "its first requests miss, every later one hits."
+        )
     record.generator_name = _generator_name(options)
     with contextlib.ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="cachefleet-bench-")))

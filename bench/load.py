@@ -38,6 +38,9 @@ class LoadResult:
     p90_ms: float
     p99_ms: float
     generator: str
+    #: perf_analyzer's server-side section as it printed it (the server's statistics extension
+    #: read by a Triton tool), when perf_analyzer generated the load; empty otherwise.
+    server_report: str = ""
 
     @property
     def throughput(self) -> float:

@@ -7,7 +7,7 @@ scenarios only; the harness gives the others to the Python senders (:func:`runne
 
 perf_analyzer also reads the server's statistics extension before and after each window and
 prints its server-side section (cache hits and misses, the latency split): :func:`run` keeps that
-section in :attr:`Measured.server` for the caller to show.
+section in :attr:`LoadResult.server_report` for the report to show.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import re
 import shutil
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -41,14 +40,6 @@ def available() -> bool:
     return executable() is not None
 
 
-@dataclass(frozen=True)
-class Measured:
-    """perf_analyzer's client figures, and its server-side section as it printed it."""
-
-    result: LoadResult
-    server: str
-
-
 def command(model: str, address: str, protocol: str, concurrency: int, window_ms: int) -> list[str]:
     """The perf_analyzer command line a Triton user would type, for one concurrency.
 
@@ -66,7 +57,7 @@ def command(model: str, address: str, protocol: str, concurrency: int, window_ms
     ]  # fmt: skip
 
 
-def run_command(arguments: list[str], cpus: str | None, timeout_s: float) -> Measured:
+def run_command(arguments: list[str], cpus: str | None, timeout_s: float) -> LoadResult:
     """Run one perf_analyzer command; raises :class:`BenchError` when it fails."""
     completed = subprocess.run(
         pinned(arguments, cpus), capture_output=True, text=True, timeout=timeout_s, check=False
@@ -74,7 +65,7 @@ def run_command(arguments: list[str], cpus: str | None, timeout_s: float) -> Mea
     return parse_output(completed.stdout, completed.stderr, completed.returncode)
 
 
-def run(spec: LoadSpec, protocol: str = "http") -> Measured:
+def run(spec: LoadSpec, protocol: str = "http") -> LoadResult:
     """Load ``spec.requests.model`` at ``spec.base_url`` with ``spec.connections`` concurrent
     requests; perf_analyzer's three stable windows together last about ``spec.duration_s``."""
     address = urlsplit(spec.base_url).netloc or spec.base_url
@@ -89,7 +80,7 @@ def runner(fallback: Callable[[LoadSpec], LoadResult]) -> Callable[[LoadSpec], L
     def load(spec: LoadSpec) -> LoadResult:
         if spec.hit_ratio < 1.0:
             return fallback(spec)
-        return run(spec).result
+        return run(spec)
 
     return load
 
@@ -97,8 +88,8 @@ def runner(fallback: Callable[[LoadSpec], LoadResult]) -> Callable[[LoadSpec], L
 _NUMBER = r"([0-9]+(?:\.[0-9]+)?)"
 
 
-def parse_output(stdout: str, stderr: str, returncode: int) -> Measured:
-    """The client figures and the server-side section of perf_analyzer's report."""
+def parse_output(stdout: str, stderr: str, returncode: int) -> LoadResult:
+    """The client figures of perf_analyzer's report, with its server-side section."""
     client, _, server = stdout.partition("  Server: \n")
     found = {
         name: re.search(pattern, client)
@@ -117,7 +108,8 @@ def parse_output(stdout: str, stderr: str, returncode: int) -> Measured:
         )
     value = {name: float(match.group(1)) for name, match in found.items() if match is not None}
     requests = int(value["requests"])
-    result = LoadResult(
+    section = server.split("\nInferences/Second vs.")[0].rstrip()
+    return LoadResult(
         requests=requests,
         duration_s=requests / value["throughput"] if value["throughput"] > 0 else 0.0,
         errors=0,  # perf_analyzer stops with an error status at the first failed request
@@ -125,6 +117,5 @@ def parse_output(stdout: str, stderr: str, returncode: int) -> Measured:
         p90_ms=value["p90"] / 1000,
         p99_ms=value["p99"] / 1000,
         generator=NAME,
+        server_report="Server:\n" + section if section else "",
     )
-    section = server.split("\nInferences/Second vs.")[0].rstrip()
-    return Measured(result, "Server:\n" + section if section else "")

@@ -71,6 +71,14 @@ def render(record: RunRecord, command: str) -> str:
         for m in profiled:
             shares = ", ".join(f"{layer} {share:.0%}" for layer, share in m.profile.items())
             lines.append(f"| {m.scenario.label} | {shares} |")
+    reported = [m for m in record.measurements if m.load.server_report]
+    if reported:
+        lines += [
+            "",
+            "## perf_analyzer's server-side sections (our statistics, read by Triton's tool)",
+        ]
+        for m in reported:
+            lines += ["", f"{m.scenario.label}:", "", "```", m.load.server_report, "```"]
     if record.failures:
         lines += ["", "## Failed scenarios", ""]
         lines += [f"- {f.scenario.label}: {f.reason}" for f in record.failures]

@@ -39,17 +39,19 @@ def test_the_server_section_shows_our_cache_hits(server: ServerProcess, protocol
     arguments = perf_analyzer.command("simple", address, protocol, concurrency=2, window_ms=500)
     measured = perf_analyzer.run_command(arguments, cpus=None, timeout_s=120)
 
-    assert measured.result.requests > 0
-    assert measured.result.throughput > 0
-    figures = _server_figures(measured.server)
+    assert measured.requests > 0
+    assert measured.throughput > 0
+    figures = _server_figures(measured.server_report)
     served = figures["Successful request count"]
-    assert served > 0, measured.server
+    assert served > 0, measured.server_report
     # perf_analyzer repeats one random input: its first concurrent requests may miss (at most one
     # per connection, before the first answer is cached), every later one hits.
-    assert figures["Cache miss count"] <= 2 < figures["Cache hit count"], measured.server
-    assert figures["Cache hit count"] + figures["Cache miss count"] == served, measured.server
+    assert figures["Cache miss count"] <= 2 < figures["Cache hit count"], measured.server_report
+    assert figures["Cache hit count"] + figures["Cache miss count"] == served, (
+        measured.server_report
+    )
     assert figures["Execution count"] == figures["Inference count"] == figures["Cache miss count"]
-    assert "Average Cache Hit Latency" in measured.server
+    assert "Average Cache Hit Latency" in measured.server_report
 
 
 def test_the_bench_runner_measures_hits_and_leaves_misses_to_the_fallback(
