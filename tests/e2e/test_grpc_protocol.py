@@ -305,6 +305,9 @@ def test_statistics_count_both_transports(make_server: Any) -> None:
         assert inference["cache_miss"]["count"] == "1"
         assert inference["cache_hit"]["count"] == "1"
         assert stats["execution_count"] == "1"
+        # As in Triton: the gRPC hit is in queue too (perf_analyzer finds the model by it).
+        assert inference["queue"]["count"] == "2"
+        assert inference["compute_infer"]["count"] == "1"
         everything = client.get_inference_statistics(as_json=True)["model_stats"]
         assert {"simple", "simple_string", "densenet_onnx"} <= {s["name"] for s in everything}
         with pytest.raises(InferenceServerException, match="NOT_FOUND"):
