@@ -17,7 +17,7 @@ import pytest
 import redis.asyncio as aioredis
 import redis.exceptions as rexc
 from support.cache_doubles import Model, ask, metric, request, settings
-from support.processes import RedisProcess, free_port
+from support.processes import RedisProcess, free_port, openssl
 
 from cachefleet.runtime.cache.api import CacheStatus
 from cachefleet.runtime.cache.errors import CacheTierError
@@ -281,5 +281,34 @@ async def test_push_frames_never_mismatch_replies(redis_server: RedisProcess) ->
             replies = await pipe.send([("GET", key) for key in keys])
             assert replies == [f"value-{key}".encode() for key in keys]
         await pipe.send([("CLIENT", "TRACKING", "OFF")])
+    finally:
+        await pipe.close()
+
+
+async def test_tls_checks_the_servers_name(
+    make_redis: Callable[..., RedisProcess], certificates: Path
+) -> None:
+    """A certificate signed by the right CA but for another name is refused: the connection
+    checks the hostname (redis-py before 6 did not by default)."""
+    folder = certificates
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "other.key", "-out", "other.csr",
+            "-subj", "/CN=elsewhere.example", cwd=folder)  # fmt: skip
+    (folder / "other.ext").write_text("subjectAltName=DNS:elsewhere.example\n")
+    openssl("x509", "-req", "-in", "other.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+            "-CAcreateserial", "-out", "other.crt", "-days", "2", "-extfile", "other.ext",
+            cwd=folder)  # fmt: skip
+    tls_port = free_port()
+    redis = make_redis("--tls-port", str(tls_port),
+                       "--tls-cert-file", str(folder / "other.crt"),
+                       "--tls-key-file", str(folder / "other.key"),
+                       "--tls-ca-cert-file", str(folder / "ca.crt"),
+                       "--tls-auth-clients", "no")  # fmt: skip
+    assert redis.port != tls_port
+    pipe = _pipe(
+        RedisSettings(url=f"rediss://127.0.0.1:{tls_port}/0", tls_ca_file=folder / "ca.crt")
+    )
+    try:
+        with pytest.raises(rexc.ConnectionError, match="certificate"):
+            await pipe.send([("PING",)])
     finally:
         await pipe.close()
