@@ -37,6 +37,7 @@ from cachefleet.runtime.service import (
     SharedMemoryRegistry,
     StatisticsRegistry,
 )
+from cachefleet.runtime.service.model_info import ModelInfo
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +109,7 @@ async def _serving(state: ServerState) -> AsyncIterator[None]:
             state.shared_memory,
         )
         state.service = service
+        metrics.registry.register(ModelInfo(repository))
         state.control = ModelControl(
             repository,
             statistics,
