@@ -72,7 +72,8 @@ def render_file(
     namespace: str | None = None,
     operator_namespace: str = DEFAULT_OPERATOR_NAMESPACE,
 ) -> list[dict[str, Any]]:
-    """The children for the object in ``path``; a generated password stands in for the Secret's.
+    """The children for the object in ``path``; a generated password and admin token stand in
+    for the Secrets'.
 
     ``operator_namespace`` is what the running operator learns from the downward API: without a
     cluster it must be told, or the NetworkPolicy would admit the operator from the wrong place.
@@ -92,6 +93,7 @@ def render_file(
         owner=Owner.from_body(body),
         redis_password=password,
         operator_namespace=operator_namespace,
+        admin_token=secrets.token_urlsafe(32),
     )
 
 

@@ -34,6 +34,7 @@ def build_children(
     owner: Owner,
     redis_password: str | None = None,
     operator_namespace: str = DEFAULT_OPERATOR_NAMESPACE,
+    admin_token: str | None = None,
 ) -> list[dict[str, Any]]:
     """All children.
 
@@ -41,12 +42,18 @@ def build_children(
     :func:`needs_generated_password`) or the one in the user's Secret when it could be read. Its
     digest goes into the pod templates, so a rotated password rolls Redis and the runtime pods.
     ``operator_namespace`` is where the operator runs, for the Redis NetworkPolicy.
+    ``admin_token`` is the token of the restricted admin APIs (``spec.runtime.restrictedApis``):
+    its Secret is a child when it is given (the operator and ``render`` always give one: the
+    generated token, or the one already in the Secret), and its digest rolls the pods.
     """
     check_name(owner.name)
     children: list[dict[str, Any]] = []
     digest = password_digest(spec, redis_password)
     if spec.cache.managed_redis:
         children += _redis_children(spec, owner, redis_password, digest, operator_namespace)
+    if admin_token is not None and spec.runtime.restricted_apis:
+        children.append(runtime.build_runtime_admin_secret(spec, owner=owner, token=admin_token))
+        digest = config_hash(digest, "admin-token", admin_token)
     children.append(runtime.build_runtime_configmap(spec, owner=owner))
     children.append(runtime.build_runtime_service(spec, owner=owner))
     children.append(runtime.build_runtime_deployment(spec, owner=owner, password_digest=digest))

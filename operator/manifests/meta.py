@@ -95,6 +95,11 @@ def redis_auth_secret_name(owner: Owner) -> str:
     return f"{owner.name}-redis-auth"
 
 
+def runtime_admin_secret_name(owner: Owner) -> str:
+    """The Secret holding the generated token of the runtime's restricted admin APIs."""
+    return f"{owner.name}-runtime-admin"
+
+
 def service_url(owner: Owner) -> str:
     return f"http://{owner.name}.{owner.namespace}.svc:{RUNTIME_PORT}"
 

@@ -22,7 +22,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from cachefleet.operator.manifests.errors import SpecError
-from cachefleet.runtime.config import split_password
+from cachefleet.runtime.config import ApiGroup, split_password
 
 PullPolicy = Literal["Always", "IfNotPresent", "Never"]
 MaxmemoryPolicy = Literal[
@@ -118,6 +118,17 @@ class Resources(_Spec):
         return {k: dict(v) for k, v in (("requests", self.requests), ("limits", self.limits)) if v}
 
 
+#: The admin API groups the operator restricts unless told otherwise (Triton's names, + cache).
+DEFAULT_RESTRICTED_APIS: tuple[ApiGroup, ...] = ("model-repository", "shared-memory", "cache")
+
+
+class RuntimeTls(_Spec):
+    #: A kubernetes.io/tls Secret (tls.crt, tls.key; ca.crt for client certificates, if any).
+    secret_name: str = Field(min_length=1)
+    #: gRPC clients must present a certificate signed by the Secret's ca.crt.
+    mutual: bool = False
+
+
 class Runtime(_Spec):
     image: str = DEFAULT_RUNTIME_IMAGE
     image_pull_policy: PullPolicy = "IfNotPresent"
@@ -129,6 +140,8 @@ class Runtime(_Spec):
     node_selector: dict[str, str] = {}
     tolerations: list[dict[str, Any]] = []
     affinity: dict[str, Any] = {}
+    restricted_apis: tuple[ApiGroup, ...] = DEFAULT_RESTRICTED_APIS
+    tls: RuntimeTls | None = None
 
 
 class Persistence(_Spec):

@@ -9,14 +9,25 @@ from __future__ import annotations
 import base64
 import secrets
 
-from cachefleet.operator.manifests.meta import Owner, redis_auth_secret_name
+from cachefleet.operator.manifests.meta import (
+    Owner,
+    redis_auth_secret_name,
+    runtime_admin_secret_name,
+)
 from cachefleet.operator.reconcile.kube import Kube
 
 PASSWORD_KEY = "password"
+TOKEN_KEY = "token"
 
 
 def existing_or_new_password(kube: Kube, owner: Owner) -> str:
     stored = read_secret_key(kube, owner.namespace, redis_auth_secret_name(owner), PASSWORD_KEY)
+    return stored or secrets.token_urlsafe(32)
+
+
+def existing_or_new_admin_token(kube: Kube, owner: Owner) -> str:
+    """The token of the runtime's restricted admin APIs, kept like the generated password."""
+    stored = read_secret_key(kube, owner.namespace, runtime_admin_secret_name(owner), TOKEN_KEY)
     return stored or secrets.token_urlsafe(32)
 
 

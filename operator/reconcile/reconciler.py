@@ -32,7 +32,11 @@ from cachefleet.operator.reconcile.conditions import (
     summary_conditions,
 )
 from cachefleet.operator.reconcile.kube import Kube, KubeError
-from cachefleet.operator.reconcile.passwords import existing_or_new_password, read_secret_key
+from cachefleet.operator.reconcile.passwords import (
+    existing_or_new_admin_token,
+    existing_or_new_password,
+    read_secret_key,
+)
 from cachefleet.operator.reconcile.redis_live import (
     RedisAddress,
     RedisLiveError,
@@ -93,7 +97,7 @@ class Reconciler:
         try:
             spec = parse_spec(body.get("spec") or {})
             password = self.redis_password(spec, owner)
-            children = self.build(spec, owner, password)
+            children = self.build(spec, owner, password, self.admin_token(spec, owner))
         except SpecError as error:
             message = f"invalid spec: {error}"
             status = self._status(body, stalled_conditions(message))
@@ -109,14 +113,28 @@ class Reconciler:
             events.append(Event(True, "ImmutableField", message))
         return self._observe(body, spec, owner, password, applied, events)
 
-    def build(self, spec: ServiceSpec, owner: Owner, password: str | None) -> list[dict[str, Any]]:
+    def build(
+        self,
+        spec: ServiceSpec,
+        owner: Owner,
+        password: str | None,
+        admin_token: str | None = None,
+    ) -> list[dict[str, Any]]:
         """The children, for an operator running in this operator's namespace."""
         return build_children(
             spec,
             owner=owner,
             redis_password=password,
             operator_namespace=self.settings.operator_namespace,
+            admin_token=admin_token,
         )
+
+    def admin_token(self, spec: ServiceSpec, owner: Owner) -> str | None:
+        """The runtime's admin token (generated once, then read back from its Secret); None
+        when no API is restricted."""
+        if not spec.runtime.restricted_apis:
+            return None
+        return existing_or_new_admin_token(self.kube, owner)
 
     def _observe(
         self,
@@ -270,10 +288,11 @@ def restore_child(
     try:
         spec = parse_spec(owner_body.get("spec") or {})
         password = reconciler.redis_password(spec, owner)
-        children = reconciler.build(spec, owner, password)
+        children = reconciler.build(spec, owner, password, reconciler.admin_token(spec, owner))
     except SpecError:
         return []  # the owner's own handler reports the spec problem
-    if not (kind == "Secret" and name == meta.redis_auth_secret_name(owner)):
-        # (A lost password Secret means a new password: every pod that reads it must roll.)
+    secrets = (meta.redis_auth_secret_name(owner), meta.runtime_admin_secret_name(owner))
+    if not (kind == "Secret" and name in secrets):
+        # (A lost password or token Secret means a new one: every pod that reads it must roll.)
         children = [c for c in children if c["kind"] == kind and c["metadata"]["name"] == name]
     return apply_children(reconciler.kube, children, reconciler.versions).written
