@@ -12,6 +12,7 @@ import asyncio
 import importlib.util
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 HELP = "run the inference server."
@@ -68,8 +69,14 @@ def run(args: argparse.Namespace) -> int:
         loop="uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
         http=_http_protocol(),
         timeout_graceful_shutdown=10,
+        ssl_certfile=_path(settings.security.ssl_certfile),
+        ssl_keyfile=_path(settings.security.ssl_keyfile),
     )
     return 0
+
+
+def _path(path: Path | None) -> str | None:
+    return None if path is None else str(path)
 
 
 def _http_protocol() -> type[asyncio.Protocol] | str:
