@@ -16,7 +16,7 @@ import grpc
 
 from cachefleet.runtime.config import SecuritySettings, ServerSettings
 from cachefleet.runtime.errors import ServingError
-from cachefleet.runtime.grpc.messages import service_pb2_grpc
+from cachefleet.runtime.grpc.handlers import add_service
 from cachefleet.runtime.grpc.restricted import RestrictedProtocols
 from cachefleet.runtime.grpc.servicer import InferenceServicer, ServerParts
 
@@ -46,7 +46,7 @@ async def start_grpc_server(
     if security.grpc_restricted_protocol:
         interceptors.append(RestrictedProtocols(security.grpc_restricted_protocol))
     server = grpc.aio.server(options=options, interceptors=interceptors)
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(parts), server)
+    add_service(InferenceServicer(parts), server)
     address = _address(settings.host, settings.grpc_port)
     credentials = _credentials(security) if security.grpc_use_ssl else None
     try:
