@@ -31,19 +31,25 @@ from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.tensor import Tensor
 
 IMAGE_SHAPE = (3, 224, 224)
+#: A model fingerprint as the repository makes them (hex BLAKE3); its value does not matter here.
+FINGERPRINT = "f" * 64
 OUTPUT = Tensor.from_numpy("fc6_1", np.linspace(0, 1, 1000, dtype=np.float32).reshape(1000, 1, 1))
 
 
 def image_request(seed: int) -> CacheRequest:
     image = np.random.default_rng(seed).random(IMAGE_SHAPE, dtype=np.float32)
     tensor = Tensor.from_numpy("data_0", image)
-    return CacheRequest("densenet_onnx", "1", [tensor], {}, enabled=True, ttl_s=600)
+    return CacheRequest(
+        "densenet_onnx", "1", [tensor], {}, enabled=True, ttl_s=600, fingerprint=FINGERPRINT
+    )
 
 
 def simple_request(seed: int) -> CacheRequest:
     first = Tensor.from_numpy("INPUT0", np.full((1, 16), seed, dtype=np.int32))
     second = Tensor.from_numpy("INPUT1", np.ones((1, 16), dtype=np.int32))
-    return CacheRequest("simple", "1", [first, second], {}, enabled=True, ttl_s=600)
+    return CacheRequest(
+        "simple", "1", [first, second], {}, enabled=True, ttl_s=600, fingerprint=FINGERPRINT
+    )
 
 
 async def compute() -> list[Tensor]:
@@ -61,7 +67,13 @@ def key_throughput(rounds: int) -> tuple[float, float, float]:
     samples = []
     for _ in range(rounds):
         started = time.perf_counter()
-        compute_key(request.model, request.version, request.inputs, request.parameters)
+        compute_key(
+            request.model,
+            request.version,
+            request.fingerprint,
+            request.inputs,
+            request.parameters,
+        )
         samples.append(time.perf_counter() - started)
     median = statistics.median(samples)
     return nbytes / median / 1e9, median * 1e6, statistics.mean(samples) * 1e6

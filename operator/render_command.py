@@ -7,7 +7,7 @@ import re
 import secrets
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
@@ -43,6 +43,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"names another (default: {DEFAULT_OPERATOR_NAMESPACE}, as the chart installs it)",
     )
 
+    parser.add_argument(
+        "--user-ids",
+        choices=("fixed", "platform"),
+        default="fixed",
+        help="user ids of services whose spec sets no userIds: fixed (the images' users) or "
+        "platform (left to the platform, as on OpenShift; the chart's openshift.enabled)",
+    )
+
 
 def _namespace(value: str) -> str:
     """A namespace name is a DNS-1123 label (Kubernetes object names documentation)."""
@@ -57,7 +65,10 @@ def _namespace(value: str) -> str:
 def run(args: argparse.Namespace) -> int:
     try:
         children = render_file(
-            args.file, namespace=args.namespace, operator_namespace=args.operator_namespace
+            args.file,
+            namespace=args.namespace,
+            operator_namespace=args.operator_namespace,
+            user_ids=args.user_ids,
         )
     except SpecError as error:
         print(f"cachefleet render: {args.file}: {error}", file=sys.stderr)
@@ -71,6 +82,7 @@ def render_file(
     *,
     namespace: str | None = None,
     operator_namespace: str = DEFAULT_OPERATOR_NAMESPACE,
+    user_ids: Literal["fixed", "platform"] = "fixed",
 ) -> list[dict[str, Any]]:
     """The children for the object in ``path``; a generated password and admin token stand in
     for the Secrets'.
@@ -94,6 +106,7 @@ def render_file(
         redis_password=password,
         operator_namespace=operator_namespace,
         admin_token=secrets.token_urlsafe(32),
+        user_ids=user_ids,
     )
 
 

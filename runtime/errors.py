@@ -49,6 +49,13 @@ class NotReadyError(ServingError):
     status_code = 503
 
 
+class OverloadedError(NotReadyError):
+    """The server holds as many requests (or request bytes) as it may: retry later (503, with
+    ``Retry-After``; gRPC ``UNAVAILABLE``)."""
+
+    retry_after_s = 1
+
+
 class ModelExecutionError(ServingError):
     """The model failed while running (500)."""
 

@@ -18,6 +18,7 @@ import urllib.request
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from cachefleet.runtime.cache.key import KeySpace
     from cachefleet.runtime.config import RedisSettings, Restriction
 
 HELP = "remove one model's entries from the response cache."
@@ -44,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--config", help="YAML settings file, as for cachefleet serve")
     for flag in FLAGS:
-        if flag.group == "redis":
+        if flag.group == "redis" or flag.name == "cache-namespace":
             parser.add_argument(f"--{flag.name}", help=f"{flag.help} [env {flag.env_var}]")
     parser.add_argument(
         "--http-restricted-api",
@@ -56,6 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from cachefleet.runtime.cache.key import KeySpace
     from cachefleet.runtime.config import SettingsError, load_settings
 
     try:
@@ -75,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     for server in args.server:
         status |= _flush_server(server, args.model, headers)
     if settings.redis.url is not None:
-        status |= _flush_redis(settings.redis, args.model)
+        status |= _flush_redis(settings.redis, KeySpace(settings.cache.namespace), args.model)
     return status
 
 
@@ -110,11 +112,10 @@ def _flush_server(server: str, model: str, headers: dict[str, str]) -> int:
     return 0
 
 
-def _flush_redis(settings: RedisSettings, model: str) -> int:
+def _flush_redis(settings: RedisSettings, keys: KeySpace, model: str) -> int:
     import asyncio
 
     from cachefleet.runtime.cache.errors import CacheTierError
-    from cachefleet.runtime.cache.invalidation import CHANNEL
     from cachefleet.runtime.cache.redis_tier import RedisTier
 
     # An admin command may wait longer than a request would.
@@ -123,8 +124,8 @@ def _flush_redis(settings: RedisSettings, model: str) -> int:
     async def flush() -> int:
         await tier.start()
         try:
-            removed = await tier.flush_model(model)
-            await tier.publish(CHANNEL, model)
+            removed = await tier.flush_model(model, keys)
+            await tier.publish(keys.flush_channel, model)
             return removed
         finally:
             await tier.close()
@@ -134,5 +135,8 @@ def _flush_redis(settings: RedisSettings, model: str) -> int:
     except CacheTierError as error:
         print(f"cachefleet flush: {error!s}", file=sys.stderr)
         return 1
-    print(f"{tier.where}: removed {removed} entries of model {model!r}; servers notified")
+    print(
+        f"{tier.where}: removed {removed} entries of model {model!r} in namespace "
+        f"{keys.namespace!r}; servers notified"
+    )
     return 0

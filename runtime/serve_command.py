@@ -13,7 +13,7 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 HELP = "run the inference server."
 
@@ -68,6 +68,8 @@ def run(args: argparse.Namespace) -> int:
         server_header=False,
         loop="uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
         http=_http_protocol(),
+        # uvicorn types it int, but only hands it to call_later: a fraction of a second works.
+        timeout_keep_alive=cast(int, settings.limits.keep_alive_timeout_s),
         timeout_graceful_shutdown=10,
         ssl_certfile=_path(settings.security.ssl_certfile),
         ssl_keyfile=_path(settings.security.ssl_keyfile),
@@ -79,10 +81,13 @@ def _path(path: Path | None) -> str | None:
     return None if path is None else str(path)
 
 
-def _http_protocol() -> type[asyncio.Protocol] | str:
-    """httptools (with a response's head and body in one write) when installed, else h11."""
+def _http_protocol() -> type[asyncio.Protocol]:
+    """httptools (with a response's head and body in one write) when installed, else h11;
+    either with the deadlines and connection cap of the settings' limits."""
     if importlib.util.find_spec("httptools") is None:
-        return "h11"
-    from cachefleet.runtime.http.one_write import OneWriteHttpToolsProtocol
+        from cachefleet.runtime.http.connection_guard import GuardedH11Protocol
 
-    return OneWriteHttpToolsProtocol
+        return GuardedH11Protocol
+    from cachefleet.runtime.http.httptools_protocol import GuardedHttpToolsProtocol
+
+    return GuardedHttpToolsProtocol

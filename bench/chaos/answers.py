@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import orjson
 
-from cachefleet.runtime.cache.key import compute_key
+from cachefleet.runtime.cache.key import KeySpace, compute_key
 from cachefleet.runtime.tensor import Tensor
 
 MODEL = "simple"
@@ -42,9 +42,23 @@ def input_tensors(seed: int) -> list[Tensor]:
     return [Tensor.from_numpy("INPUT0", first), Tensor.from_numpy("INPUT1", second)]
 
 
-def redis_key(seed: int) -> str:
-    """The Redis key the servers use for request ``seed`` (no keyed parameters are sent)."""
-    return compute_key(MODEL, "1", input_tensors(seed), {}).redis_key
+def redis_key(seed: int, fingerprint: str, keys: KeySpace | None = None) -> str:
+    """The Redis key the servers use for request ``seed`` (no keyed parameters are sent), on
+    the model files whose fingerprint is ``fingerprint``."""
+    key = compute_key(MODEL, "1", fingerprint, input_tensors(seed), {})
+    return (keys or KeySpace()).redis_key(key)
+
+
+def served_fingerprint(url: str, model: str = MODEL, version: str = "") -> str:
+    """The fingerprint of the model version a server at ``url`` serves (its config reports
+    it); the latest version when ``version`` is empty."""
+    import json
+    import urllib.request
+
+    path = f"/v2/models/{model}" + (f"/versions/{version}" if version else "") + "/config"
+    with urllib.request.urlopen(f"{url}{path}", timeout=10) as response:
+        document = json.load(response)
+    return str(document["parameters"]["cachefleet.fingerprint"]["string_value"])
 
 
 # -- requests as a client sends them -----------------------------------------------------------

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from cachefleet.bench import server_metrics
-from cachefleet.bench.chaos.answers import MODEL, redis_key
+from cachefleet.bench.chaos.answers import MODEL, redis_key, served_fingerprint
 from cachefleet.bench.chaos.clients import ClientResult, client_main
 from cachefleet.bench.chaos.cluster_faults import ClusterConductor
 from cachefleet.bench.chaos.control import ChaosOptions, Log
@@ -29,7 +29,7 @@ def run_chaos(
 ) -> ChaosReport:
     """Load every server in ``urls`` from client processes while ``redis`` misbehaves."""
     conductor = Conductor(redis, options, log)
-    planting = Planter(redis, conductor.faults, conductor.stop)
+    planting = Planter(redis, conductor.faults, conductor.stop, served_fingerprint(urls[0]))
     return _run(urls, conductor, planting, options, "standalone")
 
 
@@ -44,7 +44,10 @@ def run_cluster_chaos(
     def connect_cluster() -> Any:
         return RedisCluster.from_url(cluster.url, socket_timeout=5, require_full_coverage=False)
 
-    planting = Planter(None, conductor.faults, conductor.stop, connect_to=connect_cluster)
+    fingerprint = served_fingerprint(urls[0])
+    planting = Planter(
+        None, conductor.faults, conductor.stop, fingerprint, connect_to=connect_cluster
+    )
     return _run(urls, conductor, planting, options, "cluster")
 
 
@@ -80,7 +83,8 @@ def _run(
         for client in clients:
             if client.is_alive():
                 client.kill()
-    report = _report(gathered, conductor.faults, urls, options, time.time() - started)
+    elapsed_s = time.time() - started
+    report = _report(gathered, conductor.faults, urls, options, elapsed_s, planting.fingerprint)
     report.topology = topology
     return report
 
@@ -103,6 +107,7 @@ def _report(
     urls: list[str],
     options: ChaosOptions,
     elapsed_s: float,
+    fingerprint: str,
 ) -> ChaosReport:
     latencies = sorted(x for r in results for x in r.latencies_s)
     hits = sorted(x for r in results for x in r.hit_redis_at)
@@ -123,7 +128,9 @@ def _report(
         stalls_s=_stalls(results, faults),
         statuses=statuses,
         resume_s=[
-            _first_hit_on(seeded_hits, back, slots) if slots else _first_after(hits, back)
+            _first_hit_on(seeded_hits, back, slots, fingerprint)
+            if slots
+            else _first_after(hits, back)
             for back, slots in zip(faults.back_at, _padded(faults), strict=True)
         ],
         cache_errors=_error_counts(urls),
@@ -150,7 +157,7 @@ def _padded(faults: FaultLog) -> list[list[tuple[int, int]]]:
 
 
 def _first_hit_on(
-    hits: list[tuple[float, int]], moment: float, slots: list[tuple[int, int]]
+    hits: list[tuple[float, int]], moment: float, slots: list[tuple[int, int]], fingerprint: str
 ) -> float | None:
     """Seconds from ``moment`` to the first Redis hit on a key of ``slots``."""
     from redis.crc import key_slot
@@ -158,7 +165,7 @@ def _first_hit_on(
     for at, seed in sorted(hits):
         if at < moment:
             continue
-        slot = key_slot(redis_key(seed).encode())
+        slot = key_slot(redis_key(seed, fingerprint).encode())
         if any(low <= slot <= high for low, high in slots):
             return at - moment
     return None

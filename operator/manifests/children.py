@@ -7,7 +7,8 @@ from typing import Any
 from cachefleet.operator.manifests import redis, runtime
 from cachefleet.operator.manifests.meta import DEFAULT_OPERATOR_NAMESPACE, Owner, config_hash
 from cachefleet.operator.manifests.names import check_name
-from cachefleet.operator.manifests.spec import ServiceSpec
+from cachefleet.operator.manifests.release import RELEASE_RUNTIME_IMAGE
+from cachefleet.operator.manifests.spec import ServiceSpec, UserIds
 
 # Every kind a CachedInferenceService may own: (apiVersion, kind). Pruning looks at these.
 CHILD_KINDS: tuple[tuple[str, str], ...] = (
@@ -35,6 +36,8 @@ def build_children(
     redis_password: str | None = None,
     operator_namespace: str = DEFAULT_OPERATOR_NAMESPACE,
     admin_token: str | None = None,
+    runtime_image: str = RELEASE_RUNTIME_IMAGE,
+    user_ids: UserIds = "fixed",
 ) -> list[dict[str, Any]]:
     """All children.
 
@@ -45,8 +48,13 @@ def build_children(
     ``admin_token`` is the token of the restricted admin APIs (``spec.runtime.restrictedApis``):
     its Secret is a child when it is given (the operator and ``render`` always give one: the
     generated token, or the one already in the Secret), and its digest rolls the pods.
+    ``runtime_image`` runs where the spec names none (the operator's release's runtime, or the
+    operator's configured mirror of it). ``user_ids`` is the operator's setting for services
+    whose spec leaves ``userIds`` unset (platform on OpenShift).
     """
     check_name(owner.name)
+    if spec.user_ids is None:
+        spec = spec.model_copy(update={"user_ids": user_ids})
     children: list[dict[str, Any]] = []
     digest = password_digest(spec, redis_password)
     if spec.cache.managed_redis:
@@ -56,7 +64,11 @@ def build_children(
         digest = config_hash(digest, "admin-token", admin_token)
     children.append(runtime.build_runtime_configmap(spec, owner=owner))
     children.append(runtime.build_runtime_service(spec, owner=owner))
-    children.append(runtime.build_runtime_deployment(spec, owner=owner, password_digest=digest))
+    children.append(
+        runtime.build_runtime_deployment(
+            spec, owner=owner, password_digest=digest, runtime_image=runtime_image
+        )
+    )
     if spec.autoscaling is not None:
         children.append(runtime.build_runtime_hpa(spec, owner=owner))
     return children

@@ -7,6 +7,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from cachefleet.operator.manifests.spec import ServiceSpec
+
 GROUP = "cachefleet.io"
 VERSION = "v1alpha1"
 KIND = "CachedInferenceService"
@@ -14,6 +16,10 @@ PLURAL = "cachedinferenceservices"
 MANAGER = "cachefleet-operator"
 APP_NAME = "cachefleet"
 CONFIG_HASH_ANNOTATION = "cachefleet.io/config-hash"
+#: The cluster autoscaler keeps a node whose pods have local volumes (emptyDir) unless each such
+#: volume is named here (cluster-autoscaler FAQ, "What types of pods can prevent CA from removing
+#: a node?"); a GPU node would never scale down.
+SAFE_TO_EVICT_LOCAL_VOLUMES = "cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes"
 # Where the chart installs the operator; the running operator passes its own namespace instead.
 DEFAULT_OPERATOR_NAMESPACE = "cachefleet-system"
 REDIS_PORT = 6379
@@ -106,3 +112,16 @@ def service_url(owner: Owner) -> str:
 
 def managed_redis_url(owner: Owner) -> str:
     return f"redis://{redis_name(owner)}.{owner.namespace}.svc:{REDIS_PORT}/0"
+
+
+def safe_to_evict_annotation(pod: Any) -> dict[str, str]:
+    """The autoscaler annotation naming every emptyDir of ``pod``: scratch, copies and caches
+    that a replacement pod rebuilds, so none of them should keep a node up."""
+    local = [v["name"] for v in pod.get("volumes") or [] if "emptyDir" in v]
+    return {SAFE_TO_EVICT_LOCAL_VOLUMES: ",".join(local)} if local else {}
+
+
+def pull_secrets(spec: ServiceSpec) -> dict[str, Any]:
+    """``imagePullSecrets`` for a pod spec of the service, or nothing when none are named."""
+    secrets = [{"name": ref.name} for ref in spec.image_pull_secrets]
+    return {"imagePullSecrets": secrets} if secrets else {}

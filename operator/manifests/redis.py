@@ -15,6 +15,7 @@ COMPONENT = "redis"
 REDIS_USER_ID = 999  # the redis user of the official images
 CONF_DIR = "/etc/redis"
 PASSWORD_ENV = "REDIS_PASSWORD"
+TMP_SIZE_LIMIT = "64Mi"
 
 
 def password_ref(spec: ServiceSpec, owner: Owner) -> SecretKeyRef | None:
@@ -130,6 +131,7 @@ def build_redis_statefulset(
     persistence = redis.persistence_or_default
     conf = render_redis_conf(redis, name=owner.name)
     pod_labels = meta.labels(owner, COMPONENT)
+    pod = _redis_pod_spec(spec, owner)
     stateful_spec: dict[str, Any] = {
         "serviceName": f"{meta.redis_name(owner)}-headless",
         "replicas": 1,
@@ -142,6 +144,7 @@ def build_redis_statefulset(
             "metadata": {
                 "labels": pod_labels,
                 "annotations": {
+                    **meta.safe_to_evict_annotation(pod),
                     # maxmemory and its policy are left out: they are applied live (CONFIG SET).
                     meta.CONFIG_HASH_ANNOTATION: meta.config_hash(
                         restart_relevant(conf),
@@ -151,7 +154,7 @@ def build_redis_statefulset(
                     ),
                 },
             },
-            "spec": _redis_pod_spec(spec, owner),
+            "spec": pod,
         },
     }
     if persistence.enabled:
@@ -168,13 +171,14 @@ def _redis_pod_spec(spec: ServiceSpec, owner: Owner) -> dict[str, Any]:
     redis = spec.cache.redis
     volumes: list[dict[str, Any]] = [
         {"name": "config", "configMap": {"name": f"{meta.redis_name(owner)}-config"}},
-        {"name": "tmp", "emptyDir": {}},
+        {"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE_LIMIT}},
     ]
     if not redis.persistence_or_default.enabled:
         volumes.append({"name": "data", "emptyDir": {}})
     return {
-        "securityContext": pod_security(REDIS_USER_ID),
+        "securityContext": pod_security(REDIS_USER_ID, user_ids=spec.user_ids or "fixed"),
         "automountServiceAccountToken": False,
+        **meta.pull_secrets(spec),
         "terminationGracePeriodSeconds": 30,
         "containers": [_redis_container(spec, owner)],
         "volumes": volumes,

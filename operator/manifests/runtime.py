@@ -12,10 +12,12 @@ from cachefleet.operator.manifests import meta
 from cachefleet.operator.manifests.errors import SpecError
 from cachefleet.operator.manifests.meta import RUNTIME_GRPC_PORT, RUNTIME_PORT, Owner
 from cachefleet.operator.manifests.redis import password_ref
+from cachefleet.operator.manifests.release import RELEASE_RUNTIME_IMAGE
 from cachefleet.operator.manifests.security import container_security, pod_security
-from cachefleet.operator.manifests.spec import SecretKeyRef, ServiceSpec
+from cachefleet.operator.manifests.spec import ImageSource, SecretKeyRef, ServiceSpec
 from cachefleet.runtime.config import (
     CacheSettings,
+    LimitSettings,
     ModelSettings,
     QuantityError,
     RedisSettings,
@@ -40,6 +42,16 @@ ADMIN_TOKEN_ENV = "CACHEFLEET_ADMIN_TOKEN"
 ADMIN_HEADER = "cachefleet-admin-token"
 #: Where the pods see the user's TLS Secret (spec.runtime.tls.secretName).
 TLS_DIR = "/etc/cachefleet/tls"
+#: The share of the runtime container's memory limit that requests in flight may hold (split
+#: between its worker processes); models, the local cache and the memo take the rest.
+INFLIGHT_SHARE = 4
+GPU_RESOURCE = "nvidia.com/gpu"
+#: The server's /tmp: scratch only (the root filesystem is read-only).
+TMP_SIZE_LIMIT = "256Mi"
+DEFAULT_COPY_RESOURCES: dict[str, dict[str, str]] = {
+    "requests": {"cpu": "100m", "memory": "128Mi"},
+    "limits": {"cpu": "1", "memory": "512Mi"},
+}
 
 
 def runtime_settings(spec: ServiceSpec, *, owner: Owner) -> RuntimeSettings:
@@ -54,6 +66,7 @@ def runtime_settings(spec: ServiceSpec, *, owner: Owner) -> RuntimeSettings:
     except QuantityError as error:
         raise SpecError(f"spec.cache: {error}") from None
     return RuntimeSettings(
+        limits=limit_settings(spec),
         server=ServerSettings(
             port=RUNTIME_PORT,
             grpc_port=RUNTIME_GRPC_PORT,
@@ -101,6 +114,20 @@ def build_runtime_admin_secret(spec: ServiceSpec, *, owner: Owner, token: str) -
     }
 
 
+def limit_settings(spec: ServiceSpec) -> LimitSettings:
+    """The runtime's limits; the budget of request bytes in flight derived from the container's
+    memory limit when it has one (a quarter of it, shared by the workers), else the default."""
+    memory = spec.runtime.resources.limits.get("memory")
+    if memory is None:
+        return LimitSettings()
+    try:
+        limit = parse_bytes(memory)
+    except QuantityError as error:
+        raise SpecError(f"spec.runtime.resources.limits.memory: {error}") from None
+    share = max(1, limit // INFLIGHT_SHARE // spec.runtime.workers)
+    return LimitSettings(max_inflight_bytes=share)
+
+
 def redis_settings(spec: ServiceSpec, *, owner: Owner) -> RedisSettings:
     """Where the pods find Redis: the managed one, or the external one in its mode."""
     external = spec.cache.redis.external
@@ -125,8 +152,19 @@ def redis_password_ref(spec: ServiceSpec, *, owner: Owner) -> SecretKeyRef | Non
     return external.password_secret_ref if external is not None else password_ref(spec, owner)
 
 
+def config_document(settings: RuntimeSettings) -> dict[str, Any]:
+    """The settings that differ from the runtime's own defaults, as the ConfigMap holds them.
+
+    A default is left to the runtime: a pod of an older image refuses settings it does not know
+    (its model forbids extra fields), and a setting a release adds has its default there. So a
+    new operator never renders something an old image cannot read, and adding a setting changes
+    no ConfigMap and rolls no pods.
+    """
+    return settings.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
+
+
 def build_runtime_configmap(spec: ServiceSpec, *, owner: Owner) -> dict[str, Any]:
-    document = runtime_settings(spec, owner=owner).to_document()
+    document = config_document(runtime_settings(spec, owner=owner))
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -179,27 +217,20 @@ def build_runtime_hpa(spec: ServiceSpec, *, owner: Owner) -> dict[str, Any]:
 
 
 def build_runtime_deployment(
-    spec: ServiceSpec, *, owner: Owner, password_digest: str = ""
+    spec: ServiceSpec,
+    *,
+    owner: Owner,
+    password_digest: str = "",
+    runtime_image: str = RELEASE_RUNTIME_IMAGE,
 ) -> dict[str, Any]:
-    """The server pods; ``password_digest`` rolls them when a generated password was replaced."""
-    configmap = build_runtime_configmap(spec, owner=owner)
+    """The server pods; ``password_digest`` rolls them when a generated password was replaced.
+
+    ``runtime_image`` runs when the spec names no image: the operator's own release's runtime.
+    """
+    pod = _pod_spec(spec, owner, runtime_image)
     deployment_spec: dict[str, Any] = {
         "selector": {"matchLabels": meta.selector_labels(owner, COMPONENT)},
-        "template": {
-            "metadata": {
-                "labels": meta.labels(owner, COMPONENT),
-                "annotations": {
-                    meta.CONFIG_HASH_ANNOTATION: meta.config_hash(
-                        configmap["data"], password_digest
-                    ),
-                    "prometheus.io/scrape": "true",
-                    "prometheus.io/port": str(RUNTIME_PORT),
-                    "prometheus.io/path": "/metrics",
-                    "prometheus.io/scheme": "https" if spec.runtime.tls else "http",
-                },
-            },
-            "spec": _pod_spec(spec, owner),
-        },
+        "template": {"metadata": _pod_metadata(spec, owner, pod, password_digest), "spec": pod},
     }
     if spec.autoscaling is None:  # with an HPA, the HPA owns the replica count
         deployment_spec["replicas"] = spec.replicas
@@ -218,62 +249,101 @@ def build_runtime_deployment(
     }
 
 
-def _pod_spec(spec: ServiceSpec, owner: Owner) -> dict[str, Any]:
-    runtime = spec.runtime
-    pod: dict[str, Any] = {
-        "securityContext": pod_security(RUNTIME_USER_ID),
-        "automountServiceAccountToken": False,
-        "containers": [_server_container(spec, owner)],
-        "volumes": [
-            {"name": "config", "configMap": {"name": f"{owner.name}-config"}},
-            {"name": "tmp", "emptyDir": {}},
-            _model_volume(spec),
-        ],
+def _pod_metadata(spec: ServiceSpec, owner: Owner, pod: dict[str, Any], digest: str) -> Any:
+    """Labels and annotations of the pods: the user's first, the operator's over them."""
+    configmap = build_runtime_configmap(spec, owner=owner)
+    annotations = {
+        **spec.runtime.pod_annotations,
+        **meta.safe_to_evict_annotation(pod),
+        meta.CONFIG_HASH_ANNOTATION: meta.config_hash(configmap["data"], digest),
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(RUNTIME_PORT),
+        "prometheus.io/path": "/metrics",
+        "prometheus.io/scheme": "https" if spec.runtime.tls else "http",
     }
+    labels = {**spec.runtime.pod_labels, **meta.labels(owner, COMPONENT)}
+    return {"labels": labels, "annotations": annotations}
+
+
+def _pod_spec(spec: ServiceSpec, owner: Owner, runtime_image: str) -> dict[str, Any]:
+    runtime = spec.runtime
+    server = _server_container(spec, owner, runtime_image)
+    security = pod_security(RUNTIME_USER_ID, user_ids=spec.user_ids or "fixed")
+    pod: dict[str, Any] = {"securityContext": security}
+    if runtime.service_account_name is not None:
+        pod["serviceAccountName"] = runtime.service_account_name
+    pod["automountServiceAccountToken"] = False
+    pod.update(meta.pull_secrets(spec))
+    image_source = spec.model.repository.image
+    if image_source is not None:
+        pod["initContainers"] = [_copy_container(image_source, server["resources"])]
+    pod["containers"] = [server]
+    pod["volumes"] = [
+        {"name": "config", "configMap": {"name": f"{owner.name}-config"}},
+        {"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE_LIMIT}},
+        _model_volume(spec),
+    ]
     if runtime.tls is not None:
         pod["volumes"].append(
             {"name": "tls", "secret": {"secretName": runtime.tls.secret_name, "defaultMode": 0o440}}
         )
-    image_source = spec.model.repository.image
-    if image_source is not None:
-        pod["initContainers"] = [
-            {
-                "name": "copy-models",
-                "image": image_source.image,
-                "imagePullPolicy": image_source.pull_policy,
-                "command": [
-                    "sh",
-                    "-c",
-                    f'cp -R "{image_source.path.rstrip("/")}/." {COPY_DESTINATION}/',
-                ],
-                "securityContext": container_security(),
-                "volumeMounts": [{"name": "models", "mountPath": COPY_DESTINATION}],
-            }
-        ]
     if runtime.node_selector:
         pod["nodeSelector"] = dict(runtime.node_selector)
     if runtime.tolerations:
         pod["tolerations"] = [dict(t) for t in runtime.tolerations]
     if runtime.affinity:
         pod["affinity"] = dict(runtime.affinity)
+    if runtime.topology_spread_constraints:
+        pod["topologySpreadConstraints"] = [dict(t) for t in runtime.topology_spread_constraints]
     return pod
 
 
+def _copy_container(source: ImageSource, server_resources: dict[str, Any]) -> dict[str, Any]:
+    """The init container that copies the repository out of the model image."""
+    return {
+        "name": "copy-models",
+        "image": source.image,
+        "imagePullPolicy": source.pull_policy,
+        "command": ["sh", "-c", f'cp -R "{source.path.rstrip("/")}/." {COPY_DESTINATION}/'],
+        "resources": copy_resources(server_resources),
+        "securityContext": container_security(),
+        "volumeMounts": [{"name": "models", "mountPath": COPY_DESTINATION}],
+    }
+
+
+def copy_resources(server: dict[str, Any]) -> dict[str, Any]:
+    """The copy's resources: the server's CPU and memory, without its GPUs.
+
+    A namespace with a ResourceQuota (and no LimitRange to fill them in) refuses a pod with any
+    container that has no requests or limits for what the quota counts. Giving the copy what the
+    server asks for passes every quota the server passes, and costs nothing: a pod's effective
+    request is the larger of its init containers' and the sum of its containers'. Without server
+    resources the copy still gets a small bound of its own.
+    """
+    copied = {
+        section: {k: v for k, v in values.items() if k != GPU_RESOURCE}
+        for section, values in server.items()
+    }
+    copied = {section: values for section, values in copied.items() if values}
+    return copied or {k: dict(v) for k, v in DEFAULT_COPY_RESOURCES.items()}
+
+
 def _model_volume(spec: ServiceSpec) -> dict[str, Any]:
-    pvc = spec.model.repository.pvc
-    if pvc is not None:
+    repository = spec.model.repository
+    if repository.pvc is not None:
         return {
             "name": "models",
-            "persistentVolumeClaim": {"claimName": pvc.claim_name, "readOnly": True},
+            "persistentVolumeClaim": {"claimName": repository.pvc.claim_name, "readOnly": True},
         }
-    return {"name": "models", "emptyDir": {}}
+    assert repository.image is not None
+    return {"name": "models", "emptyDir": {"sizeLimit": str(repository.image.size_limit)}}
 
 
-def _server_container(spec: ServiceSpec, owner: Owner) -> dict[str, Any]:
+def _server_container(spec: ServiceSpec, owner: Owner, runtime_image: str) -> dict[str, Any]:
     runtime = spec.runtime
     resources = runtime.resources.as_dict()
     if runtime.gpus:
-        resources.setdefault("limits", {})["nvidia.com/gpu"] = runtime.gpus
+        resources.setdefault("limits", {})[GPU_RESOURCE] = runtime.gpus
     models_mount: dict[str, Any] = {"name": "models", "mountPath": MODEL_DIR}
     pvc = spec.model.repository.pvc
     if pvc is not None:
@@ -300,7 +370,7 @@ def _server_container(spec: ServiceSpec, owner: Owner) -> dict[str, Any]:
         mounts.append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
     return {
         "name": "server",
-        "image": runtime.image,
+        "image": runtime.image or runtime_image,
         "imagePullPolicy": runtime.image_pull_policy,
         "command": [
             "cachefleet",

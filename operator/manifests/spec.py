@@ -36,6 +36,9 @@ MaxmemoryPolicy = Literal[
     "volatile-ttl",
 ]
 PersistenceMode = Literal["none", "rdb", "aof", "rdb+aof"]
+#: fixed: the pods run as the images' users (runtime 10001, Redis 999); platform: the ids are
+#: left to the platform (OpenShift's SCCs assign them from the namespace's range).
+UserIds = Literal["fixed", "platform"]
 Quantity = str | int
 
 # The API server's own quantity syntax (the CRD's pattern): a value the operator passes through
@@ -57,7 +60,6 @@ def _kube_quantity(value: Any) -> Any:
 
 KubeQuantity = Annotated[str | int, BeforeValidator(_kube_quantity)]
 
-DEFAULT_RUNTIME_IMAGE = "ghcr.io/cachefleet/cachefleet:0.1.0"
 DEFAULT_REDIS_IMAGE = "redis:7.4-alpine"
 
 
@@ -85,10 +87,16 @@ class PvcSource(_Spec):
         return self
 
 
+DEFAULT_MODEL_SIZE_LIMIT = "10Gi"
+
+
 class ImageSource(_Spec):
     image: str = Field(min_length=1)
     path: str = "/models"
     pull_policy: PullPolicy = "IfNotPresent"
+    #: The most the copied repository may take on the node (the model volume's sizeLimit): past
+    #: it the kubelet evicts the pod rather than fill the node's disk.
+    size_limit: KubeQuantity = DEFAULT_MODEL_SIZE_LIMIT
 
 
 class Repository(_Spec):
@@ -129,8 +137,28 @@ class RuntimeTls(_Spec):
     mutual: bool = False
 
 
+#: Labels the operator selects its pods by, and the annotation prefix it keeps for itself: a
+#: podLabels or podAnnotations entry may not take them.
+RESERVED_LABELS = (
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/component",
+    "app.kubernetes.io/managed-by",
+)
+RESERVED_ANNOTATION_PREFIX = "cachefleet.io/"
+
+
+class LocalObjectReference(_Spec):
+    """A Secret in the service's namespace, by name (as a pod's imagePullSecrets entry)."""
+
+    name: str = Field(min_length=1)
+
+
 class Runtime(_Spec):
-    image: str = DEFAULT_RUNTIME_IMAGE
+    #: None: the runtime image of the operator's own release (see ``release.py``). No default is
+    #: stored: an API server stores a default once, at create, and the image would never follow
+    #: an operator upgrade again.
+    image: str | None = Field(None, min_length=1)
     image_pull_policy: PullPolicy = "IfNotPresent"
     gpus: int = Field(0, ge=0)
     execution_provider: Literal["auto", "cpu", "cuda", "tensorrt"] = "auto"
@@ -142,6 +170,27 @@ class Runtime(_Spec):
     affinity: dict[str, Any] = {}
     restricted_apis: tuple[ApiGroup, ...] = DEFAULT_RESTRICTED_APIS
     tls: RuntimeTls | None = None
+    #: The pods' ServiceAccount (None: the namespace's default); its token is still not mounted.
+    service_account_name: str | None = Field(None, min_length=1)
+    topology_spread_constraints: list[dict[str, Any]] = []
+    pod_annotations: dict[str, str] = {}
+    pod_labels: dict[str, str] = {}
+
+    @model_validator(mode="after")
+    def _own_keys_stay_own(self) -> Runtime:
+        taken = sorted(set(self.pod_labels) & set(RESERVED_LABELS))
+        if taken:
+            raise ValueError(
+                f"runtime.podLabels must not set {', '.join(taken)}: the operator's selectors "
+                "use them"
+            )
+        own = sorted(k for k in self.pod_annotations if k.startswith(RESERVED_ANNOTATION_PREFIX))
+        if own:
+            raise ValueError(
+                f"runtime.podAnnotations must not set {', '.join(own)}: the "
+                f"{RESERVED_ANNOTATION_PREFIX} prefix is the operator's"
+            )
+        return self
 
 
 class Persistence(_Spec):
@@ -293,6 +342,10 @@ class ServiceSpec(_Spec):
 
     replicas: int = Field(1, ge=0)
     model: Model
+    #: Registry credentials for every pod of the service (runtime, model copy, Redis).
+    image_pull_secrets: list[LocalObjectReference] = []
+    #: None: the operator's own setting (the chart's openshift value).
+    user_ids: UserIds | None = None
     runtime: Runtime = Runtime()
     cache: Cache = Cache()
     autoscaling: Autoscaling | None = None

@@ -76,10 +76,17 @@ def _hand_replicas_over(kube: Kube, child: Mapping[str, Any]) -> None:
             "apiVersion": child["apiVersion"],
             "kind": child["kind"],
             "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
-            "spec": {"replicas": int((live.get("spec") or {}).get("replicas") or 1)},
+            "spec": {"replicas": _live_replicas(live)},
         },
         manager=HANDOVER_MANAGER,
     )
+
+
+def _live_replicas(live: Mapping[str, Any]) -> int:
+    """The live count, 0 included (a fleet scaled to zero stays there; an HPA leaves a target at
+    0 alone); only a missing field means the server's default, 1."""
+    replicas = (live.get("spec") or {}).get("replicas")
+    return 1 if replicas is None else int(replicas)
 
 
 def _owns_replicas(live: Mapping[str, Any], manager: str) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import urllib3
@@ -33,12 +34,33 @@ APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 TIMEOUT_S = 10.0
 
 
-class KubeError(Exception):
-    """A failed Kubernetes API call; ``status`` is the HTTP status (0 when none came back)."""
+#: The cause the API server gives when it refuses new objects in a namespace being deleted
+#: (``corev1.NamespaceTerminatingCause``, with a 403).
+NAMESPACE_TERMINATING = "NamespaceTerminating"
 
-    def __init__(self, status: int, message: str) -> None:
+
+@dataclass(frozen=True)
+class Cause:
+    """One ``details.causes`` entry of the server's Status: why, and which field."""
+
+    reason: str
+    field: str = ""
+    message: str = ""
+
+
+class KubeError(Exception):
+    """A failed Kubernetes API call; ``status`` is the HTTP status (0 when none came back),
+    ``causes`` the server's ``details.causes`` (which fields a 422 refused, for instance)."""
+
+    def __init__(self, status: int, message: str, causes: tuple[Cause, ...] = ()) -> None:
         super().__init__(message)
         self.status = status
+        self.causes = causes
+
+    @property
+    def namespace_terminating(self) -> bool:
+        """The namespace is being deleted: nothing new may be made there, nothing is to do."""
+        return self.status == 403 and any(c.reason == NAMESPACE_TERMINATING for c in self.causes)
 
     @property
     def not_found(self) -> bool:
@@ -145,18 +167,33 @@ class Kube:
             response = self._api.call_api(*request, _request_timeout=TIMEOUT_S)
             response.read()  # type: ignore[no-untyped-call]
         except k8s_client.ApiException as error:
-            raise KubeError(error.status or 0, f"{method} {path}: {error.reason}") from None
+            body = error.body if isinstance(error.body, bytes | str) else b""
+            raise status_error(error.status or 0, f"{method} {path}", body, error.reason) from None
         except (OSError, urllib3.exceptions.HTTPError) as error:  # refused, reset, timed out
             raise KubeError(0, f"{method} {path}: {error}") from None
         data = response.data or b"{}"
         if not 200 <= response.status < 300:
-            raise KubeError(response.status, f"{method} {path}: {_message(data)}")
+            raise status_error(response.status, f"{method} {path}", data)
         result: dict[str, Any] = json.loads(data)
         return result
 
 
-def _message(data: bytes) -> str:
+def status_error(
+    status: int, request: str, body: bytes | str, reason: str | None = None
+) -> KubeError:
+    """A KubeError from the server's answer: its Status message and ``details.causes``."""
+    raw = body.encode() if isinstance(body, str) else body
     try:
-        return str(json.loads(data).get("message") or data[:300].decode(errors="replace"))
-    except (ValueError, AttributeError):
-        return data[:300].decode(errors="replace")
+        document = json.loads(raw) if raw else {}
+    except ValueError:
+        document = {}
+    if not isinstance(document, dict):
+        document = {}
+    message = document.get("message") or raw[:300].decode(errors="replace") or reason or ""
+    details = document.get("details") if isinstance(document.get("details"), dict) else {}
+    causes = tuple(
+        Cause(str(c.get("reason") or ""), str(c.get("field") or ""), str(c.get("message") or ""))
+        for c in (details or {}).get("causes") or []
+        if isinstance(c, dict)
+    )
+    return KubeError(status, f"{request}: {message}", causes)

@@ -78,6 +78,10 @@ class Reconciler:
         try:
             return self._reconcile(body, prune=prune)
         except KubeError as error:
+            if error.namespace_terminating:
+                # The namespace is going, the service and its children with it: nothing to do,
+                # nothing to report (a status write would only race the deletion).
+                return Outcome({})
             unknown = "not observed: the last reconcile failed"
             redis = Condition("RedisReady", False, "NotObserved", unknown)
             runtime = Condition("RuntimeReady", False, "NotObserved", unknown)
@@ -127,6 +131,8 @@ class Reconciler:
             redis_password=password,
             operator_namespace=self.settings.operator_namespace,
             admin_token=admin_token,
+            runtime_image=self.settings.runtime_image,
+            user_ids=self.settings.user_ids,
         )
 
     def admin_token(self, spec: ServiceSpec, owner: Owner) -> str | None:
@@ -289,10 +295,14 @@ def restore_child(
         spec = parse_spec(owner_body.get("spec") or {})
         password = reconciler.redis_password(spec, owner)
         children = reconciler.build(spec, owner, password, reconciler.admin_token(spec, owner))
+        secrets = (meta.redis_auth_secret_name(owner), meta.runtime_admin_secret_name(owner))
+        if not (kind == "Secret" and name in secrets):
+            # (A lost password or token Secret means a new one: every pod that reads it must roll.)
+            children = [c for c in children if c["kind"] == kind and c["metadata"]["name"] == name]
+        return apply_children(reconciler.kube, children, reconciler.versions).written
     except SpecError:
         return []  # the owner's own handler reports the spec problem
-    secrets = (meta.redis_auth_secret_name(owner), meta.runtime_admin_secret_name(owner))
-    if not (kind == "Secret" and name in secrets):
-        # (A lost password or token Secret means a new one: every pod that reads it must roll.)
-        children = [c for c in children if c["kind"] == kind and c["metadata"]["name"] == name]
-    return apply_children(reconciler.kube, children, reconciler.versions).written
+    except KubeError as error:
+        if error.namespace_terminating:
+            return []  # the namespace is being deleted: its children go, as they should
+        raise

@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from cachefleet.operator.manifests.meta import DEFAULT_OPERATOR_NAMESPACE
+from cachefleet.operator.manifests.release import RELEASE_RUNTIME_IMAGE
+from cachefleet.operator.manifests.spec import UserIds
 
 
 @dataclass(frozen=True)
@@ -20,6 +22,13 @@ class OperatorSettings:
     operator_namespace: str = DEFAULT_OPERATOR_NAMESPACE
     """Where the operator runs (the chart passes it through the downward API): each managed
     Redis's NetworkPolicy admits the operator's pods from there unless the spec names another."""
+    runtime_image: str = RELEASE_RUNTIME_IMAGE
+    """The runtime image of services that name none: this release's, or a mirror of it (the
+    chart's runtimeImage value, for a private registry)."""
+
+    user_ids: UserIds = "fixed"
+    """The pods' user ids where a spec leaves ``userIds`` unset: "platform" on OpenShift (the
+    chart's openshift.enabled), whose SCCs assign them."""
 
     resync_interval_s: float = 60.0
     """How often every service is re-applied in full (drift no watch saw, a rotated password)."""
@@ -34,6 +43,16 @@ class OperatorSettings:
             redis_address=env.get("CACHEFLEET_OPERATOR_REDIS_ADDRESS") or None,
             operator_namespace=env.get("CACHEFLEET_OPERATOR_NAMESPACE")
             or DEFAULT_OPERATOR_NAMESPACE,
+            runtime_image=env.get("CACHEFLEET_OPERATOR_RUNTIME_IMAGE") or RELEASE_RUNTIME_IMAGE,
+            user_ids=_user_ids(env.get("CACHEFLEET_OPERATOR_USER_IDS") or "fixed"),
             resync_interval_s=float(env.get("CACHEFLEET_OPERATOR_RESYNC_INTERVAL", "60")),
             cache_figures_interval_s=float(env.get("CACHEFLEET_OPERATOR_CACHE_INTERVAL", "30")),
         )
+
+
+def _user_ids(value: str) -> UserIds:
+    if value == "fixed":
+        return "fixed"
+    if value == "platform":
+        return "platform"
+    raise ValueError(f"CACHEFLEET_OPERATOR_USER_IDS must be fixed or platform, not {value!r}")

@@ -52,6 +52,8 @@ class CacheRequest:
     #: Whether the model's config enables caching (or the server caches every model).
     enabled: bool
     ttl_s: float
+    #: The model version's fingerprint (its effective config and files): keyed with the rest.
+    fingerprint: str
     #: The request's key when the caller already computed it (the cache computes it otherwise).
     key: CacheKey | None = None
     #: Compute runs to completion once started (a model run on the event loop): a miss may

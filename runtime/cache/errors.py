@@ -10,11 +10,16 @@ from typing import Literal
 
 #: The ``kind`` label of ``cachefleet_cache_errors_total``.
 #: ``pool``: every pooled connection stayed busy for the whole (short) wait; Redis may be fine.
-ErrorKind = Literal["timeout", "connection", "oom", "pool", "corrupt", "other"]
+#: ``forged``: an entry not sealed with the fleet's secret (only with ``--cache-secret``).
+ErrorKind = Literal["timeout", "connection", "oom", "pool", "corrupt", "forged", "other"]
 
 
 class CorruptEntryError(ValueError):
     """Stored bytes that are not a valid entry for the key they were found under."""
+
+
+class ForgedEntryError(CorruptEntryError):
+    """An entry that fails the fleet's MAC: written by someone without the cache secret."""
 
 
 class CacheTierError(Exception):

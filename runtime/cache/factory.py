@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from cachefleet.runtime.cache.api import NullCache, ResponseCache
 from cachefleet.runtime.cache.breakers import ShardBreakers
+from cachefleet.runtime.cache.entry import EntryMac
 from cachefleet.runtime.cache.errors import CacheConfigError
 from cachefleet.runtime.cache.invalidation import InvalidationListener
+from cachefleet.runtime.cache.key import KeySpace
 from cachefleet.runtime.cache.local import LocalTier
 from cachefleet.runtime.cache.read_through import ReadThroughCache
 from cachefleet.runtime.cache.redis_tier import RedisTier
@@ -31,15 +33,21 @@ def build_cache(settings: RuntimeSettings, metrics: RuntimeMetrics) -> ResponseC
         settings.redis.breaker_reset_s,
         on_any_open=lambda is_open: metrics.redis_circuit_open.set(1 if is_open else 0),
     )
+    secret = settings.cache.secret
     cache = ReadThroughCache(
         metrics,
         local=local,
         redis=redis,
         breakers=breakers,
         insert_queue_size=settings.cache.insert_queue_size,
+        keys=KeySpace(settings.cache.namespace),
+        mac=None if secret is None else EntryMac(secret.get_secret_value()),
     )
     if local is not None and redis is not None:
         cache.listener = InvalidationListener(
-            settings.redis, cache.drop_local, settings.redis.breaker_reset_s
+            settings.redis,
+            cache.keys.flush_channel,
+            cache.drop_local,
+            settings.redis.breaker_reset_s,
         )
     return cache

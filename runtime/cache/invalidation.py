@@ -1,11 +1,13 @@
 """Flush fan-out: a Redis pub/sub channel that tells every replica to drop a model locally.
 
 ``flush`` removes a model's entries from Redis, but each replica's in-process tier still holds
-its own copies; every server subscribes to :data:`CHANNEL` and drops the named model's local
-entries when a flush is published. The subscriber reconnects by itself after Redis restarts (in
-cluster mode to any reachable node, since a cluster delivers messages to every node; in sentinel
-mode to the current primary); a flush published while a replica is disconnected is not replayed
-to it (its local entries then live out their TTL).
+its own copies; every server subscribes to its namespace's channel
+(:attr:`~cachefleet.runtime.cache.key.KeySpace.flush_channel`) and drops the named model's local
+entries when a flush is published there; other namespaces' flushes are never heard. The
+subscriber reconnects by itself after Redis restarts (in cluster mode to any reachable node,
+since a cluster delivers messages to every node; in sentinel mode to the current primary); a
+flush published while a replica is disconnected is not replayed to it (its local entries then
+live out their TTL).
 """
 
 from __future__ import annotations
@@ -19,17 +21,21 @@ from cachefleet.runtime.cache.redis_clients import SubscriberSource
 from cachefleet.runtime.config import RedisSettings
 
 logger = logging.getLogger(__name__)
-CHANNEL = "cachefleet:v1:flush"
 _POLL_S = 1.0
 
 
 class InvalidationListener:
-    """Calls ``on_flush(model)`` for every flush published on :data:`CHANNEL`."""
+    """Calls ``on_flush(model)`` for every flush published on ``channel``."""
 
     def __init__(
-        self, settings: RedisSettings, on_flush: Callable[[str], None], retry_s: float
+        self,
+        settings: RedisSettings,
+        channel: str,
+        on_flush: Callable[[str], None],
+        retry_s: float,
     ) -> None:
         self._settings = settings
+        self._channel = channel
         self._on_flush = on_flush
         self._retry_s = max(retry_s, 0.1)
         self._task: asyncio.Task[None] | None = None
@@ -65,7 +71,7 @@ class InvalidationListener:
         client = await self._source.connect()
         try:
             async with client.pubsub(ignore_subscribe_messages=True) as pubsub:
-                await pubsub.subscribe(CHANNEL)
+                await pubsub.subscribe(self._channel)
                 self.subscribed.set()
                 if not self._healthy:
                     logger.info("cache flush channel restored")

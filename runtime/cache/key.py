@@ -5,6 +5,14 @@ byte stream (``FP32[2,2]`` and ``FP32[4]`` with the same bytes differ in their s
 Triton's 64-bit hash over names and bytes alone lets them collide). The encoding depends on
 nothing process-local, so every replica, before and after a restart, computes the same key.
 
+The model's fingerprint (a BLAKE3 digest of its effective configuration and of every file that
+decides its answers, computed at load) is hashed in too: the same name and version over other
+files (a rolling update, a reload, another fleet) is another key space, and never shares an
+answer. Replicas on the same files compute the same fingerprint, so they still share.
+
+In Redis a key lives under the fleet's namespace (:class:`KeySpace`): one fleet's keys, flushes
+and flush messages never touch another's on the same Redis.
+
 Which request parameters are keyed: all of them, except those that only change how a response
 is presented or scheduled (:data:`PRESENTATION_PARAMETERS`). Unknown parameters are keyed, so a
 new parameter can only split the cache, never serve one request's answer to another.
@@ -23,12 +31,14 @@ from typing import Any
 import orjson
 from blake3 import blake3
 
+from cachefleet.runtime.config.settings import DEFAULT_NAMESPACE, NAMESPACE_PATTERN
 from cachefleet.runtime.tensor import Tensor
 
 #: Bumped whenever the encoding below changes; it is hashed, so old keys simply stop matching.
-KEY_FORMAT_VERSION = 1
-#: The Redis key prefix (contract): ``cachefleet:v1:<model>:<version>:<hexdigest>``.
-REDIS_PREFIX = "cachefleet:v1"
+#: 2: the model fingerprint is keyed, and Redis keys carry the fleet namespace.
+KEY_FORMAT_VERSION = 2
+#: The Redis key prefix (contract): ``cachefleet:v2:<namespace>:<model>:<hexdigest>``.
+REDIS_PREFIX = "cachefleet:v2"
 #: Request parameters that cannot change the computed tensors.
 PRESENTATION_PARAMETERS: frozenset[str] = frozenset(
     {
@@ -62,21 +72,48 @@ class CacheKey:
     def hexdigest(self) -> str:
         return self.digest.hex()
 
+
+@dataclass(frozen=True, slots=True)
+class KeySpace:
+    """A fleet's share of a Redis: its keys, the flush pattern of a model, its flush channel.
+
+    The model name stays in the Redis key so that a per-model flush finds its entries; the
+    version and the fingerprint are in the digest.
+    """
+
+    namespace: str = DEFAULT_NAMESPACE
+
+    def __post_init__(self) -> None:
+        # Settings check it with their message; this guards keys made any other way.
+        if NAMESPACE_PATTERN.fullmatch(self.namespace) is None:
+            raise ValueError(f"not a cache namespace: {self.namespace!r}")
+
     @property
-    def redis_key(self) -> str:
-        return f"{REDIS_PREFIX}:{self.model}:{self.version}:{self.hexdigest}"
+    def prefix(self) -> str:
+        return f"{REDIS_PREFIX}:{self.namespace}:"
 
+    @property
+    def flush_channel(self) -> str:
+        """The pub/sub channel of this namespace's flushes (channels are apart from keys)."""
+        return f"{REDIS_PREFIX}:{self.namespace}:flush"
 
-def redis_model_pattern(model: str) -> str:
-    """The ``SCAN MATCH`` pattern of every Redis key of ``model`` (glob characters escaped)."""
-    escaped = "".join("\\" + char if char in "*?[]\\" else char for char in model)
-    return f"{REDIS_PREFIX}:{escaped}:*"
+    def redis_key(self, key: CacheKey) -> str:
+        return f"{REDIS_PREFIX}:{self.namespace}:{key.model}:{key.digest.hex()}"
 
+    def model_pattern(self, model: str) -> str:
+        """The ``SCAN MATCH`` pattern of every Redis key of ``model`` (glob characters
+        escaped)."""
+        escaped = "".join("\\" + char if char in "*?[]\\" else char for char in model)
+        return f"{self.prefix}{escaped}:*"
 
-def key_of_model(redis_key: bytes, model: str) -> bool:
-    """Whether ``redis_key`` is an entry of exactly ``model`` (names may contain colons)."""
-    prefix, _, _ = redis_key.decode(errors="replace").rsplit(":", 2)
-    return prefix == f"{REDIS_PREFIX}:{model}"
+    def holds(self, redis_key: bytes, model: str) -> bool:
+        """Whether ``redis_key`` is an entry of exactly ``model`` in this namespace (model
+        names may contain colons: model "a" must not take "a:b" with it)."""
+        text = redis_key.decode(errors="replace")
+        if not text.startswith(self.prefix):
+            return False
+        named, _, _ = text[len(self.prefix) :].rpartition(":")
+        return named == model
 
 
 def keyed_parameters(parameters: Mapping[str, Any]) -> dict[str, Any]:
@@ -85,16 +122,21 @@ def keyed_parameters(parameters: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def compute_key(
-    model: str, version: str, inputs: Sequence[Tensor], parameters: Mapping[str, Any]
+    model: str,
+    version: str,
+    fingerprint: str,
+    inputs: Sequence[Tensor],
+    parameters: Mapping[str, Any],
 ) -> CacheKey:
-    """The key of a request; inputs are taken in name order, so their order never matters.
+    """The key of a request to the model version whose files have ``fingerprint``; inputs are
+    taken in name order, so their order never matters.
 
     Small fields are framed into one buffer and large tensor bytes are fed to the hasher as
     they are, so the stream hashed is exactly the documented encoding, without a copy of the
     payload and without one hasher call per field.
     """
     hasher = blake3()
-    frame = bytearray(_head(model, version, len(inputs)))
+    frame = bytearray(_head(model, version, fingerprint, len(inputs)))
     ordered = inputs if len(inputs) < 2 else sorted(inputs, key=_name)
     for tensor in ordered:
         frame += _tensor_head(tensor.name, tensor.datatype)
@@ -118,9 +160,10 @@ def _name(tensor: Tensor) -> str:
 # The framings below repeat for every request of a model; they are cached (bounded: model names,
 # versions, input names and datatypes are those of loaded models, checked before any key).
 @functools.lru_cache(maxsize=1024)
-def _head(model: str, version: str, input_count: int) -> bytes:
-    """The prefix, the framed model and version, and the number of inputs."""
-    return _PREFIX + _framed(model.encode()) + _framed(version.encode()) + _U64.pack(input_count)
+def _head(model: str, version: str, fingerprint: str, input_count: int) -> bytes:
+    """The prefix, the framed model, version and fingerprint, and the number of inputs."""
+    named = _framed(model.encode()) + _framed(version.encode()) + _framed(fingerprint.encode())
+    return _PREFIX + named + _U64.pack(input_count)
 
 
 @functools.lru_cache(maxsize=1024)

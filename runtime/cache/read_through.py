@@ -15,6 +15,12 @@ For the row cache, ``get_rows_or_compute`` looks up the rows of a batched reques
 first, the rest from Redis in one round trip), computes the missing ones in one call and
 inserts them the same way.
 
+Keys hold the model version's fingerprint, so a reload or a rollout onto other files moves to
+another key space: no flush is needed for correctness, and a flush is a tool. A flush marks the
+model at its start and again once Redis is walked; a Redis hit read by a lookup that started
+before the last mark is answered but never promoted to the local tier, and the local tier is
+emptied at both marks, so no copy read during a flush outlives it.
+
 Nothing here fails a request because of the cache: every tier fault becomes a miss, is counted
 in ``cachefleet_cache_errors_total{tier,kind}`` and fed to the breaker. Only compute's own
 exceptions propagate, and a failed compute stores nothing.
@@ -39,10 +45,15 @@ from cachefleet.runtime.cache.api import (
 )
 from cachefleet.runtime.cache.breaker import CircuitBreaker
 from cachefleet.runtime.cache.breakers import ShardBreakers
-from cachefleet.runtime.cache.entry import encode_entry, read_entry
-from cachefleet.runtime.cache.errors import CacheTierError, CorruptEntryError, ErrorKind
-from cachefleet.runtime.cache.invalidation import CHANNEL, InvalidationListener
-from cachefleet.runtime.cache.key import CacheKey, compute_key
+from cachefleet.runtime.cache.entry import EntryMac, encode_entry, read_entry
+from cachefleet.runtime.cache.errors import (
+    CacheTierError,
+    CorruptEntryError,
+    ErrorKind,
+    ForgedEntryError,
+)
+from cachefleet.runtime.cache.invalidation import InvalidationListener
+from cachefleet.runtime.cache.key import CacheKey, KeySpace, compute_key
 from cachefleet.runtime.cache.local import LocalTier
 from cachefleet.runtime.cache.metrics import CacheMetrics, ModelCacheMetrics
 from cachefleet.runtime.cache.redis_tier import RedisTier, is_outage
@@ -69,8 +80,14 @@ class ReadThroughCache:
         insert_queue_size: int = 1024,
         listener: InvalidationListener | None = None,
         wall_clock: Callable[[], float] = time.time,
+        keys: KeySpace | None = None,
+        mac: EntryMac | None = None,
     ) -> None:
+        """``keys``: the fleet's namespace in Redis; ``mac``: seals and checks Redis entries
+        (the fleet's secret), None to trust them as they are."""
         self.metrics = metrics
+        self.keys = keys if keys is not None else KeySpace()
+        self._mac = mac
         #: Unix time, for entry expiry (shared by every replica through Redis); injectable, like
         #: the local tier's and the breaker's clocks, so expiry is tested without waiting.
         self._wall_clock = wall_clock
@@ -147,16 +164,21 @@ class ReadThroughCache:
         self._flushed_at[model] = time.monotonic()
         removed = self.local.remove_model(model) if self.local is not None else 0
         if self.redis is not None:
-            removed += await self.redis.flush_model(model)
             try:
-                await self.redis.publish(CHANNEL, model)
+                removed += await self.redis.flush_model(model, self.keys)
+            finally:
+                # Copies promoted while Redis was walked go too (see the module docstring).
+                self.drop_local(model)
+            try:
+                await self.redis.publish(self.keys.flush_channel, model)
             except CacheTierError as error:
                 self._fault("redis", error, self.breakers.of("redis"))
         logger.info("cache: flushed %d entries of model %r", removed, model)
         return removed
 
     def drop_local(self, model: str) -> None:
-        """Another replica flushed ``model``: forget this replica's copies."""
+        """Another replica flushed ``model`` (or this one's flush walked Redis): forget this
+        replica's copies, and keep none read before now."""
         self._flushed_at[model] = time.monotonic()
         if self.local is not None:
             self.local.remove_model(model)
@@ -179,7 +201,9 @@ class ReadThroughCache:
     def _key(request: CacheRequest) -> CacheKey:
         if request.key is not None:
             return request.key
-        return compute_key(request.model, request.version, request.inputs, request.parameters)
+        return compute_key(
+            request.model, request.version, request.fingerprint, request.inputs, request.parameters
+        )
 
     async def _fill(
         self, key: CacheKey, request: CacheRequest, store: bool, compute: Compute, started: float
@@ -208,9 +232,10 @@ class ReadThroughCache:
         if not breaker.allow():
             return None
         series = self.model_metrics.of(request.model, request.version)
+        since = time.monotonic()
         started = time.perf_counter()
         try:
-            blob = await self.redis.get(key.redis_key)
+            blob = await self.redis.get(self.keys.redis_key(key))
         except CacheTierError as error:
             self._fault("redis", error, breaker)
             return None
@@ -218,7 +243,7 @@ class ReadThroughCache:
             elapsed = time.perf_counter() - started
             series.lookup_redis.observe(elapsed)
         breaker.record_success()
-        outputs = None if blob is None else self._accept(key, blob, request.ttl_s)
+        outputs = None if blob is None else self._accept(key, blob, request.ttl_s, since)
         if outputs is not None:
             series.hits_redis.inc()
         return outputs
@@ -240,9 +265,12 @@ class ReadThroughCache:
                     found[index] = (hit, CacheStatus.HIT_LOCAL)
         series.row_hits_local.inc(sum(1 for each in found if each is not None))
         remaining = [index for index, each in enumerate(found) if each is None]
+        since = time.monotonic()
         blobs = await self._redis_get_many([keys[index] for index in remaining], series)
         for index, blob in zip(remaining, blobs, strict=True):
-            outputs = None if blob is None else self._accept(keys[index], blob, rows[index].ttl_s)
+            if blob is None:
+                continue
+            outputs = self._accept(keys[index], blob, rows[index].ttl_s, since)
             if outputs is not None:
                 found[index] = (outputs, CacheStatus.HIT_REDIS)
                 series.row_hits_redis.inc()
@@ -267,7 +295,7 @@ class ReadThroughCache:
             return blobs
         shards: dict[str, list[int]] = {}
         for index, key in enumerate(keys):
-            shards.setdefault(self.redis.shard_of(key.redis_key), []).append(index)
+            shards.setdefault(self.redis.shard_of(self.keys.redis_key(key)), []).append(index)
         asked = {
             shard: indices
             for shard, indices in shards.items()
@@ -289,23 +317,29 @@ class ReadThroughCache:
         assert self.redis is not None
         breaker = self.breakers.of(shard)
         try:
-            values = await self.redis.get_many([key.redis_key for key in keys])
+            values = await self.redis.get_many([self.keys.redis_key(key) for key in keys])
         except CacheTierError as error:
             self._fault("redis", error, breaker)
             return [None] * len(keys)
         breaker.record_success()
         return values
 
-    def _accept(self, key: CacheKey, blob: bytes, ttl_s: float) -> list[Tensor] | None:
-        """The outputs of a Redis entry, promoted to the local tier; None (and the entry
-        deleted) if it is corrupt."""
+    def _accept(
+        self, key: CacheKey, blob: bytes, ttl_s: float, since: float
+    ) -> list[Tensor] | None:
+        """The outputs of a Redis entry read by a lookup that started at ``since`` (monotonic),
+        promoted to the local tier unless a flush of the model began since; None (and the
+        entry deleted) if it is corrupt or forged."""
         try:
-            entry = read_entry(blob, key.digest)
+            entry = read_entry(blob, key.digest, self._mac)
         except CorruptEntryError as error:
-            logger.warning("cache: dropping corrupt entry %s: %s", key.redis_key, error)
-            self.metrics.cache_errors.labels("redis", "corrupt").inc()
+            kind: ErrorKind = "forged" if isinstance(error, ForgedEntryError) else "corrupt"
+            logger.warning("cache: dropping %s entry %s: %s", kind, self.keys.redis_key(key), error)
+            self.metrics.cache_errors.labels("redis", kind).inc()
             self._submit(key, self._delete_job(key))
             return None
+        if self._flushed_at.get(key.model, -1.0) >= since:
+            return entry.outputs  # read before a flush ended: answered, never kept
         # A promoted copy lives no longer than the Redis entry it came from (ttl 0: forever).
         if entry.expires_at is not None:
             ttl_s = entry.expires_at - self._wall_clock()
@@ -343,8 +377,8 @@ class ReadThroughCache:
                 done.set_result(None)
                 return done
             expires_at = self._wall_clock() + ttl_s if ttl_s > 0 else None
-            blob = encode_entry(key.digest, outputs, expires_at)
-            sent = self.redis.set_soon(key.redis_key, blob, ttl_s)
+            blob = encode_entry(key.digest, outputs, expires_at, self._mac)
+            sent = self.redis.set_soon(self.keys.redis_key(key), blob, ttl_s)
             sent.add_done_callback(functools.partial(self._inserted, key, breaker, done))
             return done
 
@@ -389,7 +423,7 @@ class ReadThroughCache:
             if self.redis is None or not (breaker := self._breaker(key)).allow():
                 done.set_result(None)
                 return done
-            sent = self.redis.delete_soon(key.redis_key)
+            sent = self.redis.delete_soon(self.keys.redis_key(key))
             sent.add_done_callback(functools.partial(self._written, breaker, done))
             return done
 
@@ -398,7 +432,7 @@ class ReadThroughCache:
     def _breaker(self, key: CacheKey) -> CircuitBreaker:
         """The breaker of the shard that serves ``key`` (the only one outside cluster mode)."""
         assert self.redis is not None
-        return self.breakers.of(self.redis.shard_of(key.redis_key))
+        return self.breakers.of(self.redis.shard_of(self.keys.redis_key(key)))
 
     def _fault(self, tier: str, error: CacheTierError, *breakers: CircuitBreaker) -> None:
         """Count a fault once, and tell the breakers of every shard the call went to."""

@@ -31,7 +31,7 @@ import redis.exceptions as rexc
 
 from cachefleet.runtime.cache.batch import TurnBatch
 from cachefleet.runtime.cache.errors import CacheTierError, ErrorKind
-from cachefleet.runtime.cache.key import key_of_model, redis_model_pattern
+from cachefleet.runtime.cache.key import KeySpace
 from cachefleet.runtime.cache.pipelined import PipelinedConnection
 from cachefleet.runtime.cache.redis_clients import RedisConnection, connect
 from cachefleet.runtime.config import RedisSettings, redact
@@ -225,8 +225,9 @@ class RedisTier:
         async with self._translated("PUBLISH", channel):
             await self.client.publish(channel, message)
 
-    async def flush_model(self, model: str) -> int:
-        """UNLINK every key of ``model`` (SCAN MATCH in batches); returns how many went.
+    async def flush_model(self, model: str, keys: KeySpace) -> int:
+        """UNLINK every key of ``model`` in the namespace of ``keys`` (SCAN MATCH in batches);
+        returns how many went.
 
         In cluster mode redis-py's ``scan_iter`` walks every primary and ``unlink`` splits a
         batch by slot, so every shard is emptied; a shard that cannot be reached fails the flush.
@@ -235,9 +236,9 @@ class RedisTier:
         batch: list[bytes] = []
         try:
             async for key in self.client.scan_iter(
-                match=redis_model_pattern(model), count=_SCAN_COUNT
+                match=keys.model_pattern(model), count=_SCAN_COUNT
             ):
-                if not key_of_model(key, model):
+                if not keys.holds(key, model):
                     continue  # model "a" must not take "a:b" with it
                 batch.append(key)
                 if len(batch) >= _UNLINK_BATCH:

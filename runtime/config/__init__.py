@@ -21,6 +21,7 @@ from cachefleet.runtime.config.restrictions import (
 from cachefleet.runtime.config.settings import (
     CacheMode,
     CacheSettings,
+    LimitSettings,
     ModelSettings,
     RedisMode,
     RedisSettings,
@@ -36,6 +37,7 @@ __all__ = [
     "CacheMode",
     "CacheSettings",
     "Flag",
+    "LimitSettings",
     "ModelSettings",
     "QuantityError",
     "RedactingFilter",

@@ -7,6 +7,7 @@ Secrets (the Redis password) are excluded from every dump, so they can never rea
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -32,6 +33,12 @@ CacheMode = Literal["none", "local", "redis", "tiered"]
 RedisMode = Literal["standalone", "cluster", "sentinel"]
 ExecutionProvider = Literal["auto", "cpu", "cuda", "tensorrt"]
 ModelControlMode = Literal["none", "explicit"]
+#: The cache namespace of a server that names none.
+DEFAULT_NAMESPACE = "default"
+#: What a cache namespace may hold: no ``:`` (it would make Redis keys ambiguous), no glob
+#: characters (the flush's SCAN pattern) and no braces (a Redis Cluster hash tag would put a
+#: whole fleet on one slot). ``<namespace>/<name>`` of a Kubernetes object always fits.
+NAMESPACE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,319}")
 
 
 def _name_list(value: Any) -> Any:
@@ -63,6 +70,38 @@ class ServerSettings(_Group):
     workers: int = Field(1, ge=1, description="Server processes; each loads every model.")
     max_request_bytes: Bytes = Field(64 * 2**20, description="Larger bodies get 413.")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+class LimitSettings(_Group):
+    """What one client, or many, may hold of the server: deadlines that cut slow clients off,
+    caps on connections and requests, and a budget of request bytes in memory. Defaults are
+    meant for a pod open to the public; over a limit the answer is a 503 with ``Retry-After``
+    or a closed connection, never an out-of-memory kill."""
+
+    head_timeout_s: Seconds = Field(
+        10.0, gt=0, description="A request head must arrive whole within this; else closed."
+    )
+    body_timeout_s: Seconds = Field(
+        30.0,
+        gt=0,
+        description="A body that delivers less than 1 KiB in this long is cut off (closed).",
+    )
+    keep_alive_timeout_s: Seconds = Field(
+        5.0, gt=0, description="An idle keep-alive connection is closed after this."
+    )
+    max_connections: int = Field(
+        1024, ge=1, description="Open HTTP connections; more are answered 503 and closed."
+    )
+    max_requests_in_flight: int = Field(
+        512, ge=1, description="Inference requests being answered (HTTP, and gRPC calls); 503 over."
+    )
+    max_inflight_bytes: Bytes = Field(
+        1024 * 2**20,
+        gt=0,
+        description="Request bytes held at once (bodies as received and decoded tensors); "
+        "a request over it waits briefly, then gets 503. The operator derives it from the "
+        "memory limit.",
+    )
 
 
 class ModelSettings(_Group):
@@ -99,6 +138,30 @@ class CacheSettings(_Group):
     local_size_bytes: Bytes = Field(256 * 2**20, description="Bound of the in-process tier.")
     ttl_s: Seconds = Field(3600.0, description="Entry lifetime; a model's config may override it.")
     insert_queue_size: int = Field(1024, ge=1, description="Write-behind queue; drops when full.")
+    namespace: str = Field(
+        DEFAULT_NAMESPACE,
+        description="The fleet's share of Redis: prefixes every key and names the flush channel.",
+    )
+    secret: SecretStr | None = Field(
+        None, exclude=True, description="Key of the entries' MAC; entries failing it are forged."
+    )
+
+    @field_validator("namespace")
+    @classmethod
+    def _usable_namespace(cls, namespace: str) -> str:
+        if NAMESPACE_PATTERN.fullmatch(namespace) is None:
+            raise ValueError(
+                f"{namespace!r}: use letters, digits, '.', '_', '-' and '/' (no ':', braces or "
+                "glob characters), starting with a letter or digit, at most 320 characters"
+            )
+        return namespace
+
+    @field_validator("secret")
+    @classmethod
+    def _long_enough(cls, secret: SecretStr | None) -> SecretStr | None:
+        if secret is not None and len(secret.get_secret_value()) < 16:
+            raise ValueError("a cache secret needs at least 16 characters")
+        return secret
 
 
 class RedisSettings(_Group):
@@ -204,6 +267,7 @@ class RuntimeSettings(_Group):
     """Everything `cachefleet serve` needs, as the operator renders it into a ConfigMap."""
 
     server: ServerSettings = ServerSettings()
+    limits: LimitSettings = LimitSettings()
     models: ModelSettings = ModelSettings()
     cache: CacheSettings = CacheSettings()
     redis: RedisSettings = RedisSettings()

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from cachefleet.runtime.errors import BadRequestError
+from cachefleet.runtime.protocol.validate import check_text
 from cachefleet.runtime.tensor import NUMPY_DTYPES, element_count, encode_bytes_elements
 
 #: The typed contents field for each datatype (FP16 has none: raw bytes only).
@@ -55,7 +56,9 @@ def tensor_bytes(name: str, datatype: str, shape: tuple[int, ...], contents: Any
             f"contents.{field} has {len(values)}"
         )
     if datatype == "BYTES":
-        return encode_bytes_elements(list(values))
+        elements = list(values)
+        check_text(name, elements)  # as binary BYTES over HTTP: ONNX Runtime takes text
+        return encode_bytes_elements(elements)
     dtype = NUMPY_DTYPES[datatype]
     if datatype not in _NARROW:
         return np.asarray(values, dtype=dtype).tobytes()

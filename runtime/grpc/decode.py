@@ -8,6 +8,7 @@ transport reach the cache key equal.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,6 +22,8 @@ from cachefleet.runtime.protocol.validate import (
     check_input,
     check_inputs_complete,
     check_output,
+    check_request_parameters,
+    check_window_size,
 )
 from cachefleet.runtime.tensor import Tensor
 
@@ -30,23 +33,46 @@ def decode_infer_request(
 ) -> InferRequest:
     """Parse and validate ``message`` for the model ``config``; raises BadRequestError.
     Inputs that name a shared-memory region are read through ``shared_memory``."""
+    values = parameters(message.parameters)
+    check_request_parameters(values)
     return InferRequest(
         id=message.id or None,
         inputs=_inputs(message, config, shared_memory),
         outputs=tuple(_output(item, config) for item in message.outputs),
-        parameters=parameters(message.parameters),
+        parameters=values,
         # gRPC answers always carry raw_output_contents; there is no JSON rendering to choose.
         binary_output=True,
     )
 
 
+#: Bytes a typed element may take while decoded (a Python object and its pointer, for BYTES).
+TYPED_ELEMENT_BYTES = 40
+
+
+def request_cost(message: Any) -> int:
+    """What decoding ``message`` may hold, for the request budget: the message itself, its
+    tensors, and the objects typed contents go through (``ByteSize`` is cheap for raw bytes)."""
+    typed = 0
+    for item in message.inputs:
+        for _, values in item.contents.ListFields():
+            typed += len(values)
+    size: int = message.ByteSize()
+    return 2 * size + TYPED_ELEMENT_BYTES * typed
+
+
 def parameters(entries: Mapping[str, Any]) -> dict[str, Any]:
-    """``map<string, InferParameter>`` as plain values (bool, int, str or float)."""
+    """``map<string, InferParameter>`` as plain values (bool, int, str or float).
+
+    A NaN or infinite ``double_param`` is refused: JSON cannot carry one, so HTTP never sees it,
+    and the cache key's JSON encoding would write it as ``null``, the same as another value."""
     values: dict[str, Any] = {}
     for key, parameter in entries.items():
         choice = parameter.WhichOneof("parameter_choice")
         if choice is not None:
-            values[key] = getattr(parameter, choice)
+            value = getattr(parameter, choice)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise BadRequestError(f"parameter {key!r} must be a finite number, not {value}")
+            values[key] = value
     return values
 
 
@@ -74,6 +100,7 @@ def _inputs(
                     f"input {name!r} names a shared memory region and also carries data"
                 )
             window = shared_memory_ref(values, f"input {name!r}")
+            check_window_size(name, datatype, shape, window.byte_size)
             data = shared_memory.read(window.region, window.offset, window.byte_size)
             check_binary_size(name, datatype, shape, data)
         elif raw:

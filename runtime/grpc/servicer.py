@@ -19,7 +19,7 @@ import grpc
 from cachefleet.runtime.cache.api import CacheDirectives
 from cachefleet.runtime.errors import BadRequestError, NotReadyError, ServingError
 from cachefleet.runtime.grpc import documents
-from cachefleet.runtime.grpc.decode import decode_infer_request, parameters
+from cachefleet.runtime.grpc.decode import decode_infer_request, parameters, request_cost
 from cachefleet.runtime.grpc.encode import encode_infer_response
 from cachefleet.runtime.grpc.errors import translated
 from cachefleet.runtime.grpc.handlers import Malformed
@@ -33,6 +33,7 @@ from cachefleet.runtime.service import (
     ModelControl,
     SharedMemoryRegistry,
 )
+from cachefleet.runtime.service.request_budget import RequestBudget
 
 log = logging.getLogger(__name__)
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -52,6 +53,10 @@ class ServerParts(Protocol):
     def ready_control(self) -> ModelControl: ...
 
     def ready_shared_memory(self) -> SharedMemoryRegistry: ...
+
+    def request_budget(self) -> RequestBudget:
+        """Requests and request bytes in flight, shared with HTTP."""
+        ...
 
 
 class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
@@ -154,6 +159,17 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
             yield service_pb2.ModelStreamInferResponse(infer_response=response)
 
     async def _infer(self, request: Any, directives: CacheDirectives) -> tuple[Any, str]:
+        """Admitted against the request budget (as HTTP's are) for as long as it is answered."""
+        budget = self._parts.request_budget()
+        cost = request_cost(request)
+        if not budget.try_enter(cost):
+            await budget.wait(cost)
+        try:
+            return await self._answer(request, directives)
+        finally:
+            budget.leave(cost)
+
+    async def _answer(self, request: Any, directives: CacheDirectives) -> tuple[Any, str]:
         shared_memory = self._parts.ready_shared_memory()
 
         def decode(config: ModelConfig) -> InferRequest:

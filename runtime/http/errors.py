@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from cachefleet.runtime.errors import ServingError
+from cachefleet.runtime.errors import OverloadedError, ServingError
 
 log = logging.getLogger(__name__)
 _BYPASS = {"X-Cache": "bypass"}
@@ -38,8 +38,10 @@ async def handle_error(request: Request, error: Exception) -> Response:
         if error.status_code >= 500:
             log.warning("%s %s: %s", request.method, path, error.message)
         # Every infer response says how the cache answered; a refused request never used it.
-        headers = _BYPASS if path.endswith("/infer") else None
-        return error_response(error.status_code, error.message, headers)
+        headers = dict(_BYPASS) if path.endswith("/infer") else {}
+        if isinstance(error, OverloadedError):
+            headers["Retry-After"] = str(error.retry_after_s)
+        return error_response(error.status_code, error.message, headers or None)
     if isinstance(error, HTTPException):
         return error_response(error.status_code, str(error.detail), error.headers)
     log.exception("unexpected error on %s %s", request.method, request.url.path)

@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from cachefleet.runtime.cache.api import CacheDirectives
-from cachefleet.runtime.errors import BadRequestError, ServingError
+from cachefleet.runtime.errors import BadRequestError, OverloadedError, ServingError
 from cachefleet.runtime.http.body import (
     ClientGoneError,
     joined,
@@ -38,6 +38,7 @@ from cachefleet.runtime.http.restricted import FORBIDDEN, ApiGuard, refusal_mess
 from cachefleet.runtime.http.state import ServerState
 from cachefleet.runtime.protocol.cache_control import directives_from
 from cachefleet.runtime.service.memo import Memoized
+from cachefleet.runtime.service.request_budget import body_cost
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,8 @@ class InferFrontDoor:
         self.app = app
         self._state = state
         self._limit = state.settings.server.max_request_bytes
+        #: Read by the HTTP protocol's connection guard (see ``connection_guard``).
+        self.limits = state.settings.limits
         #: ``--http-restricted-api``'s restriction of the inference group, if any.
         self._restriction = ApiGuard(state.settings.security.http_restricted_api).restriction(
             "inference"
@@ -85,6 +88,39 @@ class InferFrontDoor:
         await self.app(scope, receive, send)
 
     async def _infer(
+        self, scope: Scope, receive: Receive, send: Send, model: str, version: str | None
+    ) -> None:
+        """Admit the request (a count and an estimate of its bytes against the budget) before a
+        byte of its body is read, answer it, and give its share back."""
+        budget = self._state.budget
+        cost = self._cost(scope)
+        try:
+            if not budget.try_enter(cost):
+                await budget.wait(cost)
+        except OverloadedError as error:
+            await _refuse(send, scope, error)
+            return
+        try:
+            await self._admitted(scope, receive, send, model, version)
+        finally:
+            budget.leave(cost)
+
+    def _cost(self, scope: Scope) -> int:
+        """What the request may hold, from its declared length (the limit when it has none, or
+        when it is compressed, for it may inflate up to the limit)."""
+        size, header_length, plain = self._limit, None, True
+        for name, value in scope["headers"]:
+            if name == b"content-length" and value.isdigit():
+                size = min(int(value), self._limit)
+            elif name == b"inference-header-content-length" and value.isdigit():
+                header_length = int(value)
+            elif name == b"content-encoding" and value != b"identity":
+                plain = False
+        if not plain:
+            return size + body_cost(self._limit, header_length)
+        return body_cost(size, header_length)
+
+    async def _admitted(
         self, scope: Scope, receive: Receive, send: Send, model: str, version: str | None
     ) -> None:
         declared = encoding = header_text = cache_control = accept = presented = None
@@ -245,13 +281,18 @@ def _text(value: bytes | None) -> str | None:
 async def _refuse(send: Send, scope: Scope, error: ServingError) -> None:
     if error.status_code >= 500:
         log.warning("POST %s: %s", scope["path"], error.message)
-    await _error(send, error.status_code, error.message)
+    extra = None
+    if isinstance(error, OverloadedError):
+        extra = [(b"retry-after", b"%d" % error.retry_after_s)]
+    await _error(send, error.status_code, error.message, extra)
 
 
-async def _error(send: Send, status: int, message: str) -> None:
+async def _error(
+    send: Send, status: int, message: str, extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
     # Every infer response says how the cache answered; a refused request never used it.
     body = orjson.dumps({"error": message})
-    await _respond(send, status, _JSON, body, [(b"x-cache", b"bypass")])
+    await _respond(send, status, _JSON, body, [(b"x-cache", b"bypass"), *(extra or ())])
 
 
 async def _respond(

@@ -9,6 +9,7 @@ from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.errors import NotReadyError
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.service import InferenceService, ModelControl, SharedMemoryRegistry
+from cachefleet.runtime.service.request_budget import RequestBudget
 
 
 def _package_version() -> str:
@@ -28,6 +29,12 @@ class ServerState:
     shared_memory: SharedMemoryRegistry | None = None
     metrics: RuntimeMetrics | None = None
     version: str = field(default_factory=_package_version)
+    #: Requests and request bytes in flight, shared by HTTP and gRPC (see its module).
+    budget: RequestBudget = field(init=False)
+
+    def __post_init__(self) -> None:
+        limits = self.settings.limits
+        self.budget = RequestBudget(limits.max_requests_in_flight, limits.max_inflight_bytes)
 
     def ready_service(self) -> InferenceService:
         if self.service is None:
@@ -43,6 +50,9 @@ class ServerState:
         if self.shared_memory is None:
             raise NotReadyError("the server is still loading its models")
         return self.shared_memory
+
+    def request_budget(self) -> RequestBudget:
+        return self.budget
 
     def ready_metrics(self) -> RuntimeMetrics:
         if self.metrics is None:

@@ -79,8 +79,10 @@ class OnnxModel:
         config: ModelConfig,
         session: ort.InferenceSession,
         labels: Mapping[str, Sequence[str]],
+        fingerprint: str,
     ) -> None:
         self._version = version
+        self._fingerprint = fingerprint
         self._config = config
         self._session = session
         self._labels = labels
@@ -106,6 +108,10 @@ class OnnxModel:
     @property
     def labels(self) -> Mapping[str, Sequence[str]]:
         return self._labels
+
+    @property
+    def fingerprint(self) -> str:
+        return self._fingerprint
 
     @property
     def providers(self) -> list[str]:

@@ -6,8 +6,8 @@ few microseconds of ONNX Runtime). Such a model runs faster on the event loop, w
 for less time than the hand-off would. Which models qualify is decided once, when a version is
 loaded (off the event loop): a model whose every input has a fixed size (bounded by
 ``max_batch_size``) is timed on zeros at its largest shape, and runs inline when that stays
-under the budget. Anything else (BYTES inputs, variable dimensions, a slow or failing trial)
-runs in the executor.
+under the budget. Anything else (BYTES inputs, variable dimensions, a model file too large to
+be quick, a slow or failing trial) runs in the executor.
 """
 
 from __future__ import annotations
@@ -25,6 +25,10 @@ log = logging.getLogger(__name__)
 #: A run that may block the event loop: well under one thread hand-off.
 INLINE_BUDGET_S = 0.0002
 _TRIALS = 5
+#: A model file over this size is not timed: a run that reads even a fraction of its weights
+#: outlasts the budget at memory bandwidth, and the trial would cost a whole first inference
+#: at load (1.3 s for the DenseNet-121 sample on one CPU core).
+UNTIMED_FILE_BYTES = 8 << 20
 
 
 def largest_inputs(model: Model) -> list[Tensor] | None:
@@ -40,13 +44,18 @@ def largest_inputs(model: Model) -> list[Tensor] | None:
     return tensors
 
 
-def runs_inline(model: Model, budget_s: float = INLINE_BUDGET_S) -> bool:
+def runs_inline(model: Model, budget_s: float = INLINE_BUDGET_S, *, file_bytes: int = 0) -> bool:
     """Whether ``model`` is quick enough, at its largest request, to run on the event loop.
 
-    Blocking (it runs the model up to five times): call it where the model is loaded.
+    Blocking (it runs the model up to five times): call it where the model is loaded, with
+    the size of its model file, so that a large model is placed without a trial.
     """
     inputs = largest_inputs(model)
     if inputs is None:
+        return False
+    if file_bytes > UNTIMED_FILE_BYTES:
+        log.info("model %s version %s: runs in threads (model file of %d MiB, not timed)",
+                 model.name, model.version, file_bytes >> 20)  # fmt: skip
         return False
     timings = []
     for _ in range(_TRIALS):

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-import blake3
 import onnxruntime as ort
 from google.protobuf import json_format
 
@@ -28,6 +27,7 @@ from cachefleet.runtime.models.config import (
 from cachefleet.runtime.models.config_message import ConfigMessage, new_model_config
 from cachefleet.runtime.models.confined import check_names, confined_file
 from cachefleet.runtime.models.errors import ModelLoadError
+from cachefleet.runtime.models.fingerprint import files_digest, fingerprint
 from cachefleet.runtime.models.graph import (
     DERIVED_MAX_BATCH_SIZE,
     GraphSignature,
@@ -56,8 +56,6 @@ class _ModelState:
 
     loaded: dict[int, OnnxModel]
     failed: dict[int | None, str]  # None: the whole model failed before any version
-    #: BLAKE3 of the config and every loaded model file: what the served answers depend on.
-    fingerprint: str = field(default="")
 
 
 class LocalModelRepository:
@@ -120,12 +118,6 @@ class LocalModelRepository:
     def names(self) -> list[str]:
         """Every model folder of the repository on disk, loaded or not."""
         return _model_folders(self.path)
-
-    def fingerprint(self, name: str) -> str:
-        """A digest of what the loaded model computes with (config and model files); "" if
-        ``name`` is not loaded."""
-        state = self._models.get(name)
-        return state.fingerprint if state is not None and state.loaded else ""
 
     def load(self, name: str, config_json: str | None = None) -> None:
         """(Re)load model ``name`` from its folder, optionally with a JSON config instead of
@@ -215,19 +207,7 @@ def _load_model(
             state.loaded[version] = loader.load(version)
         except ModelLoadError as error:
             state.failed[version] = str(error)
-    state.fingerprint = _fingerprint(folder, message, sorted(state.loaded))
     return state
-
-
-def _fingerprint(folder: Path, message: ConfigMessage, versions: list[int]) -> str:
-    """BLAKE3 of the settled config and each loaded version's model file, streamed."""
-    digest = blake3.blake3(message.SerializeToString(deterministic=True))
-    for version in versions:
-        digest.update(f"\0{version}\0".encode())
-        with (folder / str(version) / message.default_model_filename).open("rb") as model_file:
-            while chunk := model_file.read(1 << 20):
-                digest.update(chunk)
-    return str(digest.hexdigest())
 
 
 class _VersionLoader:
@@ -249,15 +229,30 @@ class _VersionLoader:
         )
         if not model_file.is_file():
             raise ModelLoadError(f"{model_file.name} not found in version folder {version}/")
+        named = [spec.label_filename for spec in self._message.output if spec.label_filename]
+        try:
+            before = files_digest(self._folder, version, named)
+        except ModelLoadError:
+            before = None  # an unreadable file is reported below, after the config's own errors
         session = open_session(model_file, self._plan)
         signature = signature_of(session)
         config = self._config or self._settle_config(signature)
         check_config(config, signature)
+        # Hashed again once loaded: a file replaced while the session read it would otherwise
+        # leave a fingerprint of files other than those answering.
+        files = files_digest(self._folder, version, named)
+        if files != before:
+            raise ModelLoadError(f"files of version folder {version}/ changed while it loaded")
+        fingerprint_hex = fingerprint(self._message.SerializeToString(deterministic=True), files)
         logger.info(
-            "model %r version %d: READY on %s", config.name, version, session.get_providers()
+            "model %r version %d: READY on %s, fingerprint %s",
+            config.name,
+            version,
+            session.get_providers(),
+            fingerprint_hex,
         )
-        model = OnnxModel(str(version), config, session, self._labels)
-        model.quick = runs_inline(model)
+        model = OnnxModel(str(version), config, session, self._labels, fingerprint_hex)
+        model.quick = runs_inline(model, file_bytes=model_file.stat().st_size)
         return model
 
     def _settle_config(self, signature: GraphSignature) -> ModelConfig:

@@ -74,6 +74,12 @@ class Model(Protocol):
         ...
 
     @property
+    def fingerprint(self) -> str:
+        """BLAKE3 (hex) of the effective config and every file that decides this version's
+        answers (``fingerprint``): part of every cache key."""
+        ...
+
+    @property
     def quick(self) -> bool:
         """Quick enough to run on the event loop (decided at load, see ``placement``)."""
         ...
@@ -109,10 +115,6 @@ class ModelRepository(Protocol):
 
     def names(self) -> list[str]:
         """Every model of the repository, loaded or not."""
-        ...
-
-    def fingerprint(self, name: str) -> str:
-        """A digest of the loaded model's config and files ("" when not loaded)."""
         ...
 
     def load(self, name: str, config_json: str | None = None) -> None:

@@ -27,6 +27,8 @@ from cachefleet.runtime.protocol.validate import (
     check_input,
     check_inputs_complete,
     check_output,
+    check_request_parameters,
+    check_window_size,
 )
 from cachefleet.runtime.tensor import Tensor
 
@@ -56,11 +58,7 @@ def decode_request(
     binary_output = parameters.get("binary_data_output", False)
     if not isinstance(binary_output, bool):
         raise BadRequestError("request parameter 'binary_data_output' must be true or false")
-    priority = parameters.get("priority", 0)
-    if type(priority) is not int or priority < 0:
-        raise BadRequestError(
-            f"parameter 'priority' must be a non-negative integer, not {priority!r}"
-        )
+    check_request_parameters(parameters)
     inputs = _decode_inputs(document.get("inputs"), binary, config, shared_memory)
     outputs = tuple(_decode_output(item, config) for item in _array(document, "outputs"))
     return InferRequest(
@@ -117,6 +115,7 @@ def _decode_inputs(
                     f"input {name!r} names a shared memory region and also carries data"
                 )
             window = shared_memory_ref(parameters, f"input {name!r}")
+            check_window_size(name, datatype, shape, window.byte_size)
             data = shared_memory.read(window.region, window.offset, window.byte_size)
             check_binary_size(name, datatype, shape, data)
             tensors.append(Tensor(name, datatype, shape, data))

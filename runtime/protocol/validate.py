@@ -9,7 +9,7 @@ and a mistake found later is the server's own (a 500).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cachefleet.runtime.errors import BadRequestError
@@ -45,6 +45,7 @@ def check_input(
         )
     shape = _shape(name, item.get("shape"))
     _check_shape(name, shape, spec, config)
+    _check_extent(name, datatype, shape)
     return name, datatype, shape
 
 
@@ -66,6 +67,27 @@ def check_binary_size(name: str, datatype: str, shape: tuple[int, ...], data: by
         )
 
 
+def check_window_size(name: str, datatype: str, shape: tuple[int, ...], byte_size: int) -> None:
+    """A shared-memory window must fit the input's shape before a byte of it is copied: exactly
+    its size for fixed-size datatypes, room for every length prefix for BYTES (whose elements
+    are then checked by :func:`check_binary_size`). A tiny tensor cannot make the server copy a
+    large region."""
+    count = element_count(shape)
+    if datatype == "BYTES":
+        if byte_size < 4 * count:
+            raise BadRequestError(
+                f"input {name!r}: BYTES{list(shape)} needs at least {4 * count} bytes, "
+                f"shared_memory_byte_size is {byte_size}"
+            )
+        return
+    expected = count * NUMPY_DTYPES[datatype].itemsize
+    if byte_size != expected:
+        raise BadRequestError(
+            f"input {name!r}: {datatype}{list(shape)} needs {expected} bytes, "
+            f"shared_memory_byte_size is {byte_size}"
+        )
+
+
 def check_text(name: str, elements: Sequence[bytes]) -> None:
     """BYTES elements must be UTF-8: ONNX Runtime, the one backend, takes string tensors as text.
 
@@ -79,6 +101,18 @@ def check_text(name: str, elements: Sequence[bytes]) -> None:
             raise BadRequestError(
                 f"input {name!r}: BYTES elements must be UTF-8 for an ONNX string tensor"
             ) from None
+
+
+def check_request_parameters(parameters: Mapping[str, Any]) -> None:
+    """The scheduling parameters both transports share: ``priority`` (a level, 0 the default)
+    and ``timeout`` (microseconds in the queue, 0 none), each a non-negative integer. Checked
+    here, while decoding, so that a string or NaN sent over gRPC is a 400 there as over HTTP."""
+    for name in ("priority", "timeout"):
+        value = parameters.get(name, 0)
+        if type(value) is not int or value < 0:
+            raise BadRequestError(
+                f"parameter {name!r} must be a non-negative integer, not {value!r}"
+            )
 
 
 def check_inputs_complete(tensors: Sequence[Tensor], config: ModelConfig) -> None:
@@ -124,6 +158,28 @@ def _shape(name: str, value: Any) -> tuple[int, ...]:
         else:
             return tuple(value)
     raise BadRequestError(f"input {name!r}: 'shape' must be an array of non-negative integers")
+
+
+#: The most bytes a shape may span (its non-zero dimensions times the item size): what an
+#: array, and so the model backend, can describe at all.
+_MAX_EXTENT_BYTES = 2**63 - 1
+#: The size of a BYTES element as an array holds it (a reference).
+_BYTES_ITEM_SIZE = 8
+
+
+def _check_extent(name: str, datatype: str, shape: tuple[int, ...]) -> None:
+    """A zero-element tensor holds no data, whatever its other dimensions say, so its size
+    check passes; but a shape such as ``[0, 2**62]`` is still one no array can take. Refused
+    here as the client's mistake, not left to fail in the backend (a 500)."""
+    dtype = NUMPY_DTYPES.get(datatype)
+    extent = dtype.itemsize if dtype is not None else _BYTES_ITEM_SIZE
+    for dim in shape:
+        extent *= dim or 1
+    if extent > _MAX_EXTENT_BYTES:
+        raise BadRequestError(
+            f"input {name!r}: shape {list(shape)} is too large for a {datatype} tensor "
+            "(its dimensions span more than 2^63 bytes, even with no elements)"
+        )
 
 
 def _check_shape(name: str, shape: tuple[int, ...], spec: TensorSpec, config: ModelConfig) -> None:

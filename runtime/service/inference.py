@@ -54,6 +54,8 @@ from cachefleet.runtime.service.statistics import ModelStatistics, StatisticsReg
 from cachefleet.runtime.tensor import Tensor
 
 _NO_CACHE = CacheDirectives(lookup=False, store=False)
+#: The config parameter that reports a model version's fingerprint (contract).
+FINGERPRINT_PARAMETER = "cachefleet.fingerprint"
 Rendered = TypeVar("Rendered")
 #: Decodes and validates a transport's request against the model's configuration.
 Decoder = Callable[[ModelConfig], InferRequest]
@@ -315,8 +317,11 @@ class InferenceService:
         parameters = request.keyed_parameters()
         key: CacheKey | None = None
         if precompute_key and request.use_cache:
-            key = compute_key(model.name, model.version, request.inputs, parameters)
+            key = compute_key(
+                model.name, model.version, model.fingerprint, request.inputs, parameters
+            )
         scheduler = self._schedulers.of(model)
+        scheduler.check_priority(_priority(request.parameters))
         directives = directives if request.use_cache else _NO_CACHE
         enabled = config.response_cache or self._cache_all
         by_rows = (
@@ -333,6 +338,7 @@ class InferenceService:
             parameters=parameters,
             enabled=enabled,
             ttl_s=self._default_ttl_s if config.cache_ttl_s is None else config.cache_ttl_s,
+            fingerprint=model.fingerprint,
             key=key,
             # An inline run cannot be interrupted once started; row lookups can be.
             quick=scheduler.inline and not by_rows,
@@ -394,7 +400,14 @@ class InferenceService:
         return model_metadata(model, versions)
 
     def model_config(self, name: str, version: str | None) -> dict[str, Any]:
-        return dict(self._repository.get(name, version).config.document)
+        """Triton's config document, with the version's fingerprint among its ``parameters``
+        (:data:`FINGERPRINT_PARAMETER`), so a rollout can be watched from any client."""
+        model = self._repository.get(name, version)
+        document = dict(model.config.document)
+        parameters = dict(document.get("parameters") or {})
+        parameters[FINGERPRINT_PARAMETER] = {"string_value": model.fingerprint}
+        document["parameters"] = parameters
+        return document
 
     def check_model(self, name: str, version: str | None) -> None:
         """Raise ModelNotFoundError unless the model (at ``version``) is loaded."""

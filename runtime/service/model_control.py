@@ -12,12 +12,12 @@ and the gRPC ``RepositoryModelLoad`` / ``RepositoryModelUnload`` calls both use
   before keeps serving.
 - ``unload`` stops new requests at once (they get 404), then waits until the requests already
   running on the model have finished (draining) before it returns.
-- The cache across reloads: the repository fingerprints each loaded model (BLAKE3 of its config
-  and model files). When a load brings a fingerprint this server has not served under that name
-  (a new file, a new config, or a model first loaded after start), the model's entries are
-  flushed from every tier before the load returns, so no answer of another model file is served;
-  reloading the same files keeps them. A flush that cannot reach Redis makes the load a 503
-  (the model is loaded; load it again to retry the flush).
+- The cache across reloads: every cache key holds the model version's fingerprint (its
+  effective config and files, see ``models.fingerprint``). A reload onto other files or another
+  config moves the model to another key space the moment the new model object serves, so no
+  request sees an answer of the previous files, and no flush is needed (the old entries age
+  out by TTL and eviction). Reloading the same files keeps the same keys, and the cache with
+  them.
 """
 
 from __future__ import annotations
@@ -27,9 +27,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from cachefleet.runtime.cache.api import ResponseCache
-from cachefleet.runtime.cache.errors import CacheTierError
-from cachefleet.runtime.errors import BadRequestError, NotReadyError
+from cachefleet.runtime.errors import BadRequestError
 from cachefleet.runtime.models.errors import ModelLoadError
 from cachefleet.runtime.models.types import ModelRepository
 from cachefleet.runtime.service.in_flight import InFlight
@@ -48,19 +46,15 @@ class ModelControl:
     def __init__(
         self,
         repository: ModelRepository,
-        cache: ResponseCache,
         statistics: StatisticsRegistry,
         in_flight: InFlight,
         mode: ControlMode,
     ) -> None:
         self._repository = repository
-        self._cache = cache
         self._statistics = statistics
         self._in_flight = in_flight
         self._mode = mode
         self._lock = asyncio.Lock()
-        #: The fingerprint of each model's entries this server may serve from the cache.
-        self._served = {name: repository.fingerprint(name) for name in repository.names()}
 
     @property
     def mode(self) -> ControlMode:
@@ -69,8 +63,7 @@ class ModelControl:
     async def load(self, name: str, parameters: Mapping[str, Any] | None = None) -> None:
         """(Re)load model ``name``; ``parameters`` may hold ``config`` (a JSON ModelConfig).
 
-        Raises BadRequestError (mode, parameters, or the load failed, with the reason) or
-        NotReadyError (loaded, but its old cache entries could not be flushed).
+        Raises BadRequestError (mode, parameters, or the load failed, with the reason).
         """
         self._check_mode("load")
         config = _config_parameter(name, parameters or {})
@@ -80,10 +73,6 @@ class ModelControl:
             except ModelLoadError as error:
                 raise BadRequestError(f"failed to load '{name}': {error}") from None
             self._statistics.forget(name)
-            fingerprint = self._repository.fingerprint(name)
-            if self._served.get(name) != fingerprint:
-                await self._flush(name)
-                self._served[name] = fingerprint
         logger.info("model %r loaded", name)
 
     async def unload(self, name: str) -> None:
@@ -107,16 +96,6 @@ class ModelControl:
                 f"cannot {action} models: model control is off "
                 "(start the server with --model-control-mode explicit)"
             )
-
-    async def _flush(self, name: str) -> None:
-        try:
-            removed = await self._cache.flush(name)
-        except CacheTierError as error:
-            raise NotReadyError(
-                f"model '{name}' is loaded, but its cache entries from other model files could "
-                f"not be removed ({error}); load it again to retry"
-            ) from None
-        logger.info("model %r: new model files, %d cache entries flushed", name, removed)
 
 
 def _config_parameter(name: str, parameters: Mapping[str, Any]) -> str | None:

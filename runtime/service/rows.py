@@ -27,11 +27,12 @@ def batch_rows(inputs: Sequence[Tensor]) -> int:
 
 
 def join(parts: Sequence[Sequence[Tensor]]) -> list[Tensor]:
-    """Requests with one signature joined into one, in order, along dim 0."""
+    """Requests with one signature joined into one, in order, along dim 0; the tensors keep
+    the first part's order (outputs stay in the model configuration's order)."""
     if len(parts) == 1:
         return list(parts[0])
     joined: list[Tensor] = []
-    for first in sorted(parts[0], key=lambda t: t.name):
+    for first in parts[0]:
         same = [_named(part, first.name) for part in parts]
         rows = sum(tensor.shape[0] for tensor in same)
         data = b"".join(tensor.data for tensor in same)

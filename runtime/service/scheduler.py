@@ -122,6 +122,14 @@ class ModelScheduler:
         """Rows of a request: its batch size, or 1 for a model without a batch dimension."""
         return rows.batch_rows(inputs) if self.model.config.max_batch_size > 0 else 1
 
+    def check_priority(self, priority: int) -> None:
+        """Raise BadRequestError unless ``priority`` is a level of this model (or 0).
+
+        Called before the cache is asked: a request's own mistake must fail that request
+        alone, never an identical request that joined it in flight.
+        """
+        self._level(priority)
+
     def _level(self, priority: int) -> int:
         batching = self.policy.batching
         if batching is None or not batching.priority_levels:

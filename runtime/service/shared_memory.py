@@ -7,11 +7,13 @@ and the gRPC ``SystemSharedMemory*`` / ``CudaSharedMemory*`` calls both use
 outputs with its ``write``.
 
 Safety: a region is a file under ``/dev/shm`` (what ``shm_open`` names, and what tritonclient's
-``shared_memory`` module creates), mapped read-write. Every read and write is checked against
-the registered window (offset, byte size) and against the file's current size (a client may
-shrink the file after registering; touching a mapping past the end of its file would kill the
-process with SIGBUS), and fails with a 400 instead. Keys that could name a file outside
-``/dev/shm`` are refused, symlinks are not followed, and only regular files are mapped.
+``shared_memory`` module creates), kept open read-write and never mapped: reads and writes are
+``pread``/``pwrite`` on the descriptor. A client may shrink the file at any moment, even during
+a copy; touching a mapping past the end of its file would kill the process with SIGBUS, where a
+read of a shrunk file is merely short, and is a 400. Every read and write is checked against the
+registered window (offset, byte size) first. Keys that could name a file outside ``/dev/shm`` are
+refused, symlinks are not followed, only regular files are opened, and at most
+``max_regions`` are registered at once (each holds a descriptor).
 
 CUDA shared memory is not supported: registering a CUDA region is a 400 that says so; its status
 is an empty list and unregistering is a no-op, so clients that clean up both kinds still work.
@@ -21,7 +23,6 @@ Used from the event loop only, so nothing here takes a lock.
 
 from __future__ import annotations
 
-import mmap
 import os
 import stat
 from dataclasses import dataclass
@@ -32,6 +33,8 @@ from cachefleet.runtime.errors import BadRequestError
 
 #: Where Linux keeps POSIX shared memory objects (``shm_open("/name")`` is ``/dev/shm/name``).
 SHM_ROOT = Path("/dev/shm")
+#: Registrations per process: each holds a file descriptor, and a client must not take them all.
+MAX_REGIONS = 256
 
 
 @dataclass
@@ -41,7 +44,6 @@ class _Region:
     offset: int
     byte_size: int
     fd: int
-    mapping: mmap.mmap
 
     def status(self) -> dict[str, Any]:
         return {
@@ -52,15 +54,15 @@ class _Region:
         }
 
     def close(self) -> None:
-        self.mapping.close()  # reads copy and writes assign slices: no view outlives a request
         os.close(self.fd)
 
 
 class SharedMemoryRegistry:
     """The system shared-memory regions registered with this server process."""
 
-    def __init__(self, root: Path = SHM_ROOT) -> None:
+    def __init__(self, root: Path = SHM_ROOT, max_regions: int = MAX_REGIONS) -> None:
         self._root = root
+        self._max_regions = max_regions
         self._regions: dict[str, _Region] = {}
 
     # -- system shared memory ------------------------------------------------------------------
@@ -75,6 +77,11 @@ class SharedMemoryRegistry:
             raise BadRequestError("a shared memory region needs a non-empty name")
         if name in self._regions:
             raise BadRequestError(f"shared memory region '{name}' is already registered")
+        if len(self._regions) >= self._max_regions:
+            raise BadRequestError(
+                f"cannot register shared memory region '{name}': {len(self._regions)} regions "
+                "are registered, the most this server allows; unregister one first"
+            )
         path = self._path(key)
         _check_window(offset, byte_size, "register")
         if byte_size == 0:
@@ -99,11 +106,10 @@ class SharedMemoryRegistry:
                     f"shared memory region '{name}': offset {offset} + byte_size {byte_size} "
                     f"is past the end of '{key}' ({size} bytes)"
                 )
-            mapping = mmap.mmap(fd, offset + byte_size)
         except BaseException:
             os.close(fd)
             raise
-        self._regions[name] = _Region(name, key, offset, byte_size, fd, mapping)
+        self._regions[name] = _Region(name, key, offset, byte_size, fd)
 
     def system_status(self, name: str | None = None) -> list[dict[str, Any]]:
         """``[{"name", "key", "offset", "byte_size"}]`` of every region, or of ``name``."""
@@ -123,7 +129,10 @@ class SharedMemoryRegistry:
     def read(self, name: str, offset: int, byte_size: int) -> bytes:
         """A copy of ``byte_size`` bytes at ``offset`` inside region ``name``."""
         region, start = self._window(name, offset, byte_size, "read")
-        return region.mapping[start : start + byte_size]
+        data = os.pread(region.fd, byte_size, start)
+        if len(data) < byte_size:
+            raise _shrank(region)
+        return data
 
     def write(self, name: str, offset: int, byte_size: int, data: bytes) -> None:
         """Write ``data`` at ``offset`` inside region ``name``, where the client has reserved
@@ -134,7 +143,12 @@ class SharedMemoryRegistry:
                 f"the {byte_size} bytes reserved for it"
             )
         region, start = self._window(name, offset, byte_size, "write")
-        region.mapping[start : start + len(data)] = data
+        if os.fstat(region.fd).st_size < start + len(data):
+            raise _shrank(region)  # pwrite would grow the client's object back: refuse instead
+        view = memoryview(data)
+        while view:
+            written = os.pwrite(region.fd, view, start)
+            view, start = view[written:], start + written
 
     def close(self) -> None:
         self.unregister_system()
@@ -182,13 +196,14 @@ class SharedMemoryRegistry:
                 f"shared memory region '{name}': cannot {action} {byte_size} bytes at offset "
                 f"{offset}, the region has {region.byte_size} bytes"
             )
-        end = region.offset + offset + byte_size
-        if os.fstat(region.fd).st_size < end:
-            raise BadRequestError(
-                f"shared memory region '{name}': '{region.key}' shrank below the registered "
-                "size; register it again"
-            )
         return region, region.offset + offset
+
+
+def _shrank(region: _Region) -> BadRequestError:
+    return BadRequestError(
+        f"shared memory region '{region.name}': '{region.key}' shrank below the registered "
+        "size; register it again"
+    )
 
 
 def _check_window(offset: Any, byte_size: Any, action: str) -> None:

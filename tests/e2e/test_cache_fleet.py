@@ -84,8 +84,8 @@ def test_flush_endpoint_clears_every_replica(
     )
     with urllib.request.urlopen(request, timeout=30) as response:
         assert json.load(response) == {"model": "simple", "removed": 6}
-    assert redis_server.client().keys("cachefleet:v1:simple:*") == []
-    assert len(redis_server.client().keys("cachefleet:v1:simple_string:*")) == 1
+    assert redis_server.client().keys("cachefleet:v2:default:simple:*") == []
+    assert len(redis_server.client().keys("cachefleet:v2:default:simple_string:*")) == 1
     assert x_cache(first, "simple", 0) == "miss"
     assert x_cache(second, "simple", 1) == "miss"  # its local copy went with the broadcast
     assert x_cache(first, "simple_string", 0) == "hit-local"

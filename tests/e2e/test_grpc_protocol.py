@@ -193,13 +193,57 @@ def test_malformed_requests_are_invalid_arguments(
     assert message in str(caught.value.details())
 
 
-def _simple_raw(value: int) -> Any:
+def _parameter(**choice: Any) -> Any:
+    return service_pb2.InferParameter(**choice)
+
+
+@pytest.mark.parametrize(
+    ("model", "request_fields", "message"),
+    [
+        (
+            "simple_identity",
+            {"inputs": [_typed("INPUT0", "BYTES", [1, 2], bytes_contents=[b"ok", b"\xff\xfe"])]},
+            "BYTES elements must be UTF-8",
+        ),
+        ("simple", {"parameters": {"priority": _parameter(string_param="high")}},
+         "parameter 'priority' must be a non-negative integer"),
+        ("simple", {"parameters": {"priority": _parameter(double_param=float("nan"))}},
+         "parameter 'priority' must be a finite number"),
+        ("simple", {"parameters": {"priority": _parameter(double_param=1.0)}},
+         "parameter 'priority' must be a non-negative integer"),
+        ("simple", {"parameters": {"timeout": _parameter(int64_param=-1)}},
+         "parameter 'timeout' must be a non-negative integer"),
+        ("simple", {"parameters": {"seed": _parameter(double_param=float("inf"))}},
+         "parameter 'seed' must be a finite number"),
+    ],
+    ids=["bytes-not-utf8", "priority-string", "priority-nan", "priority-float", "timeout-negative",
+         "parameter-infinite"],
+)  # fmt: skip
+def test_bad_input_is_invalid_argument_never_internal(
+    stub: Any, model: str, request_fields: dict[str, Any], message: str
+) -> None:
+    """Every check happens while decoding, as over HTTP: no bad input reaches the model (where a
+    non-UTF-8 element would fail the whole batch it joined) or the scheduler."""
+    if "inputs" not in request_fields:
+        request_fields = {**request_fields, **_simple_raw_fields(3)}
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.ModelInfer(_request(model, **request_fields))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert message in str(caught.value.details())
+    # The server is still there and answers the same model.
+    assert _infer(stub, _simple_raw(3))[0].outputs
+
+
+def _simple_raw_fields(value: int) -> dict[str, Any]:
     data = np.full((1, 16), value, dtype=np.int32).tobytes()
-    return _request(
-        "simple",
-        inputs=[_raw_input("INPUT0", "INT32", [1, 16]), _raw_input("INPUT1", "INT32", [1, 16])],
-        raw_input_contents=[data, data],
-    )
+    return {
+        "inputs": [_raw_input("INPUT0", "INT32", [1, 16]), _raw_input("INPUT1", "INT32", [1, 16])],
+        "raw_input_contents": [data, data],
+    }
+
+
+def _simple_raw(value: int) -> Any:
+    return _request("simple", **_simple_raw_fields(value))
 
 
 def _http(server: ServerProcess, value: int) -> tuple[list[int], str]:

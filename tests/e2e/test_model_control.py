@@ -181,4 +181,4 @@ def test_cache_survives_a_reload_of_the_same_files_only(
 
     (repository / "simple" / "1" / "model.onnx").write_bytes(_swapped_simple())
     client.load_model("simple")
-    assert _x_cache(server, 5) == ("miss", [0] * 16), "new file: old answers flushed"
+    assert _x_cache(server, 5) == ("miss", [0] * 16), "new files: another key space"

@@ -11,7 +11,7 @@ import httpx
 from support.processes import CACHEFLEET, ServerProcess
 from support.redis_topology import LoadLoop
 
-from cachefleet.bench.chaos.answers import redis_key
+from cachefleet.bench.chaos.answers import redis_key, served_fingerprint
 from cachefleet.bench.redis_topology import MASTER_NAME, ClusterProcesses, SentinelProcesses, info
 
 pytest_plugins = ("support.redis_topology",)
@@ -35,19 +35,19 @@ def test_two_servers_share_a_cluster_and_flush_empties_every_primary(
         load.wait_for(4 * len(SEEDS))
     assert not load.failed, load.errors[:5]
     assert any(a.cache == "hit-redis" for a in load.answers)
-    held = redis_cluster.keys_per_node("cachefleet:v1:simple:*")
+    held = redis_cluster.keys_per_node("cachefleet:v2:default:simple:*")
     assert sum(held.values()) == len(SEEDS)
     assert len([count for count in held.values() if count]) >= 2, held
 
     flushed = httpx.post(f"{servers[0].base_url}/v2/models/simple/cache/flush", timeout=30)
     assert flushed.status_code == 200, flushed.text
     assert flushed.json()["removed"] == len(SEEDS)
-    assert redis_cluster.keys_per_node("cachefleet:v1:simple:*") == dict.fromkeys(held, 0)
+    assert redis_cluster.keys_per_node("cachefleet:v2:default:simple:*") == dict.fromkeys(held, 0)
 
     # And from the command line, with no server: the same flush of every primary.
     with LoadLoop([s.base_url for s in servers], SEEDS, threads=2) as load:
         load.wait_for(2 * len(SEEDS))
-    assert sum(redis_cluster.keys_per_node("cachefleet:v1:simple:*").values()) == len(SEEDS)
+    assert sum(redis_cluster.keys_per_node("cachefleet:v2:default:simple:*").values()) == len(SEEDS)
     done = subprocess.run(
         [*CACHEFLEET, "flush", "--model", "simple", "--redis-mode", "cluster",
          "--redis-url", redis_cluster.url],
@@ -55,14 +55,15 @@ def test_two_servers_share_a_cluster_and_flush_empties_every_primary(
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert f"removed {len(SEEDS)} entries" in done.stdout
-    assert redis_cluster.keys_per_node("cachefleet:v1:simple:*") == dict.fromkeys(held, 0)
+    assert redis_cluster.keys_per_node("cachefleet:v2:default:simple:*") == dict.fromkeys(held, 0)
 
 
 def test_a_primary_killed_under_load_fails_nothing_and_the_other_shards_keep_hitting(
     make_server: MakeServer, redis_cluster: ClusterProcesses
 ) -> None:
     servers = cluster_servers(make_server, redis_cluster)
-    home = {seed: redis_cluster.port_of(redis_key(seed)) for seed in SEEDS}
+    fingerprint = served_fingerprint(servers[0].base_url)
+    home = {seed: redis_cluster.port_of(redis_key(seed, fingerprint)) for seed in SEEDS}
     dead = home[0]
     with LoadLoop([s.base_url for s in servers], SEEDS) as load:
         load.wait_for(3 * len(SEEDS))

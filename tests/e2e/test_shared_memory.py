@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -230,3 +231,50 @@ def test_repeated_shared_memory_requests_read_and_write_the_regions_every_time(
         client.infer("simple", inputs, outputs=outputs)
         total = shm.get_contents_as_numpy(out_handle, np.int32, [1, 16])
         np.testing.assert_array_equal(total, first + value)
+
+
+def test_a_file_truncated_during_reads_is_a_400_never_a_crash(
+    client: httpclient.InferenceServerClient, region: Region
+) -> None:
+    """A client shrinks and regrows its object while the server copies 16 MiB out of it: each
+    request is a 200 or a 400, and the server lives (a mapped region would die of SIGBUS)."""
+    size = 16 << 20
+    name, key, handle = region(size)
+    element = b"a" * (size - 4)
+    shm.set_shared_memory_region(handle, [np.array([[element]], dtype=np.object_)])
+    path = f"/dev/shm/{key.lstrip('/')}"
+    stop = threading.Event()
+
+    def shrink_and_regrow() -> None:
+        while not stop.is_set():
+            os.truncate(path, 8)
+            os.truncate(path, size)
+
+    flapper = threading.Thread(target=shrink_and_regrow)
+    flapper.start()
+    statuses = []
+    try:
+        for _ in range(30):
+            infer_input = httpclient.InferInput("INPUT0", [1, 1], "BYTES")
+            infer_input.set_shared_memory(name, size)
+            try:
+                client.infer(
+                    "simple_identity", [infer_input], headers={"Cache-Control": "no-store"}
+                )
+                statuses.append("200")
+            except InferenceServerException as error:
+                statuses.append(str(error.status()))
+    finally:
+        stop.set()
+        flapper.join()
+    assert set(statuses) <= {"200", "400"}, statuses
+    assert client.is_server_live()
+
+
+def test_the_window_is_checked_against_the_tensor_before_any_copy(
+    client: httpclient.InferenceServerClient, region: Region
+) -> None:
+    name, _, _ = region(8 << 20)
+    with pytest.raises(InferenceServerException, match="needs 64 bytes") as error:
+        client.infer("simple", _simple_inputs(name, 8 << 20))
+    assert error.value.status() == "400"

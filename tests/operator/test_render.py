@@ -175,6 +175,28 @@ def test_external_redis_mode_reaches_the_runtime_settings(
     assert (settings.redis.mode, settings.redis.sentinel_master) == (mode, master)
 
 
+@pytest.mark.parametrize(
+    ("runtime", "expected"),
+    [
+        ({}, 1024 * 2**20),
+        ({"resources": {"limits": {"memory": "8Gi"}}}, 2 * 2**30),
+        ({"workers": 2, "resources": {"limits": {"memory": "8Gi"}}}, 2**30),
+    ],
+    ids=["default", "a-quarter-of-the-limit", "shared-by-workers"],
+)
+def test_the_inflight_budget_is_derived_from_the_memory_limit(
+    runtime: dict[str, Any], expected: int, tmp_path: Path
+) -> None:
+    children = render({"runtime": runtime})
+    path = tmp_path / "config.yaml"
+    path.write_text(by_kind(children, "ConfigMap", "svc-config")["data"]["config.yaml"])
+    import argparse
+
+    settings = load_settings(argparse.Namespace(config=path), environ={})
+    assert settings.limits.max_inflight_bytes == expected
+    assert settings.limits.head_timeout_s == 10.0
+
+
 def test_sentinel_without_its_primary_stalls_with_a_message() -> None:
     with pytest.raises(SpecError, match="sentinelMaster is required in mode sentinel"):
         parse_spec(
@@ -248,7 +270,7 @@ def test_image_repository_is_copied_by_an_init_container() -> None:
     pod = by_kind(render(SPECS["image-models"]), "Deployment")["spec"]["template"]["spec"]
     [init] = pod["initContainers"]
     assert init["image"] == "models:1"
-    assert {"name": "models", "emptyDir": {}} in pod["volumes"]
+    assert {"name": "models", "emptyDir": {"sizeLimit": "10Gi"}} in pod["volumes"]
 
 
 def test_redis_conf_carries_memory_and_persistence_settings() -> None:

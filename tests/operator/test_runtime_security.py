@@ -119,5 +119,5 @@ def test_tls_mounts_the_named_secret_and_serves_both_transports_over_it(mutual: 
     assert security["grpc_use_ssl"] is True
     assert security["grpc_server_cert"] == security["ssl_certfile"] == str(folder / "tls.crt")
     assert security["grpc_server_key"] == security["ssl_keyfile"] == str(folder / "tls.key")
-    assert security["grpc_use_ssl_mutual"] is mutual
+    assert security.get("grpc_use_ssl_mutual", False) is mutual
     assert (security.get("grpc_root_cert") == str(folder / "ca.crt")) is mutual

@@ -21,8 +21,9 @@ from cachefleet.bench.chaos.answers import (
     decode_outputs,
     input_tensors,
     request_body,
+    served_fingerprint,
 )
-from cachefleet.runtime.cache.key import compute_key
+from cachefleet.runtime.cache.key import KeySpace, compute_key
 from cachefleet.runtime.tensor import Tensor, encode_bytes_elements
 
 
@@ -72,7 +73,8 @@ def post_strings(server: ServerProcess) -> str:
         Tensor(name, "BYTES", (1, 16), encode_bytes_elements(data))
         for name, data in zip(("INPUT0", "INPUT1"), values, strict=True)
     ]
-    return compute_key("simple_string", "1", tensors, {}).redis_key
+    fingerprint = served_fingerprint(server.base_url, "simple_string")
+    return KeySpace().redis_key(compute_key("simple_string", "1", fingerprint, tensors, {}))
 
 
 def stored(redis: RedisProcess, key: str) -> bytes:
@@ -89,8 +91,16 @@ def refused(server: ServerProcess) -> float:
     return sum(float(row.split()[-1]) for row in text.splitlines() if row.startswith(line))
 
 
-def simple_key(seed: int, version: str = "1", parameters: dict[str, Any] | None = None) -> str:
-    return compute_key("simple", version, input_tensors(seed), parameters or {}).redis_key
+def simple_key(
+    server: ServerProcess,
+    seed: int,
+    version: str = "1",
+    parameters: dict[str, Any] | None = None,
+) -> str:
+    """The Redis key of request ``seed`` to ``simple`` as ``server`` computes it."""
+    fingerprint = served_fingerprint(server.base_url, "simple", version)
+    key = compute_key("simple", version, fingerprint, input_tensors(seed), parameters or {})
+    return KeySpace().redis_key(key)
 
 
 @pytest.mark.parametrize("source", ["input", "version", "model", "parameters"])
@@ -107,19 +117,21 @@ def test_an_entry_of_another_request_is_never_served(
     target = 7
     if source == "input":
         assert post(server, 8) == ("miss", True)
-        foreign = stored(redis, simple_key(8))
+        foreign = stored(redis, simple_key(server, 8))
     elif source == "version":  # the same input through version 2: the same bytes, another key
         assert post(server, target, version="2") == ("miss", True)
-        foreign = stored(redis, simple_key(target, version="2"))
+        foreign = stored(redis, simple_key(server, target, version="2"))
     elif source == "model":
         foreign = stored(redis, post_strings(server))
     else:
         assert post(server, target, parameters={"tag": "a"}) == ("miss", True)
-        foreign = stored(redis, simple_key(target, parameters={"tag": "a"}))
+        foreign = stored(redis, simple_key(server, target, parameters={"tag": "a"}))
 
-    redis_py.Redis(port=redis.port).set(simple_key(target), foreign)
+    redis_py.Redis(port=redis.port).set(simple_key(server, target), foreign)
     assert post(server, target) == ("miss", True)
     assert refused(server) == 1
     # The refused entry was replaced by the right one, which now serves.
-    wait_for(lambda: stored(redis, simple_key(target)) != foreign, "the entry to be replaced")
+    wait_for(
+        lambda: stored(redis, simple_key(server, target)) != foreign, "the entry to be replaced"
+    )
     assert post(server, target) == ("hit-redis", True)

@@ -13,7 +13,13 @@ import redis as redis_py
 from support.processes import CACHEFLEET, RedisProcess, ServerProcess, free_port
 from support.waiting import wait_for
 
-from cachefleet.bench.chaos.answers import answer_is_right, decode_outputs, redis_key, request_body
+from cachefleet.bench.chaos.answers import (
+    answer_is_right,
+    decode_outputs,
+    redis_key,
+    request_body,
+    served_fingerprint,
+)
 
 MakeServer = Callable[..., ServerProcess]
 MakeRedis = Callable[..., RedisProcess]
@@ -64,7 +70,10 @@ def test_tls_redis_with_client_certificate_end_to_end(
     )  # fmt: skip
     eventually_hit_redis(server, 1)
     # The entry went over TLS into this very Redis (read back on its plain port).
-    assert redis_py.Redis(port=redis.port).exists(redis_key(1)) == 1
+    assert (
+        redis_py.Redis(port=redis.port).exists(redis_key(1, served_fingerprint(server.base_url)))
+        == 1
+    )
 
 
 def test_the_redis_password_never_leaks(

@@ -34,7 +34,7 @@ async def fill(cache: ReadThroughCache, model: str, values: range) -> None:
 
 
 def redis_keys(redis: RedisProcess, model: str) -> list[bytes]:
-    return list(redis.client().scan_iter(match=f"cachefleet:v1:{model}:*"))
+    return list(redis.client().scan_iter(match=f"cachefleet:v2:default:{model}:*"))
 
 
 async def eventually_miss(cache: ReadThroughCache, value: int, model: str) -> None:
@@ -139,7 +139,7 @@ async def test_flush_takes_exactly_the_named_model(redis_server: RedisProcess) -
     cache = await started("tiered", redis_server)
     try:
         await fill(cache, "a", range(2))
-        await fill(cache, "a:b", range(3))  # its keys also match the glob cachefleet:v1:a:*
+        await fill(cache, "a:b", range(3))  # its keys also match the glob cachefleet:v2:default:a:*
         assert await cache.flush("a") == 4
         assert len(redis_keys(redis_server, "a:b")) == 3
         assert (await ask(cache, request(0, model="a:b"), Model()))[1] is CacheStatus.HIT_LOCAL

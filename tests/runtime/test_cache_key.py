@@ -14,26 +14,38 @@ from hypothesis import strategies as st
 from cachefleet.runtime.cache.key import (
     KEY_FORMAT_VERSION,
     CacheKey,
+    KeySpace,
     compute_key,
-    redis_model_pattern,
 )
 from cachefleet.runtime.tensor import Tensor
 
 INPUT0 = Tensor.from_numpy("INPUT0", np.arange(16, dtype="<i4").reshape(1, 16))
 INPUT1 = Tensor.from_numpy("INPUT1", np.ones((1, 16), dtype="<i4"))
-#: Golden vector: ``simple`` v1 with INPUT0 = 0..15 and INPUT1 = ones, no parameters. If this
-#: changes, every cache in every fleet goes cold: bump KEY_FORMAT_VERSION on purpose instead.
-GOLDEN_HEX = "9cad6e8ebb91e7e036456420ac6e696ea58441802f3b155ee413f70bfc24f3cf"
+#: A model fingerprint (hex BLAKE3, as the repository makes them).
+FINGERPRINT = blake3(b"simple files").hexdigest()
+#: Golden vector: ``simple`` v1 on the files of FINGERPRINT, with INPUT0 = 0..15 and INPUT1 =
+#: ones, no parameters. If this changes, every cache in every fleet goes cold: bump
+#: KEY_FORMAT_VERSION on purpose instead.
+GOLDEN_HEX = "0d84aa73954ff036981fa4c5ac568539fc6effe851885c4a4f8726faaa508bd6"
 
 
 def key(inputs: list[Tensor], parameters: dict[str, Any] | None = None, **kw: str) -> CacheKey:
-    return compute_key(kw.get("model", "simple"), kw.get("version", "1"), inputs, parameters or {})
+    return compute_key(
+        kw.get("model", "simple"),
+        kw.get("version", "1"),
+        kw.get("fingerprint", FINGERPRINT),
+        inputs,
+        parameters or {},
+    )
 
 
 def test_golden_vector_is_stable_across_releases_and_replicas() -> None:
     result = key([INPUT0, INPUT1])
     assert result.hexdigest == GOLDEN_HEX
-    assert result.redis_key == f"cachefleet:v1:simple:1:{GOLDEN_HEX}"
+    assert KeySpace().redis_key(result) == f"cachefleet:v2:default:simple:{GOLDEN_HEX}"
+    assert (
+        KeySpace("ml/fleet-a").redis_key(result) == f"cachefleet:v2:ml/fleet-a:simple:{GOLDEN_HEX}"
+    )
 
 
 def test_key_is_blake3_over_the_documented_length_prefixed_encoding() -> None:
@@ -41,7 +53,7 @@ def test_key_is_blake3_over_the_documented_length_prefixed_encoding() -> None:
         return struct.pack("<Q", len(value)) + value
 
     encoded = b"cachefleet.key" + struct.pack("<I", KEY_FORMAT_VERSION)
-    encoded += field(b"simple") + field(b"1") + struct.pack("<Q", 2)
+    encoded += field(b"simple") + field(b"1") + field(FINGERPRINT.encode()) + struct.pack("<Q", 2)
     for tensor in (INPUT0, INPUT1):
         encoded += field(tensor.name.encode()) + field(tensor.datatype.encode())
         encoded += struct.pack("<Q", 2) + struct.pack("<QQ", 1, 16) + field(tensor.data)
@@ -56,7 +68,8 @@ def reference_key(model: str, version: str, inputs: list[Tensor], params: bytes)
         return struct.pack("<Q", len(value)) + value
 
     encoded = b"cachefleet.key" + struct.pack("<I", KEY_FORMAT_VERSION)
-    encoded += field(model.encode()) + field(version.encode()) + struct.pack("<Q", len(inputs))
+    encoded += field(model.encode()) + field(version.encode()) + field(FINGERPRINT.encode())
+    encoded += struct.pack("<Q", len(inputs))
     for tensor in sorted(inputs, key=lambda t: t.name):
         encoded += field(tensor.name.encode()) + field(tensor.datatype.encode())
         encoded += struct.pack("<Q", len(tensor.shape))
@@ -70,7 +83,9 @@ def test_large_and_small_inputs_follow_the_documented_encoding() -> None:
     mask = Tensor.from_numpy("mask", np.ones((2, 3), dtype=np.uint8))
     inputs = [mask, image, INPUT0]
     expected = reference_key("densenet_onnx", "3", inputs, b'{"a":1}')
-    got = compute_key("densenet_onnx", "3", inputs, {"a": 1, "binary_data_output": True})
+    got = compute_key(
+        "densenet_onnx", "3", FINGERPRINT, inputs, {"a": 1, "binary_data_output": True}
+    )
     assert got.hexdigest == expected
 
 
@@ -86,16 +101,18 @@ def test_same_bytes_with_another_datatype_never_share_a_key() -> None:
     assert key([Tensor("x", "INT32", (4,), data)]) != key([Tensor("x", "FP32", (4,), data)])
 
 
-def test_model_and_version_are_part_of_the_key() -> None:
+def test_model_version_and_fingerprint_are_part_of_the_key() -> None:
     base = key([INPUT0])
     assert key([INPUT0], model="other") != base
     assert key([INPUT0], version="2") != base
+    # The same name and version over other files (a rollout, another fleet): another key.
+    assert key([INPUT0], fingerprint=blake3(b"other files").hexdigest()) != base
 
 
 def test_names_cannot_run_into_each_other() -> None:
     # Without length prefixes "ab"+"c" and "a"+"bc" would hash the same stream.
-    one = compute_key("ab", "c", [INPUT0], {})
-    two = compute_key("a", "bc", [INPUT0], {})
+    one = compute_key("ab", "c", FINGERPRINT, [INPUT0], {})
+    two = compute_key("a", "bc", FINGERPRINT, [INPUT0], {})
     assert one != two
 
 
@@ -135,8 +152,24 @@ def test_presentation_parameters_are_not_keyed(parameter: dict[str, Any]) -> Non
 
 
 def test_flush_pattern_escapes_glob_characters_in_model_names() -> None:
-    assert redis_model_pattern("simple") == "cachefleet:v1:simple:*"
-    assert redis_model_pattern("a*b?[c]") == "cachefleet:v1:a\\*b\\?\\[c\\]:*"
+    keys = KeySpace("team-a/fleet")
+    assert keys.model_pattern("simple") == "cachefleet:v2:team-a/fleet:simple:*"
+    assert keys.model_pattern("a*b?[c]") == "cachefleet:v2:team-a/fleet:a\\*b\\?\\[c\\]:*"
+
+
+def test_a_namespace_holds_only_its_own_models_keys() -> None:
+    keys, other = KeySpace("a"), KeySpace("b")
+    entry = key([INPUT0], model="x:y")
+    assert keys.holds(keys.redis_key(entry).encode(), "x:y")
+    assert not keys.holds(keys.redis_key(entry).encode(), "y")  # model "y" never takes "x:y"
+    assert not keys.holds(other.redis_key(entry).encode(), "x:y")
+    assert keys.flush_channel == "cachefleet:v2:a:flush" != other.flush_channel
+
+
+@pytest.mark.parametrize("namespace", ["", "a:b", "a{b}", "a*", "-a", "a b", "x" * 321])
+def test_namespaces_that_would_make_ambiguous_keys_are_refused(namespace: str) -> None:
+    with pytest.raises(ValueError, match="namespace"):
+        KeySpace(namespace)
 
 
 @settings(max_examples=300, deadline=None)

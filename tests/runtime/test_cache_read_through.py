@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
-from support.cache_doubles import Model, ask, metric, request, settings
+from support.cache_doubles import Model, ask, metric, redis_key, request, settings
 from support.processes import RedisProcess
 
-from cachefleet.runtime.cache.api import CacheDirectives, CacheRequest, CacheStatus
+from cachefleet.runtime.cache.api import CacheDirectives, CacheStatus
 from cachefleet.runtime.cache.factory import build_cache
-from cachefleet.runtime.cache.key import compute_key
 from cachefleet.runtime.cache.local import LocalTier
 from cachefleet.runtime.cache.read_through import ReadThroughCache
 from cachefleet.runtime.cache.redis_tier import RedisTier
@@ -86,8 +86,7 @@ async def test_redis_entries_carry_the_ttl(
     req = request(4)
     await ask(cache, req, Model())
     await cache.writes.join()
-    key = compute_key(req.model, req.version, req.inputs, req.parameters)
-    ttl_ms = redis_server.client().pttl(key.redis_key)
+    ttl_ms = redis_server.client().pttl(redis_key(req))
     assert 0 < ttl_ms <= 60_000
 
 
@@ -245,17 +244,17 @@ async def test_promoted_copy_expires_with_the_redis_entry(redis_server: RedisPro
     await first.start()
     await second.start()
     try:
-        short = CacheRequest("simple", "1", request(8).inputs, {}, enabled=True, ttl_s=600)
+        short = replace(request(8), ttl_s=600)
         await ask(first, short, Model())
         await first.writes.join()
-        long = CacheRequest("simple", "1", short.inputs, {}, enabled=True, ttl_s=3600)
+        long = replace(short, ttl_s=3600)
         assert (await ask(second, long, Model()))[1] is CacheStatus.HIT_REDIS
         clock.now += 599
         assert (await ask(second, long, Model()))[1] is CacheStatus.HIT_LOCAL
         # Ten minutes on, Redis drops the entry (its PX); the copy promoted for a replica that
         # asked for an hour must be gone too, since the entry it copied had ten minutes left.
         clock.now += 2
-        redis_server.command("DEL", compute_key("simple", "1", short.inputs, {}).redis_key)
+        redis_server.command("DEL", redis_key(short))
         assert (await ask(second, long, Model()))[1] is CacheStatus.MISS
     finally:
         await first.close()

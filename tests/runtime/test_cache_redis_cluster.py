@@ -22,7 +22,7 @@ from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.tensor import Tensor
 
 pytest_plugins = ("support.redis_topology",)
-KEYS = "cachefleet:v1:simple:*"
+KEYS = "cachefleet:v2:default:simple:*"
 
 
 async def started(mode: str, url: str, **redis: Any) -> tuple[ReadThroughCache, RuntimeMetrics]:
@@ -52,7 +52,7 @@ def expected(value: int) -> list[Tensor]:
 
 def shard(cache: ReadThroughCache, value: int) -> str:
     assert cache.redis is not None
-    return cache.redis.shard_of(cache._key(request(value)).redis_key)
+    return cache.redis.shard_of(cache.keys.redis_key(cache._key(request(value))))
 
 
 async def test_two_caches_share_answers_spread_over_the_primaries_and_flush_empties_them(

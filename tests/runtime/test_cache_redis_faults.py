@@ -14,7 +14,7 @@ from support.waiting import wait_for_async
 from cachefleet.runtime.cache.api import CacheDirectives, CacheStatus
 from cachefleet.runtime.cache.entry import encode_entry
 from cachefleet.runtime.cache.factory import build_cache
-from cachefleet.runtime.cache.key import compute_key
+from cachefleet.runtime.cache.key import KeySpace, compute_key
 from cachefleet.runtime.cache.read_through import ReadThroughCache
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.tensor import Tensor
@@ -124,11 +124,12 @@ async def test_corrupt_entry_is_a_miss_and_is_deleted(
     redis_server: RedisProcess, planted: bytes | str
 ) -> None:
     req = request(3)
-    key = compute_key(req.model, req.version, req.inputs, req.parameters)
+    key = compute_key(req.model, req.version, req.fingerprint, req.inputs, req.parameters)
+    where = KeySpace().redis_key(key)
     if planted == "foreign":  # a valid entry, but for another request
         planted = encode_entry(bytes(32), expected(4))
     client = redis_server.client()
-    client.set(key.redis_key, planted)
+    client.set(where, planted)
     cache, metrics = await started("redis", redis_server)
     try:
         lookup_only = CacheDirectives(lookup=True, store=False)
@@ -136,7 +137,7 @@ async def test_corrupt_entry_is_a_miss_and_is_deleted(
         assert (outputs, status) == (expected(3), CacheStatus.MISS)
         await cache.writes.join()
         assert metric(metrics, "cachefleet_cache_errors_total", tier="redis", kind="corrupt") == 1
-        assert client.get(key.redis_key) is None
+        assert client.get(where) is None
         await ask(cache, req, Model())
         await cache.writes.join()
         assert (await ask(cache, req, Model())) == (expected(3), CacheStatus.HIT_REDIS)

@@ -97,7 +97,7 @@ async def test_a_sentinel_failover_is_followed_without_a_restart(
         while True:
             await ask(writer, request(value), Model())
             await writer.writes.join()
-            if command(new, "EXISTS", writer._key(request(value)).redis_key) == 1:
+            if command(new, "EXISTS", writer.keys.redis_key(writer._key(request(value)))) == 1:
                 break
             assert time.monotonic() < deadline, (
                 "writes never reached the new primary",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cachefleet.runtime.config import ModelSettings
-from cachefleet.runtime.models.placement import largest_inputs, runs_inline
+from cachefleet.runtime.models.placement import UNTIMED_FILE_BYTES, largest_inputs, runs_inline
 from cachefleet.runtime.models.repository import load_repository
 
 
@@ -24,5 +24,8 @@ def test_quick_fixed_size_models_run_inline_and_the_rest_in_threads(
         assert largest_inputs(repository.get("simple_string")) is None  # BYTES: threads
         assert not runs_inline(repository.get("simple_string"), budget_s=1.0)
         assert not repository.get("densenet_onnx").quick, "decided at load"
+        # A model file too large to be quick is placed in threads without a trial run, whatever
+        # the budget: the trial would cost a whole first inference at load.
+        assert not runs_inline(simple, budget_s=10.0, file_bytes=UNTIMED_FILE_BYTES + 1)
     finally:
         repository.close()

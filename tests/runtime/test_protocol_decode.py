@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import orjson
 import pytest
 from support.protocol_models import (
     IMAGE,
@@ -249,3 +250,26 @@ def test_ragged_json_data_is_refused() -> None:
     document = _simple_json(data=[[1, 2], [3]])
     with pytest.raises(BadRequestError, match="evenly nested"):
         decode_request(json_body(document), None, SIMPLE)
+
+
+@pytest.mark.parametrize("datatype", ["FP32", "INT64", "BYTES"])
+@pytest.mark.parametrize("binary", [False, True])
+def test_a_zero_element_tensor_with_a_huge_dimension_is_refused(
+    datatype: str, binary: bool
+) -> None:
+    """``[0, 2**62]`` holds no data, so its size check passes, but no array can take it."""
+    config = replace(IMAGE, inputs=(replace(IMAGE.inputs[0], datatype=datatype, dims=(-1, -1)),))
+    item: dict[str, object] = {"name": "data_0", "datatype": datatype, "shape": [0, 2**62]}
+    if binary:
+        item["parameters"] = {"binary_data_size": 0}
+    else:
+        item["data"] = []
+    body = orjson.dumps({"inputs": [item]})
+    with pytest.raises(BadRequestError, match="too large"):
+        decode_request(body, len(body) if binary else None, config)
+    item["shape"] = [0, 2**20]  # zero elements, a dimension an array can take: fine
+    body = orjson.dumps({"inputs": [item]})
+    assert decode_request(body, len(body) if binary else None, config).inputs[0].shape == (
+        0,
+        2**20,
+    )

@@ -24,6 +24,7 @@ class FakeModel:
     version: str = "1"
     labels: Mapping[str, Sequence[str]] = field(default_factory=dict)
     quick: bool = False
+    fingerprint: str = "ab" * 32
 
     @property
     def config(self) -> ModelConfig:

@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cachefleet.runtime.cache.api import NullCache
 from cachefleet.runtime.config import ModelSettings
 from cachefleet.runtime.errors import BadRequestError, ModelNotFoundError
 from cachefleet.runtime.models.repository import load_repository
@@ -29,7 +28,7 @@ async def settle() -> None:
 async def test_unload_waits_for_requests_in_flight(model_repository: Path) -> None:
     repository = load_repository(model_repository, ModelSettings(execution_provider="cpu"))
     in_flight = InFlight()
-    control = ModelControl(repository, NullCache(), StatisticsRegistry(), in_flight, "explicit")
+    control = ModelControl(repository, StatisticsRegistry(), in_flight, "explicit")
     running = repository.get("simple")  # a request that resolved its model before the unload
     in_flight.enter("simple")
 
@@ -51,10 +50,10 @@ async def test_unload_waits_for_requests_in_flight(model_repository: Path) -> No
 
 async def test_none_mode_and_file_parameters_are_refused(model_repository: Path) -> None:
     repository = load_repository(model_repository, ModelSettings(execution_provider="cpu"))
-    control = ModelControl(repository, NullCache(), StatisticsRegistry(), InFlight(), "none")
+    control = ModelControl(repository, StatisticsRegistry(), InFlight(), "none")
     with pytest.raises(BadRequestError, match="model control is off"):
         await control.unload("simple")
     with pytest.raises(BadRequestError, match="file: parameters"):
-        await ModelControl(
-            repository, NullCache(), StatisticsRegistry(), InFlight(), "explicit"
-        ).load("simple", {"file:1/model.onnx": "AAAA"})
+        await ModelControl(repository, StatisticsRegistry(), InFlight(), "explicit").load(
+            "simple", {"file:1/model.onnx": "AAAA"}
+        )

@@ -32,6 +32,7 @@ class HeldModel:
         )  # fmt: skip
         self.labels: Mapping[str, Sequence[str]] = {}
         self.quick = False  # it waits for the test: never on the event loop
+        self.fingerprint = "ab" * 32
         self.running = 0
         self.most_running = 0
         self.started: list[list[int]] = []

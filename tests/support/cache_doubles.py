@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from cachefleet.runtime.cache.api import CacheDirectives, CacheRequest, CacheStatus
+from cachefleet.runtime.cache.key import KeySpace, compute_key
 from cachefleet.runtime.cache.read_through import ReadThroughCache
 from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.metrics import RuntimeMetrics
@@ -27,9 +28,23 @@ def settings(mode: str, redis_url: str | None = None, **cache: Any) -> RuntimeSe
     )
 
 
-def request(value: int, *, model: str = "simple", enabled: bool = True) -> CacheRequest:
+#: The fingerprint of the stand-in model's files (any hex digest will do).
+FINGERPRINT = "ab" * 32
+
+
+def request(
+    value: int, *, model: str = "simple", enabled: bool = True, fingerprint: str = FINGERPRINT
+) -> CacheRequest:
     tensor = Tensor.from_numpy("INPUT0", np.full((1, 16), value, dtype=np.int32))
-    return CacheRequest(model, "1", [tensor], {}, enabled=enabled, ttl_s=60)
+    return CacheRequest(
+        model, "1", [tensor], {}, enabled=enabled, ttl_s=60, fingerprint=fingerprint
+    )
+
+
+def redis_key(req: CacheRequest, keys: KeySpace | None = None) -> str:
+    """The Redis key of ``req`` in ``keys`` (the default namespace when None)."""
+    key = compute_key(req.model, req.version, req.fingerprint, req.inputs, req.parameters)
+    return (keys or KeySpace()).redis_key(key)
 
 
 class Model:

@@ -108,3 +108,95 @@ def pdb_disruptions_allowed(pdb: Mapping[str, Any], *, expected: int, healthy: i
     else:
         desired_healthy = max(0, expected - int(spec["maxUnavailable"]))
     return max(0, healthy - desired_healthy)
+
+
+# --- admission of pods: ResourceQuota, Pod Security "restricted", OpenShift's restricted-v2 ------
+
+#: Volume types the "restricted" Pod Security Standard allows
+#: (https://kubernetes.io/docs/concepts/security/pod-security-standards/#restricted).
+RESTRICTED_VOLUME_TYPES = frozenset(
+    {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
+     "projected", "secret"}
+)  # fmt: skip
+
+
+def _containers(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return [*(pod.get("initContainers") or []), *(pod.get("containers") or [])]
+
+
+def quota_refusals(pod: Mapping[str, Any], quota: list[str]) -> list[str]:
+    """Containers a ResourceQuota over ``quota`` (e.g. ``limits.memory``) refuses, with no
+    LimitRange to fill them in: every container, init containers included, must state each
+    resource the quota tracks (https://kubernetes.io/docs/concepts/policy/resource-quotas/;
+    a request defaults to the limit when only the limit is set)."""
+    refused = []
+    for container in _containers(pod):
+        resources = container.get("resources") or {}
+        for tracked in quota:
+            section, resource = tracked.split(".", 1)
+            stated = resource in (resources.get(section) or {})
+            if section == "requests":
+                stated = stated or resource in (resources.get("limits") or {})
+            if not stated:
+                refused.append(f"{container['name']}: no {tracked}")
+    return refused
+
+
+def restricted_violations(pod: Mapping[str, Any]) -> list[str]:
+    """What the Pod Security Standard "restricted" (with "baseline") refuses in ``pod``."""
+    found = []
+    security = pod.get("securityContext") or {}
+    for flag in ("hostNetwork", "hostPID", "hostIPC"):
+        if pod.get(flag):
+            found.append(f"{flag} is set")
+    for volume in pod.get("volumes") or []:
+        kinds = set(volume) - {"name"}
+        if not kinds <= RESTRICTED_VOLUME_TYPES:
+            found.append(f"volume {volume['name']} is of type {sorted(kinds)}")
+    if security.get("runAsUser") == 0:
+        found.append("the pod runs as user 0")
+    for container in _containers(pod):
+        name = container["name"]
+        context = container.get("securityContext") or {}
+        if context.get("privileged"):
+            found.append(f"{name} is privileged")
+        if context.get("allowPrivilegeEscalation") is not False:
+            found.append(f"{name} does not set allowPrivilegeEscalation: false")
+        if not context.get("runAsNonRoot", security.get("runAsNonRoot")):
+            found.append(f"{name} does not set runAsNonRoot: true")
+        if context.get("runAsUser") == 0:
+            found.append(f"{name} runs as user 0")
+        seccomp = (context.get("seccompProfile") or security.get("seccompProfile") or {}).get(
+            "type"
+        )
+        if seccomp not in ("RuntimeDefault", "Localhost"):
+            found.append(f"{name} has seccomp profile {seccomp}")
+        capabilities = context.get("capabilities") or {}
+        if "ALL" not in (capabilities.get("drop") or []):
+            found.append(f"{name} does not drop ALL capabilities")
+        if set(capabilities.get("add") or []) - {"NET_BIND_SERVICE"}:
+            found.append(f"{name} adds capabilities")
+        for port in container.get("ports") or []:
+            if port.get("hostPort"):
+                found.append(f"{name} uses a host port")
+    return found
+
+
+def scc_restricted_v2_refusals(pod: Mapping[str, Any], uid_range: range) -> list[str]:
+    """What OpenShift's restricted-v2 SCC refuses: user ids and fsGroup must fall in the
+    namespace's range (annotation openshift.io/sa.scc.uid-range, e.g. 1000680000/10000), which
+    no manifest can know in advance; left unset, the platform assigns them
+    (https://docs.openshift.com/container-platform/4.16/authentication/managing-security-context-constraints.html)."""
+    found = []
+    security = pod.get("securityContext") or {}
+    for field in ("runAsUser", "runAsGroup", "fsGroup"):
+        value = security.get(field)
+        if value is not None and value not in uid_range:
+            found.append(f"pod {field} {value} is outside {uid_range.start}-{uid_range.stop - 1}")
+    for container in _containers(pod):
+        context = container.get("securityContext") or {}
+        for field in ("runAsUser", "runAsGroup"):
+            value = context.get(field)
+            if value is not None and value not in uid_range:
+                found.append(f"{container['name']} {field} {value} is outside the range")
+    return found

@@ -58,6 +58,12 @@ affinity = st.sampled_from(
     ]
 )
 
+SPREAD = {
+    "maxSkew": 1,
+    "topologyKey": "kubernetes.io/hostname",
+    "whenUnsatisfiable": "DoNotSchedule",
+}
+
 # Fields whose generic strategy (from the schema's type and pattern) would be too narrow or
 # too wide: sizes get good and bad quantities, free-form maps get realistic content.
 OVERRIDES: dict[str, st.SearchStrategy[Any]] = {
@@ -67,7 +73,12 @@ OVERRIDES: dict[str, st.SearchStrategy[Any]] = {
     "model.repository.pvc.subPath": st.sampled_from(["", "repo", "a/b", "/abs", "../up", "a/../b"]),
     "model.repository.image.image": st.sampled_from(["models:1", "registry.example.com/m:2"]),
     "model.repository.image.path": st.sampled_from(["/models", "/srv/repo"]),
+    "model.repository.image.sizeLimit": sizes,
+    "imagePullSecrets": st.lists(st.fixed_dictionaries({"name": names}), max_size=2),
     "runtime.image": st.sampled_from(["ghcr.io/cachefleet/cachefleet:0.1.0", "runtime:dev"]),
+    "runtime.topologySpreadConstraints": st.sampled_from([[], [SPREAD]]),
+    "runtime.podAnnotations": st.dictionaries(names, names, max_size=2),
+    "runtime.podLabels": st.dictionaries(names, names, max_size=2),
     "runtime.gpus": st.integers(0, 4),
     "runtime.workers": st.integers(1, 4),
     "runtime.resources": resources,

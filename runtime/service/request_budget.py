@@ -1,0 +1,111 @@
+"""What requests may hold of the process at once: a count of requests, and a budget of bytes.
+
+A request's bytes are estimated before its body is read (see :func:`body_cost` and the gRPC
+counterpart in ``grpc.servicer``): the body as received, the tensors decoded from it, and the
+Python objects a JSON decode makes on the way (measured at 13-16 times the JSON text for
+numbers). Over the budget a request waits briefly for others to finish, then is refused with
+:class:`OverloadedError` (503 with ``Retry-After``); so many large requests at once are slowed
+and refused, never an out-of-memory kill. A request larger than the whole budget runs alone.
+
+Used from the event loop only. The fast path is one synchronous call, :meth:`try_enter`, and
+the matching :meth:`leave`: no coroutine, no lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+from cachefleet.runtime.errors import OverloadedError
+
+#: How long a request over the byte budget waits for room before its 503.
+WAIT_S = 2.0
+#: Peak bytes of a JSON decode per byte of JSON text (orjson, numbers: 13.7 for floats, 16 for
+#: small integers).
+JSON_EXPANSION = 16
+
+
+def body_cost(body_bytes: int, header_length: int | None) -> int:
+    """The bytes an HTTP request of ``body_bytes`` may hold while it is decoded: the body, a
+    copy of its binary part as tensors, and its JSON part's decode."""
+    json_bytes = body_bytes if header_length is None else min(header_length, body_bytes)
+    return 2 * body_bytes - json_bytes + JSON_EXPANSION * json_bytes
+
+
+class RequestBudget:
+    """Requests and their bytes in flight, against ``max_requests`` and ``max_bytes``."""
+
+    def __init__(self, max_requests: int, max_bytes: int, wait_s: float = WAIT_S) -> None:
+        self._max_requests = max_requests
+        self._max_bytes = max_bytes
+        self._wait_s = wait_s
+        self._requests = 0
+        self._bytes = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    @property
+    def requests(self) -> int:
+        return self._requests
+
+    @property
+    def bytes(self) -> int:
+        return self._bytes
+
+    def try_enter(self, cost: int) -> bool:
+        """Count one request; True when its ``cost`` bytes fit now, False when the caller must
+        :meth:`wait` for them. Raises OverloadedError when no request may enter at all."""
+        if self._requests >= self._max_requests:
+            raise OverloadedError(
+                f"the server is answering {self._requests} requests, the most it may "
+                "(--max-requests-in-flight); retry later"
+            )
+        self._requests += 1
+        if self._fits(cost):
+            self._bytes += cost
+            return True
+        return False
+
+    async def wait(self, cost: int) -> None:
+        """After :meth:`try_enter` said False: take ``cost`` bytes once they fit, or leave and
+        raise OverloadedError after waiting :data:`WAIT_S`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._wait_s
+        try:
+            while not self._fits(cost):
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    raise OverloadedError(
+                        f"the server holds {self._bytes} bytes of requests, with room for "
+                        f"{self._max_bytes} (--max-inflight-bytes); retry later"
+                    )
+                waiter = loop.create_future()
+                self._waiters.append(waiter)
+                try:
+                    await asyncio.wait_for(asyncio.shield(waiter), remaining)
+                except TimeoutError:
+                    pass
+                finally:
+                    if not waiter.done():
+                        waiter.cancel()
+        except BaseException:
+            self._requests -= 1
+            self._wake()
+            raise
+        self._bytes += cost
+
+    def leave(self, cost: int) -> None:
+        """A request that entered is done; ``cost``: the bytes it took (0 if it never did)."""
+        self._requests -= 1
+        self._bytes -= cost
+        if self._waiters:
+            self._wake()
+
+    def _fits(self, cost: int) -> bool:
+        return self._bytes + cost <= self._max_bytes or self._bytes == 0
+
+    def _wake(self) -> None:
+        """Let every waiter look again (each checks whether its own cost fits now)."""
+        waiters, self._waiters = self._waiters, deque()
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)

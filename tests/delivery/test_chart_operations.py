@@ -1,0 +1,53 @@
+"""Chart values for running the operator for months: its runtime image, OpenShift, one writer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from delivery.support import RELEASE, Helm, Manifest, only
+
+OPERATOR = f"{RELEASE}-operator"
+
+
+def render(helm: Helm, tmp_path: Path, values: dict[str, Any]) -> list[Manifest]:
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump(values))
+    return helm.template(path)
+
+
+def operator_container(objects: list[Manifest]) -> dict[str, Any]:
+    pod = only(objects, "Deployment", OPERATOR)["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    return dict(container)
+
+
+def env_of(objects: list[Manifest]) -> dict[str, Any]:
+    return {e["name"]: e.get("value") for e in operator_container(objects).get("env") or []}
+
+
+def test_the_runtime_image_follows_the_release_unless_a_mirror_is_named(
+    helm: Helm, tmp_path: Path
+) -> None:
+    assert "CACHEFLEET_OPERATOR_RUNTIME_IMAGE" not in env_of(helm.template())
+    mirrored = render(helm, tmp_path, {"runtimeImage": "mirror.example/cachefleet:0.1.0"})
+    assert env_of(mirrored)["CACHEFLEET_OPERATOR_RUNTIME_IMAGE"] == (
+        "mirror.example/cachefleet:0.1.0"
+    )
+
+
+def test_openshift_mode_leaves_ids_to_the_platform_for_the_operator_and_its_services(
+    helm: Helm, tmp_path: Path
+) -> None:
+    default = only(helm.template(), "Deployment", OPERATOR)["spec"]["template"]["spec"]
+    assert default["securityContext"]["runAsUser"] == 10001
+    assert "CACHEFLEET_OPERATOR_USER_IDS" not in env_of(helm.template())
+    objects = render(helm, tmp_path, {"openshift": {"enabled": True}})
+    pod = only(objects, "Deployment", OPERATOR)["spec"]["template"]["spec"]
+    security = pod["securityContext"]
+    assert not {"runAsUser", "runAsGroup", "fsGroup"} & set(security)
+    assert security["runAsNonRoot"] is True
+    assert security["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert env_of(objects)["CACHEFLEET_OPERATOR_USER_IDS"] == "platform"

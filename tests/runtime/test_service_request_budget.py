@@ -1,0 +1,61 @@
+"""The request budget: a count and bytes in flight; over the bytes a request waits, then 503."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from cachefleet.runtime.errors import OverloadedError
+from cachefleet.runtime.service.request_budget import JSON_EXPANSION, RequestBudget, body_cost
+
+
+def test_body_cost_counts_the_body_its_tensors_and_the_json_decode() -> None:
+    assert body_cost(1000, None) == 1000 + JSON_EXPANSION * 1000
+    assert body_cost(1000, 100) == 1000 + 900 + JSON_EXPANSION * 100
+
+
+def test_requests_over_the_count_are_refused_at_once() -> None:
+    budget = RequestBudget(max_requests=2, max_bytes=100)
+    assert budget.try_enter(10)
+    assert budget.try_enter(10)
+    with pytest.raises(OverloadedError, match="max-requests-in-flight"):
+        budget.try_enter(10)
+    budget.leave(10)
+    assert budget.try_enter(10)
+
+
+def test_a_request_over_the_bytes_waits_for_room() -> None:
+    async def scenario() -> None:
+        budget = RequestBudget(max_requests=10, max_bytes=100, wait_s=5)
+        assert budget.try_enter(80)
+        assert not budget.try_enter(50)
+        waiting = asyncio.create_task(budget.wait(50))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
+        budget.leave(80)
+        await asyncio.wait_for(waiting, 1)
+        assert (budget.requests, budget.bytes) == (1, 50)
+
+    asyncio.run(scenario())
+
+
+def test_a_request_that_waits_too_long_is_refused_and_leaves() -> None:
+    async def scenario() -> None:
+        budget = RequestBudget(max_requests=10, max_bytes=100, wait_s=0.1)
+        assert budget.try_enter(100)
+        assert not budget.try_enter(1)
+        with pytest.raises(OverloadedError, match="max-inflight-bytes"):
+            await budget.wait(1)
+        assert (budget.requests, budget.bytes) == (1, 100)
+
+    asyncio.run(scenario())
+
+
+def test_a_request_larger_than_the_budget_runs_alone() -> None:
+    budget = RequestBudget(max_requests=10, max_bytes=100)
+    assert budget.try_enter(500)
+    assert not budget.try_enter(1)
+    budget.leave(500)
+    budget.leave(0)
+    assert budget.try_enter(500)
