@@ -109,7 +109,11 @@ async def _serving(state: ServerState) -> AsyncIterator[None]:
         )
         state.service = service
         state.control = ModelControl(
-            repository, statistics, in_flight, settings.models.control_mode
+            repository,
+            statistics,
+            in_flight,
+            settings.models.control_mode,
+            max_file_bytes=settings.server.max_request_bytes,
         )
         if settings.server.grpc_port:
             grpc_server = await start_grpc_server(settings.server, settings.security, state)
