@@ -19,6 +19,7 @@ from cachefleet.operator.manifests.children import CHILD_KINDS
 from cachefleet.operator.manifests.meta import GROUP, KIND, MANAGER, PLURAL, VERSION
 from cachefleet.operator.reconcile.kube import PLURALS, Kube
 from cachefleet.operator.reconcile.locks import KeyedLocks
+from cachefleet.operator.reconcile.peering import Peering, PeeringGate
 from cachefleet.operator.reconcile.periodic import Periodic, object_key, status_changes
 from cachefleet.operator.reconcile.reconciler import Outcome, Reconciler, restore_child
 from cachefleet.operator.reconcile.settings import OperatorSettings
@@ -44,7 +45,9 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: 
     # finalizer on every service, and a finalizer makes deletion wait for the operator.
     periodic = Periodic(memo.reconciler, memo.locks)
     index: kopf.Index[Any, Any] = kwargs["services"]  # the index below, by its id
-    memo.periodic = asyncio.create_task(periodic.run(lambda: _snapshot(index)))
+    peering = _peering(settings, memo.reconciler.settings.operator_namespace)
+    gate = PeeringGate(memo.reconciler.kube, peering)
+    memo.periodic = asyncio.create_task(periodic.run(lambda: _snapshot(index), gate.active))
 
 
 @kopf.on.cleanup()
@@ -109,3 +112,18 @@ def _report(body: kopf.Body, patch: kopf.Patch, outcome: Outcome) -> None:
 
 def _snapshot(index: kopf.Index[Any, Any]) -> list[Mapping[str, Any]]:
     return [body for store in index.values() for body in store]
+
+
+def _peering(settings: kopf.OperatorSettings, operator_namespace: str) -> Peering:
+    """kopf's peering settings (from the command line) for the periodic task's gate.
+
+    A namespaced peering object is looked for in the operator's own namespace; with -A (the
+    chart's default) kopf's peering is cluster-wide.
+    """
+    return Peering(
+        standalone=settings.peering.standalone,
+        name=settings.peering.name,
+        priority=settings.peering.priority,
+        clusterwide=settings.peering.clusterwide,
+        namespace=operator_namespace,
+    )

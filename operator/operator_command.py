@@ -22,6 +22,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "-L", "--liveness", help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz"
     )
     parser.add_argument("--standalone", action="store_true", help="ignore peering, run alone")
+    parser.add_argument(
+        "--leader-election",
+        metavar="LEASE",
+        help="run only while holding this Lease in the operator's namespace (implies "
+        "--standalone; for several replicas, one writes at a time)",
+    )
     parser.add_argument("-P", "--peering", help="kopf peering object name (for several replicas)")
     parser.add_argument("-p", "--priority", type=int, help="peering priority")
     parser.add_argument("--dev", action="store_true", help="kopf development mode")
@@ -41,6 +47,8 @@ def kopf_arguments(args: argparse.Namespace) -> list[str]:
         value = getattr(args, flag)
         if value is not None:
             argv.append(f"--{flag.replace('_', '-')}={value}")
+    if getattr(args, "leader_election", None):
+        args.standalone = True  # the Lease picks the one writer; kopf's peering must not pause it
     for switch in ("standalone", "dev", "verbose", "debug", "quiet"):
         if getattr(args, switch):
             argv.append(f"--{switch}")
@@ -52,5 +60,38 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.all_namespaces and not args.namespace:
         args.all_namespaces = True  # the chart's default: serve the whole cluster
-    kopf_main(args=kopf_arguments(args), prog_name="cachefleet operator", standalone_mode=True)
+    argv = kopf_arguments(args)
+    if args.leader_election:
+        _lead(args.leader_election)
+    kopf_main(args=argv, prog_name="cachefleet operator", standalone_mode=True)
     return 0
+
+
+def _lead(lease: str) -> None:
+    """Wait for the Lease, then keep it in a thread; losing it stops kopf (SIGTERM), so the pod
+    restarts as a standby."""
+    import os
+    import signal
+    import socket
+    import threading
+
+    import kubernetes
+
+    from cachefleet.operator.reconcile.kube import Kube
+    from cachefleet.operator.reconcile.lease import LeaseElector
+    from cachefleet.operator.reconcile.settings import OperatorSettings
+
+    try:
+        kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except kubernetes.config.ConfigException:
+        kubernetes.config.load_kube_config()  # type: ignore[no-untyped-call]
+    namespace = OperatorSettings.from_environ().operator_namespace
+    identity = os.environ.get("POD_ID") or socket.gethostname()
+    elector = LeaseElector(Kube(), namespace, lease, identity)
+    elector.acquire()
+
+    def lost() -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    stop = threading.Event()
+    threading.Thread(target=elector.keep, args=(lost, stop), daemon=True).start()

@@ -29,11 +29,18 @@ def needs_generated_password(spec: ServiceSpec) -> bool:
     return spec.cache.managed_redis and auth.enabled and auth.password_secret_ref is None
 
 
+def needs_generated_cache_secret(spec: ServiceSpec) -> bool:
+    """Whether the operator must keep a generated cache secret (the key of the Redis entries'
+    MAC) in a Secret of its own: a Redis tier, and no Secret of the user's named."""
+    return spec.cache.uses_redis and spec.cache.secret_ref is None
+
+
 def build_children(
     spec: ServiceSpec,
     *,
     owner: Owner,
     redis_password: str | None = None,
+    cache_secret: str | None = None,
     operator_namespace: str = DEFAULT_OPERATOR_NAMESPACE,
     admin_token: str | None = None,
     runtime_image: str = RELEASE_RUNTIME_IMAGE,
@@ -44,6 +51,8 @@ def build_children(
     ``redis_password`` is the password the pods will read: the generated one (required when
     :func:`needs_generated_password`) or the one in the user's Secret when it could be read. Its
     digest goes into the pod templates, so a rotated password rolls Redis and the runtime pods.
+    ``cache_secret`` is the generated cache secret (required when
+    :func:`needs_generated_cache_secret`); a new one rolls the runtime pods likewise.
     ``operator_namespace`` is where the operator runs, for the Redis NetworkPolicy.
     ``admin_token`` is the token of the restricted admin APIs (``spec.runtime.restrictedApis``):
     its Secret is a child when it is given (the operator and ``render`` always give one: the
@@ -59,14 +68,20 @@ def build_children(
     digest = password_digest(spec, redis_password)
     if spec.cache.managed_redis:
         children += _redis_children(spec, owner, redis_password, digest, operator_namespace)
+    secrets_digest = digest
+    if needs_generated_cache_secret(spec):
+        if cache_secret is None:
+            raise ValueError("a generated cache secret must be passed in")
+        children.append(runtime.build_cache_secret(spec, owner=owner, secret=cache_secret))
+        secrets_digest += config_hash("cache-secret", cache_secret)
     if admin_token is not None and spec.runtime.restricted_apis:
         children.append(runtime.build_runtime_admin_secret(spec, owner=owner, token=admin_token))
-        digest = config_hash(digest, "admin-token", admin_token)
+        secrets_digest += config_hash("admin-token", admin_token)
     children.append(runtime.build_runtime_configmap(spec, owner=owner))
     children.append(runtime.build_runtime_service(spec, owner=owner))
     children.append(
         runtime.build_runtime_deployment(
-            spec, owner=owner, password_digest=digest, runtime_image=runtime_image
+            spec, owner=owner, password_digest=secrets_digest, runtime_image=runtime_image
         )
     )
     if spec.autoscaling is not None:

@@ -7,7 +7,7 @@ from typing import Any
 
 from cachefleet.operator.manifests import meta
 from cachefleet.operator.manifests.meta import REDIS_PORT, Owner
-from cachefleet.operator.manifests.redis_conf import render_redis_conf, restart_relevant
+from cachefleet.operator.manifests.redis_conf import render_redis_conf, restart_settings
 from cachefleet.operator.manifests.security import container_security, pod_security
 from cachefleet.operator.manifests.spec import SecretKeyRef, ServiceSpec
 
@@ -129,7 +129,6 @@ def build_redis_statefulset(
     """The Redis pod; ``password_digest`` rolls it when a generated password was replaced."""
     redis = spec.cache.redis
     persistence = redis.persistence_or_default
-    conf = render_redis_conf(redis, name=owner.name)
     pod_labels = meta.labels(owner, COMPONENT)
     pod = _redis_pod_spec(spec, owner)
     stateful_spec: dict[str, Any] = {
@@ -145,12 +144,9 @@ def build_redis_statefulset(
                 "labels": pod_labels,
                 "annotations": {
                     **meta.safe_to_evict_annotation(pod),
-                    # maxmemory and its policy are left out: they are applied live (CONFIG SET).
+                    # Only what needs a restart (maxmemory and its policy go live, CONFIG SET).
                     meta.CONFIG_HASH_ANNOTATION: meta.config_hash(
-                        restart_relevant(conf),
-                        redis.image_or_default,
-                        persistence.mode,
-                        password_digest,
+                        restart_settings(redis), redis.image_or_default, password_digest
                     ),
                 },
             },

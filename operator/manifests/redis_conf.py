@@ -11,8 +11,6 @@ from cachefleet.operator.manifests.meta import REDIS_PORT
 from cachefleet.operator.manifests.redis_memory import maxmemory_bytes
 from cachefleet.operator.manifests.spec import Redis
 
-LIVE_SETTINGS = ("maxmemory", "maxmemory-policy")
-
 
 @functools.cache
 def _template() -> jinja2.Template:
@@ -41,8 +39,19 @@ def render_redis_conf(redis: Redis, *, name: str) -> str:
     )
 
 
-def restart_relevant(conf: str) -> str:
-    """The configuration without the settings applied live, for the pods' config hash."""
-    return "\n".join(
-        line for line in conf.splitlines() if line.split(" ", 1)[0] not in LIVE_SETTINGS
-    )
+def restart_settings(redis: Redis) -> dict[str, str]:
+    """The spec's Redis settings that take a restart to change, for the pod's config hash.
+
+    Only what the spec decides and the operator does not apply live: persistence (RDB
+    snapshots, the append-only file and their tuning). The template's fixed lines, its comments
+    and the live maxmemory settings stay out, so an operator upgrade that changes them restarts
+    no Redis (and throws no cache away); Redis reads them at its next restart. A setting that
+    starts to matter here changes every hash: tests/operator/test_config_hashes.py pins them.
+    """
+    persistence = redis.persistence_or_default
+    settings: dict[str, str] = {"persistence": persistence.mode}
+    if persistence.mode in ("rdb", "rdb+aof"):
+        settings["save"] = " ".join(persistence.save.split())
+    if persistence.mode in ("aof", "rdb+aof"):
+        settings["appendfsync"] = persistence.appendfsync
+    return settings

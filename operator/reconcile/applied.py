@@ -2,8 +2,12 @@
 
 The child watches see every change, the operator's included. An event whose resourceVersion is
 the one our apply got back is our own write; one whose generation is the one we applied changed
-only metadata or status (a controller counting pods). Neither needs restoring; anything else is
-someone's edit, and the child is re-applied.
+only metadata or status (a controller counting pods). Objects without a generation (a
+HorizontalPodAutoscaler, unless a newer feature gate gives it one; ConfigMaps, Services) are
+judged by content instead: when the live object still holds every field the operator sent, with
+the values it sent, the change was someone else's status or metadata (the HPA controller writes
+its status about every 15 s). None of these needs restoring; anything else is someone's edit,
+and the child is re-applied.
 """
 
 from __future__ import annotations
@@ -26,15 +30,21 @@ class AppliedVersions:
     def __init__(self) -> None:
         self._guard = threading.Lock()
         self._versions: dict[Key, tuple[str | None, int | None]] = {}
+        self._sent: dict[Key, Mapping[str, Any]] = {}
 
-    def record(self, key: Key, response: Mapping[str, Any]) -> bool:
-        """Remember an apply's response; True when it changed the object (or it is new to us)."""
+    def record(
+        self, key: Key, response: Mapping[str, Any], sent: Mapping[str, Any] | None = None
+    ) -> bool:
+        """Remember an apply's response (and what was sent); True when it changed the object
+        (or it is new to us)."""
         meta = response.get("metadata") or {}
         version = meta.get("resourceVersion")
         generation = meta.get("generation")
         with self._guard:
             before = self._versions.get(key)
             self._versions[key] = (version, None if generation is None else int(generation))
+            if sent is not None:
+                self._sent[key] = sent
         return before is None or before[0] != version or version is None
 
     def is_own(self, obj: Mapping[str, Any]) -> bool:
@@ -48,8 +58,26 @@ class AppliedVersions:
         if version is not None and meta.get("resourceVersion") == version:
             return True
         live_generation = meta.get("generation")
-        return (
-            generation is not None
-            and live_generation is not None
-            and (int(live_generation) == generation)
+        if generation is not None and live_generation is not None:
+            return int(live_generation) == generation
+        with self._guard:
+            sent = self._sent.get(key_of(obj))
+        return sent is not None and carries(obj, sent)
+
+
+def carries(live: Any, sent: Any) -> bool:
+    """Whether ``live`` holds every field of ``sent`` with the same value (lists item by item);
+    fields others added (status, defaults, annotations) do not matter. Quantities are compared
+    as sent, so a server that normalises one ("1000m" to "1") makes this False: a re-apply,
+    which is always safe."""
+    if isinstance(sent, Mapping):
+        return isinstance(live, Mapping) and all(
+            key in live and carries(live[key], value) for key, value in sent.items()
         )
+    if isinstance(sent, list):
+        return (
+            isinstance(live, list)
+            and len(live) == len(sent)
+            and all(carries(a, b) for a, b in zip(live, sent, strict=True))
+        )
+    return bool(live == sent)

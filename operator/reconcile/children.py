@@ -19,6 +19,7 @@ from cachefleet.operator.reconcile.applied import AppliedVersions, key_of
 from cachefleet.operator.reconcile.claims import (
     ClaimChange,
     not_expandable_message,
+    only_immutable_fields,
     plan_claim_change,
 )
 from cachefleet.operator.reconcile.kube import Kube, KubeError
@@ -54,7 +55,7 @@ def apply_children(
         if response is None:
             continue
         result.live[describe(child)] = response
-        if versions.record(key_of(child), response):
+        if versions.record(key_of(child), response, child):
             result.written.append(describe(child))
     return result
 
@@ -102,8 +103,10 @@ def _apply(kube: Kube, child: Mapping[str, Any], result: Applied) -> dict[str, A
     try:
         return kube.apply(child)
     except KubeError as error:
-        if not (error.invalid and child["kind"] == "StatefulSet"):
-            raise
+        if not (
+            error.invalid and child["kind"] == "StatefulSet" and only_immutable_fields(error.causes)
+        ):
+            raise  # refused for another reason too: the caller reports the server's message
         meta = child["metadata"]
         live = kube.get(child["apiVersion"], child["kind"], meta["namespace"], meta["name"])
         if live is None:
@@ -113,10 +116,45 @@ def _apply(kube: Kube, child: Mapping[str, Any], result: Applied) -> dict[str, A
             raise  # refused for another reason: the caller reports the server's message
         if change.action == "expand":
             change = _expand_claims(kube, child, change)
+        if change.adopted:
+            change = _prepare_adopted_claims(kube, child, change)
         if change.action == "blocked":
             result.blocked.append(change.message)
             return None
-        return _recreate(kube, child)
+        response = _recreate(kube, child)
+        for claim in change.dropped:
+            kube.delete(_claim(child, claim))
+        return response
+
+
+def _claim(child: Mapping[str, Any], name: str) -> dict[str, Any]:
+    namespace = child["metadata"]["namespace"]
+    meta = {"name": name, "namespace": namespace}
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta}
+
+
+def _prepare_adopted_claims(
+    kube: Kube, child: Mapping[str, Any], change: ClaimChange
+) -> ClaimChange:
+    """Persistence is switched on and its claims may be left from before: a retained one is
+    kept (its data wanted) and grown to the size asked for; any other is deleted, so that the
+    new StatefulSet makes a fresh claim of the new size instead of reusing a stale one."""
+    found = []
+    for name in change.adopted:
+        claim = _claim(child, name)
+        if kube.get("v1", "PersistentVolumeClaim", claim["metadata"]["namespace"], name):
+            found.append(name)
+    if not found:
+        return change
+    if change.retain:
+        grow = ClaimChange("expand", "", change.size, change.storage_class, tuple(found))
+        grown = _expand_claims(kube, child, grow)
+        return grown if grown.action == "blocked" else change
+    for name in found:
+        claim = _claim(child, name)
+        kube.delete(claim)
+        _wait_until_gone(kube, claim)
+    return change
 
 
 def _expand_claims(kube: Kube, child: Mapping[str, Any], change: ClaimChange) -> ClaimChange:

@@ -6,7 +6,10 @@ answers 422 "updates to statefulset spec for fields other than ... are forbidden
 gets a deliberate path here, decided from the live and the desired object (no I/O):
 
 - persistence switched on or off, or a changed selector or Service name: re-create the
-  StatefulSet, orphaning its pod so the new one adopts and rolls it;
+  StatefulSet, orphaning its pod so the new one adopts and rolls it; switched off, the claims
+  no template names any more are deleted (the orphaning delete strips their owner reference, so
+  nothing else would), unless the spec retains claims; switched on, a claim left from before is
+  deleted for a fresh one, or, when retained, grown to the new size;
 - a larger claim: expand the existing claims (when the storage class allows it) and re-create;
 - a smaller claim or another storage class: an existing claim cannot change that way, so the
   service stalls with a message saying what to do.
@@ -14,13 +17,34 @@ gets a deliberate path here, decided from the live and the desired object (no I/
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from cachefleet.operator.reconcile.kube import Cause
 from cachefleet.runtime.config import QuantityError, parse_bytes
 
 Action = Literal["none", "recreate", "expand", "blocked"]
+
+#: The one refusal the deliberate paths answer: the API server's cause for an update of an
+#: immutable StatefulSet field (reason FieldValueForbidden, field "spec").
+IMMUTABLE_FIELDS_CAUSE = "updates to statefulset spec for fields other than"
+
+
+def only_immutable_fields(causes: Iterable[Cause]) -> bool:
+    """Whether the server refused the StatefulSet for its immutable fields and nothing else.
+
+    A refusal also naming another cause (an invalid value edited in the same change) must be
+    reported as it is: expanding claims and deleting the StatefulSet would end in a re-apply
+    the server refuses again, with the Redis pod orphaned.
+    """
+    found = list(causes)
+    return bool(found) and all(
+        cause.reason == "FieldValueForbidden"
+        and cause.field == "spec"
+        and IMMUTABLE_FIELDS_CAUSE in cause.message
+        for cause in found
+    )
 
 
 @dataclass(frozen=True)
@@ -32,6 +56,14 @@ class ClaimChange:
     size: str = ""
     storage_class: str | None = None
     claims: tuple[str, ...] = ()
+    #: Persistence switched off: the claims nothing will use any more (kept when the spec
+    #: retains claims). The orphaning delete strips their owner reference, so garbage
+    #: collection would never take them.
+    dropped: tuple[str, ...] = ()
+    #: Persistence switched on: the claims the new template names; one left from before
+    #: (stripped of its owner) would be reused with its old size and stale data.
+    adopted: tuple[str, ...] = ()
+    retain: bool = False
 
 
 def plan_claim_change(live: Mapping[str, Any], desired: Mapping[str, Any]) -> ClaimChange:
@@ -41,9 +73,28 @@ def plan_claim_change(live: Mapping[str, Any], desired: Mapping[str, Any]) -> Cl
         if live_spec.get(field) != desired_spec.get(field):
             return ClaimChange("recreate", f"{field} changed")
     old, new = _templates(live_spec), _templates(desired_spec)
-    if old.keys() != new.keys():
-        return ClaimChange("recreate", "persistence was switched on or off")
     replicas = int(live_spec.get("replicas") or 1)
+
+    def claims_of(templates: Iterable[str]) -> tuple[str, ...]:
+        return tuple(
+            f"{template}-{name}-{ordinal}" for template in templates for ordinal in range(replicas)
+        )
+
+    if old.keys() != new.keys():
+        policy = desired_spec.get("persistentVolumeClaimRetentionPolicy") or {}
+        retain = policy.get("whenDeleted") == "Retain"
+        added = sorted(new.keys() - old.keys())
+        size = str(new[added[0]][1]) if added else ""
+        storage_class = new[added[0]][0] if added else None
+        return ClaimChange(
+            "recreate",
+            "persistence was switched on or off",
+            size=size,
+            storage_class=storage_class,
+            dropped=() if retain else claims_of(sorted(old.keys() - new.keys())),
+            adopted=claims_of(added),
+            retain=retain,
+        )
     for template, (old_class, old_size) in old.items():
         new_class, new_size = new[template]
         claims = tuple(f"{template}-{name}-{ordinal}" for ordinal in range(replicas))

@@ -45,19 +45,29 @@ def render_conditions(
     return [c.render(generation, by_type.get(c.type)) for c in conditions]
 
 
+#: Component reasons the summary passes on, so that Ready says why rather than "Progressing".
+SURFACED_REASONS = ("PodsRefused",)
+
+
 def summary_conditions(
-    redis: Condition, runtime: Condition, *, problem: str | None, stalled: str | None = None
+    redis: Condition,
+    runtime: Condition,
+    *,
+    problem: str | None,
+    stalled: str | None = None,
+    stalled_reason: str = "ReconcileFailed",
 ) -> list[Condition]:
     """Ready, Reconciling and Stalled from the two component conditions and a transient problem.
 
-    ``stalled`` is a problem that retrying cannot fix (the API server refused a child, or an
-    immutable field changed): the user has to act, so Stalled is True and Reconciling False.
+    ``stalled`` is a problem that retrying cannot fix (the API server refused a child or the
+    pods, or an immutable field changed): the user has to act, so Stalled is True and
+    Reconciling False.
     """
     if stalled is not None:
         return [
-            Condition("Ready", False, "ReconcileFailed", stalled),
-            Condition("Reconciling", False, "ReconcileFailed", "waiting for a change"),
-            Condition("Stalled", True, "ReconcileFailed", stalled),
+            Condition("Ready", False, stalled_reason, stalled),
+            Condition("Reconciling", False, stalled_reason, "waiting for a change"),
+            Condition("Stalled", True, stalled_reason, stalled),
             redis,
             runtime,
         ]
@@ -66,7 +76,9 @@ def summary_conditions(
         message = "Redis and every runtime pod are ready"
     else:
         message = problem or "; ".join(c.message for c in (redis, runtime) if not c.status)
-    reason = "Ready" if ready else ("ReconcileFailed" if problem else "Progressing")
+    surfaced = [c.reason for c in (redis, runtime) if c.reason in SURFACED_REASONS]
+    progress = surfaced[0] if surfaced else "Progressing"
+    reason = "Ready" if ready else ("ReconcileFailed" if problem else progress)
     return [
         Condition("Ready", ready, reason, message),
         Condition("Reconciling", not ready, reason, message),

@@ -28,6 +28,11 @@ PLURALS: dict[str, str] = {
     "HorizontalPodAutoscaler": "horizontalpodautoscalers",
     "CachedInferenceService": "cachedinferenceservices",
     "PersistentVolumeClaim": "persistentvolumeclaims",
+    "Pod": "pods",
+    "Event": "events",
+    "KopfPeering": "kopfpeerings",
+    "ClusterKopfPeering": "clusterkopfpeerings",
+    "Lease": "leases",
 }
 MERGE_PATCH_CONTENT_TYPE = "application/merge-patch+json"
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
@@ -120,6 +125,28 @@ class Kube:
             if labels.items() <= (item.get("metadata", {}).get("labels") or {}).items()
         ]
 
+    def get_cluster(self, api_version: str, kind: str, name: str) -> dict[str, Any] | None:
+        """A cluster-scoped object, or None when there is none."""
+        prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+        try:
+            return self._call("GET", f"{prefix}/{PLURALS[kind]}/{name}")
+        except KubeError as error:
+            if error.not_found:
+                return None
+            raise
+
+    def list_events(self, namespace: str, kind: str, name: str) -> list[dict[str, Any]]:
+        """The core events about one object (filtered here too, in case the server ignores it)."""
+        selector = f"involvedObject.kind={kind},involvedObject.name={name}"
+        path = collection_path("v1", "Event", namespace)
+        items = self._call("GET", path, query=[("fieldSelector", selector)]).get("items") or []
+        return [
+            item
+            for item in items
+            if (item.get("involvedObject") or {}).get("kind") == kind
+            and (item.get("involvedObject") or {}).get("name") == name
+        ]
+
     def apply(self, obj: Mapping[str, Any], *, manager: str = MANAGER) -> dict[str, Any]:
         """Server-side apply with the operator's one field manager, taking over conflicts.
 
@@ -129,6 +156,11 @@ class Kube:
         query = [("fieldManager", manager), ("force", "true")]
         return self._call("PATCH", object_path(obj), query=query, body=dict(obj),
                           content_type=APPLY_CONTENT_TYPE)  # fmt: skip
+
+    def create(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Create ``obj``; 409 when it exists (used where a create must not overwrite)."""
+        path = collection_path(obj["apiVersion"], obj["kind"], obj["metadata"]["namespace"])
+        return self._call("POST", path, body=dict(obj))
 
     def merge_patch(self, obj: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
         """A JSON merge patch of ``obj`` (for objects the operator does not own: a PVC)."""

@@ -1,8 +1,18 @@
-"""RedisReady and RuntimeReady, read from the StatefulSet's and the Deployment's status."""
+"""RedisReady and RuntimeReady, read from the StatefulSet's and the Deployment's status.
+
+Pods the API server refuses (admission: Pod Security, an OpenShift SCC, a ResourceQuota, a
+webhook) never exist, so no pod status tells of them: the Deployment says it in its
+``ReplicaFailure`` condition (reason FailedCreate), the StatefulSet only in FailedCreate events.
+Both become the component's condition with reason ``PodsRefused`` and the server's message, and
+a refusal that only a change can lift (a policy, a quota that demands resources the pods do not
+state, a rollout past its progress deadline) makes the service Stalled.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import datetime
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from cachefleet.operator.reconcile.conditions import Condition
@@ -79,3 +89,79 @@ def _observed(obj: Mapping[str, Any]) -> bool:
     generation = (obj.get("metadata") or {}).get("generation")
     observed = (obj.get("status") or {}).get("observedGeneration")
     return generation is None or observed is None or int(observed) >= int(generation)
+
+
+REFUSED = "PodsRefused"
+#: Refusals that come back the same until the spec, the namespace or the policy changes.
+#: "exceeded quota" is left out: it lifts when other pods free the quota.
+LASTING_REFUSALS = (
+    "violates PodSecurity",
+    "unable to validate against any security context constraint",
+    "must specify",  # a quota counting resources the pod does not state
+    "admission webhook",
+    "is invalid",
+)
+#: A FailedCreate event older than this is not taken as the present state (the controller
+#: retries with a backoff of at most a few minutes, and each retry refreshes the event).
+EVENT_FRESHNESS = datetime.timedelta(minutes=10)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why the controller could not create pods, and whether that can lift by itself."""
+
+    message: str
+    lasting: bool
+
+    def condition(self, kind: str) -> Condition:
+        return Condition(kind, False, REFUSED, f"pods are refused: {self.message}")
+
+
+def deployment_refusal(deployment: Mapping[str, Any] | None) -> Refusal | None:
+    """The Deployment's ReplicaFailure, or a rollout past its progress deadline."""
+    for condition in (deployment or {}).get("status", {}).get("conditions") or []:
+        message = str(condition.get("message") or "")
+        if condition.get("type") == "ReplicaFailure" and condition.get("status") == "True":
+            return Refusal(message, _lasting(message))
+        if (
+            condition.get("type") == "Progressing"
+            and condition.get("status") == "False"
+            and condition.get("reason") == "ProgressDeadlineExceeded"
+        ):
+            return Refusal(message or "the rollout exceeded its progress deadline", True)
+    return None
+
+
+def statefulset_refusal(
+    events: Iterable[Mapping[str, Any]], *, now: datetime.datetime | None = None
+) -> Refusal | None:
+    """The newest fresh FailedCreate event of a StatefulSet, if any."""
+    now = now or datetime.datetime.now(datetime.UTC)
+    newest: tuple[datetime.datetime, str] | None = None
+    for event in events:
+        if event.get("reason") != "FailedCreate":
+            continue
+        when = _event_time(event)
+        if when is None or now - when > EVENT_FRESHNESS:
+            continue
+        if newest is None or when > newest[0]:
+            newest = (when, str(event.get("message") or ""))
+    if newest is None:
+        return None
+    return Refusal(newest[1], _lasting(newest[1]))
+
+
+def _lasting(message: str) -> bool:
+    return any(marker in message for marker in LASTING_REFUSALS)
+
+
+def _event_time(event: Mapping[str, Any]) -> datetime.datetime | None:
+    for field in ("lastTimestamp", "eventTime", "firstTimestamp"):
+        raw = event.get(field) or ((event.get("series") or {}).get("lastObservedTime"))
+        if raw:
+            try:
+                parsed = datetime.datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
+            except ValueError:
+                continue
+            return parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.UTC)
+    return None

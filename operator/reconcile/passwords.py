@@ -1,7 +1,9 @@
-"""The generated Redis password: made once, then always read back from its Secret.
+"""The generated Redis password and cache secret: made once, then always read back from their
+Secrets.
 
-Regenerating it on a later reconcile would lock the running Redis away from new pods, so the
-Secret is the source of truth as soon as it exists.
+Regenerating the password on a later reconcile would lock the running Redis away from new pods,
+and a new cache secret would make every entry the fleet wrote look forged, so the Secret is the
+source of truth as soon as it exists.
 """
 
 from __future__ import annotations
@@ -11,9 +13,11 @@ import secrets
 
 from cachefleet.operator.manifests.meta import (
     Owner,
+    cache_secret_name,
     redis_auth_secret_name,
     runtime_admin_secret_name,
 )
+from cachefleet.operator.manifests.runtime import CACHE_SECRET_KEY
 from cachefleet.operator.reconcile.kube import Kube
 
 PASSWORD_KEY = "password"
@@ -22,6 +26,11 @@ TOKEN_KEY = "token"
 
 def existing_or_new_password(kube: Kube, owner: Owner) -> str:
     stored = read_secret_key(kube, owner.namespace, redis_auth_secret_name(owner), PASSWORD_KEY)
+    return stored or secrets.token_urlsafe(32)
+
+
+def existing_or_new_cache_secret(kube: Kube, owner: Owner) -> str:
+    stored = read_secret_key(kube, owner.namespace, cache_secret_name(owner), CACHE_SECRET_KEY)
     return stored or secrets.token_urlsafe(32)
 
 

@@ -5,6 +5,8 @@ timers. kopf gives every timer a finalizer, so that it can stop the timer when t
 and a finalizer makes deleting a service (or its namespace) hang whenever the operator is not
 running. This task needs none: a service that is gone simply drops out of the next snapshot.
 
+The figures pass also asks each ready runtime pod which model files it serves (``served``).
+
 Each pass takes a snapshot of the services the operator watches (kopf's index of them, so the
 namespaces are kopf's own and no list call is made) and handles them one at a time, each under
 its per-object lock, in a worker thread (the calls block). One service's failure is logged and
@@ -19,6 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from cachefleet.operator.manifests.meta import GROUP, KIND, VERSION
 from cachefleet.operator.reconcile.conditions import timestamp_now
 from cachefleet.operator.reconcile.kube import KubeError
 from cachefleet.operator.reconcile.locks import KeyedLocks
@@ -29,6 +32,8 @@ log = logging.getLogger(__name__)
 
 Snapshot = Callable[[], list[Mapping[str, Any]]]
 """The services to visit now; called in the event loop (kopf updates its index there)."""
+Active = Callable[[], bool]
+"""Whether kopf is active (not paused by a peer); called in a worker thread."""
 
 
 def status_changes(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> dict[str, Any]:
@@ -48,15 +53,19 @@ class Periodic:
     reconciler: Reconciler
     locks: KeyedLocks
 
-    async def run(self, services: Snapshot) -> None:
+    async def run(self, services: Snapshot, active: Active = lambda: True) -> None:
         """Until cancelled: a resync pass every resync interval (the first one interval after
         start, since the resume handlers have just reconciled everything), a figures pass every
-        cache interval (the first one at once)."""
+        cache interval (the first one at once). A pass is skipped while ``active()`` says kopf
+        is paused (a peer leads): a standby must not write."""
         settings = self.reconciler.settings
         await asyncio.gather(
             self._every(settings.resync_interval_s, settings.resync_interval_s, services,
-                        self.resync),
-            self._every(settings.cache_figures_interval_s, 0.0, services, self.refresh_figures),
+                        self.resync, active),
+            self._every(settings.cache_figures_interval_s, 0.0, services, self.refresh_figures,
+                        active),
+            self._every(settings.cache_figures_interval_s, 0.0, services, self.refresh_served,
+                        active),
         )  # fmt: skip
 
     async def _every(
@@ -65,11 +74,13 @@ class Periodic:
         first_delay_s: float,
         services: Snapshot,
         job: Callable[[Mapping[str, Any]], None],
+        active: Active,
     ) -> None:
         await asyncio.sleep(first_delay_s)
         while True:
-            for body in services():
-                await asyncio.to_thread(self._guarded, job, body)
+            if await asyncio.to_thread(active):
+                for body in services():
+                    await asyncio.to_thread(self._guarded, job, body)
             await asyncio.sleep(interval_s)
 
     @staticmethod
@@ -81,9 +92,18 @@ class Periodic:
             name = f"{meta.get('namespace')}/{meta.get('name')}"
             log.exception("periodic %s of %s failed", job.__name__, name)
 
-    def resync(self, body: Mapping[str, Any]) -> None:
-        """Re-apply every child (drift the watches missed); only a spec change can drop one."""
-        if body["metadata"].get("deletionTimestamp"):
+    def resync(self, indexed: Mapping[str, Any]) -> None:
+        """Re-apply every child (drift the watches missed); only a spec change can drop one.
+
+        The service is read first: kopf's index may hold a service whose DELETED event was
+        missed (re-applying its children would re-create them every pass), or an older spec
+        than the API server's (re-applying it would revert a newer one until kopf caught up).
+        """
+        meta = indexed["metadata"]
+        body = self.reconciler.kube.get(
+            f"{GROUP}/{VERSION}", KIND, meta.get("namespace") or "default", meta["name"]
+        )
+        if body is None or body["metadata"].get("deletionTimestamp"):
             return
         with self.locks(object_key(body)):
             outcome = self.reconciler.reconcile(body, prune=False)
@@ -106,6 +126,20 @@ class Periodic:
             previous.pop("updatedAt", None)
             if figures is not None and figures != previous:  # an idle cache costs no writes
                 self._write_status(body, {"cache": {**figures, "updatedAt": timestamp_now()}})
+
+    def refresh_served(self, body: Mapping[str, Any]) -> None:
+        """What each ready runtime pod serves into ``status.served``, written only when it
+        changed (a rollout shows as the fingerprints moving from pod to pod)."""
+        if body["metadata"].get("deletionTimestamp"):
+            return
+        with self.locks(object_key(body)):
+            try:
+                served = self.reconciler.served(body)
+            except KubeError as error:
+                log.info("%s: served models not refreshed: %s", object_key(body), error)
+                return
+            if served is not None:
+                self._write_status(body, {"served": served})
 
     def _write_status(self, body: Mapping[str, Any], status: Mapping[str, Any]) -> None:
         changes = status_changes(body.get("status") or {}, status)

@@ -13,6 +13,7 @@ from typing import Any
 from cachefleet.operator.manifests import meta
 from cachefleet.operator.manifests.children import (
     build_children,
+    needs_generated_cache_secret,
     needs_generated_password,
     uses_redis_password,
 )
@@ -34,6 +35,7 @@ from cachefleet.operator.reconcile.conditions import (
 from cachefleet.operator.reconcile.kube import Kube, KubeError
 from cachefleet.operator.reconcile.passwords import (
     existing_or_new_admin_token,
+    existing_or_new_cache_secret,
     existing_or_new_password,
     read_secret_key,
 )
@@ -44,6 +46,7 @@ from cachefleet.operator.reconcile.redis_live import (
     read_cache_figures,
 )
 from cachefleet.operator.reconcile.redis_topology import ExternalRedis, read_topology_figures
+from cachefleet.operator.reconcile.served import read_served
 from cachefleet.operator.reconcile.settings import OperatorSettings
 
 
@@ -101,7 +104,9 @@ class Reconciler:
         try:
             spec = parse_spec(body.get("spec") or {})
             password = self.redis_password(spec, owner)
-            children = self.build(spec, owner, password, self.admin_token(spec, owner))
+            children = self.build(
+                spec, owner, password, self.cache_secret(spec, owner), self.admin_token(spec, owner)
+            )
         except SpecError as error:
             message = f"invalid spec: {error}"
             status = self._status(body, stalled_conditions(message))
@@ -122,6 +127,7 @@ class Reconciler:
         spec: ServiceSpec,
         owner: Owner,
         password: str | None,
+        cache_secret: str | None = None,
         admin_token: str | None = None,
     ) -> list[dict[str, Any]]:
         """The children, for an operator running in this operator's namespace."""
@@ -129,6 +135,7 @@ class Reconciler:
             spec,
             owner=owner,
             redis_password=password,
+            cache_secret=cache_secret,
             operator_namespace=self.settings.operator_namespace,
             admin_token=admin_token,
             runtime_image=self.settings.runtime_image,
@@ -156,6 +163,14 @@ class Reconciler:
             name = meta.redis_name(owner)
             statefulset = self._live(applied, "apps/v1", "StatefulSet", name, owner)
         redis = observe.redis_condition(statefulset, managed=spec.cache.managed_redis)
+        refusals: list[observe.Refusal] = []
+        if statefulset is not None and redis.reason == "Starting":
+            found = observe.statefulset_refusal(
+                self.kube.list_events(owner.namespace, "StatefulSet", meta.redis_name(owner))
+            )
+            if found is not None:
+                redis = found.condition("RedisReady")
+                refusals.append(found)
         persistence = spec.cache.redis.persistence_or_default
         if redis.status and spec.cache.managed_redis and persistence.enabled:
             claim = self.kube.get(
@@ -169,9 +184,17 @@ class Reconciler:
             redis = Condition("RedisReady", False, "ConfigSetFailed", problem)
         deployment = self._live(applied, "apps/v1", "Deployment", owner.name, owner)
         runtime = observe.runtime_condition(deployment)
+        refused = observe.deployment_refusal(deployment)
+        if refused is not None and not runtime.status:
+            runtime = refused.condition("RuntimeReady")
+            refusals.append(refused)
         replicas, ready = observe.replica_counts(deployment)
-        stalled = "; ".join(applied.blocked) or None
-        conditions = summary_conditions(redis, runtime, problem=problem, stalled=stalled)
+        lasting = [f"pods are refused: {r.message}" for r in refusals if r.lasting]
+        stalled = "; ".join([*applied.blocked, *lasting]) or None
+        reason = observe.REFUSED if lasting and not applied.blocked else "ReconcileFailed"
+        conditions = summary_conditions(
+            redis, runtime, problem=problem, stalled=stalled, stalled_reason=reason
+        )
         status = self._status(body, conditions)
         status.update(
             replicas=replicas,
@@ -228,6 +251,15 @@ class Reconciler:
         figures = read_cache_figures(self.redis_address(spec, owner))
         return figures.to_status()
 
+    def served(self, body: Mapping[str, Any]) -> list[dict[str, str]] | None:
+        """What each ready runtime pod serves (its model's fingerprint); None on a bad spec."""
+        owner = Owner.from_body(body)
+        try:
+            spec = parse_spec(body.get("spec") or {})
+        except SpecError:
+            return None
+        return read_served(self.kube, owner, spec.model.name, self.settings.redis_timeout_s)
+
     def redis_address(
         self, spec: ServiceSpec, owner: Owner, password: str | None = None
     ) -> RedisAddress:
@@ -258,6 +290,13 @@ class Reconciler:
             password,
             self.settings.redis_timeout_s,
         )
+
+    def cache_secret(self, spec: ServiceSpec, owner: Owner) -> str | None:
+        """The generated cache secret (read back from its Secret, or made when there is none);
+        None when the pods read the user's, or use no Redis."""
+        if not needs_generated_cache_secret(spec):
+            return None
+        return existing_or_new_cache_secret(self.kube, owner)
 
     def redis_password(self, spec: ServiceSpec, owner: Owner) -> str | None:
         """The Redis password the pods will read: generated, or from the user's Secret.
@@ -294,10 +333,20 @@ def restore_child(
     try:
         spec = parse_spec(owner_body.get("spec") or {})
         password = reconciler.redis_password(spec, owner)
-        children = reconciler.build(spec, owner, password, reconciler.admin_token(spec, owner))
-        secrets = (meta.redis_auth_secret_name(owner), meta.runtime_admin_secret_name(owner))
-        if not (kind == "Secret" and name in secrets):
-            # (A lost password or token Secret means a new one: every pod that reads it must roll.)
+        children = reconciler.build(
+            spec,
+            owner,
+            password,
+            reconciler.cache_secret(spec, owner),
+            reconciler.admin_token(spec, owner),
+        )
+        generated = (
+            meta.redis_auth_secret_name(owner),
+            meta.cache_secret_name(owner),
+            meta.runtime_admin_secret_name(owner),
+        )
+        if not (kind == "Secret" and name in generated):
+            # (A lost generated Secret means a new secret: every pod that reads it must roll.)
             children = [c for c in children if c["kind"] == kind and c["metadata"]["name"] == name]
         return apply_children(reconciler.kube, children, reconciler.versions).written
     except SpecError:

@@ -37,6 +37,7 @@ from cachefleet.runtime.service import (
     SharedMemoryRegistry,
     StatisticsRegistry,
 )
+from cachefleet.runtime.service.model_info import ModelInfo
 
 log = logging.getLogger(__name__)
 
@@ -108,11 +109,13 @@ async def _serving(state: ServerState) -> AsyncIterator[None]:
             state.shared_memory,
         )
         state.service = service
+        metrics.registry.register(ModelInfo(repository))
         state.control = ModelControl(
             repository,
             statistics,
             in_flight,
             settings.models.control_mode,
+            release=service.release_model,
             max_file_bytes=settings.server.max_request_bytes,
         )
         if settings.server.grpc_port:

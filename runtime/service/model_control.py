@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal
 
 from cachefleet.runtime.errors import BadRequestError
@@ -52,10 +52,14 @@ class ModelControl:
         statistics: StatisticsRegistry,
         in_flight: InFlight,
         mode: ControlMode,
+        release: Callable[[str], Awaitable[None]] | None = None,
         *,
         max_file_bytes: int = 64 * 2**20,
     ) -> None:
+        """``release``: lets go of what the service keeps of a model (its batchers, memoized
+        responses), called once a model is unloaded or loaded again."""
         self._repository = repository
+        self._release = release
         #: Bound of the model files one load request may send (``--max-request-size``).
         self._max_file_bytes = max_file_bytes
         self._statistics = statistics
@@ -94,6 +98,7 @@ class ModelControl:
             except ModelLoadError as error:
                 raise BadRequestError(f"failed to load '{name}': {error}") from None
             self._statistics.forget(name)
+            await self._released(name)
         logger.info("model %r loaded", name)
 
     async def unload(self, name: str) -> None:
@@ -109,7 +114,12 @@ class ModelControl:
                 logger.info("model %r: unloading, draining %d request(s)", name, waiting)
             await self._in_flight.drained(name)
             self._statistics.forget(name)
+            await self._released(name)
         logger.info("model %r unloaded", name)
+
+    async def _released(self, name: str) -> None:
+        if self._release is not None:
+            await self._release(name)
 
     def _check_mode(self, action: str) -> None:
         if self._mode != "explicit":

@@ -51,3 +51,29 @@ def test_openshift_mode_leaves_ids_to_the_platform_for_the_operator_and_its_serv
     assert security["runAsNonRoot"] is True
     assert security["seccompProfile"] == {"type": "RuntimeDefault"}
     assert env_of(objects)["CACHEFLEET_OPERATOR_USER_IDS"] == "platform"
+
+
+def test_one_replica_runs_standalone_and_several_elect_a_leader(helm: Helm, tmp_path: Path) -> None:
+    default = helm.template()
+    args = operator_container(default)["args"]
+    assert "--standalone" in args  # never joins a kopf peering another operator installed
+    assert not [a for a in args if a.startswith("--leader-election")]
+    deployment = only(default, "Deployment", OPERATOR)
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert not [o for o in default if o["kind"] == "Role"]
+
+    objects = render(helm, tmp_path, {"replicas": 3})
+    args = operator_container(objects)["args"]
+    assert f"--leader-election={OPERATOR}" in args
+    assert "--standalone" not in args  # (implied by --leader-election)
+    assert only(objects, "Deployment", OPERATOR)["spec"]["replicas"] == 3
+    role = only(objects, "Role", f"{OPERATOR}-leader")
+    assert role["metadata"]["namespace"] == "cachefleet-system"
+    named = [rule for rule in role["rules"] if rule.get("resourceNames")]
+    assert named == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                      "resourceNames": [OPERATOR], "verbs": ["get", "patch"]}]  # fmt: skip
+    binding = only(objects, "RoleBinding", f"{OPERATOR}-leader")
+    assert binding["roleRef"]["name"] == f"{OPERATOR}-leader"
+    env = {e["name"]: e for e in operator_container(objects)["env"]}
+    assert env["POD_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"

@@ -149,6 +149,11 @@ def operator_status(conditions: list[Condition]) -> dict[str, Any]:
 REDIS_READY = Condition("RedisReady", True, "Ready", "Redis is ready")
 RUNTIME_READY = Condition("RuntimeReady", True, "Ready", "2 of 2 pods ready")
 RUNTIME_ROLLING = Condition("RuntimeReady", False, "Progressing", "1 of 2 pods ready")
+REFUSED = 'pods are refused: pods "simple-1" is forbidden: violates PodSecurity "restricted"'
+RUNTIME_REFUSED = Condition("RuntimeReady", False, "PodsRefused", REFUSED)
+REFUSED_CONDITIONS = summary_conditions(
+    REDIS_READY, RUNTIME_REFUSED, problem=None, stalled=REFUSED, stalled_reason="PodsRefused"
+)
 
 
 @pytest.mark.parametrize(
@@ -158,8 +163,9 @@ RUNTIME_ROLLING = Condition("RuntimeReady", False, "Progressing", "1 of 2 pods r
         (summary_conditions(REDIS_READY, RUNTIME_ROLLING, problem=None), "Progressing"),
         (summary_conditions(REDIS_READY, RUNTIME_READY, problem="apply failed"), "Progressing"),
         (stalled_conditions("set exactly one of model.repository.pvc or .image"), "Degraded"),
+        (REFUSED_CONDITIONS, "Degraded"),
     ],
-    ids=["ready", "rolling-out", "transient-problem", "invalid-spec"],
+    ids=["ready", "rolling-out", "transient-problem", "invalid-spec", "pods-refused"],
 )
 def test_health_checks_read_the_conditions_the_operator_writes(
     conditions: list[Condition], expected: str, flux_check: dict[str, str]

@@ -21,7 +21,11 @@ import attrs
 import kmock
 import kopf
 import pytest
-from support.kube.api_rules import claim_resize_refusal, statefulset_forbidden_changes
+from support.kube.api_rules import (
+    claim_resize_refusal,
+    statefulset_forbidden_cause,
+    statefulset_forbidden_changes,
+)
 from support.kube.cluster import VERBS, Cluster, InvalidError
 from support.kube.fixtures import (
     CIS_PATH,
@@ -231,6 +235,8 @@ class StrictCluster(Cluster):
 
     class_allows_expansion: bool = True
     refuse_deployments: bool = False
+    #: Causes the server adds to any StatefulSet update (an invalid value edited alongside).
+    extra_causes: list[dict[str, str]] = attrs.field(factory=list)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -253,10 +259,14 @@ class StrictCluster(Cluster):
     def _refuse(self, plural: str, found: dict[str, Any], new: dict[str, Any]) -> None:
         name = found["metadata"]["name"]
         if plural == "statefulsets" and "spec" in new:
-            changed = statefulset_forbidden_changes(found, new)
-            if changed:
-                raise InvalidError(message=f'StatefulSet.apps "{name}" is invalid: spec: '
-                                   f"Forbidden: updates to {changed} are forbidden")  # fmt: skip
+            causes = list(self.extra_causes)
+            if statefulset_forbidden_changes(found, new):
+                causes.insert(0, statefulset_forbidden_cause())
+            if causes:
+                text = "; ".join(f"{c['field']}: {c['message']}" for c in causes)
+                raise InvalidError(message=f'StatefulSet.apps "{name}" is invalid: {text}',
+                                   details={"name": name, "kind": "statefulsets",
+                                            "causes": causes})  # fmt: skip
         if plural == "persistentvolumeclaims":
             size = functools.partial(_claim_size)
             refusal = claim_resize_refusal(
@@ -364,6 +374,89 @@ async def test_a_new_storage_class_stalls_with_what_to_do(cluster: StrictCluster
     assert "storageClassName cannot change from fast to slow" in message
     assert "delete the StatefulSet" in message
     assert _deletes(cluster, "statefulsets") == []
+
+
+CLAIMS = f"/api/v1/namespaces/{NS}/persistentvolumeclaims"
+
+
+def _claim_body(size: str) -> dict[str, Any]:
+    """A claim as the orphaning delete of an earlier StatefulSet left it: no owner reference."""
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "data-svc-redis-0", "namespace": NS},
+            "spec": {"resources": {"requests": {"storage": size}}},
+            "status": {"capacity": {"storage": size}}}  # fmt: skip
+
+
+def _sts_recreated(cluster: StrictCluster) -> bool:
+    return bool(_deletes(cluster, "statefulsets")) and bool(
+        live(cluster, "apps/v1/statefulsets", "svc-redis")
+    )
+
+
+@pytest.mark.usefixtures("operator")
+async def test_switching_persistence_off_deletes_the_claim_nothing_uses_any_more(
+    cluster: StrictCluster, api: Api
+) -> None:
+    await _persistent_service(cluster, api)
+    off = {"spec": {"cache": {"redis": {"persistence": {"mode": "none"}}}}}
+    await api.send("PATCH", f"{CIS_PATH}/svc", off, patch=True)
+    await eventually(lambda: _deletes(cluster, "persistentvolumeclaims"), "the claim deleted")
+    assert live(cluster, "v1/persistentvolumeclaims", "data-svc-redis-0") is None
+    assert _sts_recreated(cluster)
+
+
+@pytest.mark.usefixtures("operator")
+async def test_switching_persistence_on_never_reuses_a_stale_claim(
+    cluster: StrictCluster, api: Api
+) -> None:
+    await api.send("POST", CIS_PATH, service("svc"))
+    await eventually(lambda: live(cluster, "apps/v1/statefulsets", "svc-redis"), "the STS")
+    await api.send("POST", CLAIMS, _claim_body("1Gi"))  # left over from an earlier persistence
+    bigger = {"persistence": {**PERSISTENT["persistence"], "size": "2Gi"}}
+    await api.send("PATCH", f"{CIS_PATH}/svc", {"spec": {"cache": {"redis": bigger}}}, patch=True)
+    await eventually(lambda: _sts_recreated(cluster), "the StatefulSet re-created")
+    # Deleted before the new StatefulSet (which makes a fresh 2Gi claim), never reused at 1Gi.
+    [deleted] = _deletes(cluster, "persistentvolumeclaims")
+    assert deleted.url.path.endswith("/data-svc-redis-0")
+    assert _template_size(live(cluster, "apps/v1/statefulsets", "svc-redis")) == "2Gi"
+
+
+@pytest.mark.usefixtures("operator")
+async def test_a_retained_claim_is_kept_and_grown_when_persistence_comes_back(
+    cluster: StrictCluster, api: Api
+) -> None:
+    await api.send("POST", CIS_PATH, service("svc"))
+    await eventually(lambda: live(cluster, "apps/v1/statefulsets", "svc-redis"), "the STS")
+    await api.send("POST", CLAIMS, _claim_body("1Gi"))
+    kept = {**PERSISTENT["persistence"], "size": "2Gi", "retainOnDelete": True}
+    patch = {"spec": {"cache": {"redis": {"persistence": kept}}}}
+    await api.send("PATCH", f"{CIS_PATH}/svc", patch, patch=True)
+    await eventually(lambda: _sts_recreated(cluster), "the StatefulSet re-created")
+    assert _deletes(cluster, "persistentvolumeclaims") == []
+    claim = must(live(cluster, "v1/persistentvolumeclaims", "data-svc-redis-0"))
+    assert claim["spec"]["resources"]["requests"]["storage"] == "2Gi"  # no ResizingVolume forever
+
+
+@pytest.mark.usefixtures("operator")
+async def test_a_larger_claim_with_another_invalid_field_is_reported_and_changes_nothing(
+    cluster: StrictCluster, api: Api
+) -> None:
+    await _persistent_service(cluster, api)
+    # The server names both causes: the immutable claim template and a value it refuses.
+    invalid = {"reason": "FieldValueInvalid", "field": "spec.template.spec.containers[0].image",
+               "message": "Invalid value: \"bad image\": must not contain spaces"}  # fmt: skip
+    cluster.extra_causes = [invalid]
+    bigger = {"persistence": {**PERSISTENT["persistence"], "size": "2Gi"}}
+    await api.send("PATCH", f"{CIS_PATH}/svc", {"spec": {"cache": {"redis": bigger}}}, patch=True)
+
+    def failed() -> dict[str, Any] | None:
+        found = condition(cis(cluster, "svc"), "Ready")
+        return found if found and "must not contain spaces" in found["message"] else None
+
+    await eventually(failed, "the server's refusal reported")
+    assert _deletes(cluster, "statefulsets") == []  # no orphaned Redis pod
+    claim_patches = [r for r in cluster["patch"] if "persistentvolumeclaims" in r.url.path]
+    assert claim_patches == []  # and no claim grown for a StatefulSet that stays as it was
 
 
 @pytest.mark.usefixtures("operator")

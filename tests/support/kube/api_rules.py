@@ -86,6 +86,19 @@ def statefulset_forbidden_changes(old: Mapping[str, Any], new: Mapping[str, Any]
     return sorted(f for f in fields if old_spec.get(f) != new_spec.get(f))
 
 
+STATEFULSET_FORBIDDEN_MESSAGE = (
+    "Forbidden: updates to statefulset spec for fields other than 'replicas', 'ordinals', "
+    "'template', 'updateStrategy', 'persistentVolumeClaimRetentionPolicy' and "
+    "'minReadySeconds' are forbidden"
+)
+
+
+def statefulset_forbidden_cause() -> dict[str, str]:
+    """The ``details.causes`` entry of the server's 422 for an immutable field's update."""
+    return {"reason": "FieldValueForbidden", "message": STATEFULSET_FORBIDDEN_MESSAGE,
+            "field": "spec"}  # fmt: skip
+
+
 def claim_resize_refusal(
     old_size_bytes: int, new_size_bytes: int, *, class_allows_expansion: bool
 ) -> str | None:
