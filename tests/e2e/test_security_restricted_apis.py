@@ -9,6 +9,7 @@ expecting header 'triton-grpc-protocol-<key>'``.
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -205,7 +206,7 @@ def test_cachefleet_flush_sends_the_header(admin_restricted: ServerProcess) -> N
     assert refused.returncode == 1
     assert "403" in refused.stderr
     assert "expecting header 'admin-key'" in refused.stderr
-    env = {"CACHEFLEET_HTTP_RESTRICTED_API": f"{ADMIN}:admin-key={TOKEN}", "PATH": "/usr/bin"}
+    env = {**os.environ, "CACHEFLEET_HTTP_RESTRICTED_API": f"{ADMIN}:admin-key={TOKEN}"}
     from_environment = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
     assert from_environment.returncode == 0, from_environment.stderr
     assert '"removed"' in from_environment.stdout
