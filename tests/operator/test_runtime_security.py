@@ -6,12 +6,17 @@ from __future__ import annotations
 import base64
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import kubernetes_validate
 import pytest
+import tritonclient.grpc as grpcclient
 import yaml
+from support.processes import ServerProcess
+from tritonclient.utils import InferenceServerException
 
 from cachefleet.operator.manifests.children import build_children
 from cachefleet.operator.manifests.meta import Owner
@@ -121,3 +126,33 @@ def test_tls_mounts_the_named_secret_and_serves_both_transports_over_it(mutual: 
     assert security["grpc_server_key"] == security["ssl_keyfile"] == str(folder / "tls.key")
     assert security.get("grpc_use_ssl_mutual", False) is mutual
     assert (security.get("grpc_root_cert") == str(folder / "ca.crt")) is mutual
+
+
+def test_a_server_run_as_the_pod_says_restricts_as_the_operator_meant(
+    make_server: Callable[..., ServerProcess], tmp_path: Path
+) -> None:
+    """The rendered ConfigMap and environment, given to a real server: the admin APIs need
+    the token from the Secret, inference and health do not."""
+    children = render()
+    config = tmp_path / "config.yaml"
+    config.write_text(one(children, "ConfigMap")["data"]["config.yaml"])
+    server = make_server("--config", str(config), env=pod_environment(children))
+    flush = f"{server.base_url}/v2/models/simple/cache/flush"
+    refused = httpx.post(flush, timeout=30)
+    assert refused.status_code == 403
+    assert refused.json() == {
+        "error": "This API is restricted, expecting header 'cachefleet-admin-token'"
+    }
+    assert httpx.post(flush, headers={"cachefleet-admin-token": TOKEN}, timeout=30).is_success
+    body = {
+        "inputs": [
+            {"name": name, "datatype": "INT32", "shape": [1, 16], "data": list(range(16))}
+            for name in ("INPUT0", "INPUT1")
+        ]
+    }
+    assert httpx.post(f"{server.base_url}/v2/models/simple/infer", json=body, timeout=30).is_success
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        with pytest.raises(InferenceServerException, match="triton-grpc-protocol-cachefleet"):
+            client.get_system_shared_memory_status()
+        metadata = {"triton-grpc-protocol-cachefleet-admin-token": TOKEN}
+        assert client.get_system_shared_memory_status(headers=metadata) is not None
