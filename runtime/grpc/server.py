@@ -59,12 +59,10 @@ async def start_grpc_server(
             f"cannot listen for gRPC on {address} (--grpc-port; in use?): {error}"
         ) from None
     await server.start()
-    tls = (
-        ""
-        if credentials is None
-        else " over TLS"
-        + (" (client certificates required)" if security.grpc_use_ssl_mutual else "")
-    )
+    tls = ""
+    if credentials is not None:
+        mutual = security.grpc_use_ssl_mutual
+        tls = " over TLS" + (" (client certificates required)" if mutual else "")
     log.info("serving gRPC on %s%s", address, tls)
     return server
 
