@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import ssl
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -97,8 +98,6 @@ def test_grpc_over_mutual_tls(
 def test_tls_settings_that_cannot_work_are_refused_at_start(
     tmp_path: Path, pki: dict[str, Any]
 ) -> None:
-    import subprocess
-
     cases = [
         (["--grpc-use-ssl"], "--grpc-use-ssl needs --grpc-server-cert"),
         (["--grpc-use-ssl-mutual"], "--grpc-use-ssl-mutual needs --grpc-use-ssl"),
@@ -160,3 +159,11 @@ def test_http_over_tls(https_server: ServerProcess, pki: dict[str, Any]) -> None
         httpx.get(_https(https_server, "/v2/health/ready"), verify=rogue)
     with pytest.raises(httpx.HTTPError):  # plain text to the TLS port is not served
         httpx.get(f"http://127.0.0.1:{https_server.port}/v2/health/ready", timeout=5)
+    flush = [*CACHEFLEET, "flush", "--model", "simple", "--server", _https(https_server, "")]
+    untrusted = subprocess.run(flush, capture_output=True, text=True, timeout=60)
+    assert untrusted.returncode == 1
+    assert "CERTIFICATE_VERIFY_FAILED" in untrusted.stderr
+    trusted = subprocess.run(
+        [*flush, "--cacert", str(pki["ca"].cert)], capture_output=True, text=True, timeout=60
+    )
+    assert trusted.returncode == 0, trusted.stderr
