@@ -69,14 +69,17 @@ def build_children(
     if spec.cache.managed_redis:
         children += _redis_children(spec, owner, redis_password, digest, operator_namespace)
     secrets_digest = digest
+    generated: dict[str, str] = {}
     if needs_generated_cache_secret(spec):
         if cache_secret is None:
             raise ValueError("a generated cache secret must be passed in")
-        children.append(runtime.build_cache_secret(spec, owner=owner, secret=cache_secret))
+        generated["secret"] = cache_secret
         secrets_digest += config_hash("cache-secret", cache_secret)
     if admin_token is not None and spec.runtime.restricted_apis:
-        children.append(runtime.build_runtime_admin_secret(spec, owner=owner, token=admin_token))
+        generated["admin_token"] = admin_token
         secrets_digest += config_hash("admin-token", admin_token)
+    if generated:
+        children.append(runtime.build_fleet_secret(spec, owner=owner, **generated))
     children.append(runtime.build_runtime_configmap(spec, owner=owner))
     children.append(runtime.build_runtime_service(spec, owner=owner))
     children.append(

@@ -101,14 +101,12 @@ def redis_auth_secret_name(owner: Owner) -> str:
     return f"{owner.name}-redis-auth"
 
 
-def runtime_admin_secret_name(owner: Owner) -> str:
-    """The Secret holding the generated token of the runtime's restricted admin APIs."""
-    return f"{owner.name}-runtime-admin"
-
-
 def cache_secret_name(owner: Owner) -> str:
-    """The generated Secret holding the key of the cache entries' MAC."""
-    return f"{owner.name}-cache-mac"
+    """The fleet's generated Secret: the key of the cache entries' MAC (``cache-secret``) and
+    the token of the runtime's restricted admin APIs (``admin-token``). Another service shares
+    this fleet's answers by naming it in ``spec.cache.secretRef`` (with the same
+    ``spec.cache.namespace``)."""
+    return f"{owner.name}-fleet"
 
 
 def service_url(owner: Owner) -> str:

@@ -36,15 +36,16 @@ MODEL_DIR = "/models"
 # (by default also /models), or the copy would read from the empty volume mounted over it.
 COPY_DESTINATION = "/cachefleet-model-repository"
 PASSWORD_ENV = "CACHEFLEET_REDIS_PASSWORD"
-#: The admin token's Secret key, the variable the pods read it into, and the header it goes in.
-ADMIN_TOKEN_KEY = "token"
+#: The admin token's key in the fleet's Secret, the variable the pods read it into, and the
+#: header it goes in.
+ADMIN_TOKEN_KEY = "admin-token"
 ADMIN_TOKEN_ENV = "CACHEFLEET_ADMIN_TOKEN"
 ADMIN_HEADER = "cachefleet-admin-token"
 #: Where the pods see the user's TLS Secret (spec.runtime.tls.secretName).
 TLS_DIR = "/etc/cachefleet/tls"
 CACHE_SECRET_ENV = "CACHEFLEET_CACHE_SECRET"
 #: The key of the generated cache Secret.
-CACHE_SECRET_KEY = "secret"
+CACHE_SECRET_KEY = "cache-secret"
 #: The share of the runtime container's memory limit that requests in flight may hold (split
 #: between its worker processes); models, the local cache and the memo take the rest.
 INFLIGHT_SHARE = 4
@@ -107,17 +108,6 @@ def security_settings(spec: ServiceSpec) -> SecuritySettings:
     )
 
 
-def build_runtime_admin_secret(spec: ServiceSpec, *, owner: Owner, token: str) -> dict[str, Any]:
-    """The generated token of the restricted admin APIs; the caller keeps an existing one."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": meta.metadata(owner, meta.runtime_admin_secret_name(owner), COMPONENT),
-        "type": "Opaque",
-        "data": {ADMIN_TOKEN_KEY: base64.b64encode(token.encode()).decode()},
-    }
-
-
 def cache_namespace(spec: ServiceSpec, *, owner: Owner) -> str:
     """The fleet's share of Redis: ``<namespace>/<name>``, unless the spec names one (two
     services that deliberately share answers name the same one, and the same secret)."""
@@ -133,14 +123,20 @@ def cache_secret_ref(spec: ServiceSpec, *, owner: Owner) -> SecretKeyRef | None:
     )
 
 
-def build_cache_secret(spec: ServiceSpec, *, owner: Owner, secret: str) -> dict[str, Any]:
-    """The generated cache Secret; the caller keeps an existing secret across reconciles."""
+def build_fleet_secret(
+    spec: ServiceSpec, *, owner: Owner, secret: str | None = None, admin_token: str | None = None
+) -> dict[str, Any]:
+    """The fleet's generated Secret: the cache secret and/or the admin token, each kept by the
+    caller across reconciles."""
+    data = {CACHE_SECRET_KEY: secret, ADMIN_TOKEN_KEY: admin_token}
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": meta.metadata(owner, meta.cache_secret_name(owner), COMPONENT),
         "type": "Opaque",
-        "data": {CACHE_SECRET_KEY: base64.b64encode(secret.encode()).decode()},
+        "data": {
+            k: base64.b64encode(v.encode()).decode() for k, v in data.items() if v is not None
+        },
     }
 
 
@@ -434,7 +430,7 @@ def _restriction_env(spec: ServiceSpec, owner: Owner) -> list[dict[str, Any]]:
     groups = spec.runtime.restricted_apis
     if not groups:
         return []
-    secret = {"name": meta.runtime_admin_secret_name(owner), "key": ADMIN_TOKEN_KEY}
+    secret = {"name": meta.cache_secret_name(owner), "key": ADMIN_TOKEN_KEY}
     restriction = f"{','.join(groups)}:{ADMIN_HEADER}=$({ADMIN_TOKEN_ENV})"
     return [
         {"name": ADMIN_TOKEN_ENV, "valueFrom": {"secretKeyRef": secret}},

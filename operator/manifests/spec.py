@@ -305,7 +305,7 @@ class Redis(_Spec):
 
 
 class CacheSecretRef(SecretKeyRef):
-    key: str = "secret"
+    key: str = "cache-secret"
 
 
 class LocalCache(_Spec):

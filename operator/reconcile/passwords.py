@@ -11,17 +11,11 @@ from __future__ import annotations
 import base64
 import secrets
 
-from cachefleet.operator.manifests.meta import (
-    Owner,
-    cache_secret_name,
-    redis_auth_secret_name,
-    runtime_admin_secret_name,
-)
-from cachefleet.operator.manifests.runtime import CACHE_SECRET_KEY
+from cachefleet.operator.manifests.meta import Owner, cache_secret_name, redis_auth_secret_name
+from cachefleet.operator.manifests.runtime import ADMIN_TOKEN_KEY, CACHE_SECRET_KEY
 from cachefleet.operator.reconcile.kube import Kube
 
 PASSWORD_KEY = "password"
-TOKEN_KEY = "token"
 
 
 def existing_or_new_password(kube: Kube, owner: Owner) -> str:
@@ -35,8 +29,9 @@ def existing_or_new_cache_secret(kube: Kube, owner: Owner) -> str:
 
 
 def existing_or_new_admin_token(kube: Kube, owner: Owner) -> str:
-    """The token of the runtime's restricted admin APIs, kept like the generated password."""
-    stored = read_secret_key(kube, owner.namespace, runtime_admin_secret_name(owner), TOKEN_KEY)
+    """The token of the runtime's restricted admin APIs, kept in the fleet's Secret like the
+    cache secret."""
+    stored = read_secret_key(kube, owner.namespace, cache_secret_name(owner), ADMIN_TOKEN_KEY)
     return stored or secrets.token_urlsafe(32)
 
 

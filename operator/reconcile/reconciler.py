@@ -343,7 +343,6 @@ def restore_child(
         generated = (
             meta.redis_auth_secret_name(owner),
             meta.cache_secret_name(owner),
-            meta.runtime_admin_secret_name(owner),
         )
         if not (kind == "Secret" and name in generated):
             # (A lost generated Secret means a new secret: every pod that reads it must roll.)

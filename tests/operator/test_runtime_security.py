@@ -66,8 +66,8 @@ def pod_environment(children: list[dict[str, Any]]) -> dict[str, str]:
 def test_admin_apis_are_restricted_by_default_with_the_token_only_in_its_secret() -> None:
     children = render()
     secret = one(children, "Secret")
-    assert secret["metadata"]["name"] == "svc-runtime-admin"
-    assert base64.b64decode(secret["data"]["token"]).decode() == TOKEN
+    assert secret["metadata"]["name"] == "svc-fleet"  # the fleet's Secret
+    assert base64.b64decode(secret["data"]["admin-token"]).decode() == TOKEN
     for child in children:
         kubernetes_validate.validate(child, "1.32", strict=True)
         if child["kind"] != "Secret":

@@ -161,8 +161,8 @@ async def test_no_password_leaves_its_secret_in_requests_objects_events_status_o
     # The generated tokens of the runtime's restricted admin APIs are secrets too.
     tokens: set[str] = set()
     for name in ("gen", "own", "ext"):
-        admin = must(live(cluster, "v1/secrets", f"{name}-runtime-admin"))
-        tokens |= forms(base64.b64decode(admin["data"]["token"]).decode())
+        fleet = must(live(cluster, "v1/secrets", f"{name}-fleet"))
+        tokens |= forms(base64.b64decode(fleet["data"]["admin-token"]).decode())
     secrets = forms(first) | forms(second) | forms(USER_PASSWORD) | tokens
     writes = [r for r in cluster if r.method in ("POST", "PATCH", "PUT")]
     assert len(writes) > 20
