@@ -102,8 +102,9 @@ def redis_auth_secret_name(owner: Owner) -> str:
 
 
 def cache_secret_name(owner: Owner) -> str:
-    """The fleet's generated Secret: the key of the cache entries' MAC (``cache-secret``). Another
-    service shares this fleet's answers by naming it in ``spec.cache.secretRef`` (with the same
+    """The fleet's generated Secret: the key of the cache entries' MAC (``cache-secret``) and
+    the token of the runtime's restricted admin APIs (``admin-token``). Another service shares
+    this fleet's answers by naming it in ``spec.cache.secretRef`` (with the same
     ``spec.cache.namespace``)."""
     return f"{owner.name}-fleet"
 
