@@ -1,10 +1,13 @@
 """Micro-benchmarks of the response cache at its API (no HTTP, no model).
 
 Measures what the cache itself costs: BLAKE3 key hashing of the densenet input (3x224x224
-FP32, 602 KB), and the latency of ``get_or_compute`` for a local hit, a Redis hit and a miss
-(with a compute that returns at once, so the figure is pure cache overhead: key, lookups,
-local insert, write-behind enqueue). Run ``python -m cachefleet.bench.cache_micro``; it starts
-its own ``redis-server`` on a free loopback port unless ``--redis-url`` is given.
+FP32, 602 KB) and of a ``simple`` request (two INT32[1,16], where the fixed cost of a key shows),
+and the latency of ``get_or_compute`` for a local hit, a Redis hit and a miss (with a compute
+that returns at once, so the figure is pure cache overhead: key, lookups, local insert,
+write-behind enqueue). With ``--model-folder``, also the time a load spends fingerprinting that
+model's version 1 (its files and config, hashed twice: before and after the session opens).
+Run ``python -m cachefleet.bench.cache_micro``; it starts its own ``redis-server`` on a free
+loopback port unless ``--redis-url`` is given.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from cachefleet.runtime.cache.key import compute_key
 from cachefleet.runtime.cache.read_through import ReadThroughCache
 from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.metrics import RuntimeMetrics
+from cachefleet.runtime.models.fingerprint import files_digest, fingerprint
 from cachefleet.runtime.tensor import Tensor
 
 IMAGE_SHAPE = (3, 224, 224)
@@ -77,6 +81,38 @@ def key_throughput(rounds: int) -> tuple[float, float, float]:
         samples.append(time.perf_counter() - started)
     median = statistics.median(samples)
     return nbytes / median / 1e9, median * 1e6, statistics.mean(samples) * 1e6
+
+
+def simple_key_us(rounds: int) -> float:
+    """Median microseconds per key of a ``simple`` request (small inputs: the fixed cost)."""
+    request = simple_request(0)
+    samples = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        compute_key(
+            request.model,
+            request.version,
+            request.fingerprint,
+            request.inputs,
+            request.parameters,
+        )
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples) * 1e6
+
+
+def fingerprint_ms(model_folder: Path, rounds: int) -> tuple[float, int]:
+    """(median milliseconds, bytes hashed) to fingerprint version 1 of the model in
+    ``model_folder`` as a load does: every file hashed twice, around the session's opening."""
+    version = model_folder / "1"
+    size = sum(path.stat().st_size for path in version.rglob("*") if path.is_file())
+    samples = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        files = files_digest(model_folder, 1, [])
+        files_digest(model_folder, 1, [])
+        fingerprint(b"config", files)
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples) * 1e3, size
 
 
 async def latencies(
@@ -171,12 +207,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m cachefleet.bench.cache_micro")
     parser.add_argument("--rounds", type=int, default=2000, help="samples per figure")
     parser.add_argument("--redis-url", help="use this Redis instead of starting one")
+    parser.add_argument(
+        "--model-folder", type=Path, help="also time fingerprinting this model's version 1"
+    )
     args = parser.parse_args(argv)
     gbps, median_us, mean_us = key_throughput(args.rounds)
     print(
         f"key hashing, densenet input (602 KB): {gbps:.2f} GB/s at the median "
         f"({median_us:.1f} us/key; mean {mean_us:.1f} us)"
     )
+    print(f"key hashing, simple input (2 x INT32[1,16]): {simple_key_us(args.rounds):.2f} us/key")
+    if args.model_folder is not None:
+        elapsed_ms, size = fingerprint_ms(args.model_folder, max(3, args.rounds // 200))
+        print(
+            f"fingerprint at load, {args.model_folder.name} version 1 ({size / 1e6:.1f} MB, "
+            f"hashed twice): {elapsed_ms:.1f} ms"
+        )
     with redis_server(args.redis_url) as url:
         for make, label in ((image_request, "densenet"), (simple_request, "simple")):
             for line in asyncio.run(run_latencies(url, args.rounds, make, label)):

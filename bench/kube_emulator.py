@@ -32,6 +32,7 @@ RESOURCES: dict[str, dict[str, Any]] = {
     "v1/secrets": {"kind": "Secret"},
     "v1/configmaps": {"kind": "ConfigMap"},
     "v1/services": {"kind": "Service"},
+    "v1/pods": {"kind": "Pod", "subresources": {"status"}},
     "apps/v1/statefulsets": {"kind": "StatefulSet", "subresources": {"status"}},
     "apps/v1/deployments": {"kind": "Deployment", "subresources": {"status"}},
     "policy/v1/poddisruptionbudgets": {"kind": "PodDisruptionBudget"},

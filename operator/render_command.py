@@ -90,7 +90,11 @@ def render_file(
     cluster it must be told, or the NetworkPolicy would admit the operator from the wrong place.
     """
     # Imported here: the builders pull in pydantic and Jinja2, which `cachefleet --help` skips.
-    from cachefleet.operator.manifests.children import build_children, needs_generated_password
+    from cachefleet.operator.manifests.children import (
+        build_children,
+        needs_generated_cache_secret,
+        needs_generated_password,
+    )
     from cachefleet.operator.manifests.meta import Owner
     from cachefleet.operator.manifests.spec import parse_spec
 
@@ -99,10 +103,12 @@ def render_file(
         body["metadata"]["namespace"] = namespace
     spec = parse_spec(body.get("spec") or {})
     password = secrets.token_urlsafe(32) if needs_generated_password(spec) else None
+    cache_secret = secrets.token_urlsafe(32) if needs_generated_cache_secret(spec) else None
     return build_children(
         spec,
         owner=Owner.from_body(body),
         redis_password=password,
+        cache_secret=cache_secret,
         operator_namespace=operator_namespace,
         user_ids=user_ids,
     )

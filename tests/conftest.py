@@ -10,6 +10,7 @@ Under ``CI=true`` any skipped test fails, except those marked ``gpu`` (``support
 
 from __future__ import annotations
 
+import functools
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,6 +29,20 @@ from support.processes import (  # noqa: E402  (after the assert-rewrite registr
     ServerProcess,
     openssl,
 )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def kubernetes_schemas_parsed_once() -> Iterator[None]:
+    """kubernetes-validate reads and parses a schema file (its definitions file is megabytes of
+    JSON) on every ``validate`` call, 15 ms an object: the operator tests validate thousands.
+    The files never change in a run, so each is parsed once; the validation itself is untouched
+    (the schemas are only read, never modified, by it)."""
+    import kubernetes_validate.utils
+
+    with pytest.MonkeyPatch.context() as patch:
+        reader = functools.cache(kubernetes_validate.utils.schema_contents)
+        patch.setattr(kubernetes_validate.utils, "schema_contents", reader)
+        yield
 
 
 @pytest.fixture

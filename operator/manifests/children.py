@@ -29,11 +29,18 @@ def needs_generated_password(spec: ServiceSpec) -> bool:
     return spec.cache.managed_redis and auth.enabled and auth.password_secret_ref is None
 
 
+def needs_generated_cache_secret(spec: ServiceSpec) -> bool:
+    """Whether the operator must keep a generated cache secret (the key of the Redis entries'
+    MAC) in a Secret of its own: a Redis tier, and no Secret of the user's named."""
+    return spec.cache.uses_redis and spec.cache.secret_ref is None
+
+
 def build_children(
     spec: ServiceSpec,
     *,
     owner: Owner,
     redis_password: str | None = None,
+    cache_secret: str | None = None,
     operator_namespace: str = DEFAULT_OPERATOR_NAMESPACE,
     runtime_image: str = RELEASE_RUNTIME_IMAGE,
     user_ids: UserIds = "fixed",
@@ -43,6 +50,8 @@ def build_children(
     ``redis_password`` is the password the pods will read: the generated one (required when
     :func:`needs_generated_password`) or the one in the user's Secret when it could be read. Its
     digest goes into the pod templates, so a rotated password rolls Redis and the runtime pods.
+    ``cache_secret`` is the generated cache secret (required when
+    :func:`needs_generated_cache_secret`); a new one rolls the runtime pods likewise.
     ``operator_namespace`` is where the operator runs, for the Redis NetworkPolicy.
     ``runtime_image`` runs where the spec names none (the operator's release's runtime, or the
     operator's configured mirror of it). ``user_ids`` is the operator's setting for services
@@ -55,11 +64,17 @@ def build_children(
     digest = password_digest(spec, redis_password)
     if spec.cache.managed_redis:
         children += _redis_children(spec, owner, redis_password, digest, operator_namespace)
+    secrets_digest = digest
+    if needs_generated_cache_secret(spec):
+        if cache_secret is None:
+            raise ValueError("a generated cache secret must be passed in")
+        children.append(runtime.build_cache_secret(spec, owner=owner, secret=cache_secret))
+        secrets_digest += config_hash("cache-secret", cache_secret)
     children.append(runtime.build_runtime_configmap(spec, owner=owner))
     children.append(runtime.build_runtime_service(spec, owner=owner))
     children.append(
         runtime.build_runtime_deployment(
-            spec, owner=owner, password_digest=digest, runtime_image=runtime_image
+            spec, owner=owner, password_digest=secrets_digest, runtime_image=runtime_image
         )
     )
     if spec.autoscaling is not None:

@@ -101,6 +101,11 @@ def redis_auth_secret_name(owner: Owner) -> str:
     return f"{owner.name}-redis-auth"
 
 
+def cache_secret_name(owner: Owner) -> str:
+    """The generated Secret holding the key of the cache entries' MAC."""
+    return f"{owner.name}-cache-mac"
+
+
 def service_url(owner: Owner) -> str:
     return f"http://{owner.name}.{owner.namespace}.svc:{RUNTIME_PORT}"
 

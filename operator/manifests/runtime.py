@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,9 @@ MODEL_DIR = "/models"
 # (by default also /models), or the copy would read from the empty volume mounted over it.
 COPY_DESTINATION = "/cachefleet-model-repository"
 PASSWORD_ENV = "CACHEFLEET_REDIS_PASSWORD"
+CACHE_SECRET_ENV = "CACHEFLEET_CACHE_SECRET"
+#: The key of the generated cache Secret.
+CACHE_SECRET_KEY = "secret"
 #: The share of the runtime container's memory limit that requests in flight may hold (split
 #: between its worker processes); models, the local cache and the memo take the rest.
 INFLIGHT_SHARE = 4
@@ -54,6 +58,7 @@ def runtime_settings(spec: ServiceSpec, *, owner: Owner) -> RuntimeSettings:
             mode=cache.mode,
             local_size_bytes=parse_bytes(cache.local.size),
             ttl_s=parse_duration_s(cache.ttl),
+            namespace=cache_namespace(spec, owner=owner),
         )
     except QuantityError as error:
         raise SpecError(f"spec.cache: {error}") from None
@@ -74,6 +79,32 @@ def runtime_settings(spec: ServiceSpec, *, owner: Owner) -> RuntimeSettings:
         cache=cache_settings,
         redis=redis_settings(spec, owner=owner),
     )
+
+
+def cache_namespace(spec: ServiceSpec, *, owner: Owner) -> str:
+    """The fleet's share of Redis: ``<namespace>/<name>``, unless the spec names one (two
+    services that deliberately share answers name the same one, and the same secret)."""
+    return spec.cache.namespace or f"{owner.namespace}/{owner.name}"
+
+
+def cache_secret_ref(spec: ServiceSpec, *, owner: Owner) -> SecretKeyRef | None:
+    """Where the pods read the key of the Redis entries' MAC; None without a Redis tier."""
+    if not spec.cache.uses_redis:
+        return None
+    return spec.cache.secret_ref or SecretKeyRef(
+        name=meta.cache_secret_name(owner), key=CACHE_SECRET_KEY
+    )
+
+
+def build_cache_secret(spec: ServiceSpec, *, owner: Owner, secret: str) -> dict[str, Any]:
+    """The generated cache Secret; the caller keeps an existing secret across reconciles."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": meta.metadata(owner, meta.cache_secret_name(owner), COMPONENT),
+        "type": "Opaque",
+        "data": {CACHE_SECRET_KEY: base64.b64encode(secret.encode()).decode()},
+    }
 
 
 def limit_settings(spec: ServiceSpec) -> LimitSettings:
@@ -185,7 +216,8 @@ def build_runtime_deployment(
     password_digest: str = "",
     runtime_image: str = RELEASE_RUNTIME_IMAGE,
 ) -> dict[str, Any]:
-    """The server pods; ``password_digest`` rolls them when a generated password was replaced.
+    """The server pods; ``password_digest`` (of the secrets they read at start: the Redis
+    password, the cache secret) rolls them when a generated one was replaced.
 
     ``runtime_image`` runs when the spec names no image: the operator's own release's runtime.
     """
@@ -307,15 +339,15 @@ def _server_container(spec: ServiceSpec, owner: Owner, runtime_image: str) -> di
         models_mount["readOnly"] = True
         if pvc.sub_path:
             models_mount["subPath"] = pvc.sub_path
-    ref = redis_password_ref(spec, owner=owner)
     env = []
-    if ref is not None:
-        env.append(
-            {
-                "name": PASSWORD_ENV,
-                "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}},
-            }
-        )
+    for name, ref in (
+        (PASSWORD_ENV, redis_password_ref(spec, owner=owner)),
+        (CACHE_SECRET_ENV, cache_secret_ref(spec, owner=owner)),
+    ):
+        if ref is not None:
+            env.append(
+                {"name": name, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
+            )
     return {
         "name": "server",
         "image": runtime.image or runtime_image,

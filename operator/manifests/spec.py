@@ -17,12 +17,13 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
 
 from cachefleet.operator.manifests.errors import SpecError
-from cachefleet.runtime.config import split_password
+from cachefleet.runtime.config import NAMESPACE_PATTERN, split_password
 
 PullPolicy = Literal["Always", "IfNotPresent", "Never"]
 MaxmemoryPolicy = Literal[
@@ -290,6 +291,10 @@ class Redis(_Spec):
         return self.auth or Auth()
 
 
+class CacheSecretRef(SecretKeyRef):
+    key: str = "secret"
+
+
 class LocalCache(_Spec):
     size: Quantity = "256Mi"
 
@@ -299,6 +304,20 @@ class Cache(_Spec):
     ttl: Quantity = "1h"
     local: LocalCache = LocalCache()
     redis: Redis = Redis()
+    #: The fleet's share of Redis; None: ``<namespace>/<name>`` of the service.
+    namespace: str | None = None
+    #: The Secret key holding the entries' MAC key; None: one generated for this service.
+    secret_ref: CacheSecretRef | None = None
+
+    @field_validator("namespace")
+    @classmethod
+    def _usable_namespace(cls, namespace: str | None) -> str | None:
+        if namespace is not None and NAMESPACE_PATTERN.fullmatch(namespace) is None:
+            raise ValueError(
+                f"cache.namespace {namespace!r}: use letters, digits, '.', '_', '-' and '/', "
+                "starting with a letter or digit, at most 320 characters"
+            )
+        return namespace
 
     @property
     def uses_redis(self) -> bool:

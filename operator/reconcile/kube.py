@@ -32,6 +32,7 @@ PLURALS: dict[str, str] = {
     "KopfPeering": "kopfpeerings",
     "ClusterKopfPeering": "clusterkopfpeerings",
     "Lease": "leases",
+    "Pod": "pods",
 }
 MERGE_PATCH_CONTENT_TYPE = "application/merge-patch+json"
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"

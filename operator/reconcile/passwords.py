@@ -1,7 +1,9 @@
-"""The generated Redis password: made once, then always read back from its Secret.
+"""The generated Redis password and cache secret: made once, then always read back from their
+Secrets.
 
-Regenerating it on a later reconcile would lock the running Redis away from new pods, so the
-Secret is the source of truth as soon as it exists.
+Regenerating the password on a later reconcile would lock the running Redis away from new pods,
+and a new cache secret would make every entry the fleet wrote look forged, so the Secret is the
+source of truth as soon as it exists.
 """
 
 from __future__ import annotations
@@ -9,7 +11,8 @@ from __future__ import annotations
 import base64
 import secrets
 
-from cachefleet.operator.manifests.meta import Owner, redis_auth_secret_name
+from cachefleet.operator.manifests.meta import Owner, cache_secret_name, redis_auth_secret_name
+from cachefleet.operator.manifests.runtime import CACHE_SECRET_KEY
 from cachefleet.operator.reconcile.kube import Kube
 
 PASSWORD_KEY = "password"
@@ -17,6 +20,11 @@ PASSWORD_KEY = "password"
 
 def existing_or_new_password(kube: Kube, owner: Owner) -> str:
     stored = read_secret_key(kube, owner.namespace, redis_auth_secret_name(owner), PASSWORD_KEY)
+    return stored or secrets.token_urlsafe(32)
+
+
+def existing_or_new_cache_secret(kube: Kube, owner: Owner) -> str:
+    stored = read_secret_key(kube, owner.namespace, cache_secret_name(owner), CACHE_SECRET_KEY)
     return stored or secrets.token_urlsafe(32)
 
 

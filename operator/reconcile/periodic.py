@@ -5,6 +5,8 @@ timers. kopf gives every timer a finalizer, so that it can stop the timer when t
 and a finalizer makes deleting a service (or its namespace) hang whenever the operator is not
 running. This task needs none: a service that is gone simply drops out of the next snapshot.
 
+The figures pass also asks each ready runtime pod which model files it serves (``served``).
+
 Each pass takes a snapshot of the services the operator watches (kopf's index of them, so the
 namespaces are kopf's own and no list call is made) and handles them one at a time, each under
 its per-object lock, in a worker thread (the calls block). One service's failure is logged and
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -62,6 +65,8 @@ class Periodic:
                         self.resync, active),
             self._every(settings.cache_figures_interval_s, 0.0, services, self.refresh_figures,
                         active),
+            self._every(settings.cache_figures_interval_s, 0.0, services, self.refresh_served,
+                        active),
         )  # fmt: skip
 
     async def _every(
@@ -75,8 +80,13 @@ class Periodic:
         await asyncio.sleep(first_delay_s)
         while True:
             if await asyncio.to_thread(active):
-                for body in services():
+                began, visited = time.monotonic(), services()
+                for body in visited:
                     await asyncio.to_thread(self._guarded, job, body)
+                took = time.monotonic() - began
+                log.info(
+                    "periodic %s pass: %d services in %.1f s", job.__name__, len(visited), took
+                )
             await asyncio.sleep(interval_s)
 
     @staticmethod
@@ -122,6 +132,20 @@ class Periodic:
             previous.pop("updatedAt", None)
             if figures is not None and figures != previous:  # an idle cache costs no writes
                 self._write_status(body, {"cache": {**figures, "updatedAt": timestamp_now()}})
+
+    def refresh_served(self, body: Mapping[str, Any]) -> None:
+        """What each ready runtime pod serves into ``status.served``, written only when it
+        changed (a rollout shows as the fingerprints moving from pod to pod)."""
+        if body["metadata"].get("deletionTimestamp"):
+            return
+        with self.locks(object_key(body)):
+            try:
+                served = self.reconciler.served(body)
+            except KubeError as error:
+                log.info("%s: served models not refreshed: %s", object_key(body), error)
+                return
+            if served is not None:
+                self._write_status(body, {"served": served})
 
     def _write_status(self, body: Mapping[str, Any], status: Mapping[str, Any]) -> None:
         changes = status_changes(body.get("status") or {}, status)

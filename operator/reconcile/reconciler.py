@@ -13,6 +13,7 @@ from typing import Any
 from cachefleet.operator.manifests import meta
 from cachefleet.operator.manifests.children import (
     build_children,
+    needs_generated_cache_secret,
     needs_generated_password,
     uses_redis_password,
 )
@@ -32,7 +33,11 @@ from cachefleet.operator.reconcile.conditions import (
     summary_conditions,
 )
 from cachefleet.operator.reconcile.kube import Kube, KubeError
-from cachefleet.operator.reconcile.passwords import existing_or_new_password, read_secret_key
+from cachefleet.operator.reconcile.passwords import (
+    existing_or_new_cache_secret,
+    existing_or_new_password,
+    read_secret_key,
+)
 from cachefleet.operator.reconcile.redis_live import (
     RedisAddress,
     RedisLiveError,
@@ -40,6 +45,7 @@ from cachefleet.operator.reconcile.redis_live import (
     read_cache_figures,
 )
 from cachefleet.operator.reconcile.redis_topology import ExternalRedis, read_topology_figures
+from cachefleet.operator.reconcile.served import read_served
 from cachefleet.operator.reconcile.settings import OperatorSettings
 
 
@@ -97,7 +103,7 @@ class Reconciler:
         try:
             spec = parse_spec(body.get("spec") or {})
             password = self.redis_password(spec, owner)
-            children = self.build(spec, owner, password)
+            children = self.build(spec, owner, password, self.cache_secret(spec, owner))
         except SpecError as error:
             message = f"invalid spec: {error}"
             status = self._status(body, stalled_conditions(message))
@@ -113,12 +119,19 @@ class Reconciler:
             events.append(Event(True, "ImmutableField", message))
         return self._observe(body, spec, owner, password, applied, events)
 
-    def build(self, spec: ServiceSpec, owner: Owner, password: str | None) -> list[dict[str, Any]]:
+    def build(
+        self,
+        spec: ServiceSpec,
+        owner: Owner,
+        password: str | None,
+        cache_secret: str | None = None,
+    ) -> list[dict[str, Any]]:
         """The children, for an operator running in this operator's namespace."""
         return build_children(
             spec,
             owner=owner,
             redis_password=password,
+            cache_secret=cache_secret,
             operator_namespace=self.settings.operator_namespace,
             runtime_image=self.settings.runtime_image,
             user_ids=self.settings.user_ids,
@@ -226,6 +239,15 @@ class Reconciler:
         figures = read_cache_figures(self.redis_address(spec, owner))
         return figures.to_status()
 
+    def served(self, body: Mapping[str, Any]) -> list[dict[str, str]] | None:
+        """What each ready runtime pod serves (its model's fingerprint); None on a bad spec."""
+        owner = Owner.from_body(body)
+        try:
+            spec = parse_spec(body.get("spec") or {})
+        except SpecError:
+            return None
+        return read_served(self.kube, owner, spec.model.name, self.settings.redis_timeout_s)
+
     def redis_address(
         self, spec: ServiceSpec, owner: Owner, password: str | None = None
     ) -> RedisAddress:
@@ -256,6 +278,13 @@ class Reconciler:
             password,
             self.settings.redis_timeout_s,
         )
+
+    def cache_secret(self, spec: ServiceSpec, owner: Owner) -> str | None:
+        """The generated cache secret (read back from its Secret, or made when there is none);
+        None when the pods read the user's, or use no Redis."""
+        if not needs_generated_cache_secret(spec):
+            return None
+        return existing_or_new_cache_secret(self.kube, owner)
 
     def redis_password(self, spec: ServiceSpec, owner: Owner) -> str | None:
         """The Redis password the pods will read: generated, or from the user's Secret.
@@ -292,9 +321,10 @@ def restore_child(
     try:
         spec = parse_spec(owner_body.get("spec") or {})
         password = reconciler.redis_password(spec, owner)
-        children = reconciler.build(spec, owner, password)
-        if not (kind == "Secret" and name == meta.redis_auth_secret_name(owner)):
-            # (A lost password Secret means a new password: every pod that reads it must roll.)
+        children = reconciler.build(spec, owner, password, reconciler.cache_secret(spec, owner))
+        generated = (meta.redis_auth_secret_name(owner), meta.cache_secret_name(owner))
+        if not (kind == "Secret" and name in generated):
+            # (A lost generated Secret means a new secret: every pod that reads it must roll.)
             children = [c for c in children if c["kind"] == kind and c["metadata"]["name"] == name]
         return apply_children(reconciler.kube, children, reconciler.versions).written
     except SpecError:

@@ -40,6 +40,7 @@ def build_cache(settings: RuntimeSettings, metrics: RuntimeMetrics) -> ResponseC
         redis=redis,
         breakers=breakers,
         insert_queue_size=settings.cache.insert_queue_size,
+        insert_queue_bytes=settings.cache.insert_queue_bytes,
         keys=KeySpace(settings.cache.namespace),
         mac=None if secret is None else EntryMac(secret.get_secret_value()),
     )

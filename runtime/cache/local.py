@@ -37,9 +37,11 @@ def entry_size(outputs: Sequence[Tensor]) -> int:
 
 #: A tensor as plain fields: (name, datatype, shape, data).
 _Fields = tuple[str, str, tuple[int, ...], bytes]
-#: An entry: (tensors, size charged, monotonic expiry or inf). A plain tuple, never a class
-#: instance, so that the collector untracks it (see the module docstring).
-_Slot = tuple[tuple[_Fields, ...], int, float]
+#: An entry: (tensors, size charged, monotonic expiry or inf, identity). A plain tuple, never
+#: a class instance, so that the collector untracks it (see the module docstring). The identity
+#: is a bare ``object()`` (untracked too): what :meth:`LocalTier.entry` hands out, so that who
+#: keeps it (the memo of rendered responses) keeps 16 bytes alive, not the entry's tensors.
+_Slot = tuple[tuple[_Fields, ...], int, float, object]
 #: A key as the tier keeps it: (model, version, digest).
 _Key = tuple[str, str, bytes]
 
@@ -71,14 +73,16 @@ class LocalTier:
         slot = self._live(key)
         if slot is None:
             return None
-        outputs, _, _ = slot
+        outputs, _, _, _ = slot
         return [Tensor.trusted(*fields) for fields in outputs]
 
     def entry(self, key: CacheKey) -> object | None:
-        """The live entry of ``key`` as an opaque object, marked as recently used; None when
-        absent or expired. A put, an eviction, a flush or expiry ends that object's life, so
-        ``entry(key) is earlier`` says an earlier answer is still exactly what is cached."""
-        return self._live(key)
+        """The live entry's identity for ``key``, an opaque object, marked as recently used;
+        None when absent or expired. A put, an eviction, a flush or expiry ends that identity,
+        so ``entry(key) is earlier`` says an earlier answer is still exactly what is cached.
+        The identity holds none of the entry's data."""
+        slot = self._live(key)
+        return None if slot is None else slot[3]
 
     def _live(self, key: CacheKey) -> _Slot | None:
         plain = (key.model, key.version, key.digest)
@@ -86,7 +90,7 @@ class LocalTier:
             slot = self._slots.get(plain)
             if slot is None:
                 return None
-            _, _, expires_at = slot
+            _, _, expires_at, _ = slot
             if expires_at <= self._clock():
                 self._remove(plain)
                 self._on_size(self._bytes)
@@ -107,7 +111,7 @@ class LocalTier:
                 self._remove(plain)
             while self._bytes + size > self.max_bytes:
                 self._remove(next(iter(self._slots)))
-            self._slots[plain] = (fields, size, expires_at)
+            self._slots[plain] = (fields, size, expires_at, object())
             self._bytes += size
             self._on_size(self._bytes)
         return True
@@ -128,5 +132,5 @@ class LocalTier:
             self._on_size(0)
 
     def _remove(self, plain: _Key) -> None:
-        _, size, _ = self._slots.pop(plain)
+        _, size, _, _ = self._slots.pop(plain)
         self._bytes -= size

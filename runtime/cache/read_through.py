@@ -54,7 +54,7 @@ from cachefleet.runtime.cache.errors import (
 )
 from cachefleet.runtime.cache.invalidation import InvalidationListener
 from cachefleet.runtime.cache.key import CacheKey, KeySpace, compute_key
-from cachefleet.runtime.cache.local import LocalTier
+from cachefleet.runtime.cache.local import LocalTier, entry_size
 from cachefleet.runtime.cache.metrics import CacheMetrics, ModelCacheMetrics
 from cachefleet.runtime.cache.redis_tier import RedisTier, is_outage
 from cachefleet.runtime.cache.singleflight import SingleFlight
@@ -78,6 +78,7 @@ class ReadThroughCache:
         redis: RedisTier | None = None,
         breakers: ShardBreakers | None = None,
         insert_queue_size: int = 1024,
+        insert_queue_bytes: int = 64 * 2**20,
         listener: InvalidationListener | None = None,
         wall_clock: Callable[[], float] = time.time,
         keys: KeySpace | None = None,
@@ -96,7 +97,7 @@ class ReadThroughCache:
         self.redis = redis
         #: One breaker per Redis shard (one in all in standalone and sentinel modes).
         self.breakers = breakers or ShardBreakers(3, 1.0)
-        self.writes = WriteBehind(insert_queue_size)
+        self.writes = WriteBehind(insert_queue_size, insert_queue_bytes)
         self.listener = listener
         self._flight: SingleFlight[_Outcome] = SingleFlight()
         #: model -> monotonic time of its last flush; writes of answers computed before are void.
@@ -355,10 +356,11 @@ class ReadThroughCache:
         if self.local is not None and self.local.put(key, outputs, ttl_s):
             self.model_metrics.of(key.model, key.version).inserts_local.inc()
         if self.redis is not None:
-            self._submit(key, self._insert_job(key, tuple(outputs), ttl_s, since))
+            job = self._insert_job(key, tuple(outputs), ttl_s, since)
+            self._submit(key, job, entry_size(outputs))
 
-    def _submit(self, key: CacheKey, job: WriteJob) -> None:
-        if not self.writes.submit(job):
+    def _submit(self, key: CacheKey, job: WriteJob, size_bytes: int = 0) -> None:
+        if not self.writes.submit(job, size_bytes):
             self.model_metrics.of(key.model, key.version).insert_dropped.inc()
 
     def _insert_job(

@@ -19,6 +19,8 @@ from cachefleet.runtime.config.restrictions import (
     parse_restriction,
 )
 from cachefleet.runtime.config.settings import (
+    DEFAULT_NAMESPACE,
+    NAMESPACE_PATTERN,
     CacheMode,
     CacheSettings,
     LimitSettings,
@@ -32,7 +34,9 @@ from cachefleet.runtime.config.settings import (
 
 __all__ = [
     "API_GROUPS",
+    "DEFAULT_NAMESPACE",
     "FLAGS",
+    "NAMESPACE_PATTERN",
     "ApiGroup",
     "CacheMode",
     "CacheSettings",

@@ -79,6 +79,12 @@ FLAGS: tuple[Flag, ...] = (
     Flag("cache-ttl", "cache", "ttl_s", "Entry lifetime: seconds or 30m, 1h (default 3600)."),
     Flag("cache-insert-queue", "cache", "insert_queue_size", "Write-behind queue length."),
     Flag(
+        "cache-insert-queue-bytes",
+        "cache",
+        "insert_queue_bytes",
+        "Bytes of answers the write-behind queue may hold, e.g. 64Mi (default).",
+    ),
+    Flag(
         "cache-namespace",
         "cache",
         "namespace",

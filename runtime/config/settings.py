@@ -138,6 +138,9 @@ class CacheSettings(_Group):
     local_size_bytes: Bytes = Field(256 * 2**20, description="Bound of the in-process tier.")
     ttl_s: Seconds = Field(3600.0, description="Entry lifetime; a model's config may override it.")
     insert_queue_size: int = Field(1024, ge=1, description="Write-behind queue; drops when full.")
+    insert_queue_bytes: Bytes = Field(
+        64 * 2**20, gt=0, description="Bytes of answers the write-behind queue may hold."
+    )
     namespace: str = Field(
         DEFAULT_NAMESPACE,
         description="The fleet's share of Redis: prefixes every key and names the flush channel.",

@@ -37,6 +37,7 @@ from cachefleet.runtime.service import (
     SharedMemoryRegistry,
     StatisticsRegistry,
 )
+from cachefleet.runtime.service.model_info import ModelInfo
 
 log = logging.getLogger(__name__)
 
@@ -108,8 +109,13 @@ async def _serving(state: ServerState) -> AsyncIterator[None]:
             state.shared_memory,
         )
         state.service = service
+        metrics.registry.register(ModelInfo(repository))
         state.control = ModelControl(
-            repository, statistics, in_flight, settings.models.control_mode
+            repository,
+            statistics,
+            in_flight,
+            settings.models.control_mode,
+            release=service.release_model,
         )
         if settings.server.grpc_port:
             grpc_server = await start_grpc_server(settings.server, settings.security, state)

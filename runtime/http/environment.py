@@ -1,8 +1,9 @@
 """Settings handed to worker processes through the environment.
 
 With ``--workers N`` uvicorn starts each worker from an import string, so the parent passes the
-already-merged settings as JSON in one variable. The Redis password is excluded from every
-settings dump; it travels in ``CACHEFLEET_REDIS_PASSWORD``, which the loader already reads.
+already-merged settings as JSON in one variable. The Redis password and the cache secret are
+excluded from every settings dump; they travel in ``CACHEFLEET_REDIS_PASSWORD`` and
+``CACHEFLEET_CACHE_SECRET``, which the loader already reads.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from cachefleet.runtime.http.front_door import InferFrontDoor
 
 SETTINGS_VARIABLE = "CACHEFLEET_SETTINGS_JSON"
 PASSWORD_VARIABLE = "CACHEFLEET_REDIS_PASSWORD"
+SECRET_VARIABLE = "CACHEFLEET_CACHE_SECRET"
 URL_VARIABLE = "CACHEFLEET_REDIS_URL"
 #: The restrictions (secret values, so left out of the JSON), one per line in each variable.
 RESTRICTION_VARIABLES = {
@@ -29,7 +31,7 @@ RESTRICTION_VARIABLES = {
 
 
 def export_settings(settings: RuntimeSettings, environ: MutableMapping[str, str]) -> None:
-    """Put ``settings`` (and the password, separately) where workers will find them.
+    """Put ``settings`` (and the secrets, separately) where workers will find them.
 
     The settings' URL no longer holds a password (the settings moved it out); the URL variable
     the parent may have read is replaced by that clean URL, so no worker inherits the secret
@@ -38,6 +40,8 @@ def export_settings(settings: RuntimeSettings, environ: MutableMapping[str, str]
     environ[SETTINGS_VARIABLE] = orjson.dumps(settings.to_document()).decode()
     if settings.redis.password is not None:
         environ[PASSWORD_VARIABLE] = settings.redis.password.get_secret_value()
+    if settings.cache.secret is not None:
+        environ[SECRET_VARIABLE] = settings.cache.secret.get_secret_value()
     if URL_VARIABLE in environ and settings.redis.url is not None:
         environ[URL_VARIABLE] = settings.redis.url
     for field, variable in RESTRICTION_VARIABLES.items():
@@ -53,6 +57,9 @@ def settings_from_environment(environ: Mapping[str, str]) -> RuntimeSettings:
     password = environ.get(PASSWORD_VARIABLE)
     if password is not None:
         document.setdefault("redis", {})["password"] = SecretStr(password)
+    secret = environ.get(SECRET_VARIABLE)
+    if secret is not None:
+        document.setdefault("cache", {})["secret"] = SecretStr(secret)
     for field, variable in RESTRICTION_VARIABLES.items():
         if variable in environ:
             document.setdefault("security", {})[field] = environ[variable]

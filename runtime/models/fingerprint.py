@@ -56,11 +56,17 @@ def files_digest(model_folder: Path, version: int, named: Sequence[str]) -> byte
 
 
 def _files_under(folder: Path) -> Iterable[Path]:
-    """Every regular file under ``folder``, in path order (symbolic links to files are
-    followed, to folders not, so a link loop cannot hang a load)."""
+    """Every regular file under ``folder``, in path order. Symbolic links are followed (a
+    linked file or folder of external data decides answers too), each real folder once, so a
+    link loop cannot hang a load."""
     found: list[Path] = []
-    for root, folders, names in os.walk(folder):
-        folders.sort()
+    seen: set[str] = set()
+    for root, folders, names in os.walk(folder, followlinks=True):
+        real = os.path.realpath(root)
+        if real in seen:
+            folders.clear()
+            continue
+        seen.add(real)
         found.extend(Path(root) / name for name in names if (Path(root) / name).is_file())
     return sorted(found, key=lambda path: path.relative_to(folder).as_posix())
 

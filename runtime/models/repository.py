@@ -230,14 +230,18 @@ class _VersionLoader:
         if not model_file.is_file():
             raise ModelLoadError(f"{model_file.name} not found in version folder {version}/")
         named = [spec.label_filename for spec in self._message.output if spec.label_filename]
-        files = files_digest(self._folder, version, named)
+        try:
+            before = files_digest(self._folder, version, named)
+        except ModelLoadError:
+            before = None  # an unreadable file is reported below, after the config's own errors
         session = open_session(model_file, self._plan)
         signature = signature_of(session)
         config = self._config or self._settle_config(signature)
         check_config(config, signature)
         # Hashed again once loaded: a file replaced while the session read it would otherwise
         # leave a fingerprint of files other than those answering.
-        if files_digest(self._folder, version, named) != files:
+        files = files_digest(self._folder, version, named)
+        if files != before:
             raise ModelLoadError(f"files of version folder {version}/ changed while it loaded")
         fingerprint_hex = fingerprint(self._message.SerializeToString(deterministic=True), files)
         logger.info(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cachefleet.runtime.models.errors import ModelLoadError
@@ -21,6 +21,28 @@ logger = logging.getLogger(__name__)
 ROW_CACHE_PARAMETER = "cachefleet.row_cache"
 _TRUE = frozenset({"true", "1", "yes", "on"})
 _FALSE = frozenset({"false", "0", "no", "off", ""})
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePolicy:
+    """Triton's ``ModelQueuePolicy`` for one priority level of the dynamic batcher's queue."""
+
+    #: Over it, a new request is refused (Triton: UNAVAILABLE "Exceeds maximum queue size");
+    #: 0: no bound (the server's --max-requests-in-flight still holds).
+    max_queue_size: int = 0
+    #: How long a request may wait in the queue; 0: as long as it takes.
+    default_timeout_s: float = 0.0
+    #: Whether a request's own ``timeout`` parameter (microseconds) replaces the default.
+    allow_timeout_override: bool = False
+    #: What a request whose time is up gets: refused (REJECT, "Request timeout expired"), or
+    #: moved behind every request still in time (DELAY).
+    delay_on_timeout: bool = False
+
+    def timeout_s(self, requested_us: int) -> float:
+        """The queue timeout of a request that asked for ``requested_us`` (0: none asked)."""
+        if self.allow_timeout_override and requested_us:
+            return requested_us / 1e6
+        return self.default_timeout_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +57,12 @@ class BatchingPolicy:
     priority_levels: int = 0
     #: The level of a request that names no priority (or priority 0).
     default_priority_level: int = 0
+    #: ``default_queue_policy``, and ``priority_queue_policy`` by level where one is given.
+    default_queue_policy: QueuePolicy = QueuePolicy()
+    queue_policies: Mapping[int, QueuePolicy] = field(default_factory=dict)
+
+    def queue_policy(self, level: int) -> QueuePolicy:
+        return self.queue_policies.get(level, self.default_queue_policy)
 
     @property
     def target_batch_size(self) -> int:
@@ -88,12 +116,11 @@ def _batching(config: ModelConfig) -> BatchingPolicy | None:
             f"model {config.name!r}: preferred_batch_size {bad} must be between 1 and "
             f"max_batch_size {config.max_batch_size}"
         )
-    if block.get("default_queue_policy") or block.get("priority_queue_policy"):
-        logger.info(
-            "model %r: dynamic_batching queue policies (timeouts, queue sizes) are parsed but "
-            "not acted on",
-            config.name,
-        )
+    default_queue = _queue_policy(block.get("default_queue_policy") or {})
+    by_level = {
+        int(level): _queue_policy(entry)
+        for level, entry in (block.get("priority_queue_policy") or {}).items()
+    }
     levels = int(block.get("priority_levels") or 0)
     default_level = int(block.get("default_priority_level") or 0)
     if levels and not 1 <= default_level <= levels:
@@ -108,6 +135,18 @@ def _batching(config: ModelConfig) -> BatchingPolicy | None:
         preserve_ordering=bool(block.get("preserve_ordering")),
         priority_levels=levels,
         default_priority_level=default_level,
+        default_queue_policy=default_queue,
+        queue_policies=by_level,
+    )
+
+
+def _queue_policy(entry: Mapping[str, Any]) -> QueuePolicy:
+    """A ``ModelQueuePolicy`` in its JSON form (64-bit numbers may come as strings)."""
+    return QueuePolicy(
+        max_queue_size=int(entry.get("max_queue_size") or 0),
+        default_timeout_s=int(entry.get("default_timeout_microseconds") or 0) / 1e6,
+        allow_timeout_override=bool(entry.get("allow_timeout_override")),
+        delay_on_timeout=entry.get("timeout_action") == "DELAY",
     )
 
 

@@ -10,7 +10,10 @@ be read in one place. They follow Triton's dynamic batcher:
   when none is preferred) or when the next waiting request would not fit, otherwise when the
   head has waited ``max_queue_delay``; with several
   preferred sizes, the largest preferred size that the waiting requests fill exactly wins;
-- a request whose caller has gone (its future is done: cancelled) is dropped, never run.
+- a request whose caller has gone (its future is done: cancelled) is dropped, never run;
+- a level's queue holds at most its policy's ``max_queue_size`` requests (the scheduler refuses
+  more), and a request whose queue timeout passed with ``timeout_action: DELAY`` waits behind
+  every request still in time (with REJECT the scheduler answers it and it is dropped).
 """
 
 from __future__ import annotations
@@ -38,6 +41,10 @@ class Pending:
     level: int = 0
     #: ``time.perf_counter_ns()`` when it arrived, for the statistics' queue time.
     submitted_ns: int = 0
+    #: Its queue timeout passed under a DELAY policy: served after every request in time.
+    delayed: bool = False
+    #: Taken into a batch: out of the queue, its timeout no longer applies.
+    taken: bool = False
 
 
 @dataclass
@@ -49,6 +56,11 @@ class BatchQueue:
 
     def __len__(self) -> int:
         return sum(len(level) for level in self._levels.values())
+
+    def waiting_at(self, level: int) -> int:
+        """Requests waiting at priority ``level`` whose caller still waits."""
+        queue = self._levels.get(level)
+        return 0 if queue is None else sum(not pending.future.done() for pending in queue)
 
     def push(self, pending: Pending) -> None:
         self._levels.setdefault(pending.level, deque()).append(pending)
@@ -74,10 +86,14 @@ class BatchQueue:
         batch = self._preferred_prefix(chosen)
         for pending in batch:
             self._levels[pending.level].remove(pending)
+            pending.taken = True
         return batch
 
     def _in_order(self) -> list[Pending]:
-        return [pending for level in sorted(self._levels) for pending in self._levels[level]]
+        ordered = [pending for level in sorted(self._levels) for pending in self._levels[level]]
+        if any(pending.delayed for pending in ordered):
+            ordered.sort(key=lambda pending: pending.delayed)  # stable: order kept otherwise
+        return ordered
 
     def _compatible(self, head: Pending, waiting: Sequence[Pending]) -> tuple[list[Pending], bool]:
         """The requests that can join the head's batch, and whether the next one would not fit

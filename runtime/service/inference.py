@@ -13,6 +13,7 @@ that, for as long as the local entry it was rendered from lives.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import Executor
@@ -34,6 +35,7 @@ from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.errors import NotReadyError, ServingError
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.metrics import TritonInferenceCounters as TRITON
+from cachefleet.runtime.models.heap import release_freed_memory
 from cachefleet.runtime.models.types import Model, ModelConfig, ModelRepository
 from cachefleet.runtime.protocol import (
     InferRequest,
@@ -150,6 +152,15 @@ class InferenceService:
     async def close(self) -> None:
         """Stop the models' batchers (executions already running finish)."""
         await self._schedulers.close()
+
+    async def release_model(self, name: str) -> None:
+        """Let go of everything kept for model ``name`` (its batchers and memoized responses),
+        once it is unloaded or loaded again: its old sessions are then freed, and the memory
+        they held goes back to the system."""
+        await self._schedulers.release(name)
+        if self._memo is not None:
+            self._memo.memo.discard_model(name)
+        await asyncio.to_thread(release_freed_memory)
 
     def memo_hasher(
         self,
@@ -367,11 +378,12 @@ class InferenceService:
         """How a miss is computed: through the model's scheduler, row by row through the row
         cache when ``by_rows``; what happened goes into ``miss``."""
         priority = _priority(request.parameters)
+        timeout_us = _timeout_us(request.parameters)
 
         async def run(inputs: Sequence[Tensor]) -> list[Tensor]:
             started = time.perf_counter_ns()
             try:
-                return await scheduler.run(inputs, priority, on_wait)
+                return await scheduler.run(inputs, priority, on_wait, timeout_us)
             finally:
                 miss.waited_ns += time.perf_counter_ns() - started
 
@@ -446,6 +458,12 @@ def _priority(parameters: Mapping[str, Any]) -> int:
     """The request parameter ``priority`` (0, the default level, when absent); checked while
     the request was decoded."""
     return int(parameters.get("priority", 0))
+
+
+def _timeout_us(parameters: Mapping[str, Any]) -> int:
+    """The request parameter ``timeout`` (microseconds in the queue; 0, none, when absent);
+    checked while the request was decoded."""
+    return int(parameters.get("timeout", 0))
 
 
 @dataclass(slots=True)

@@ -18,6 +18,10 @@ confirms the identity is still live, so a flush, an expiry, an eviction or a rep
 the entry ends the memoized response with it. A reloaded model is a new model object, which
 the memo entry also has to match. The memo is an LRU bounded by bytes, and used only from the
 event loop's thread, so it needs no lock.
+
+It holds nothing outside its count: the local entry's identity is a bare token (not the
+entry's tensors, which an eviction must free), and the model object is shared with the
+repository while the model is loaded; unloading or reloading a model discards its responses.
 """
 
 from __future__ import annotations
@@ -106,6 +110,12 @@ class ResponseMemo:
             self.discard(next(iter(self._entries)))
         self._entries[digest] = Memoized(model, key, entry, body, header_length, size)
         self._bytes += size
+
+    def discard_model(self, name: str) -> None:
+        """Forget every response of model ``name`` (unloaded or reloaded): an entry keeps its
+        model object, which must not outlive the model's unload."""
+        for digest in [d for d, found in self._entries.items() if found.model.name == name]:
+            self.discard(digest)
 
     def discard(self, digest: bytes) -> None:
         gone = self._entries.pop(digest, None)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal
 
 from cachefleet.runtime.errors import BadRequestError
@@ -49,8 +49,12 @@ class ModelControl:
         statistics: StatisticsRegistry,
         in_flight: InFlight,
         mode: ControlMode,
+        release: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
+        """``release``: lets go of what the service keeps of a model (its batchers, memoized
+        responses), called once a model is unloaded or loaded again."""
         self._repository = repository
+        self._release = release
         self._statistics = statistics
         self._in_flight = in_flight
         self._mode = mode
@@ -73,6 +77,7 @@ class ModelControl:
             except ModelLoadError as error:
                 raise BadRequestError(f"failed to load '{name}': {error}") from None
             self._statistics.forget(name)
+            await self._released(name)
         logger.info("model %r loaded", name)
 
     async def unload(self, name: str) -> None:
@@ -88,7 +93,12 @@ class ModelControl:
                 logger.info("model %r: unloading, draining %d request(s)", name, waiting)
             await self._in_flight.drained(name)
             self._statistics.forget(name)
+            await self._released(name)
         logger.info("model %r unloaded", name)
+
+    async def _released(self, name: str) -> None:
+        if self._release is not None:
+            await self._release(name)
 
     def _check_mode(self, action: str) -> None:
         if self._mode != "explicit":

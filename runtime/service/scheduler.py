@@ -23,6 +23,7 @@ from cachefleet.runtime.errors import (
     BadRequestError,
     ModelExecutionError,
     NotReadyError,
+    OverloadedError,
     ServingError,
 )
 from cachefleet.runtime.metrics import RuntimeMetrics
@@ -70,9 +71,16 @@ class ModelScheduler:
         self.inline = model.quick and policy.batching is None
 
     async def run(
-        self, inputs: Sequence[Tensor], priority: int = 0, on_wait: OnWait | None = None
+        self,
+        inputs: Sequence[Tensor],
+        priority: int = 0,
+        on_wait: OnWait | None = None,
+        timeout_us: int = 0,
     ) -> list[Tensor]:
-        """The model's outputs for ``inputs`` (batched with other requests if configured)."""
+        """The model's outputs for ``inputs`` (batched with other requests if configured).
+
+        ``timeout_us``: the request's ``timeout`` parameter, which the queue policy of its
+        priority level may let replace its default queue timeout (as in Triton)."""
         level = self._level(priority)
         if self.inline:
             return self._run_inline(inputs)
@@ -80,6 +88,11 @@ class ModelScheduler:
             on_wait()
         if self._queue is None:
             return await self._run_alone(inputs)
+        assert self.policy.batching is not None  # there is a queue
+        queue_policy = self.policy.batching.queue_policy(level)
+        limit = queue_policy.max_queue_size
+        if limit and self._queue.waiting_at(level) >= limit:
+            raise OverloadedError("Exceeds maximum queue size")  # Triton's words
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[Tensor]] = loop.create_future()
         pending = Pending(
@@ -97,6 +110,11 @@ class ModelScheduler:
         if self._loop_task is None:
             self._loop_task = asyncio.create_task(self._batch_loop(self._queue))
             self._loop_task.add_done_callback(self._loop_ended)
+        timeout_s = queue_policy.timeout_s(timeout_us)
+        timer = None
+        if timeout_s:
+            delay = queue_policy.delay_on_timeout
+            timer = loop.call_later(timeout_s, self._timed_out, pending, delay)
         try:
             return await future
         except asyncio.CancelledError:
@@ -104,6 +122,20 @@ class ModelScheduler:
             # batcher so that it does now, and not only when the next request comes.
             self._arrived.set()
             raise
+        finally:
+            if timer is not None:
+                timer.cancel()
+
+    def _timed_out(self, pending: Pending, delay: bool) -> None:
+        """A request's queue timeout passed while it waited: refused, or moved behind the
+        requests still in time (``timeout_action: DELAY``)."""
+        if pending.taken or pending.future.done():
+            return
+        if delay:
+            pending.delayed = True
+        else:
+            pending.future.set_exception(NotReadyError("Request timeout expired"))
+        self._arrived.set()
 
     async def close(self) -> None:
         """Stop batching: batches already running finish, requests still waiting get 503."""
@@ -338,6 +370,13 @@ class Schedulers:
     def get(self, name: str, version: str) -> ModelScheduler | None:
         """The scheduler of a model version that has run at least once, else None."""
         return self._schedulers.get((name, version))
+
+    async def release(self, name: str) -> None:
+        """Close and forget the schedulers of model ``name`` (unloaded, or loaded again), so
+        that nothing here keeps its sessions alive; a later request makes a new one."""
+        doomed = [key for key in self._schedulers if key[0] == name]
+        schedulers = [self._schedulers.pop(key) for key in doomed]
+        await asyncio.gather(*(scheduler.close() for scheduler in schedulers))
 
     async def close(self) -> None:
         schedulers, self._schedulers = list(self._schedulers.values()), {}

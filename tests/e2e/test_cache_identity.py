@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 from support.processes import RedisProcess, ServerProcess
 from support.waiting import wait_for
 
@@ -226,3 +227,26 @@ def test_a_forged_entry_is_a_miss_deleted_and_counted(
              "the forged entry to be replaced")  # fmt: skip
     assert ask(server, 9) == ("hit-redis", [10] * 16)
     assert errors(server, "forged") == 1
+
+
+def test_the_fingerprint_is_visible_in_config_metrics_and_log(
+    make_server: MakeServer, adds: Path, subtracts: Path
+) -> None:
+    server = make_server("--cache", "local", repository=adds)
+    fingerprint = served_fingerprint(server.base_url)
+    assert len(fingerprint) == 64
+    # gRPC's config response carries the same parameter (the document is ModelConfig's JSON).
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        config = client.get_model_config("simple").config
+        assert config.parameters["cachefleet.fingerprint"].string_value == fingerprint
+    finally:
+        client.close()
+    info = f'cachefleet_model_info{{fingerprint="{fingerprint}",model="simple",version="1"}} 1.0'
+    assert info in httpx.get(f"{server.base_url}/metrics").text
+    assert "model 'simple' version 1: READY on" in server.log()
+    assert f"fingerprint {fingerprint}" in server.log()
+    # Other files, another fingerprint, in both places.
+    other = make_server("--cache", "local", repository=subtracts)
+    assert served_fingerprint(other.base_url) != fingerprint
+    assert fingerprint not in httpx.get(f"{other.base_url}/metrics").text

@@ -182,3 +182,44 @@ def test_cache_survives_a_reload_of_the_same_files_only(
     (repository / "simple" / "1" / "model.onnx").write_bytes(_swapped_simple())
     client.load_model("simple")
     assert _x_cache(server, 5) == ("miss", [0] * 16), "new files: another key space"
+
+
+def _rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS in /proc")
+
+
+def _densenet_once(client: httpclient.InferenceServerClient, seed: int) -> None:
+    image = np.random.default_rng(seed).random((3, 224, 224), dtype=np.float32)
+    infer_input = httpclient.InferInput("data_0", [3, 224, 224], "FP32")
+    infer_input.set_data_from_numpy(image)
+    result = client.infer("densenet_onnx", [infer_input])
+    assert result.as_numpy("fc6_1").shape == (1000, 1, 1)
+
+
+def test_unload_releases_the_session(
+    explicit: tuple[ServerProcess, httpclient.InferenceServerClient],
+) -> None:
+    """20 load / infer / unload cycles of densenet: resident memory after an unload comes back
+    to where it was before the first load, within a margin (the scheduler and the memo let go
+    of the model, so its session is freed)."""
+    server, client = explicit
+    assert not client.is_model_ready("densenet_onnx")
+    client.load_model("densenet_onnx")
+    _densenet_once(client, 0)
+    client.unload_model("densenet_onnx")
+    baseline = _rss_bytes(server.pid)  # allocator pools warmed by one cycle
+    client.load_model("densenet_onnx")
+    _densenet_once(client, 1)
+    loaded = _rss_bytes(server.pid)
+    for cycle in range(20):
+        client.unload_model("densenet_onnx")
+        client.load_model("densenet_onnx")
+        _densenet_once(client, cycle + 2)
+    client.unload_model("densenet_onnx")
+    after = _rss_bytes(server.pid)
+    # Measured here: 2-4 MiB more after the cycles; 162 MiB more when the scheduler kept the
+    # session, 41 MiB when it did not but freed memory stayed in the allocator's arenas.
+    assert after < baseline + (24 << 20), (baseline, loaded, after)

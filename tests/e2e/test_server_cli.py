@@ -61,15 +61,22 @@ def test_config_file_and_workers(
 
 
 def test_workers_get_the_settings_and_the_password_through_the_environment() -> None:
+    mac_key = "a cache secret of enough length"
     settings = RuntimeSettings.model_validate(
-        {"models": {"repository": "/models"}, "cache": {"mode": "redis", "ttl_s": "30m"},
+        {"models": {"repository": "/models"},
+         "cache": {"mode": "redis", "ttl_s": "30m", "namespace": "ml/svc", "secret": mac_key},
          "redis": {"url": "redis://cache:6379/0", "password": "s3cret"}}
     )  # fmt: skip
     environ: dict[str, str] = {}
     export_settings(settings, environ)
     assert "s3cret" not in environ["CACHEFLEET_SETTINGS_JSON"]
+    assert mac_key not in environ["CACHEFLEET_SETTINGS_JSON"]
     assert environ["CACHEFLEET_REDIS_PASSWORD"] == "s3cret"
+    assert environ["CACHEFLEET_CACHE_SECRET"] == mac_key
     restored = settings_from_environment(environ)
     assert restored == settings
     assert restored.redis.password is not None
     assert restored.redis.password.get_secret_value() == "s3cret"
+    assert restored.cache.secret is not None
+    assert restored.cache.secret.get_secret_value() == mac_key
+    assert restored.cache.namespace == "ml/svc"

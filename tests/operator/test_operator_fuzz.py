@@ -94,7 +94,7 @@ FIELD = re.compile(r"\bspec(\.\w+)*\b|cache\.redis|autoscaling\.|model\.reposito
 def render(spec: Any) -> list[dict[str, Any]]:
     parsed = parse_spec(spec)
     password = "generated-password" if needs_generated_password(parsed) else None
-    return build_children(parsed, owner=OWNER, redis_password=password)
+    return build_children(parsed, owner=OWNER, redis_password=password, cache_secret="c" * 32)
 
 
 def outcome(spec: Any) -> list[dict[str, Any]] | SpecError:
@@ -188,7 +188,7 @@ def expected_children(name: str, spec: Any) -> set[tuple[str, str]]:
     owner = Owner(name, OWNER.namespace, OWNER.uid)
     parsed = parse_spec(spec)
     password = "x" if needs_generated_password(parsed) else None
-    children = build_children(parsed, owner=owner, redis_password=password)
+    children = build_children(parsed, owner=owner, redis_password=password, cache_secret="c" * 32)
     return {(RESOURCE_OF[c["kind"]], c["metadata"]["name"]) for c in children}
 
 

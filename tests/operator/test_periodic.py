@@ -16,6 +16,9 @@ import pytest
 from support.kube.cluster import Cluster
 from support.kube.fixtures import CIS_PATH, NS, Api, cis, eventually, live, must, service
 
+from cachefleet.bench.chaos.answers import served_fingerprint
+from cachefleet.bench.processes import free_port
+from cachefleet.operator.manifests.meta import Owner, selector_labels
 from cachefleet.operator.reconcile.kube import Kube
 from cachefleet.operator.reconcile.locks import KeyedLocks
 from cachefleet.operator.reconcile.periodic import Periodic
@@ -127,3 +130,51 @@ async def test_the_running_operator_resyncs_the_services_it_watches(
     # service in kopf's index of watched services.
     await eventually(lambda: applies() >= first + 2, "resync applies")
     assert not must(cis(cluster, "svc"))["metadata"].get("finalizers")
+
+
+def runtime_pod(name: str, port: int, *, ready: bool = True) -> dict[str, Any]:
+    """A runtime pod of ``svc`` as the kubelet reports it, at 127.0.0.1:``port``."""
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS,
+                     "labels": selector_labels(Owner("svc", NS), "runtime")},
+        "spec": {"containers": [{"name": "server", "image": "x",
+                                 "ports": [{"name": "http", "containerPort": port}]}]},
+        "status": {"podIP": "127.0.0.1",
+                   "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }  # fmt: skip
+
+
+async def test_the_status_lists_what_each_ready_replica_serves(
+    cluster: Cluster, api: Api, make_server: Callable[..., Any]
+) -> None:
+    server = make_server("--cache", "local")
+    await api.send("POST", CIS_PATH, service("svc", cache=LOCAL_ONLY))
+    pods = f"/api/v1/namespaces/{NS}/pods"
+    await api.send("POST", pods, runtime_pod("svc-a", server.port))
+    await api.send("POST", pods, runtime_pod("svc-b", free_port()))  # ready, but not answering
+    await api.send("POST", pods, runtime_pod("svc-c", server.port, ready=False))
+    passes = periodic(redis_timeout_s=1.0)
+    await asyncio.to_thread(passes.refresh_served, must(cis(cluster, "svc")))
+    fingerprint = served_fingerprint(server.base_url)
+    assert must(cis(cluster, "svc"))["status"]["served"] == [
+        {"pod": "svc-a", "fingerprint": fingerprint},
+        {"pod": "svc-b", "fingerprint": ""},
+    ]
+    writes = status_writes(cluster, "svc")
+    await asyncio.to_thread(passes.refresh_served, must(cis(cluster, "svc")))
+    assert status_writes(cluster, "svc") == writes  # unchanged: not written again
+
+
+async def test_the_generated_cache_secret_is_made_once_and_kept(cluster: Cluster, api: Api) -> None:
+    await api.send("POST", CIS_PATH, service("svc"))  # tiered, managed Redis
+    passes = periodic()
+    await asyncio.to_thread(passes.resync, must(cis(cluster, "svc")))
+    first = must(live(cluster, "v1/secrets", "svc-cache-mac"))["data"]["secret"]
+    await asyncio.to_thread(passes.resync, must(cis(cluster, "svc")))
+    assert must(live(cluster, "v1/secrets", "svc-cache-mac"))["data"]["secret"] == first
+    container = must(live(cluster, DEPLOYMENT, "svc"))["spec"]["template"]["spec"]["containers"][0]
+    env = {item["name"]: item.get("valueFrom") for item in container["env"]}
+    assert env["CACHEFLEET_CACHE_SECRET"] == {
+        "secretKeyRef": {"name": "svc-cache-mac", "key": "secret"}
+    }

@@ -42,7 +42,9 @@ def render(
     extra: dict[str, Any] | None = None, *, name: str = "svc", password: str | None = "s3cret"
 ) -> list[dict[str, Any]]:
     spec = parse_spec({**copy.deepcopy(BASE), **copy.deepcopy(extra or {})})
-    return build_children(spec, owner=Owner(name, "ml", UID), redis_password=password)
+    return build_children(
+        spec, owner=Owner(name, "ml", UID), redis_password=password, cache_secret="c" * 32
+    )
 
 
 def one(children: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
@@ -190,7 +192,8 @@ def test_the_redis_budget_lets_a_node_drain_evict_the_one_redis_pod() -> None:
 def test_a_rotated_user_password_rolls_redis_and_the_runtime() -> None:
     own = {"cache": {"redis": {"auth": {"passwordSecretRef": {"name": "mine"}}}}}
     first, second = render(own, password="first-Pa55"), render(own, password="second-Pa55")
-    assert "Secret" not in {c["kind"] for c in first}  # the user's Secret is not ours
+    # The user's Secret is not ours: only the generated cache secret is.
+    assert {c["metadata"]["name"] for c in first if c["kind"] == "Secret"} == {"svc-cache-mac"}
     assert pod_hash(first, "StatefulSet") != pod_hash(second, "StatefulSet")
     assert pod_hash(first, "Deployment") != pod_hash(second, "Deployment")
     assert "first-Pa55" not in str(first)
@@ -221,11 +224,12 @@ def test_redis_admits_the_operator_from_the_namespace_it_runs_in() -> None:
     settings = OperatorSettings.from_environ({"CACHEFLEET_OPERATOR_NAMESPACE": "platform"})
     reconciler = Reconciler(Kube(), settings)
     spec = parse_spec(copy.deepcopy(BASE))
-    children = reconciler.build(spec, Owner("svc", "ml", UID), "p")
+    children = reconciler.build(spec, Owner("svc", "ml", UID), "p", "c" * 32)
     assert _admitted_namespace(children) == "platform"
     named = parse_spec({**copy.deepcopy(BASE), "cache": {"redis": {"networkPolicy": {
         "operatorNamespace": "ops"}}}})  # fmt: skip
-    assert _admitted_namespace(reconciler.build(named, Owner("svc", "ml", UID), "p")) == "ops"
+    rebuilt = reconciler.build(named, Owner("svc", "ml", UID), "p", "c" * 32)
+    assert _admitted_namespace(rebuilt) == "ops"
 
 
 def test_the_chart_tells_the_operator_its_namespace() -> None:

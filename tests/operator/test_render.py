@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import copy
 import subprocess
 import sys
@@ -21,6 +22,8 @@ from cachefleet.runtime.config import load_settings
 
 KUBERNETES_VERSION = "1.32"
 OWNER = Owner("svc", "ml", "0b7c7a5e-1b8d-4a57-9f43-5c0f5d1e9a11")
+#: The generated cache secret these renders stand in (the operator reads or makes one).
+CACHE_SECRET = "generated-cache-secret-0123456789"
 BASE: dict[str, Any] = {
     "replicas": 2,
     "model": {"name": "simple", "repository": {"pvc": {"claimName": "models", "subPath": "repo"}}},
@@ -70,7 +73,7 @@ SPECS: dict[str, dict[str, Any]] = {
 
 def render(extra: dict[str, Any], password: str | None = "s3cret") -> list[dict[str, Any]]:
     spec = parse_spec({**copy.deepcopy(BASE), **copy.deepcopy(extra)})
-    return build_children(spec, owner=OWNER, redis_password=password)
+    return build_children(spec, owner=OWNER, redis_password=password, cache_secret=CACHE_SECRET)
 
 
 def by_kind(children: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
@@ -142,11 +145,14 @@ def test_local_mode_creates_no_redis_and_external_only_points_at_it() -> None:
     assert "StatefulSet" not in kinds(render(SPECS["cpu-local"]))
     external = render(SPECS["external"])
     assert "StatefulSet" not in kinds(external)
-    assert "Secret" not in kinds(external)
+    # The only Secret of its own is the cache secret (the Redis password is the user's).
+    assert [c["metadata"]["name"] for c in external if c["kind"] == "Secret"] == ["svc-cache-mac"]
     container = by_kind(external, "Deployment")["spec"]["template"]["spec"]["containers"][0]
-    [env] = container["env"]
-    assert env["name"] == "CACHEFLEET_REDIS_PASSWORD"
-    assert env["valueFrom"]["secretKeyRef"] == {"name": "shared", "key": "password"}
+    password, cache_secret = container["env"]
+    assert password["name"] == "CACHEFLEET_REDIS_PASSWORD"
+    assert password["valueFrom"]["secretKeyRef"] == {"name": "shared", "key": "password"}
+    assert cache_secret["name"] == "CACHEFLEET_CACHE_SECRET"
+    assert cache_secret["valueFrom"]["secretKeyRef"] == {"name": "svc-cache-mac", "key": "secret"}
 
 
 @pytest.mark.parametrize(
@@ -218,7 +224,7 @@ def test_runtime_configmap_is_loadable_settings_without_the_password(tmp_path: P
     assert settings.redis.url == "redis://svc-redis.ml.svc:6379/0"
     assert settings.server.port == 8000
     assert settings.server.grpc_port == 8001
-    secret = by_kind(children, "Secret")
+    secret = by_kind(children, "Secret", "svc-redis-auth")
     assert secret["data"]["password"] == "czNjcmV0"  # base64 of s3cret
     assert "s3cret" not in by_kind(children, "ConfigMap", "svc-redis-config")["data"]["redis.conf"]
 
@@ -418,3 +424,31 @@ def test_render_refuses_an_operator_namespace_that_is_not_a_namespace_name(
     assert "--operator-namespace" in result.stderr
     assert "not a namespace name" in result.stderr
     assert result.stdout == ""
+
+
+def test_each_service_gets_its_own_cache_namespace_and_secret_unless_it_names_them() -> None:
+    children = render({})
+    config = by_kind(children, "ConfigMap", "svc-config")["data"]["config.yaml"]
+    assert "namespace: ml/svc" in config
+    assert CACHE_SECRET not in config
+    generated = by_kind(children, "Secret", "svc-cache-mac")
+    assert generated["data"] == {"secret": base64.b64encode(CACHE_SECRET.encode()).decode()}
+    container = by_kind(children, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    env = {item["name"]: item["valueFrom"]["secretKeyRef"] for item in container["env"]}
+    assert env["CACHEFLEET_CACHE_SECRET"] == {"name": "svc-cache-mac", "key": "secret"}
+    # Two services that deliberately share answers name the namespace and the secret.
+    shared = render({"cache": {"namespace": "team/shared", "secretRef": {"name": "team"}}})
+    assert "svc-cache-mac" not in {c["metadata"]["name"] for c in shared}
+    config = by_kind(shared, "ConfigMap", "svc-config")["data"]["config.yaml"]
+    assert "namespace: team/shared" in config
+    container = by_kind(shared, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    env = {item["name"]: item["valueFrom"]["secretKeyRef"] for item in container["env"]}
+    assert env["CACHEFLEET_CACHE_SECRET"] == {"name": "team", "key": "secret"}
+    # Without Redis there is nothing to share, and no secret.
+    local = render({"cache": {"mode": "local"}})
+    assert "Secret" not in kinds(local)
+
+
+def test_a_cache_namespace_that_would_make_ambiguous_keys_stalls() -> None:
+    with pytest.raises(SpecError, match=r"cache\.namespace"):
+        parse_spec({**copy.deepcopy(BASE), "cache": {"namespace": "a:b"}})

@@ -15,6 +15,7 @@ from cachefleet.runtime.cache.api import CacheStatus
 from cachefleet.runtime.cache.errors import CacheTierError
 from cachefleet.runtime.cache.factory import build_cache
 from cachefleet.runtime.cache.read_through import ReadThroughCache
+from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.metrics import RuntimeMetrics
 
 
@@ -145,3 +146,36 @@ async def test_flush_takes_exactly_the_named_model(redis_server: RedisProcess) -
         assert (await ask(cache, request(0, model="a:b"), Model()))[1] is CacheStatus.HIT_LOCAL
     finally:
         await cache.close()
+
+
+async def test_a_redis_hit_read_while_a_flush_runs_is_answered_but_never_kept(
+    redis_server: RedisProcess,
+) -> None:
+    """The lookup's GET and the flush's SCAN queue behind a paused Redis, GET first: the GET
+    returns the entry the flush is about to remove. It answers that request, but the copy must
+    not land in the local tier the flush has just emptied, where it would outlive the flush."""
+    patient = RuntimeSettings.model_validate(
+        {"cache": {"mode": "tiered"}, "redis": {"url": redis_server.url, "socket_timeout_s": 5}}
+    )
+    writer, reader = (build_cache(patient, RuntimeMetrics()) for _ in range(2))
+    assert isinstance(writer, ReadThroughCache)
+    assert isinstance(reader, ReadThroughCache)
+    # Its own flush message would drop the copy a little later: this is about the copy itself
+    # (a replica whose channel is down keeps it, and a GET answered after the message too).
+    reader.listener = None
+    await writer.start()
+    await reader.start()
+    try:
+        await fill(writer, "simple", range(1))
+        redis_server.command("CLIENT", "PAUSE", "300", "ALL")
+        lookup = asyncio.create_task(ask(reader, request(0), Model()))
+        await asyncio.sleep(0.05)  # the GET is queued in Redis first
+        flush = asyncio.create_task(reader.flush("simple"))
+        assert (await lookup)[1] is CacheStatus.HIT_REDIS
+        await flush
+        assert reader.local is not None
+        assert reader.local.get(reader._key(request(0))) is None
+        assert (await ask(reader, request(0), Model()))[1] is CacheStatus.MISS
+    finally:
+        await writer.close()
+        await reader.close()

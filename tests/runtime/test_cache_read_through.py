@@ -206,6 +206,45 @@ async def test_write_behind_runs_jobs_and_refuses_when_full() -> None:
     assert ran == [1, 3]
 
 
+async def test_write_behind_is_bounded_in_bytes_until_jobs_have_run() -> None:
+    ran: list[int] = []
+    writes = WriteBehind(max_size=100, max_bytes=1000, workers=1)
+
+    def job(index: int) -> Callable[[], Any]:
+        async def run() -> None:
+            ran.append(index)
+
+        return run
+
+    assert writes.submit(job(1), 600)
+    assert not writes.submit(job(2), 600), "600 + 600 bytes is over the 1000"
+    assert writes.submit(job(3), 400)
+    assert writes.size_bytes == 1000
+    await writes.start()
+    await writes.join()
+    assert writes.size_bytes == 0
+    assert writes.submit(job(4), 1000)
+    await writes.close()
+    assert ran == [1, 3, 4]
+
+
+async def test_large_answers_are_dropped_past_the_byte_bound(redis_server: RedisProcess) -> None:
+    metrics = RuntimeMetrics()
+    cache = build_cache(settings("redis", redis_server.url, insert_queue_bytes=1000), metrics)
+    assert isinstance(cache, ReadThroughCache)
+    assert cache.redis is not None
+    await cache.redis.start()  # no workers: what is queued stays queued
+    try:
+        for value in range(5):
+            assert (await ask(cache, request(value), Model()))[1] is CacheStatus.MISS
+        dropped = metric(metrics, "cachefleet_cache_insert_dropped_total", model="simple",
+                         version="1")  # fmt: skip
+        assert dropped > 0
+        assert cache.writes.size_bytes <= 1000
+    finally:
+        await cache.close()
+
+
 def test_build_cache_needs_a_redis_url_for_redis_modes() -> None:
     from cachefleet.runtime.cache.api import NullCache
     from cachefleet.runtime.cache.errors import CacheConfigError

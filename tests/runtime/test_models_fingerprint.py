@@ -118,3 +118,16 @@ def test_any_new_file_in_the_version_folder_changes_the_fingerprint(folder: Path
     before = fingerprint(folder)
     (folder / "offset" / "1" / "extra.bin").write_bytes(b"\0")
     assert fingerprint(folder) != before
+
+
+def test_linked_folders_are_hashed_and_a_link_loop_ends(folder: Path, tmp_path: Path) -> None:
+    before = fingerprint(folder)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "weights.bin").write_bytes(b"1")
+    (folder / "offset" / "1" / "shared").symlink_to(shared, target_is_directory=True)
+    (shared / "loop").symlink_to(shared, target_is_directory=True)
+    linked = fingerprint(folder)
+    assert linked != before
+    (shared / "weights.bin").write_bytes(b"2")
+    assert fingerprint(folder) != linked

@@ -8,7 +8,7 @@ import pytest
 
 from cachefleet.runtime.models.config import parse_config, to_model_config
 from cachefleet.runtime.models.errors import ModelLoadError
-from cachefleet.runtime.models.scheduling import BatchingPolicy, scheduling_policy
+from cachefleet.runtime.models.scheduling import BatchingPolicy, QueuePolicy, scheduling_policy
 
 BASE = """
 name: "m"
@@ -80,3 +80,20 @@ def test_row_cache_parameter(text: str, on: bool) -> None:
 def test_bad_values_refuse_the_model(extra: str) -> None:
     with pytest.raises(ModelLoadError):
         policy(extra)
+
+
+def test_queue_policies_are_read() -> None:
+    read = policy(
+        "dynamic_batching { priority_levels: 2 default_priority_level: 1"
+        " default_queue_policy { timeout_action: DELAY default_timeout_microseconds: 1500"
+        " allow_timeout_override: true max_queue_size: 3 }"
+        " priority_queue_policy { key: 2 value: { max_queue_size: 1 } } }"
+    )
+    assert read.batching is not None
+    assert read.batching.queue_policy(1) == QueuePolicy(
+        max_queue_size=3, default_timeout_s=0.0015, allow_timeout_override=True,
+        delay_on_timeout=True,
+    )  # fmt: skip
+    assert read.batching.queue_policy(2) == QueuePolicy(max_queue_size=1)
+    assert read.batching.queue_policy(1).timeout_s(2_000_000) == 2.0
+    assert read.batching.queue_policy(2).timeout_s(2_000_000) == 0.0

@@ -3,10 +3,12 @@ bounded by bytes."""
 
 from __future__ import annotations
 
+import tracemalloc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from cachefleet.runtime.cache.key import CacheKey
+from cachefleet.runtime.cache.local import LocalTier
 from cachefleet.runtime.models.types import ModelConfig
 from cachefleet.runtime.service.memo import (
     ENTRY_OVERHEAD_BYTES,
@@ -97,3 +99,37 @@ def test_a_body_hashed_in_pieces_has_the_digest_of_the_whole() -> None:
     latest = digest_hasher("m", None, 12)
     latest.update(body)
     assert latest.digest() != hasher.digest()
+
+
+def test_memo_and_local_tier_together_stay_within_their_bounds() -> None:
+    """The scenario of a memo entry per local entry, with the local tier evicting: memo entries
+    keep a bare identity of the local entry, so evicted tensors are freed, and the two together
+    hold about their two bounds (a memo that kept the entries held many times its budget)."""
+    local = LocalTier(max_bytes=2 << 20)
+    memo = ResponseMemo(max_bytes=local.max_bytes // 8)
+    model = FakeModel("m")
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        for index in range(400):
+            key = CacheKey("m", "1", index.to_bytes(32, "little"))
+            output = Tensor("out", "UINT8", (64 * 1024,), bytes([index % 256]) * (64 * 1024))
+            local.put(key, [output], ttl_s=0)
+            entry = local.entry(key)
+            assert entry is not None
+            memo.put(index.to_bytes(32, "little"), model, key, entry, b"r" * 200, None)
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(memo) > 40  # many memo entries outlived their local entries
+    assert held - before < local.max_bytes + memo.max_bytes + (1 << 20)
+
+
+def test_discarding_a_model_forgets_its_responses() -> None:
+    memo = ResponseMemo(max_bytes=10_000)
+    memo.put(b"a" * 32, FakeModel("m"), KEY, object(), b"x", None)
+    memo.put(b"b" * 32, FakeModel("n"), KEY, object(), b"y", None)
+    memo.discard_model("m")
+    assert memo.get(b"a" * 32) is None
+    assert memo.get(b"b" * 32) is not None
+    assert memo.size_bytes == ENTRY_OVERHEAD_BYTES + 1

@@ -13,9 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from cachefleet.runtime.errors import NotReadyError
+from cachefleet.runtime.errors import NotReadyError, OverloadedError
 from cachefleet.runtime.metrics import RuntimeMetrics
-from cachefleet.runtime.models.scheduling import BatchingPolicy, SchedulingPolicy
+from cachefleet.runtime.models.scheduling import BatchingPolicy, QueuePolicy, SchedulingPolicy
 from cachefleet.runtime.models.types import ModelConfig, TensorSpec
 from cachefleet.runtime.service.scheduler import ModelScheduler
 from cachefleet.runtime.service.statistics import StatisticsRegistry
@@ -207,4 +207,92 @@ async def test_a_quick_model_with_dynamic_batching_still_batches(
     answer = await scheduler.run(request(3))
     assert int(answer[0].to_numpy()[0, 0]) == 6
     assert model.threads != [threading.get_ident()], "batches run in the executor"
+    await scheduler.close()
+
+
+def _queued(policy: QueuePolicy, max_batch_size: int = 8) -> SchedulingPolicy:
+    return SchedulingPolicy(
+        batching=BatchingPolicy(max_batch_size=max_batch_size, default_queue_policy=policy)
+    )
+
+
+async def test_a_full_queue_refuses_with_tritons_message(executor: ThreadPoolExecutor) -> None:
+    model = HeldModel()
+    policy = _queued(QueuePolicy(max_queue_size=2))
+    scheduler = ModelScheduler(model, policy, executor, RuntimeMetrics(), StatisticsRegistry())
+    running = asyncio.ensure_future(scheduler.run(request(1)))
+    await until(lambda: len(model.started) == 1, "the first execution running")
+    queued = [asyncio.ensure_future(scheduler.run(request(v))) for v in (2, 3)]
+    await asyncio.sleep(0.01)
+    with pytest.raises(OverloadedError, match=r"^Exceeds maximum queue size$"):
+        await scheduler.run(request(4))
+    model.let_go(1)
+    model.let_go(2)
+    answers = await asyncio.gather(running, *queued)
+    assert [int(a[0].to_numpy()[0, 0]) for a in answers] == [2, 4, 6]
+    await scheduler.close()
+
+
+@pytest.mark.parametrize(
+    ("policy", "timeout_us"),
+    [
+        (QueuePolicy(default_timeout_s=0.05), 0),
+        (QueuePolicy(default_timeout_s=3600, allow_timeout_override=True), 50_000),
+    ],
+    ids=["default-timeout", "request-timeout"],
+)
+async def test_a_request_past_its_queue_timeout_is_rejected(
+    executor: ThreadPoolExecutor, policy: QueuePolicy, timeout_us: int
+) -> None:
+    model = HeldModel()
+    scheduler = ModelScheduler(
+        model, _queued(policy), executor, RuntimeMetrics(), StatisticsRegistry()
+    )
+    running = asyncio.ensure_future(scheduler.run(request(1)))
+    await until(lambda: len(model.started) == 1, "the first execution running")
+    with pytest.raises(NotReadyError, match=r"^Request timeout expired$"):
+        await scheduler.run(request(2), timeout_us=timeout_us)
+    model.let_go(1)
+    assert int((await running)[0].to_numpy()[0, 0]) == 2
+    assert model.started == [[1]], "the rejected request never ran"
+    await scheduler.close()
+
+
+async def test_a_request_timeout_needs_the_policy_to_allow_it(
+    executor: ThreadPoolExecutor,
+) -> None:
+    model = HeldModel()
+    scheduler = ModelScheduler(
+        model, _queued(QueuePolicy()), executor, RuntimeMetrics(), StatisticsRegistry()
+    )
+    running = asyncio.ensure_future(scheduler.run(request(1)))
+    await until(lambda: len(model.started) == 1, "the first execution running")
+    waiting = asyncio.ensure_future(scheduler.run(request(2), timeout_us=1000))
+    await asyncio.sleep(0.05)
+    assert not waiting.done(), "allow_timeout_override is off: the timeout is ignored"
+    model.let_go(1)
+    model.let_go(2)
+    await asyncio.gather(running, waiting)
+    await scheduler.close()
+
+
+async def test_a_delayed_request_waits_behind_those_in_time(
+    executor: ThreadPoolExecutor,
+) -> None:
+    model = HeldModel()
+    policy = QueuePolicy(default_timeout_s=0.03, delay_on_timeout=True)
+    scheduler = ModelScheduler(
+        model, _queued(policy, max_batch_size=1), executor, RuntimeMetrics(), StatisticsRegistry()
+    )
+    running = asyncio.ensure_future(scheduler.run(request(1)))
+    await until(lambda: len(model.started) == 1, "the first execution running")
+    late = asyncio.ensure_future(scheduler.run(request(2)))
+    await asyncio.sleep(0.1)  # its timeout passes: DELAY, not rejected
+    assert not late.done()
+    on_time = asyncio.ensure_future(scheduler.run(request(3)))
+    await asyncio.sleep(0.01)
+    for value in (1, 2, 3):
+        model.let_go(value)
+    await asyncio.gather(running, late, on_time)
+    assert model.started == [[1], [3], [2]]
     await scheduler.close()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
+import shutil
 import threading
 import urllib.request
 from dataclasses import dataclass, field
@@ -56,13 +58,21 @@ def write_picker(root: Path, name: str, config: str) -> None:
 
 
 def write_variant(root: Path, samples: Path, sample: str, name: str, config: str) -> None:
-    """A sample's model file under another name and config (linked, not copied)."""
+    """A sample's model file under another name and config (hard-linked where the file system
+    allows, else copied: the server refuses a symbolic link out of its repository)."""
     folder = root / name
     (folder / "1").mkdir(parents=True)
-    (folder / "1" / "model.onnx").symlink_to(samples / sample / "1" / "model.onnx")
+    _link(samples / sample / "1" / "model.onnx", folder / "1" / "model.onnx")
     for extra in (samples / sample).glob("*.txt"):
-        (folder / extra.name).symlink_to(extra)
+        _link(extra, folder / extra.name)
     (folder / "config.pbtxt").write_text(config.replace(f'name: "{sample}"', f'name: "{name}"'))
+
+
+def _link(source: Path, destination: Path) -> None:
+    try:
+        os.link(source, destination)
+    except OSError:
+        shutil.copyfile(source, destination)
 
 
 def metric(server: ServerProcess, name: str, model: str) -> float:
