@@ -21,6 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -137,14 +138,17 @@ class Periodic:
     async def run_pass(
         self, job: Callable[[Mapping[str, Any]], None], visited: Sequence[Mapping[str, Any]]
     ) -> None:
-        """Each service in a worker thread, a few at a time (each under its own lock)."""
-        workers = asyncio.Semaphore(max(1, self.reconciler.settings.periodic_workers))
+        """Each service in a worker thread of the pass's own, a few at a time.
 
-        async def one(body: Mapping[str, Any]) -> None:
-            async with workers:
-                await asyncio.to_thread(self._guarded, job, body)
-
-        await asyncio.gather(*(one(body) for body in visited))
+        Not in the event loop's default executor: kopf runs the sync handlers there, and a pass
+        waiting on slow Redis servers must not hold up the handlers of new and changed services.
+        """
+        loop = asyncio.get_running_loop()
+        workers = max(1, self.reconciler.settings.periodic_workers)
+        with ThreadPoolExecutor(workers, thread_name_prefix=f"periodic-{job.__name__}") as pool:
+            await asyncio.gather(
+                *(loop.run_in_executor(pool, self._guarded, job, body) for body in visited)
+            )
 
     @staticmethod
     def _guarded(job: Callable[[Mapping[str, Any]], None], body: Mapping[str, Any]) -> None:
@@ -183,15 +187,15 @@ class Periodic:
         key = object_key(body)
         if self.backoff.skip(key):
             return
+        try:  # (outside the lock: a Redis timing out must not hold up the service's handlers)
+            figures = self.reconciler.cache_figures(body)
+        except (RedisLiveError, KubeError) as error:
+            passes = self.backoff.failed(key)
+            log.info("%s: cache figures not refreshed (next try in %d passes): %s",
+                     key, passes, error)  # fmt: skip
+            return
+        self.backoff.succeeded(key)
         with self.locks(key):
-            try:
-                figures = self.reconciler.cache_figures(body)
-            except (RedisLiveError, KubeError) as error:
-                passes = self.backoff.failed(key)
-                log.info("%s: cache figures not refreshed (next try in %d passes): %s",
-                         key, passes, error)  # fmt: skip
-                return
-            self.backoff.succeeded(key)
             current = dict((body.get("status") or {}).get("cache") or {})
             written = current.pop("updatedAt", None)
             if figures is None or figures == current:  # an idle cache costs no writes
@@ -206,13 +210,13 @@ class Periodic:
         changed (a rollout shows as the fingerprints moving from pod to pod)."""
         if body["metadata"].get("deletionTimestamp"):
             return
-        with self.locks(object_key(body)):
-            try:
-                served = self.reconciler.served(body)
-            except KubeError as error:
-                log.info("%s: served models not refreshed: %s", object_key(body), error)
-                return
-            if served is not None:
+        try:  # (outside the lock: asking the pods may take a while)
+            served = self.reconciler.served(body)
+        except KubeError as error:
+            log.info("%s: served models not refreshed: %s", object_key(body), error)
+            return
+        if served is not None:
+            with self.locks(object_key(body)):
                 self._write_status(body, {"served": served})
 
     def _write_status(self, body: Mapping[str, Any], status: Mapping[str, Any]) -> None:
