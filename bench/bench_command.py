@@ -88,6 +88,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "written to bench/results/batching-<date>.md",
     )  # fmt: skip
     parser.add_argument(
+        "--identity", action="store_true",
+        help="instead: what cache identity costs, without a server: the key per request "
+        "(densenet and simple inputs) and the fingerprint at load of the samples",
+    )  # fmt: skip
+    parser.add_argument(
         "--execution-provider", choices=("auto", "cpu", "cuda", "tensorrt"), default="auto",
         help="the server's ONNX Runtime provider in the --batching run (auto)",
     )  # fmt: skip
@@ -109,6 +114,10 @@ def run(args: argparse.Namespace) -> int:
         from cachefleet.bench import batching
 
         return batching.run_command(args)
+    if args.identity:
+        from cachefleet.bench import identity
+
+        return identity.run_command(args)
     from cachefleet.bench import chart, harness, pinning, report, scenarios, targets
     from cachefleet.bench.errors import BenchError
 

@@ -84,7 +84,8 @@ def render_file(
     operator_namespace: str = DEFAULT_OPERATOR_NAMESPACE,
     user_ids: Literal["fixed", "platform"] = "fixed",
 ) -> list[dict[str, Any]]:
-    """The children for the object in ``path``; a generated password stands in for the Secret's.
+    """The children for the object in ``path``; a generated password and admin token stand in
+    for the Secrets'.
 
     ``operator_namespace`` is what the running operator learns from the downward API: without a
     cluster it must be told, or the NetworkPolicy would admit the operator from the wrong place.
@@ -110,6 +111,7 @@ def render_file(
         redis_password=password,
         cache_secret=cache_secret,
         operator_namespace=operator_namespace,
+        admin_token=secrets.token_urlsafe(32),
         user_ids=user_ids,
     )
 

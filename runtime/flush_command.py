@@ -11,6 +11,7 @@ config file the server reads, or from ``--header KEY:VALUE``.
 from __future__ import annotations
 
 import argparse
+import ssl
 import sys
 import urllib.error
 import urllib.parse
@@ -43,6 +44,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY:VALUE",
         help="send this header to the servers (repeatable), e.g. a restricted API's key",
     )
+    parser.add_argument(
+        "--cacert",
+        metavar="FILE",
+        help="CA certificate(s) to trust for https:// servers (default: the system's)",
+    )
     parser.add_argument("--config", help="YAML settings file, as for cachefleet serve")
     for flag in FLAGS:
         if flag.group == "redis" or flag.name == "cache-namespace":
@@ -74,8 +80,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"cachefleet flush: {error}", file=sys.stderr)
         return 2
     status = 0
+    context = ssl.create_default_context(cafile=args.cacert) if args.cacert else None
     for server in args.server:
-        status |= _flush_server(server, args.model, headers)
+        status |= _flush_server(server, args.model, headers, context)
     if settings.redis.url is not None:
         status |= _flush_redis(settings.redis, KeySpace(settings.cache.namespace), args.model)
     return status
@@ -95,12 +102,14 @@ def _headers(given: list[str], restrictions: tuple[Restriction, ...]) -> dict[st
     return headers
 
 
-def _flush_server(server: str, model: str, headers: dict[str, str]) -> int:
+def _flush_server(
+    server: str, model: str, headers: dict[str, str], context: ssl.SSLContext | None
+) -> int:
     base = server if "://" in server else f"http://{server}"
     url = f"{base.rstrip('/')}/v2/models/{urllib.parse.quote(model, safe='')}/cache/flush"
     request = urllib.request.Request(url, method="POST", headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=30) as r:
+        with urllib.request.urlopen(request, timeout=30, context=context) as r:
             print(f"{base}: {r.read().decode(errors='replace')}")
     except urllib.error.HTTPError as error:
         detail = error.read().decode(errors="replace")

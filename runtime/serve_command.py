@@ -12,6 +12,7 @@ import asyncio
 import importlib.util
 import os
 import sys
+from pathlib import Path
 from typing import Any, cast
 
 HELP = "run the inference server."
@@ -70,8 +71,14 @@ def run(args: argparse.Namespace) -> int:
         # uvicorn types it int, but only hands it to call_later: a fraction of a second works.
         timeout_keep_alive=cast(int, settings.limits.keep_alive_timeout_s),
         timeout_graceful_shutdown=10,
+        ssl_certfile=_path(settings.security.ssl_certfile),
+        ssl_keyfile=_path(settings.security.ssl_keyfile),
     )
     return 0
+
+
+def _path(path: Path | None) -> str | None:
+    return None if path is None else str(path)
 
 
 def _http_protocol() -> type[asyncio.Protocol]:

@@ -42,6 +42,7 @@ def build_children(
     redis_password: str | None = None,
     cache_secret: str | None = None,
     operator_namespace: str = DEFAULT_OPERATOR_NAMESPACE,
+    admin_token: str | None = None,
     runtime_image: str = RELEASE_RUNTIME_IMAGE,
     user_ids: UserIds = "fixed",
 ) -> list[dict[str, Any]]:
@@ -53,6 +54,9 @@ def build_children(
     ``cache_secret`` is the generated cache secret (required when
     :func:`needs_generated_cache_secret`); a new one rolls the runtime pods likewise.
     ``operator_namespace`` is where the operator runs, for the Redis NetworkPolicy.
+    ``admin_token`` is the token of the restricted admin APIs (``spec.runtime.restrictedApis``):
+    its Secret is a child when it is given (the operator and ``render`` always give one: the
+    generated token, or the one already in the Secret), and its digest rolls the pods.
     ``runtime_image`` runs where the spec names none (the operator's release's runtime, or the
     operator's configured mirror of it). ``user_ids`` is the operator's setting for services
     whose spec leaves ``userIds`` unset (platform on OpenShift).
@@ -65,11 +69,17 @@ def build_children(
     if spec.cache.managed_redis:
         children += _redis_children(spec, owner, redis_password, digest, operator_namespace)
     secrets_digest = digest
+    generated: dict[str, str] = {}
     if needs_generated_cache_secret(spec):
         if cache_secret is None:
             raise ValueError("a generated cache secret must be passed in")
-        children.append(runtime.build_cache_secret(spec, owner=owner, secret=cache_secret))
+        generated["secret"] = cache_secret
         secrets_digest += config_hash("cache-secret", cache_secret)
+    if admin_token is not None and spec.runtime.restricted_apis:
+        generated["admin_token"] = admin_token
+        secrets_digest += config_hash("admin-token", admin_token)
+    if generated:
+        children.append(runtime.build_fleet_secret(spec, owner=owner, **generated))
     children.append(runtime.build_runtime_configmap(spec, owner=owner))
     children.append(runtime.build_runtime_service(spec, owner=owner))
     children.append(

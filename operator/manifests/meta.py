@@ -102,8 +102,11 @@ def redis_auth_secret_name(owner: Owner) -> str:
 
 
 def cache_secret_name(owner: Owner) -> str:
-    """The generated Secret holding the key of the cache entries' MAC."""
-    return f"{owner.name}-cache-mac"
+    """The fleet's generated Secret: the key of the cache entries' MAC (``cache-secret``) and
+    the token of the runtime's restricted admin APIs (``admin-token``). Another service shares
+    this fleet's answers by naming it in ``spec.cache.secretRef`` (with the same
+    ``spec.cache.namespace``)."""
+    return f"{owner.name}-fleet"
 
 
 def service_url(owner: Owner) -> str:

@@ -22,6 +22,7 @@ from cachefleet.runtime.config import (
     QuantityError,
     RedisSettings,
     RuntimeSettings,
+    SecuritySettings,
     ServerSettings,
     parse_bytes,
     parse_duration_s,
@@ -35,9 +36,16 @@ MODEL_DIR = "/models"
 # (by default also /models), or the copy would read from the empty volume mounted over it.
 COPY_DESTINATION = "/cachefleet-model-repository"
 PASSWORD_ENV = "CACHEFLEET_REDIS_PASSWORD"
+#: The admin token's key in the fleet's Secret, the variable the pods read it into, and the
+#: header it goes in.
+ADMIN_TOKEN_KEY = "admin-token"
+ADMIN_TOKEN_ENV = "CACHEFLEET_ADMIN_TOKEN"
+ADMIN_HEADER = "cachefleet-admin-token"
+#: Where the pods see the user's TLS Secret (spec.runtime.tls.secretName).
+TLS_DIR = "/etc/cachefleet/tls"
 CACHE_SECRET_ENV = "CACHEFLEET_CACHE_SECRET"
 #: The key of the generated cache Secret.
-CACHE_SECRET_KEY = "secret"
+CACHE_SECRET_KEY = "cache-secret"
 #: The share of the runtime container's memory limit that requests in flight may hold (split
 #: between its worker processes); models, the local cache and the memo take the rest.
 INFLIGHT_SHARE = 4
@@ -78,6 +86,25 @@ def runtime_settings(spec: ServiceSpec, *, owner: Owner) -> RuntimeSettings:
         ),
         cache=cache_settings,
         redis=redis_settings(spec, owner=owner),
+        security=security_settings(spec),
+    )
+
+
+def security_settings(spec: ServiceSpec) -> SecuritySettings:
+    """TLS from the mounted Secret; the restrictions are not here (their token is a secret:
+    the pods read them from the environment, see :func:`_restriction_env`)."""
+    tls = spec.runtime.tls
+    if tls is None:
+        return SecuritySettings()
+    cert, key = Path(TLS_DIR, "tls.crt"), Path(TLS_DIR, "tls.key")
+    return SecuritySettings(
+        grpc_use_ssl=True,
+        grpc_server_cert=cert,
+        grpc_server_key=key,
+        grpc_use_ssl_mutual=tls.mutual,
+        grpc_root_cert=Path(TLS_DIR, "ca.crt") if tls.mutual else None,
+        ssl_certfile=cert,
+        ssl_keyfile=key,
     )
 
 
@@ -96,14 +123,20 @@ def cache_secret_ref(spec: ServiceSpec, *, owner: Owner) -> SecretKeyRef | None:
     )
 
 
-def build_cache_secret(spec: ServiceSpec, *, owner: Owner, secret: str) -> dict[str, Any]:
-    """The generated cache Secret; the caller keeps an existing secret across reconciles."""
+def build_fleet_secret(
+    spec: ServiceSpec, *, owner: Owner, secret: str | None = None, admin_token: str | None = None
+) -> dict[str, Any]:
+    """The fleet's generated Secret: the cache secret and/or the admin token, each kept by the
+    caller across reconciles."""
+    data = {CACHE_SECRET_KEY: secret, ADMIN_TOKEN_KEY: admin_token}
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": meta.metadata(owner, meta.cache_secret_name(owner), COMPONENT),
         "type": "Opaque",
-        "data": {CACHE_SECRET_KEY: base64.b64encode(secret.encode()).decode()},
+        "data": {
+            k: base64.b64encode(v.encode()).decode() for k, v in data.items() if v is not None
+        },
     }
 
 
@@ -253,6 +286,7 @@ def _pod_metadata(spec: ServiceSpec, owner: Owner, pod: dict[str, Any], digest: 
         "prometheus.io/scrape": "true",
         "prometheus.io/port": str(RUNTIME_PORT),
         "prometheus.io/path": "/metrics",
+        "prometheus.io/scheme": "https" if spec.runtime.tls else "http",
     }
     labels = {**spec.runtime.pod_labels, **meta.labels(owner, COMPONENT)}
     return {"labels": labels, "annotations": annotations}
@@ -276,6 +310,10 @@ def _pod_spec(spec: ServiceSpec, owner: Owner, runtime_image: str) -> dict[str, 
         {"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE_LIMIT}},
         _model_volume(spec),
     ]
+    if runtime.tls is not None:
+        pod["volumes"].append(
+            {"name": "tls", "secret": {"secretName": runtime.tls.secret_name, "defaultMode": 0o440}}
+        )
     if runtime.node_selector:
         pod["nodeSelector"] = dict(runtime.node_selector)
     if runtime.tolerations:
@@ -348,6 +386,15 @@ def _server_container(spec: ServiceSpec, owner: Owner, runtime_image: str) -> di
             env.append(
                 {"name": name, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
             )
+    env += _restriction_env(spec, owner)
+    https = runtime.tls is not None
+    mounts: list[dict[str, Any]] = [
+        {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+        {"name": "tmp", "mountPath": "/tmp"},
+        models_mount,
+    ]
+    if https:
+        mounts.append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
     return {
         "name": "server",
         "image": runtime.image or runtime_image,
@@ -367,20 +414,34 @@ def _server_container(spec: ServiceSpec, owner: Owner, runtime_image: str) -> di
         ],
         "resources": resources,
         "securityContext": container_security(),
-        "readinessProbe": _http_probe("/v2/health/ready", period_s=5, failures=3),
-        "livenessProbe": _http_probe("/v2/health/live", period_s=10, failures=6),
-        "startupProbe": _http_probe("/v2/health/live", period_s=5, failures=60),
-        "volumeMounts": [
-            {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
-            {"name": "tmp", "mountPath": "/tmp"},
-            models_mount,
-        ],
+        "readinessProbe": _http_probe("/v2/health/ready", period_s=5, failures=3, https=https),
+        "livenessProbe": _http_probe("/v2/health/live", period_s=10, failures=6, https=https),
+        "startupProbe": _http_probe("/v2/health/live", period_s=5, failures=60, https=https),
+        "volumeMounts": mounts,
     }
 
 
-def _http_probe(path: str, *, period_s: int, failures: int) -> dict[str, Any]:
+def _restriction_env(spec: ServiceSpec, owner: Owner) -> list[dict[str, Any]]:
+    """The restricted admin APIs, over HTTP and gRPC, with the token from the admin Secret.
+
+    The token is read into its own variable and put into the restriction by Kubernetes'
+    ``$(VAR)`` expansion, so that it never appears in the pod template.
+    """
+    groups = spec.runtime.restricted_apis
+    if not groups:
+        return []
+    secret = {"name": meta.cache_secret_name(owner), "key": ADMIN_TOKEN_KEY}
+    restriction = f"{','.join(groups)}:{ADMIN_HEADER}=$({ADMIN_TOKEN_ENV})"
+    return [
+        {"name": ADMIN_TOKEN_ENV, "valueFrom": {"secretKeyRef": secret}},
+        {"name": "CACHEFLEET_HTTP_RESTRICTED_API", "value": restriction},
+        {"name": "CACHEFLEET_GRPC_RESTRICTED_PROTOCOL", "value": restriction},
+    ]
+
+
+def _http_probe(path: str, *, period_s: int, failures: int, https: bool) -> dict[str, Any]:
     return {
-        "httpGet": {"path": path, "port": "http"},
+        "httpGet": {"path": path, "port": "http", "scheme": "HTTPS" if https else "HTTP"},
         "periodSeconds": period_s,
         "timeoutSeconds": 3,
         "failureThreshold": failures,

@@ -23,7 +23,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from cachefleet.operator.manifests.errors import SpecError
-from cachefleet.runtime.config import NAMESPACE_PATTERN, split_password
+from cachefleet.runtime.config import NAMESPACE_PATTERN, ApiGroup, split_password
 
 PullPolicy = Literal["Always", "IfNotPresent", "Never"]
 MaxmemoryPolicy = Literal[
@@ -127,6 +127,17 @@ class Resources(_Spec):
         return {k: dict(v) for k, v in (("requests", self.requests), ("limits", self.limits)) if v}
 
 
+#: The admin API groups the operator restricts unless told otherwise (Triton's names, + cache).
+DEFAULT_RESTRICTED_APIS: tuple[ApiGroup, ...] = ("model-repository", "shared-memory", "cache")
+
+
+class RuntimeTls(_Spec):
+    #: A kubernetes.io/tls Secret (tls.crt, tls.key; ca.crt for client certificates, if any).
+    secret_name: str = Field(min_length=1)
+    #: gRPC clients must present a certificate signed by the Secret's ca.crt.
+    mutual: bool = False
+
+
 #: Labels the operator selects its pods by, and the annotation prefix it keeps for itself: a
 #: podLabels or podAnnotations entry may not take them.
 RESERVED_LABELS = (
@@ -158,6 +169,8 @@ class Runtime(_Spec):
     node_selector: dict[str, str] = {}
     tolerations: list[dict[str, Any]] = []
     affinity: dict[str, Any] = {}
+    restricted_apis: tuple[ApiGroup, ...] = DEFAULT_RESTRICTED_APIS
+    tls: RuntimeTls | None = None
     #: The pods' ServiceAccount (None: the namespace's default); its token is still not mounted.
     service_account_name: str | None = Field(None, min_length=1)
     topology_spread_constraints: list[dict[str, Any]] = []
@@ -292,7 +305,7 @@ class Redis(_Spec):
 
 
 class CacheSecretRef(SecretKeyRef):
-    key: str = "secret"
+    key: str = "cache-secret"
 
 
 class LocalCache(_Spec):

@@ -28,11 +28,11 @@ PLURALS: dict[str, str] = {
     "HorizontalPodAutoscaler": "horizontalpodautoscalers",
     "CachedInferenceService": "cachedinferenceservices",
     "PersistentVolumeClaim": "persistentvolumeclaims",
+    "Pod": "pods",
     "Event": "events",
     "KopfPeering": "kopfpeerings",
     "ClusterKopfPeering": "clusterkopfpeerings",
     "Lease": "leases",
-    "Pod": "pods",
 }
 MERGE_PATCH_CONTENT_TYPE = "application/merge-patch+json"
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"

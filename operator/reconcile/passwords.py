@@ -12,7 +12,7 @@ import base64
 import secrets
 
 from cachefleet.operator.manifests.meta import Owner, cache_secret_name, redis_auth_secret_name
-from cachefleet.operator.manifests.runtime import CACHE_SECRET_KEY
+from cachefleet.operator.manifests.runtime import ADMIN_TOKEN_KEY, CACHE_SECRET_KEY
 from cachefleet.operator.reconcile.kube import Kube
 
 PASSWORD_KEY = "password"
@@ -25,6 +25,13 @@ def existing_or_new_password(kube: Kube, owner: Owner) -> str:
 
 def existing_or_new_cache_secret(kube: Kube, owner: Owner) -> str:
     stored = read_secret_key(kube, owner.namespace, cache_secret_name(owner), CACHE_SECRET_KEY)
+    return stored or secrets.token_urlsafe(32)
+
+
+def existing_or_new_admin_token(kube: Kube, owner: Owner) -> str:
+    """The token of the runtime's restricted admin APIs, kept in the fleet's Secret like the
+    cache secret."""
+    stored = read_secret_key(kube, owner.namespace, cache_secret_name(owner), ADMIN_TOKEN_KEY)
     return stored or secrets.token_urlsafe(32)
 
 

@@ -34,6 +34,7 @@ from cachefleet.operator.reconcile.conditions import (
 )
 from cachefleet.operator.reconcile.kube import Kube, KubeError
 from cachefleet.operator.reconcile.passwords import (
+    existing_or_new_admin_token,
     existing_or_new_cache_secret,
     existing_or_new_password,
     read_secret_key,
@@ -105,7 +106,9 @@ class Reconciler:
         try:
             spec = parse_spec(body.get("spec") or {})
             password = self.redis_password(spec, owner)
-            children = self.build(spec, owner, password, self.cache_secret(spec, owner))
+            children = self.build(
+                spec, owner, password, self.cache_secret(spec, owner), self.admin_token(spec, owner)
+            )
         except SpecError as error:
             message = f"invalid spec: {error}"
             status = self._status(body, stalled_conditions(message))
@@ -127,6 +130,7 @@ class Reconciler:
         owner: Owner,
         password: str | None,
         cache_secret: str | None = None,
+        admin_token: str | None = None,
     ) -> list[dict[str, Any]]:
         """The children, for an operator running in this operator's namespace."""
         return build_children(
@@ -135,9 +139,17 @@ class Reconciler:
             redis_password=password,
             cache_secret=cache_secret,
             operator_namespace=self.settings.operator_namespace,
+            admin_token=admin_token,
             runtime_image=self.settings.runtime_image,
             user_ids=self.settings.user_ids,
         )
+
+    def admin_token(self, spec: ServiceSpec, owner: Owner) -> str | None:
+        """The runtime's admin token (generated once, then read back from its Secret); None
+        when no API is restricted."""
+        if not spec.runtime.restricted_apis:
+            return None
+        return existing_or_new_admin_token(self.kube, owner)
 
     def _observe(
         self,
@@ -328,8 +340,17 @@ def restore_child(
     try:
         spec = parse_spec(owner_body.get("spec") or {})
         password = reconciler.redis_password(spec, owner)
-        children = reconciler.build(spec, owner, password, reconciler.cache_secret(spec, owner))
-        generated = (meta.redis_auth_secret_name(owner), meta.cache_secret_name(owner))
+        children = reconciler.build(
+            spec,
+            owner,
+            password,
+            reconciler.cache_secret(spec, owner),
+            reconciler.admin_token(spec, owner),
+        )
+        generated = (
+            meta.redis_auth_secret_name(owner),
+            meta.cache_secret_name(owner),
+        )
         if not (kind == "Secret" and name in generated):
             # (A lost generated Secret means a new secret: every pod that reads it must roll.)
             children = [c for c in children if c["kind"] == kind and c["metadata"]["name"] == name]

@@ -7,9 +7,12 @@ in order. Compared with redis-py's client that saves, per command, a pool checko
 ``Connection`` round of ``send``/``read_response`` coroutines, a timeout context and the
 wake-ups between them: what is left is one future per batch and the socket I/O.
 
-Setting the connection up stays redis-py's (TLS, AUTH with an ACL user, SELECT, CLIENT SETNAME,
-Sentinel's primary lookup): the connection is leased from a redis-py pool, already connected,
-and its transport is taken over. It goes back to the pool, closed, when it fails or is retired.
+The connection is the runtime's own: opened on its own socket (TCP, TLS or unix) to the node an
+:class:`~cachefleet.runtime.cache.redis_endpoint.Endpoint` names (Sentinel's primary is asked
+for on each connect), with its own ``HELLO 2``/``AUTH``/``SELECT`` (see ``redis_endpoint``), so
+it reaches into no private part of redis-py and its replies are RESP2 whatever redis-py
+defaults to: no push frame can arrive and be taken for the reply of a command. It is closed when
+it fails or is retired, and opened again by the next command.
 
 A dead or stalled connection fails every waiting batch at once: a watchdog ticks every half
 ``stall_s`` while replies are awaited, and when three ticks have passed since both the oldest
@@ -26,16 +29,17 @@ import contextlib
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import hiredis
 import redis.exceptions as rexc
 
+from cachefleet.runtime.cache.redis_endpoint import Endpoint
+
 logger = logging.getLogger(__name__)
 Command = tuple[Any, ...]
-#: A connected redis-py connection from a pool (``get_connection``), and giving it back.
-Lease = Callable[[], Awaitable[Any]]
-Release = Callable[[Any], Awaitable[None]]
+#: The node to connect to now (Sentinel mode asks which node is the primary).
+Locate = Callable[[], Awaitable[Endpoint]]
 
 
 class _Batch:
@@ -51,25 +55,18 @@ class _Batch:
 
 
 class _Link(asyncio.Protocol):
-    """The protocol of one taken-over transport: writes batches, hands replies back in order."""
+    """The protocol of one connection: writes batches, hands replies back in order."""
 
-    def __init__(self, connection: Any, stall_s: float, on_end: Callable[[_Link], None]) -> None:
-        self.connection = connection  # kept: redis-py closes the socket of a collected one
+    def __init__(self, address: tuple[str, int], stall_s: float, on_end: Callable[[_Link], None]):
+        #: The node's address (Sentinel mode checks it is still the primary's).
+        self.address = address
         self._loop = asyncio.get_running_loop()
         self._period_s = stall_s / 2
         self._on_end = on_end
         self._reader = hiredis.Reader(replyError=rexc.ResponseError)
         self._pending: deque[_Batch] = deque()
-        self._transport: asyncio.Transport = connection._writer.transport
-        self._transport.set_protocol(self)
-        # Detached from redis-py, whose streams no longer see the socket: its pool would
-        # otherwise wait for their close, and never see it. They are kept, though: a collected
-        # StreamWriter closes its transport.
-        self._streams = (connection._reader, connection._writer)
-        connection._reader = connection._writer = None
-        #: Whether the connection went back to its pool (once only).
-        self.returned = False
-        self.open = not self._transport.is_closing()
+        self._transport: asyncio.Transport | None = None
+        self.open = False
         self._retired = False
         #: Watchdog state: ticks so far, and the tick during which Redis last sent anything.
         self._tick = 0
@@ -77,22 +74,35 @@ class _Link(asyncio.Protocol):
         self._watch: asyncio.TimerHandle | None = None
         self._due = 0.0
 
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # A stream transport (uvloop's is one without being an asyncio.Transport subclass).
+        self._transport = cast(asyncio.Transport, transport)
+        self.open = True
+
     def write(self, data: bytes, count: int, future: asyncio.Future[list[Any]]) -> None:
+        assert self._transport is not None
         if not self._pending and self._watch is None:
             self._arm()
         self._pending.append(_Batch(count, future, self._tick))
         self._transport.write(data)
 
+    async def ask(self, commands: Sequence[Command]) -> list[Any]:
+        """Replies of ``commands`` (the connection's own set-up), errors as values."""
+        future: asyncio.Future[list[Any]] = self._loop.create_future()
+        self.write(b"".join([hiredis.pack_command(c) for c in commands]), len(commands), future)
+        return await future
+
     def retire(self) -> None:
         """Take no more commands; close once the waiting ones have their replies."""
         self._retired = True
         self.open = False
-        if not self._pending:
+        if not self._pending and self._transport is not None:
             self._transport.close()
 
     def abort(self, error: Exception) -> None:
         self._fail(error)
-        self._transport.abort()
+        if self._transport is not None:
+            self._transport.abort()
 
     def data_received(self, data: bytes) -> None:
         self._heard_at = self._tick
@@ -110,7 +120,7 @@ class _Link(asyncio.Protocol):
         except (hiredis.ProtocolError, IndexError) as error:  # garbage, or a reply nobody asked
             self.abort(rexc.ConnectionError(f"unreadable reply from Redis: {error!r}"))
             return
-        if self._retired and not pending:
+        if self._retired and not pending and self._transport is not None:
             self._transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -149,18 +159,14 @@ class _Link(asyncio.Protocol):
 class PipelinedConnection:
     """Commands to one Redis node over one shared connection, (re)connected when needed."""
 
-    def __init__(
-        self, lease: Lease, release: Release, *, stall_s: float, connect_timeout_s: float
-    ) -> None:
-        self._lease = lease
-        self._release = release
+    def __init__(self, locate: Locate, *, stall_s: float, connect_timeout_s: float) -> None:
+        self._locate = locate
         self._stall_s = stall_s
         self._connect_timeout_s = connect_timeout_s
         self._link: _Link | None = None
         #: Batches handed over while connecting, written once the connection is up.
         self._backlog: list[tuple[bytes, int, asyncio.Future[list[Any]]]] = []
         self._connecting: asyncio.Task[None] | None = None
-        self._ending: set[asyncio.Task[None]] = set()
 
     def send(self, commands: Sequence[Command]) -> asyncio.Future[list[Any]]:
         """A future of ``commands``' replies in order, each a value or the error it got."""
@@ -175,11 +181,11 @@ class PipelinedConnection:
             self._connecting = asyncio.ensure_future(self._connect())
         return future
 
-    def retire(self, keep: Callable[[Any], bool] = lambda connection: False) -> None:
+    def retire(self, keep: Callable[[tuple[str, int]], bool] = lambda address: False) -> None:
         """Send later commands over a new connection (after a failover, to the new primary),
-        unless ``keep`` says the redis-py connection in use is still the right one."""
+        unless ``keep`` says the node of the connection in use is still the right one."""
         link = self._link
-        if link is not None and not keep(link.connection):
+        if link is not None and not keep(link.address):
             self._link = None
             link.retire()
 
@@ -191,21 +197,19 @@ class PipelinedConnection:
         link, self._link = self._link, None
         if link is not None:
             link.abort(rexc.ConnectionError("the Redis tier is closing"))
-            await self._give_back(link)
-        for task in list(self._ending):
-            with contextlib.suppress(Exception):
-                await task
 
     async def _connect(self) -> None:
+        link: _Link | None = None
         try:
             async with asyncio.timeout(self._connect_timeout_s):
-                connection = await self._lease()
-            link = _Link(connection, self._stall_s, self._ended)
-            if not link.open:  # closed between the pool's check and the takeover
-                await self._give_back(link)
-                raise rexc.ConnectionError("Connection closed by server.")
+                node = await self._locate()
+                link = _Link(node.address, self._stall_s, self._ended)
+                await node.open(lambda: link)
+                await _introduce(link, node)
         except BaseException as error:
-            self._fail_backlog(error)
+            if link is not None:
+                link.abort(rexc.ConnectionError("the connection could not be set up"))
+            self._fail_backlog(_connect_error(error))
             if not isinstance(error, Exception):
                 raise
             return
@@ -226,16 +230,29 @@ class PipelinedConnection:
     def _ended(self, link: _Link) -> None:
         if self._link is link:
             self._link = None
-        task = asyncio.ensure_future(self._give_back(link))
-        self._ending.add(task)
-        task.add_done_callback(self._ending.discard)
 
-    async def _give_back(self, link: _Link) -> None:
-        if link.returned:
-            return
-        link.returned = True
-        try:
-            await link.connection.disconnect(nowait=True)  # resets its parser for a reconnect
-            await self._release(link.connection)
-        except Exception as error:  # a pool closed meanwhile: nothing left to give back to
-            logger.debug("redis: returning a closed connection failed: %r", error)
+
+async def _introduce(link: _Link, node: Endpoint) -> None:
+    """``HELLO 2`` (with AUTH and SETNAME), or what it does on a Redis without it; then SELECT.
+    Raises the error reply that refused the connection (a wrong password, say)."""
+    (hello,) = await link.ask([node.hello()])
+    commands: list[Command] = []
+    if isinstance(hello, rexc.ResponseError):
+        if "unknown command" not in str(hello).lower():
+            raise hello
+        commands = node.without_hello()
+    if node.db:
+        commands.append(("SELECT", node.db))
+    for reply in await link.ask(commands) if commands else ():
+        if isinstance(reply, rexc.ResponseError):
+            raise reply
+
+
+def _connect_error(error: BaseException) -> BaseException:
+    """What the waiting commands fail with: a refusal by Redis or a socket error as a
+    connection error (the tier counts it so), a timeout as a timeout."""
+    if isinstance(error, TimeoutError):
+        return rexc.TimeoutError("Timeout connecting to Redis")
+    if isinstance(error, rexc.ResponseError | OSError):
+        return rexc.ConnectionError(f"Error connecting to Redis: {error}")
+    return error

@@ -18,9 +18,10 @@ because redis-py's ``Redis`` and ``RedisCluster`` share the command API. What di
   :data:`PRIMARY_CHECK_S`: when the answer changes, its idle connections close and busy ones
   are dropped when returned, and the next command goes to the new primary, without a restart.
 
-The hot commands of standalone and sentinel modes go over one :class:`PipelinedConnection`
-leased from that pool (see ``pipelined``); in sentinel mode it is retired when Sentinel names
-another primary, like the pool's own connections. Cluster mode has none: its commands go
+The hot commands of standalone and sentinel modes go over one :class:`PipelinedConnection` of
+the runtime's own (see ``pipelined`` and ``redis_endpoint``), to the URL's node or to the
+primary Sentinel names; in sentinel mode it is retired when Sentinel names another primary, like
+the pool's own connections. Cluster mode has none: its commands go
 through redis-py's cluster client, which follows MOVED/ASK replies.
 
 The same credentials, TLS files and timeouts go to every node (and to the Sentinel).
@@ -31,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import redis.asyncio as aioredis
@@ -42,6 +44,7 @@ from redis.asyncio.sentinel import Sentinel
 from redis.backoff import NoBackoff
 
 from cachefleet.runtime.cache.pipelined import PipelinedConnection
+from cachefleet.runtime.cache.redis_endpoint import Endpoint, endpoint
 from cachefleet.runtime.config import RedisSettings
 
 #: The shard name when there is only one (standalone, sentinel) or the key's node is unknown.
@@ -67,6 +70,7 @@ def connection_options(
         options["ssl_ca_certs"] = _path(settings.tls_ca_file)
         options["ssl_certfile"] = _path(settings.tls_cert_file)
         options["ssl_keyfile"] = _path(settings.tls_key_file)
+        options["ssl_check_hostname"] = True  # redis-py before 6 did not check by default
     return options
 
 
@@ -93,10 +97,11 @@ class RedisConnection(Protocol):
     async def close(self) -> None: ...
 
 
-def _pipelined(pool: Any, stall_s: float, connect_timeout_s: float) -> PipelinedConnection:
-    return PipelinedConnection(
-        pool.get_connection, pool.release, stall_s=stall_s, connect_timeout_s=connect_timeout_s
-    )
+def _fixed(node: Endpoint) -> Callable[[], Awaitable[Endpoint]]:
+    async def locate() -> Endpoint:
+        return node
+
+    return locate
 
 
 class StandaloneConnection:
@@ -111,12 +116,15 @@ class StandaloneConnection:
             **connection_options(settings, socket_timeout_s=socket_timeout_s),
         )
         self.client: Any = aioredis.Redis(connection_pool=pool)
+        self._node = endpoint(settings)
 
     def shard_of(self, key: str) -> str:
         return WHOLE
 
     def pipelined(self, *, stall_s: float, connect_timeout_s: float) -> PipelinedConnection:
-        return _pipelined(self.client.connection_pool, stall_s, connect_timeout_s)
+        return PipelinedConnection(
+            _fixed(self._node), stall_s=stall_s, connect_timeout_s=connect_timeout_s
+        )
 
     async def start(self) -> None:
         return None
@@ -187,14 +195,23 @@ class SentinelConnection:
         )
         self._watch: asyncio.Task[None] | None = None
         self._pipes: list[PipelinedConnection] = []
+        #: Credentials, database and TLS of the primary's connections (its address is asked).
+        self._node = endpoint(settings)
 
     def shard_of(self, key: str) -> str:
         return WHOLE
 
     def pipelined(self, *, stall_s: float, connect_timeout_s: float) -> PipelinedConnection:
-        pipe = _pipelined(self.client.connection_pool, stall_s, connect_timeout_s)
+        pipe = PipelinedConnection(
+            self._primary, stall_s=stall_s, connect_timeout_s=connect_timeout_s
+        )
         self._pipes.append(pipe)
         return pipe
+
+    async def _primary(self) -> Endpoint:
+        """The node Sentinel names the primary now (redis-py's public lookup)."""
+        host, port = await self.client.connection_pool.get_master_address()
+        return self._node.at(host, int(port))
 
     async def start(self) -> None:
         self._watch = asyncio.create_task(self._follow_primary(), name="redis-sentinel-watch")
@@ -216,11 +233,12 @@ class SentinelConnection:
                 await self._watch
             self._watch = None
         await self.client.aclose(close_connection_pool=True)
-        await self.sentinel.aclose()
+        for client in self.sentinel.sentinels:  # Sentinel.aclose is redis-py 8's only
+            await client.aclose()
 
 
-def _connected_to(address: tuple[str, int], connection: Any) -> bool:
-    return (connection.host, connection.port) == tuple(address)
+def _connected_to(primary: tuple[str, int], address: tuple[str, int]) -> bool:
+    return tuple(address) == (primary[0], int(primary[1]))
 
 
 def connect(settings: RedisSettings, *, socket_timeout_s: float, pool_size: int) -> RedisConnection:

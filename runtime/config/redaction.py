@@ -17,8 +17,9 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 #: What a secret is replaced by.
 MASK = "***"
-#: ``scheme://user:secret@``: the user-info of any URL (redis, rediss, unix, or another).
-_USERINFO = re.compile(r"(?P<head>\b[a-z][a-z0-9+.-]*://[^\s/@:?#]*):(?P<secret>[^\s@/?#]*)@")
+#: ``scheme://user:secret@``: the user-info of any URL (redis, rediss, unix, or another), up to
+#: its last ``@`` (a password may hold one unescaped, as redis-py reads it).
+_USERINFO = re.compile(r"(?P<head>\b[a-z][a-z0-9+.-]*://[^\s/@:?#]*):(?P<secret>[^\s/?#]*)@")
 #: ``password=secret`` in a query (or any ``key=value`` text): up to the next separator.
 _QUERY = re.compile(r"(?P<head>[?&;\s]password=)(?P<secret>[^&#\s'\"]*)", re.IGNORECASE)
 

@@ -15,7 +15,8 @@ from typing import Any, TypeVar, cast
 
 import grpc
 
-from cachefleet.runtime.errors import ServingError
+from cachefleet.runtime.errors import BadRequestError, ServingError
+from cachefleet.runtime.grpc.handlers import Malformed
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,8 @@ def translated(method: Method) -> Method:
     @functools.wraps(method)
     async def call(self: Any, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         try:
+            if isinstance(request, Malformed):
+                raise BadRequestError(f"malformed request message: {request.reason}")
             return await method(self, request, context)
         except grpc.aio.AbortError:
             raise

@@ -16,7 +16,7 @@ import grpc
 
 from cachefleet.runtime.config import SecuritySettings, ServerSettings
 from cachefleet.runtime.errors import ServingError
-from cachefleet.runtime.grpc.messages import service_pb2_grpc
+from cachefleet.runtime.grpc.handlers import add_service
 from cachefleet.runtime.grpc.restricted import RestrictedProtocols
 from cachefleet.runtime.grpc.servicer import InferenceServicer, ServerParts
 
@@ -46,17 +46,49 @@ async def start_grpc_server(
     if security.grpc_restricted_protocol:
         interceptors.append(RestrictedProtocols(security.grpc_restricted_protocol))
     server = grpc.aio.server(options=options, interceptors=interceptors)
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(parts), server)
+    add_service(InferenceServicer(parts), server)
     address = _address(settings.host, settings.grpc_port)
+    credentials = _credentials(security) if security.grpc_use_ssl else None
     try:
-        server.add_insecure_port(address)
+        if credentials is None:
+            server.add_insecure_port(address)
+        else:
+            server.add_secure_port(address, credentials)
     except RuntimeError as error:
         raise GrpcStartError(
             f"cannot listen for gRPC on {address} (--grpc-port; in use?): {error}"
         ) from None
     await server.start()
-    log.info("serving gRPC on %s", address)
+    tls = ""
+    if credentials is not None:
+        mutual = security.grpc_use_ssl_mutual
+        tls = " over TLS" + (" (client certificates required)" if mutual else "")
+    log.info("serving gRPC on %s%s", address, tls)
     return server
+
+
+def _credentials(security: SecuritySettings) -> grpc.ServerCredentials:
+    """Triton's ``--grpc-use-ssl``: the server's certificate and key, and with
+    ``--grpc-use-ssl-mutual`` clients must present a certificate ``--grpc-root-cert`` signed."""
+    assert security.grpc_server_cert is not None  # the settings require both with ssl
+    assert security.grpc_server_key is not None
+    files = {
+        "--grpc-server-cert": security.grpc_server_cert,
+        "--grpc-server-key": security.grpc_server_key,
+    }
+    if security.grpc_root_cert is not None:
+        files["--grpc-root-cert"] = security.grpc_root_cert
+    read: dict[str, bytes] = {}
+    for flag, path in files.items():
+        try:
+            read[flag] = path.read_bytes()
+        except OSError as error:
+            raise GrpcStartError(f"cannot read {flag} {path}: {error.strerror}") from None
+    return grpc.ssl_server_credentials(
+        [(read["--grpc-server-key"], read["--grpc-server-cert"])],
+        root_certificates=read.get("--grpc-root-cert"),
+        require_client_auth=security.grpc_use_ssl_mutual,
+    )
 
 
 async def stop_grpc_server(server: grpc.aio.Server) -> None:

@@ -22,6 +22,7 @@ from cachefleet.runtime.grpc import documents
 from cachefleet.runtime.grpc.decode import decode_infer_request, parameters, request_cost
 from cachefleet.runtime.grpc.encode import encode_infer_response
 from cachefleet.runtime.grpc.errors import translated
+from cachefleet.runtime.grpc.handlers import Malformed
 from cachefleet.runtime.grpc.messages import service_pb2, service_pb2_grpc
 from cachefleet.runtime.models.types import ModelConfig
 from cachefleet.runtime.protocol import directives_from, server_metadata
@@ -141,6 +142,10 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         and the stream goes on, as Triton's stream does for models that are not decoupled."""
         directives = _directives(context)
         async for request in requests:
+            if isinstance(request, Malformed):
+                message = f"malformed request message: {request.reason}"
+                yield service_pb2.ModelStreamInferResponse(error_message=message)
+                continue
             try:
                 response, _ = await self._infer(request, directives)
             except ServingError as error:

@@ -116,6 +116,7 @@ async def _serving(state: ServerState) -> AsyncIterator[None]:
             in_flight,
             settings.models.control_mode,
             release=service.release_model,
+            max_file_bytes=settings.server.max_request_bytes,
         )
         if settings.server.grpc_port:
             grpc_server = await start_grpc_server(settings.server, settings.security, state)

@@ -71,7 +71,7 @@ class ConnectionGuard:
     _timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: Any) -> None:  # asyncio.Transport, typed as uvicorn's
-        self.limits = getattr(self.app, "limits", ConnectionGuard.limits)
+        self.limits = _limits_of(self.app)
         super().connection_made(transport)  # type: ignore[misc]
         if len(self.connections) > self.limits.max_connections:
             transport.write(BUSY_RESPONSE)
@@ -129,6 +129,19 @@ class ConnectionGuard:
             self._body_mark = (now, self._received)
             return False
         return now - mark[0] > self.limits.body_timeout_s
+
+
+def _limits_of(app: Any) -> LimitSettings:
+    """The limits of the served application, looked for through the middlewares uvicorn may
+    wrap it in (each keeps the next as ``app``); the defaults when none has any."""
+    for _ in range(8):
+        limits = getattr(app, "limits", None)
+        if isinstance(limits, LimitSettings):
+            return limits
+        app = getattr(app, "app", None)
+        if app is None:
+            break
+    return ConnectionGuard.limits
 
 
 class GuardedH11Protocol(ConnectionGuard, H11Protocol):

@@ -25,17 +25,17 @@ def check_names(message: ConfigMessage) -> None:
 
     Raises ModelLoadError naming the field and the offending name.
     """
-    _check_name("default_model_filename", message.default_model_filename)
+    check_name("default_model_filename", message.default_model_filename)
     for key, name in sorted(message.cc_model_filenames.items()):
-        _check_name(f"cc_model_filenames[{key!r}]", name)
+        check_name(f"cc_model_filenames[{key!r}]", name)
     for output in message.output:
         if output.label_filename:
-            _check_name(f"output {output.name!r} label_filename", output.label_filename)
+            check_name(f"output {output.name!r} label_filename", output.label_filename)
     for warmup in message.model_warmup:
         for input_name, data in sorted(warmup.inputs.items()):
             if data.input_data_file:
                 field = f"model_warmup {warmup.name!r} input {input_name!r} input_data_file"
-                _check_name(field, data.input_data_file)
+                check_name(field, data.input_data_file)
 
 
 def confined_file(base: Path, name: str, *, field: str, root: Path) -> Path:
@@ -44,7 +44,7 @@ def confined_file(base: Path, name: str, *, field: str, root: Path) -> Path:
     ``base`` is the model's folder (or a version or warm-up folder in it); ``root`` is the
     model repository, the only place a symlink in the model's folder may lead to.
     """
-    _check_name(field, name)
+    check_name(field, name)
     path = base / name
     resolved = path.resolve()
     if not resolved.is_relative_to(root.resolve()):
@@ -55,7 +55,8 @@ def confined_file(base: Path, name: str, *, field: str, root: Path) -> Path:
     return path
 
 
-def _check_name(field: str, name: str) -> None:
+def check_name(field: str, name: str) -> None:
+    """Refuse ``name`` unless it is a relative path without ``..`` (no I/O)."""
     if not name:
         raise ModelLoadError(f"config field {field} is empty")
     path = PurePosixPath(name)

@@ -119,15 +119,19 @@ class LocalModelRepository:
         """Every model folder of the repository on disk, loaded or not."""
         return _model_folders(self.path)
 
-    def load(self, name: str, config_json: str | None = None) -> None:
+    def load(self, name: str, config_json: str | None = None, source: Path | None = None) -> None:
         """(Re)load model ``name`` from its folder, optionally with a JSON config instead of
-        its config.pbtxt (Triton's load override). Blocking: call it off the event loop.
+        its config.pbtxt (Triton's load override), or from ``source``: a model folder staged
+        elsewhere (a load request's own files), whose files are read here and not after.
+        Blocking: call it off the event loop.
 
         Raises ModelLoadError with the reason when no version loads; the model's previous
         state (serving or not) is then kept, as Triton keeps a model whose reload failed.
         """
-        folder = self.path / name
-        if name.startswith(".") or "/" in name or not folder.is_dir():
+        if name.startswith(".") or "/" in name or "\0" in name:
+            raise ModelLoadError(f"no model folder {name!r} in the model repository")
+        folder = source if source is not None else self.path / name
+        if not folder.is_dir():
             raise ModelLoadError(f"no model folder {name!r} in the model repository")
         state = _load_model(folder, self._settings, config_json)
         if not state.loaded:

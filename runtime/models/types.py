@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from cachefleet.runtime.tensor import Tensor
@@ -117,8 +118,9 @@ class ModelRepository(Protocol):
         """Every model of the repository, loaded or not."""
         ...
 
-    def load(self, name: str, config_json: str | None = None) -> None:
-        """(Re)load ``name``, blocking; raises ModelLoadError with the reason."""
+    def load(self, name: str, config_json: str | None = None, source: Path | None = None) -> None:
+        """(Re)load ``name`` (from ``source``, a staged model folder, when given), blocking;
+        raises ModelLoadError with the reason."""
         ...
 
     def unload(self, name: str) -> None:

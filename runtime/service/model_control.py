@@ -7,7 +7,8 @@ and the gRPC ``RepositoryModelLoad`` / ``RepositoryModelUnload`` calls both use
 - Only in ``explicit`` mode (``--model-control-mode explicit``); in ``none`` mode every call is a
   400 that says how to turn it on, as Triton refuses it.
 - ``load`` (re)loads a model from its folder, or with a JSON ``ModelConfig`` given in the
-  request's ``config`` parameter instead of its config.pbtxt. Loading runs in a worker thread; a
+  request's ``config`` parameter instead of its config.pbtxt, and with model files sent in the
+  request (``file:`` parameters, staged by ``model_files``). Loading runs in a worker thread; a
   model that fails to load is a 400 ``failed to load '<name>': <reason>``, and whatever served
   before keeps serving.
 - ``unload`` stops new requests at once (they get 404), then waits until the requests already
@@ -31,6 +32,8 @@ from cachefleet.runtime.errors import BadRequestError
 from cachefleet.runtime.models.errors import ModelLoadError
 from cachefleet.runtime.models.types import ModelRepository
 from cachefleet.runtime.service.in_flight import InFlight
+from cachefleet.runtime.service.model_files import PREFIX as FILE_PREFIX
+from cachefleet.runtime.service.model_files import model_files, staged
 from cachefleet.runtime.service.statistics import StatisticsRegistry
 
 logger = logging.getLogger(__name__)
@@ -50,11 +53,15 @@ class ModelControl:
         in_flight: InFlight,
         mode: ControlMode,
         release: Callable[[str], Awaitable[None]] | None = None,
+        *,
+        max_file_bytes: int = 64 * 2**20,
     ) -> None:
         """``release``: lets go of what the service keeps of a model (its batchers, memoized
         responses), called once a model is unloaded or loaded again."""
         self._repository = repository
         self._release = release
+        #: Bound of the model files one load request may send (``--max-request-size``).
+        self._max_file_bytes = max_file_bytes
         self._statistics = statistics
         self._in_flight = in_flight
         self._mode = mode
@@ -65,15 +72,29 @@ class ModelControl:
         return self._mode
 
     async def load(self, name: str, parameters: Mapping[str, Any] | None = None) -> None:
-        """(Re)load model ``name``; ``parameters`` may hold ``config`` (a JSON ModelConfig).
+        """(Re)load model ``name``; ``parameters`` may hold ``config`` (a JSON ModelConfig)
+        and model files (``file:<version>/<name>``, which need ``config``: see
+        ``model_files``).
 
-        Raises BadRequestError (mode, parameters, or the load failed, with the reason).
+        Raises BadRequestError (mode, parameters, or the load failed, with the reason),
+        PayloadTooLargeError (files over the limit) or RepositoryPollError.
         """
         self._check_mode("load")
-        config = _config_parameter(name, parameters or {})
+        parameters = parameters or {}
+        config = _config_parameter(name, parameters)
+        files = model_files(name, parameters, self._max_file_bytes)
+        if files and config is None:
+            raise BadRequestError(
+                f"failed to load '{name}': model files (file: parameters) need the 'config' "
+                "parameter, the configuration of the folder they make"
+            )
         async with self._lock:
             try:
-                await asyncio.to_thread(self._repository.load, name, config)
+                if files:
+                    with staged(name, files) as folder:
+                        await asyncio.to_thread(self._repository.load, name, config, folder)
+                else:
+                    await asyncio.to_thread(self._repository.load, name, config)
             except ModelLoadError as error:
                 raise BadRequestError(f"failed to load '{name}': {error}") from None
             self._statistics.forget(name)
@@ -109,12 +130,9 @@ class ModelControl:
 
 
 def _config_parameter(name: str, parameters: Mapping[str, Any]) -> str | None:
-    unknown = sorted(set(parameters) - {CONFIG_PARAMETER})
-    if any(key.startswith("file:") for key in unknown):
-        raise BadRequestError(
-            f"failed to load '{name}': model files in the request (file: parameters) are not "
-            "supported; put them in the model repository"
-        )
+    unknown = sorted(
+        key for key in parameters if key != CONFIG_PARAMETER and not key.startswith(FILE_PREFIX)
+    )
     if unknown:
         raise BadRequestError(f"failed to load '{name}': unknown load parameters {unknown}")
     config = parameters.get(CONFIG_PARAMETER)

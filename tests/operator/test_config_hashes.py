@@ -27,6 +27,7 @@ GOLDEN = {
     "densenet-gpu-aof.yaml": "230d9161985c413d",
 }
 PASSWORD = "golden-password"
+CACHE_SECRET = "golden-cache-secret"
 OWNER = Owner("svc", "ml", "0b7c7a5e-1b8d-4a57-9f43-5c0f5d1e9a11")
 BASE: dict[str, Any] = {"model": {"name": "m", "repository": {"pvc": {"claimName": "models"}}}}
 
@@ -34,7 +35,9 @@ BASE: dict[str, Any] = {"model": {"name": "m", "repository": {"pvc": {"claimName
 def redis_hash_of(body: dict[str, Any]) -> str | None:
     meta = body.get("metadata") or {}
     owner = Owner(meta["name"], meta.get("namespace") or "default", "uid")
-    children = build_children(parse_spec(body["spec"]), owner=owner, redis_password=PASSWORD)
+    children = build_children(
+        parse_spec(body["spec"]), owner=owner, redis_password=PASSWORD, cache_secret=CACHE_SECRET
+    )
     for child in children:
         if child["kind"] == "StatefulSet":
             return str(child["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH_ANNOTATION])

@@ -174,11 +174,11 @@ async def test_the_generated_cache_secret_is_made_once_and_kept(cluster: Cluster
     await api.send("POST", CIS_PATH, service("svc"))  # tiered, managed Redis
     passes = periodic()
     await asyncio.to_thread(passes.resync, must(cis(cluster, "svc")))
-    first = must(live(cluster, "v1/secrets", "svc-cache-mac"))["data"]["secret"]
+    first = must(live(cluster, "v1/secrets", "svc-fleet"))["data"]["cache-secret"]
     await asyncio.to_thread(passes.resync, must(cis(cluster, "svc")))
-    assert must(live(cluster, "v1/secrets", "svc-cache-mac"))["data"]["secret"] == first
+    assert must(live(cluster, "v1/secrets", "svc-fleet"))["data"]["cache-secret"] == first
     container = must(live(cluster, DEPLOYMENT, "svc"))["spec"]["template"]["spec"]["containers"][0]
     env = {item["name"]: item.get("valueFrom") for item in container["env"]}
     assert env["CACHEFLEET_CACHE_SECRET"] == {
-        "secretKeyRef": {"name": "svc-cache-mac", "key": "secret"}
+        "secretKeyRef": {"name": "svc-fleet", "key": "cache-secret"}
     }

@@ -26,7 +26,7 @@ BASE: dict[str, Any] = {
 
 def pods(extra: dict[str, Any], **options: Any) -> dict[str, dict[str, Any]]:
     spec = parse_spec({**copy.deepcopy(BASE), **extra})
-    children = build_children(spec, owner=OWNER, redis_password="pw", **options)
+    children = build_children(spec, owner=OWNER, redis_password="pw", cache_secret="mac", **options)
     for child in children:
         kubernetes_validate.validate(child, KUBERNETES_VERSION, strict=True)
     return {

@@ -39,7 +39,7 @@ QUOTA = ["requests.cpu", "requests.memory", "limits.cpu", "limits.memory"]
 
 def render(extra: dict[str, Any]) -> list[dict[str, Any]]:
     spec = parse_spec({**copy.deepcopy(BASE), **copy.deepcopy(extra)})
-    return build_children(spec, owner=OWNER, redis_password="pw")
+    return build_children(spec, owner=OWNER, redis_password="pw", cache_secret="mac")
 
 
 def templates(children: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

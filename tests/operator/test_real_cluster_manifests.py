@@ -193,7 +193,7 @@ def test_a_rotated_user_password_rolls_redis_and_the_runtime() -> None:
     own = {"cache": {"redis": {"auth": {"passwordSecretRef": {"name": "mine"}}}}}
     first, second = render(own, password="first-Pa55"), render(own, password="second-Pa55")
     # The user's Secret is not ours: only the generated cache secret is.
-    assert {c["metadata"]["name"] for c in first if c["kind"] == "Secret"} == {"svc-cache-mac"}
+    assert {c["metadata"]["name"] for c in first if c["kind"] == "Secret"} == {"svc-fleet"}
     assert pod_hash(first, "StatefulSet") != pod_hash(second, "StatefulSet")
     assert pod_hash(first, "Deployment") != pod_hash(second, "Deployment")
     assert "first-Pa55" not in str(first)

@@ -146,13 +146,13 @@ def test_local_mode_creates_no_redis_and_external_only_points_at_it() -> None:
     external = render(SPECS["external"])
     assert "StatefulSet" not in kinds(external)
     # The only Secret of its own is the cache secret (the Redis password is the user's).
-    assert [c["metadata"]["name"] for c in external if c["kind"] == "Secret"] == ["svc-cache-mac"]
+    assert [c["metadata"]["name"] for c in external if c["kind"] == "Secret"] == ["svc-fleet"]
     container = by_kind(external, "Deployment")["spec"]["template"]["spec"]["containers"][0]
-    password, cache_secret = container["env"]
+    password, cache_secret = container["env"][:2]  # then the admin token and restrictions
     assert password["name"] == "CACHEFLEET_REDIS_PASSWORD"
     assert password["valueFrom"]["secretKeyRef"] == {"name": "shared", "key": "password"}
     assert cache_secret["name"] == "CACHEFLEET_CACHE_SECRET"
-    assert cache_secret["valueFrom"]["secretKeyRef"] == {"name": "svc-cache-mac", "key": "secret"}
+    assert cache_secret["valueFrom"]["secretKeyRef"] == {"name": "svc-fleet", "key": "cache-secret"}
 
 
 @pytest.mark.parametrize(
@@ -431,19 +431,19 @@ def test_each_service_gets_its_own_cache_namespace_and_secret_unless_it_names_th
     config = by_kind(children, "ConfigMap", "svc-config")["data"]["config.yaml"]
     assert "namespace: ml/svc" in config
     assert CACHE_SECRET not in config
-    generated = by_kind(children, "Secret", "svc-cache-mac")
-    assert generated["data"] == {"secret": base64.b64encode(CACHE_SECRET.encode()).decode()}
+    generated = by_kind(children, "Secret", "svc-fleet")
+    assert generated["data"] == {"cache-secret": base64.b64encode(CACHE_SECRET.encode()).decode()}
     container = by_kind(children, "Deployment")["spec"]["template"]["spec"]["containers"][0]
-    env = {item["name"]: item["valueFrom"]["secretKeyRef"] for item in container["env"]}
-    assert env["CACHEFLEET_CACHE_SECRET"] == {"name": "svc-cache-mac", "key": "secret"}
+    env = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"] if "valueFrom" in e}
+    assert env["CACHEFLEET_CACHE_SECRET"] == {"name": "svc-fleet", "key": "cache-secret"}
     # Two services that deliberately share answers name the namespace and the secret.
     shared = render({"cache": {"namespace": "team/shared", "secretRef": {"name": "team"}}})
-    assert "svc-cache-mac" not in {c["metadata"]["name"] for c in shared}
+    assert "svc-fleet" not in {c["metadata"]["name"] for c in shared}
     config = by_kind(shared, "ConfigMap", "svc-config")["data"]["config.yaml"]
     assert "namespace: team/shared" in config
     container = by_kind(shared, "Deployment")["spec"]["template"]["spec"]["containers"][0]
-    env = {item["name"]: item["valueFrom"]["secretKeyRef"] for item in container["env"]}
-    assert env["CACHEFLEET_CACHE_SECRET"] == {"name": "team", "key": "secret"}
+    env = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"] if "valueFrom" in e}
+    assert env["CACHEFLEET_CACHE_SECRET"] == {"name": "team", "key": "cache-secret"}
     # Without Redis there is nothing to share, and no secret.
     local = render({"cache": {"mode": "local"}})
     assert "Secret" not in kinds(local)

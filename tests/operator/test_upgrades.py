@@ -65,15 +65,22 @@ def test_the_crd_stores_no_runtime_image() -> None:
 
 def test_a_service_without_an_image_runs_the_runtime_of_the_operators_release() -> None:
     spec = parse_spec(BASE)
-    assert server_image(build_children(spec, owner=OWNER, redis_password="pw")) == (
-        RELEASE_RUNTIME_IMAGE
-    )
+    assert server_image(
+        build_children(spec, owner=OWNER, redis_password="pw", cache_secret="mac")
+    ) == (RELEASE_RUNTIME_IMAGE)
     mirrored = build_children(
-        spec, owner=OWNER, redis_password="pw", runtime_image="mirror.example/cachefleet:0.1.0"
+        spec,
+        owner=OWNER,
+        redis_password="pw",
+        cache_secret="mac",
+        runtime_image="mirror.example/cachefleet:0.1.0",
     )
     assert server_image(mirrored) == "mirror.example/cachefleet:0.1.0"
     pinned = parse_spec({**BASE, "runtime": {"image": "runtime:dev"}})
-    assert server_image(build_children(pinned, owner=OWNER, redis_password="pw")) == "runtime:dev"
+    assert (
+        server_image(build_children(pinned, owner=OWNER, redis_password="pw", cache_secret="mac"))
+        == "runtime:dev"
+    )
 
 
 def test_the_release_image_is_tagged_with_the_distribution_and_chart_version() -> None:
@@ -86,7 +93,9 @@ def test_the_release_image_is_tagged_with_the_distribution_and_chart_version() -
 def test_the_config_holds_only_settings_that_differ_from_the_runtimes_defaults(
     name: str, spec: ServiceSpec
 ) -> None:
-    document = yaml.safe_load(config_of(build_children(spec, owner=OWNER, redis_password="pw")))
+    document = yaml.safe_load(
+        config_of(build_children(spec, owner=OWNER, redis_password="pw", cache_secret="mac"))
+    )
     defaults = RuntimeSettings()
     for group, fields in document.items():
         default_group = getattr(defaults, group)
@@ -101,7 +110,9 @@ def test_a_rendered_config_is_read_back_by_the_runtime_as_the_operator_meant(
     name: str, spec: ServiceSpec, tmp_path: Path
 ) -> None:
     path = tmp_path / "config.yaml"
-    path.write_text(config_of(build_children(spec, owner=OWNER, redis_password="pw")))
+    path.write_text(
+        config_of(build_children(spec, owner=OWNER, redis_password="pw", cache_secret="mac"))
+    )
     loaded = load_settings(argparse.Namespace(config=path), environ={})
     assert loaded == runtime_settings(spec, owner=OWNER)
 
@@ -129,5 +140,7 @@ def _first_release_model() -> type[BaseModel]:
 def test_pods_of_an_older_runtime_accept_the_config_a_newer_operator_renders(
     name: str, spec: ServiceSpec
 ) -> None:
-    document = yaml.safe_load(config_of(build_children(spec, owner=OWNER, redis_password="pw")))
+    document = yaml.safe_load(
+        config_of(build_children(spec, owner=OWNER, redis_password="pw", cache_secret="mac"))
+    )
     _first_release_model().model_validate(document)  # the runtime's extra="forbid" refusal

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cachefleet.runtime.cache.entry import encode_entry, read_entry
-from cachefleet.runtime.cache.errors import CorruptEntryError
+from cachefleet.runtime.cache.entry import EntryMac, encode_entry, read_entry
+from cachefleet.runtime.cache.errors import CorruptEntryError, ForgedEntryError
 from cachefleet.runtime.tensor import NUMPY_DTYPES, Tensor
 
 DIGEST = bytes(range(32))
@@ -92,3 +92,35 @@ def tensors(draw: st.DrawFn) -> Tensor:
 @given(st.lists(tensors(), max_size=4), st.binary(min_size=32, max_size=32))
 def test_any_outputs_round_trip(outputs: list[Tensor], digest: bytes) -> None:
     assert read_entry(encode_entry(digest, outputs), digest).outputs == outputs
+
+
+FLEET = EntryMac("the fleet's cache secret")
+
+
+def test_a_sealed_entry_reads_back_only_with_its_secret() -> None:
+    sealed = encode_entry(DIGEST, OUTPUTS, None, FLEET)
+    assert read_entry(sealed, DIGEST, FLEET).outputs == OUTPUTS
+    # Another secret, or none at all on the writer's side: forged.
+    with pytest.raises(ForgedEntryError, match="MAC mismatch"):
+        read_entry(encode_entry(DIGEST, OUTPUTS, None, EntryMac("another secret")), DIGEST, FLEET)
+    with pytest.raises(ForgedEntryError, match="carries no MAC"):
+        read_entry(encode_entry(DIGEST, OUTPUTS), DIGEST, FLEET)
+    # A server without the secret cannot check a MAC, so it does not trust the entry.
+    with pytest.raises(CorruptEntryError, match="has no secret") as refused:
+        read_entry(sealed, DIGEST)
+    assert not isinstance(refused.value, ForgedEntryError)
+
+
+def test_any_flipped_byte_of_a_sealed_entry_is_forged_or_corrupt() -> None:
+    sealed = encode_entry(DIGEST, OUTPUTS, None, FLEET)
+    for index in range(len(sealed)):
+        changed = bytearray(sealed)
+        changed[index] ^= 0x01
+        with pytest.raises(CorruptEntryError):
+            read_entry(bytes(changed), DIGEST, FLEET)
+
+
+def test_the_secret_never_shows_in_the_mac_object() -> None:
+    mac = EntryMac("s3cret-s3cret-s3cret")
+    assert "s3cret" not in repr(mac)
+    assert not hasattr(mac, "secret")  # only the derived key is kept

@@ -14,13 +14,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis.asyncio as aioredis
+import redis.exceptions as rexc
 from support.cache_doubles import Model, ask, metric, request, settings
-from support.processes import RedisProcess, free_port
+from support.processes import RedisProcess, free_port, openssl
 
 from cachefleet.runtime.cache.api import CacheStatus
 from cachefleet.runtime.cache.errors import CacheTierError
 from cachefleet.runtime.cache.factory import build_cache
+from cachefleet.runtime.cache.pipelined import PipelinedConnection
 from cachefleet.runtime.cache.read_through import ReadThroughCache
+from cachefleet.runtime.cache.redis_clients import StandaloneConnection
 from cachefleet.runtime.cache.redis_tier import RedisTier
 from cachefleet.runtime.config import RedisSettings
 from cachefleet.runtime.metrics import RuntimeMetrics
@@ -219,3 +223,92 @@ async def test_the_inserts_of_one_drain_are_one_write_and_all_counted(
         assert (await ask(cache, request(29), Model()))[1] is CacheStatus.HIT_REDIS
     finally:
         await cache.close()
+
+
+def _pipe(settings: RedisSettings) -> PipelinedConnection:
+    return StandaloneConnection(settings, socket_timeout_s=1.0, pool_size=2).pipelined(
+        stall_s=1.0, connect_timeout_s=2.0
+    )
+
+
+async def test_the_connection_says_hello_2_itself_with_auth_name_and_database(
+    make_redis: Callable[..., RedisProcess],
+) -> None:
+    """Its own socket, its own HELLO 2 with an ACL user, SETNAME and SELECT: Redis lists it
+    as a RESP2 client named cachefleet on the URL's database, and the key lands there."""
+    redis = make_redis("--user", "app", "on", ">s3cret", "~*", "+@all", password="admin")
+    url = f"redis://app:s3cret@127.0.0.1:{redis.port}/3"
+    pipe = _pipe(RedisSettings(url=url))
+    try:
+        assert await pipe.send([("SET", "k", "v"), ("GET", "k")]) == [b"OK", b"v"]
+        admin = aioredis.Redis(port=redis.port, username="app", password="s3cret", db=3)
+        try:
+            clients = [c for c in await admin.client_list() if c["name"] == "cachefleet"]
+            assert [(c["resp"], c["db"], c["user"]) for c in clients] == [("2", "3", "app")]
+            assert await admin.get("k") == b"v"
+        finally:
+            await admin.aclose()
+    finally:
+        await pipe.close()
+
+
+async def test_a_wrong_password_fails_the_waiting_commands_as_a_connection_error(
+    make_redis: Callable[..., RedisProcess],
+) -> None:
+    redis = make_redis(password="right")
+    pipe = _pipe(RedisSettings(url=f"redis://:wrong@127.0.0.1:{redis.port}/0"))
+    try:
+        with pytest.raises(rexc.ConnectionError, match="WRONGPASS"):
+            await pipe.send([("GET", "k")])
+    finally:
+        await pipe.close()
+
+
+async def test_push_frames_never_mismatch_replies(redis_server: RedisProcess) -> None:
+    """Client-side tracking makes Redis push invalidations at a RESP3 connection between the
+    replies (as redis-py 8's RESP3 default with maintenance notifications does): on the tier's
+    RESP2 connection no push is sent, so every later reply is its own command's."""
+    pipe = _pipe(RedisSettings(url=redis_server.url))
+    other = redis_server.client()
+    try:
+        keys = [f"tracked{index}" for index in range(50)]
+        other.mset({key: f"value-{key}" for key in keys})
+        await pipe.send([("CLIENT", "TRACKING", "ON")])
+        await pipe.send([("GET", key) for key in keys])  # now tracked
+        for key in keys:  # each write invalidates a key that connection has read
+            other.set(key, f"value-{key}")
+        for _ in range(5):
+            replies = await pipe.send([("GET", key) for key in keys])
+            assert replies == [f"value-{key}".encode() for key in keys]
+        await pipe.send([("CLIENT", "TRACKING", "OFF")])
+    finally:
+        await pipe.close()
+
+
+async def test_tls_checks_the_servers_name(
+    make_redis: Callable[..., RedisProcess], certificates: Path
+) -> None:
+    """A certificate signed by the right CA but for another name is refused: the connection
+    checks the hostname (redis-py before 6 did not by default)."""
+    folder = certificates
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "other.key", "-out", "other.csr",
+            "-subj", "/CN=elsewhere.example", cwd=folder)  # fmt: skip
+    (folder / "other.ext").write_text("subjectAltName=DNS:elsewhere.example\n")
+    openssl("x509", "-req", "-in", "other.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+            "-CAcreateserial", "-out", "other.crt", "-days", "2", "-extfile", "other.ext",
+            cwd=folder)  # fmt: skip
+    tls_port = free_port()
+    redis = make_redis("--tls-port", str(tls_port),
+                       "--tls-cert-file", str(folder / "other.crt"),
+                       "--tls-key-file", str(folder / "other.key"),
+                       "--tls-ca-cert-file", str(folder / "ca.crt"),
+                       "--tls-auth-clients", "no")  # fmt: skip
+    assert redis.port != tls_port
+    pipe = _pipe(
+        RedisSettings(url=f"rediss://127.0.0.1:{tls_port}/0", tls_ca_file=folder / "ca.crt")
+    )
+    try:
+        with pytest.raises(rexc.ConnectionError, match="certificate"):
+            await pipe.send([("PING",)])
+    finally:
+        await pipe.close()

@@ -145,9 +145,11 @@ async def test_corrupt_entry_is_a_miss_and_is_deleted(
         await cache.close()
 
 
-async def test_saturated_pool_fails_fast_without_opening_the_breaker(
+async def test_a_saturated_pool_leaves_the_hot_commands_alone(
     redis_server: RedisProcess,
 ) -> None:
+    """GET and SET go over the tier's own connection, not redis-py's pool: with the pool's
+    only connection busy, lookups and inserts still work, and nothing opens the breaker."""
     cache, metrics = await started("redis", redis_server, pool_size=1)
     try:
         assert cache.redis is not None
@@ -159,14 +161,11 @@ async def test_saturated_pool_fails_fast_without_opening_the_breaker(
                     ask(cache, request(value), Model()), timeout=2.0
                 )
                 assert (outputs, status) == (expected(value), CacheStatus.MISS)
+            await cache.writes.join()
+            assert (await ask(cache, request(3), Model()))[1] is CacheStatus.HIT_REDIS
         finally:
             await pool.release(held)
-        # Lookups and write-behind inserts alike gave up on the pool.
-        assert metric(metrics, "cachefleet_cache_errors_total", tier="redis", kind="pool") >= 5
+        assert metric(metrics, "cachefleet_cache_errors_total", tier="redis", kind="pool") == 0
         assert metric(metrics, "cachefleet_redis_circuit_open") == 0
-        await cache.writes.join()
-        assert (await ask(cache, request(9), Model()))[1] is CacheStatus.MISS
-        await cache.writes.join()
-        assert (await ask(cache, request(9), Model()))[1] is CacheStatus.HIT_REDIS
     finally:
         await cache.close()

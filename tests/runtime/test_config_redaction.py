@@ -53,6 +53,14 @@ def test_a_percent_encoded_password_is_decoded_as_redis_py_does() -> None:
     assert split_password("redis://:p%40ss%3Aw@h:1/0") == ("redis://h:1/0", "p@ss:w")
 
 
+def test_a_password_holding_at_signs_and_colons_is_taken_whole() -> None:
+    url = "redis://app:p@ss:w@rd@cache:6379/0"
+    assert split_password(url) == ("redis://app@cache:6379/0", "p@ss:w@rd")
+    assert redact(f"at {url} and redis://:x@y@h/0") == (
+        "at redis://app:***@cache:6379/0 and redis://:***@h/0"
+    )
+
+
 @pytest.mark.parametrize(("url", "clean"), FORMS)
 def test_the_settings_move_the_password_out_of_the_url(url: str, clean: str) -> None:
     settings = load_settings(parse("--redis-url", url), {})

@@ -85,6 +85,12 @@ OVERRIDES: dict[str, st.SearchStrategy[Any]] = {
     "runtime.nodeSelector": st.dictionaries(names, names, max_size=2),
     "runtime.tolerations": tolerations,
     "runtime.affinity": affinity,
+    "runtime.restrictedApis": st.lists(
+        st.sampled_from(["model-repository", "shared-memory", "cache", "inference", "health"]),
+        unique=True,
+        max_size=3,
+    ),
+    "runtime.tls.secretName": names,
     "cache.ttl": durations,
     "cache.local.size": sizes,
     "cache.redis.external.url": st.sampled_from(

@@ -1,0 +1,118 @@
+"""The connection guard on both of uvicorn's HTTP protocols (httptools, and h11 where httptools is
+not installed), served by a real uvicorn on loopback with a plain ASGI application: a slow head
+and a slow body are cut off, a request that keeps its pace is answered, and connections past
+the cap get a 503 with Retry-After."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import uvicorn
+from support.processes import free_port
+
+from cachefleet.runtime.config import LimitSettings
+from cachefleet.runtime.http.connection_guard import GuardedH11Protocol
+from cachefleet.runtime.http.httptools_protocol import GuardedHttpToolsProtocol
+
+LIMITS = LimitSettings(head_timeout_s=0.6, body_timeout_s=0.6, max_connections=3)
+
+
+class Echo:
+    """Reads the whole body and answers its length; carries the limits as the front door does."""
+
+    limits = LIMITS
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        size = 0
+        while True:
+            message = await receive()
+            size += len(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        body = b"%d" % size
+        headers = [(b"content-length", b"%d" % len(body))]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+@pytest.fixture(params=[GuardedHttpToolsProtocol, GuardedH11Protocol], ids=["httptools", "h11"])
+def port(request: pytest.FixtureRequest) -> Iterator[int]:
+    chosen = free_port()
+    config = uvicorn.Config(
+        Echo(), host="127.0.0.1", port=chosen, http=request.param, lifespan="off",
+        log_level="warning", timeout_keep_alive=5,  # proxy headers on: one middleware more
+    )  # fmt: skip
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.02)
+    yield chosen
+    server.should_exit = True
+    thread.join(10)
+
+
+def _closed_after(sock: socket.socket, data: bytes, every_s: float) -> float:
+    """Send ``data`` a byte every ``every_s`` until the server closes; seconds it took."""
+    started = time.monotonic()
+    sock.settimeout(every_s)
+    for byte in data:
+        try:
+            sock.sendall(bytes([byte]))
+            if sock.recv(65536) == b"":
+                return time.monotonic() - started
+        except TimeoutError:
+            continue
+        except (BrokenPipeError, ConnectionResetError):
+            return time.monotonic() - started
+    raise AssertionError("never closed")
+
+
+HEAD = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n"
+
+
+def test_a_slow_head_is_cut_off(port: int) -> None:
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        assert _closed_after(sock, HEAD * 5, every_s=0.1) < 1.5
+
+
+def test_a_slow_body_is_cut_off(port: int) -> None:
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(HEAD)
+        assert _closed_after(sock, b"x" * 5000, every_s=0.1) < 1.5
+
+
+def test_a_body_that_keeps_its_pace_is_answered(port: int) -> None:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(HEAD)
+        for _ in range(5):  # 1 KiB per 0.3 s: slower than a burst, faster than the deadline
+            time.sleep(0.3)
+            sock.sendall(b"x" * 1000)
+        answer = b""
+        while not answer.endswith(b"5000"):
+            chunk = sock.recv(65536)
+            assert chunk, answer
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 200 ")
+    assert answer.endswith(b"5000")
+
+
+def test_connections_past_the_cap_get_503(port: int) -> None:
+    held = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+    try:
+        time.sleep(0.1)
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as extra:
+            answer = extra.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 503 ")
+        assert b"retry-after: 1" in answer
+    finally:
+        for sock in held:
+            sock.close()

@@ -1,0 +1,97 @@
+"""The declared floors of redis-py and uvicorn run the code that depends on them, and uvicorn,
+whose internals the HTTP protocols touch, is bounded from above by a release that is tested.
+
+As ``tests/operator/test_client_floor.py`` does for the Kubernetes client: each floor is
+installed exactly (kept in ``.cache/dependency-floor``, so only the first run downloads it),
+put in front of the development environment's own copy with ``PYTHONPATH`` (which the servers
+the tests start inherit), and the tests that exercise it run in a pytest of their own.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+ROOT = Path(__file__).resolve().parents[1]
+CACHE = ROOT / ".cache" / "dependency-floor"
+
+pytestmark = pytest.mark.timeout(600)
+
+#: The tests that exercise each dependency: the Redis tier's own connection and its contract
+#: over redis-py; the HTTP protocols' deadlines, caps and one-write transport.
+EXERCISED = {
+    "redis": [
+        "tests/runtime/test_cache_pipelined.py",
+        "tests/runtime/test_cache_redis_contract.py",
+        "tests/runtime/test_cache_redis_faults.py",
+        "tests/runtime/test_cache_connections.py",
+    ],
+    "uvicorn": [
+        "tests/runtime/test_http_connection_guard.py",
+        "tests/e2e/test_http_limits.py::test_a_slow_head_is_cut_off_within_its_deadline",
+        "tests/e2e/test_http_limits.py::test_a_slow_body_is_cut_off_while_others_are_served",
+        "tests/e2e/test_http_limits.py::test_connections_over_the_cap_get_503_with_retry_after",
+        "tests/e2e/test_http_one_write.py",
+    ],
+}
+
+
+def specifier(package: str) -> SpecifierSet:
+    """The runtime extra's version range for ``package``."""
+    runtime = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]["runtime"]
+    [spec] = [d for d in runtime if re.match(rf"{package}\b", d)]
+    return SpecifierSet(re.sub(rf"^{package}(\[[a-z,]+\])?", "", spec.replace(" ", "")))
+
+
+def floor(package: str) -> str:
+    [lowest] = [s.version for s in specifier(package) if s.operator == ">="]
+    return lowest
+
+
+def floor_install(package: str, version: str) -> Path:
+    """Exactly ``package==version``, without its dependencies (the environment's serve)."""
+    target = CACHE / f"{package}-{version}"
+    if not (target / package).is_dir():
+        pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps"]
+        subprocess.run([*pip, "--target", str(target), f"{package}=={version}"], check=True)
+    return target
+
+
+@pytest.mark.parametrize("package", sorted(EXERCISED))
+def test_the_declared_floor_runs_the_code_that_uses_it(package: str) -> None:
+    version = floor(package)
+    target = floor_install(package, version)
+    env = {**os.environ, "PYTHONPATH": str(target), "PYTHONSAFEPATH": "1"}
+    show = f"import {package}; print({package}.__version__, {package}.__file__)"
+    found = subprocess.run(
+        [sys.executable, "-c", show], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert found.returncode == 0, found.stderr
+    installed, where = found.stdout.split()
+    assert Version(installed) == Version(version)
+    assert where.startswith(str(target))
+    tests = EXERCISED[package]
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=540)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert " passed" in done.stdout
+    assert "skipped" not in done.stdout
+
+
+def test_uvicorn_is_bounded_from_above_by_a_tested_release() -> None:
+    """The protocols subclass uvicorn's internals: a release past the bound may move them."""
+    import uvicorn
+
+    allowed = specifier("uvicorn")
+    assert any(s.operator == "<" for s in allowed), allowed
+    assert Version(uvicorn.__version__) in allowed, (uvicorn.__version__, allowed)
