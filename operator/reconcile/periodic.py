@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -62,7 +63,8 @@ def _age_s(stamp: Any) -> float:
 
 
 class Backoff:
-    """Passes to skip per service after its Redis failed: 1, 2, 4, ... up to ``most``.
+    """Passes to skip per service after its Redis failed: 1, 2, 4, ... up to ``most``, each
+    up to doubled at random.
 
     An unreachable Redis costs its full timeout on every try; without this, each figures pass
     would spend it again for every such service, and the pass would outgrow its interval.
@@ -85,6 +87,9 @@ class Backoff:
         with self._guard:
             failures = self._state.get(key, (0, 0))[0] + 1
             passes = int(min(2 ** (failures - 1), self.most))
+            # Up to twice that, at random: Redis servers that failed together (a network
+            # outage) would otherwise all be tried again in the same pass.
+            passes += random.randrange(passes + 1)
             self._state[key] = (failures, passes)
             return passes
 

@@ -109,3 +109,18 @@ async def test_the_figures_pass_reads_no_secret_after_a_reconcile(
     before = secret_reads()
     await asyncio.to_thread(passes.refresh_figures, must(cis(cluster, "svc")))
     assert secret_reads() == before
+
+
+def test_a_failing_redis_is_skipped_for_growing_jittered_spans() -> None:
+    from cachefleet.operator.reconcile.periodic import Backoff
+
+    backoff = Backoff(most=16)
+    for failures, base in enumerate([1, 2, 4, 8, 16, 16], start=1):
+        passes = backoff.failed("ml/svc")
+        assert base <= passes <= 2 * base, failures
+        skipped = 0
+        while backoff.skip("ml/svc"):
+            skipped += 1
+        assert skipped == passes
+    backoff.succeeded("ml/svc")
+    assert not backoff.skip("ml/svc")
