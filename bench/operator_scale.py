@@ -16,7 +16,12 @@ change, converged also means the Deployment carries the new replica count.
 
 Memory is the operator process's resident set from ``/proc/<pid>/status``: ``VmRSS`` idle
 (watching, no objects), when converged, and after a settle period, and ``VmHWM`` (its peak).
-Redis calls of the operator (cache figures) go to a closed loopback port, so they fail at once.
+Redis calls of the operator (cache figures) go to a closed loopback port, so they fail at once;
+with ``--unreachable-redis`` they go to a port that accepts and never answers, so each one
+waits for the operator's Redis timeout (``--redis-timeout``, the operator's default 2 s): the
+periodic passes' durations (from the operator's log) then show what unreachable Redis costs.
+After the phases the run settles (``--settle``) with nothing changing: the requests in that
+window, per object per minute, are the operator's steady load on the API server.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import argparse
 import asyncio
 import collections
 import os
+import re
 import signal
 import statistics
 import sys
@@ -190,6 +196,8 @@ class Result:
     settle_requests: int = 0
     peak_rss: int = 0
     phases: list[Phase] = field(default_factory=list)
+    redis: str = ""
+    passes: dict[str, list[float]] = field(default_factory=dict)
 
 
 async def wait_converged(
@@ -212,7 +220,37 @@ async def wait_converged(
     return took
 
 
-async def run(count: int, *, settle_s: float, timeout_s: float, log: Path) -> Result:
+def _blackhole() -> tuple[Any, int]:
+    """A listening socket nobody accepts from: connections hang until the client's timeout."""
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4096)
+    return server, server.getsockname()[1]
+
+
+PASS_LINE = re.compile(r"periodic (\w+) pass: (\d+) services in ([0-9.]+) s")
+
+
+def pass_durations(log_text: str) -> dict[str, list[float]]:
+    """Each periodic job's pass durations, in order, from the operator's log."""
+    found: dict[str, list[float]] = collections.defaultdict(list)
+    for match in PASS_LINE.finditer(log_text):
+        found[match.group(1)].append(float(match.group(3)))
+    return dict(found)
+
+
+async def run(
+    count: int,
+    *,
+    settle_s: float,
+    timeout_s: float,
+    log: Path,
+    unreachable_redis: bool = False,
+    redis_timeout_s: float = 0.2,
+    skip_change: bool = False,
+) -> Result:
     import aiohttp
     import kmock
 
@@ -224,6 +262,7 @@ async def run(count: int, *, settle_s: float, timeout_s: float, log: Path) -> Re
         with tempfile.TemporaryDirectory() as folder, log.open("wb") as log_file:
             kubeconfig = _kubeconfig(Path(folder), url)
             port = free_port()
+            hole, hole_port = _blackhole() if unreachable_redis else (None, free_port())
             process = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-P",
@@ -236,19 +275,24 @@ async def run(count: int, *, settle_s: float, timeout_s: float, log: Path) -> Re
                 env={
                     **os.environ,
                     "KUBECONFIG": str(kubeconfig),
-                    "CACHEFLEET_OPERATOR_REDIS_ADDRESS": f"127.0.0.1:{free_port()}",
-                    "CACHEFLEET_OPERATOR_REDIS_TIMEOUT": "0.2",
+                    "CACHEFLEET_OPERATOR_REDIS_ADDRESS": f"127.0.0.1:{hole_port}",
+                    "CACHEFLEET_OPERATOR_REDIS_TIMEOUT": str(redis_timeout_s),
                 },
                 stdout=log_file,
                 stderr=asyncio.subprocess.STDOUT,
             )
             memory = Memory(process.pid)
+            result.redis = (
+                f"unreachable (accepts, never answers; timeout {redis_timeout_s:g} s)"
+                if unreachable_redis
+                else "refused at once (closed port)"
+            )
             try:
                 async with aiohttp.ClientSession(base_url=url) as session:
                     await _wait_live(port, timeout_s=60)
                     await asyncio.sleep(1.0)
                     result.idle_rss = memory.read()["VmRSS"]
-                    await _phases(session, cluster, memory, result, count, timeout_s)
+                    await _phases(session, cluster, memory, result, count, timeout_s, skip_change)
                     before = cluster.handled
                     await asyncio.sleep(settle_s)
                     result.settle_s, result.settle_requests = settle_s, cluster.handled - before
@@ -256,11 +300,19 @@ async def run(count: int, *, settle_s: float, timeout_s: float, log: Path) -> Re
                     result.settled_rss, result.peak_rss = figures["VmRSS"], figures["VmHWM"]
             finally:
                 await _stop(process)
+                if hole is not None:
+                    hole.close()
     return result
 
 
 async def _phases(
-    session: Any, cluster: Any, memory: Memory, result: Result, count: int, timeout_s: float
+    session: Any,
+    cluster: Any,
+    memory: Memory,
+    result: Result,
+    count: int,
+    timeout_s: float,
+    skip_change: bool = False,
 ) -> None:
     get = lookup(cluster)
     items = services(count)
@@ -299,6 +351,8 @@ async def _phases(
         )
 
     await phase("create", lambda s: send("POST", path, s.body(), "application/json"), generation=1)
+    if skip_change:
+        return
     await phase(
         "change every spec (replicas 3)",
         lambda s: send(
@@ -384,8 +438,16 @@ def report(result: Result) -> str:
             "",
             f"Settled, nothing changing: {result.settle_requests} API requests in "
             f"{result.settle_s:.0f} s ({per_minute:.1f} per object per minute: the operator's "
-            f"periodic resync, every 60 s from its start, and cache figures, every 30 s).",
+            f"periodic resync and cache figures).",
         ]
+    if result.passes:
+        lines += ["", f"Periodic passes (Redis {result.redis}), from the operator's log:", ""]
+        lines += ["| pass | passes | first | longest | last |", "|---|---|---|---|---|"]
+        for job, durations in sorted(result.passes.items()):
+            lines.append(
+                f"| {job} | {len(durations)} | {durations[0]:.1f} s | {max(durations):.1f} s "
+                f"| {durations[-1]:.1f} s |"
+            )
     lines += [
         "",
         f"Operator memory (VmRSS of its process): idle {_mib(result.idle_rss)}, "
@@ -403,10 +465,30 @@ def main(argv: list[str] | None = None) -> int:
         "--log", type=Path, default=Path(tempfile.gettempdir()) / "cachefleet-operator-scale.log",
         help="where the operator's own output goes",
     )  # fmt: skip
+    parser.add_argument(
+        "--unreachable-redis", action="store_true",
+        help="Redis calls hang until the timeout instead of being refused at once",
+    )  # fmt: skip
+    parser.add_argument(
+        "--redis-timeout", type=float, default=0.2, help="the operator's Redis timeout (0.2 s)"
+    )
+    parser.add_argument(
+        "--skip-change", action="store_true",
+        help="create and settle only (the settled load at a large count, in less time)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     result = asyncio.run(
-        run(args.count, settle_s=args.settle, timeout_s=args.timeout, log=args.log)
+        run(
+            args.count,
+            settle_s=args.settle,
+            timeout_s=args.timeout,
+            log=args.log,
+            unreachable_redis=args.unreachable_redis,
+            redis_timeout_s=args.redis_timeout,
+            skip_change=args.skip_change,
+        )
     )
+    result.passes = pass_durations(args.log.read_text(errors="replace"))
     print(report(result))
     return 0
 

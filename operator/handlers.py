@@ -25,6 +25,7 @@ from cachefleet.operator.reconcile.reconciler import Outcome, Reconciler, restor
 from cachefleet.operator.reconcile.settings import OperatorSettings
 
 RETRY_DELAY_S = 15.0
+MAX_RETRY_DELAY_S = 600.0
 MANAGED = {"app.kubernetes.io/managed-by": MANAGER}
 MANAGED_SELECTOR = ",".join(f"{k}={v}" for k, v in MANAGED.items())
 
@@ -68,10 +69,12 @@ def services(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dic
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL)
-def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+def reconcile(
+    body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, retry: int = 0, **_: Any
+) -> None:
     with memo.locks(object_key(body)):
         outcome = memo.reconciler.reconcile(body)
-    _report(body, patch, outcome)
+    _report(body, patch, outcome, retry_delay_s(retry))
 
 
 def restore(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
@@ -100,14 +103,22 @@ for _api_version, _kind in CHILD_KINDS:
     kopf.on.event(_api_version, PLURALS[_kind], labels=MANAGED)(restore)
 
 
-def _report(body: kopf.Body, patch: kopf.Patch, outcome: Outcome) -> None:
+def retry_delay_s(retry: int) -> float:
+    """15 s, then doubling up to 10 min: a reconcile that keeps failing (an API server
+    refusing, a Redis away) must not cost its requests every 15 s for as long as it fails."""
+    return float(min(RETRY_DELAY_S * 2 ** min(retry, 10), MAX_RETRY_DELAY_S))
+
+
+def _report(
+    body: kopf.Body, patch: kopf.Patch, outcome: Outcome, delay_s: float = RETRY_DELAY_S
+) -> None:
     for key, value in status_changes(body.get("status") or {}, outcome.status).items():
         patch.status[key] = value
     for event in outcome.events:
         post = kopf.warn if event.warning else kopf.info
         post(body, reason=event.reason, message=event.message)
     if outcome.retry is not None:
-        raise kopf.TemporaryError(outcome.retry, delay=RETRY_DELAY_S)
+        raise kopf.TemporaryError(outcome.retry, delay=delay_s)
 
 
 def _snapshot(index: kopf.Index[Any, Any]) -> list[Mapping[str, Any]]:

@@ -16,9 +16,14 @@ the pass goes on.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 from cachefleet.operator.manifests.meta import GROUP, KIND, VERSION
@@ -46,12 +51,60 @@ def object_key(body: Mapping[str, Any]) -> str:
     return f"{body['metadata'].get('namespace')}/{body['metadata']['name']}"
 
 
+def _age_s(stamp: Any) -> float:
+    """Seconds since an RFC 3339 status time; infinite when there is none or it is unreadable."""
+    try:
+        then = datetime.datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+    except ValueError:
+        return float("inf")
+    if then.tzinfo is None:
+        then = then.replace(tzinfo=datetime.UTC)
+    return (datetime.datetime.now(datetime.UTC) - then).total_seconds()
+
+
+class Backoff:
+    """Passes to skip per service after its Redis failed: 1, 2, 4, ... up to ``most``, each
+    up to doubled at random.
+
+    An unreachable Redis costs its full timeout on every try; without this, each figures pass
+    would spend it again for every such service, and the pass would outgrow its interval.
+    """
+
+    def __init__(self, most: int = 16) -> None:
+        self._guard = threading.Lock()
+        self._state: dict[str, tuple[int, int]] = {}  # key: (failures, passes left to skip)
+        self.most = most
+
+    def skip(self, key: str) -> bool:
+        with self._guard:
+            failures, left = self._state.get(key, (0, 0))
+            if left <= 0:
+                return False
+            self._state[key] = (failures, left - 1)
+            return True
+
+    def failed(self, key: str) -> int:
+        with self._guard:
+            failures = self._state.get(key, (0, 0))[0] + 1
+            passes = int(min(2 ** (failures - 1), self.most))
+            # Up to twice that, at random: Redis servers that failed together (a network
+            # outage) would otherwise all be tried again in the same pass.
+            passes += random.randrange(passes + 1)
+            self._state[key] = (failures, passes)
+            return passes
+
+    def succeeded(self, key: str) -> None:
+        with self._guard:
+            self._state.pop(key, None)
+
+
 @dataclass(frozen=True)
 class Periodic:
     """Resync (re-apply everything, no pruning) and cache-figure refresh of every service."""
 
     reconciler: Reconciler
     locks: KeyedLocks
+    backoff: Backoff = field(default_factory=Backoff)
 
     async def run(self, services: Snapshot, active: Active = lambda: True) -> None:
         """Until cancelled: a resync pass every resync interval (the first one interval after
@@ -79,9 +132,28 @@ class Periodic:
         await asyncio.sleep(first_delay_s)
         while True:
             if await asyncio.to_thread(active):
-                for body in services():
-                    await asyncio.to_thread(self._guarded, job, body)
+                began, visited = time.monotonic(), services()
+                await self.run_pass(job, visited)
+                took = time.monotonic() - began
+                log.info(
+                    "periodic %s pass: %d services in %.1f s", job.__name__, len(visited), took
+                )
             await asyncio.sleep(interval_s)
+
+    async def run_pass(
+        self, job: Callable[[Mapping[str, Any]], None], visited: Sequence[Mapping[str, Any]]
+    ) -> None:
+        """Each service in a worker thread of the pass's own, a few at a time.
+
+        Not in the event loop's default executor: kopf runs the sync handlers there, and a pass
+        waiting on slow Redis servers must not hold up the handlers of new and changed services.
+        """
+        loop = asyncio.get_running_loop()
+        workers = max(1, self.reconciler.settings.periodic_workers)
+        with ThreadPoolExecutor(workers, thread_name_prefix=f"periodic-{job.__name__}") as pool:
+            await asyncio.gather(
+                *(loop.run_in_executor(pool, self._guarded, job, body) for body in visited)
+            )
 
     @staticmethod
     def _guarded(job: Callable[[Mapping[str, Any]], None], body: Mapping[str, Any]) -> None:
@@ -113,32 +185,43 @@ class Periodic:
             log.log(level, "%s: %s: %s", object_key(body), event.reason, event.message)
 
     def refresh_figures(self, body: Mapping[str, Any]) -> None:
-        """Redis INFO figures into the status, written only when they changed."""
+        """Redis INFO figures into the status, written when they changed, at most once per
+        write interval; a Redis that failed is left alone for a growing number of passes."""
         if body["metadata"].get("deletionTimestamp"):
             return
-        with self.locks(object_key(body)):
-            try:
-                figures = self.reconciler.cache_figures(body)
-            except (RedisLiveError, KubeError) as error:
-                log.info("%s: cache figures not refreshed: %s", object_key(body), error)
+        key = object_key(body)
+        if self.backoff.skip(key):
+            return
+        try:  # (outside the lock: a Redis timing out must not hold up the service's handlers)
+            figures = self.reconciler.cache_figures(body)
+        except (RedisLiveError, KubeError) as error:
+            passes = self.backoff.failed(key)
+            log.info("%s: cache figures not refreshed (next try in %d passes): %s",
+                     key, passes, error)  # fmt: skip
+            return
+        self.backoff.succeeded(key)
+        with self.locks(key):
+            current = dict((body.get("status") or {}).get("cache") or {})
+            written = current.pop("updatedAt", None)
+            if figures is None or figures == current:  # an idle cache costs no writes
                 return
-            previous = dict((body.get("status") or {}).get("cache") or {})
-            previous.pop("updatedAt", None)
-            if figures is not None and figures != previous:  # an idle cache costs no writes
-                self._write_status(body, {"cache": {**figures, "updatedAt": timestamp_now()}})
+            interval = self.reconciler.settings.cache_figures_write_interval_s
+            if current and _age_s(written) < interval:
+                return  # busy: the figures move with every request; written once an interval
+            self._write_status(body, {"cache": {**figures, "updatedAt": timestamp_now()}})
 
     def refresh_served(self, body: Mapping[str, Any]) -> None:
         """What each ready runtime pod serves into ``status.served``, written only when it
         changed (a rollout shows as the fingerprints moving from pod to pod)."""
         if body["metadata"].get("deletionTimestamp"):
             return
-        with self.locks(object_key(body)):
-            try:
-                served = self.reconciler.served(body)
-            except KubeError as error:
-                log.info("%s: served models not refreshed: %s", object_key(body), error)
-                return
-            if served is not None:
+        try:  # (outside the lock: asking the pods may take a while)
+            served = self.reconciler.served(body)
+        except KubeError as error:
+            log.info("%s: served models not refreshed: %s", object_key(body), error)
+            return
+        if served is not None:
+            with self.locks(object_key(body)):
                 self._write_status(body, {"served": served})
 
     def _write_status(self, body: Mapping[str, Any], status: Mapping[str, Any]) -> None:

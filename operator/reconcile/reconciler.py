@@ -71,6 +71,8 @@ class Reconciler:
     kube: Kube
     settings: OperatorSettings
     versions: AppliedVersions = field(default_factory=AppliedVersions)
+    #: The Redis password each service's last reconcile read, by (namespace, name).
+    passwords: dict[tuple[str, str], str | None] = field(default_factory=dict)
 
     def reconcile(self, body: Mapping[str, Any], *, prune: bool = True) -> Outcome:
         """Apply, prune, configure Redis live and observe; API failures become a status.
@@ -268,7 +270,11 @@ class Reconciler:
         if ref is None:
             password = None
         elif password is None:
-            password = read_secret_key(self.kube, owner.namespace, ref.name, ref.key)
+            # The one the last reconcile read (every resync reads it again): the figures pass
+            # runs every 30 s per service and needs no Secret read of its own.
+            password = self.passwords.get((owner.namespace, owner.name))
+            if password is None:
+                password = read_secret_key(self.kube, owner.namespace, ref.name, ref.key)
         host, port = f"{meta.redis_name(owner)}.{owner.namespace}.svc", meta.REDIS_PORT
         if self.settings.redis_address:
             host, _, raw_port = self.settings.redis_address.rpartition(":")
@@ -304,14 +310,15 @@ class Reconciler:
         Its digest rolls the pods when it changes, so a rotated user password reaches both
         Redis and the runtime (None when there is none, or the user's Secret is not there yet).
         """
+        password = None
         if needs_generated_password(spec):
-            return existing_or_new_password(self.kube, owner)
-        if not uses_redis_password(spec):
-            return None
-        ref = redis_password_ref(spec, owner=owner)
-        if ref is None:
-            return None
-        return read_secret_key(self.kube, owner.namespace, ref.name, ref.key)
+            password = existing_or_new_password(self.kube, owner)
+        elif uses_redis_password(spec):
+            ref = redis_password_ref(spec, owner=owner)
+            if ref is not None:
+                password = read_secret_key(self.kube, owner.namespace, ref.name, ref.key)
+        self.passwords[(owner.namespace, owner.name)] = password
+        return password
 
     @staticmethod
     def _status(body: Mapping[str, Any], conditions: list[Condition]) -> dict[str, Any]:

@@ -30,10 +30,18 @@ class OperatorSettings:
     """The pods' user ids where a spec leaves ``userIds`` unset: "platform" on OpenShift (the
     chart's openshift.enabled), whose SCCs assign them."""
 
-    resync_interval_s: float = 60.0
-    """How often every service is re-applied in full (drift no watch saw, a rotated password)."""
+    resync_interval_s: float = 300.0
+    """How often every service is re-applied in full (drift no watch saw, a rotated password).
+    The child watches restore edits and deletions at once; this is the safety net, and its
+    interval bounds the steady API load (about a dozen requests per service per pass)."""
     cache_figures_interval_s: float = 30.0
-    """How often each managed Redis's INFO figures are read into the status."""
+    """How often each managed Redis's INFO figures are read."""
+    cache_figures_write_interval_s: float = 300.0
+    """The least time between two writes of a service's cache figures into its status: figures
+    move with every request, and a status write wakes every watcher of the service."""
+    periodic_workers: int = 4
+    """Services handled at once by a periodic pass, so one slow Redis or API call does not hold
+    up the others."""
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> OperatorSettings:
@@ -45,8 +53,12 @@ class OperatorSettings:
             or DEFAULT_OPERATOR_NAMESPACE,
             runtime_image=env.get("CACHEFLEET_OPERATOR_RUNTIME_IMAGE") or RELEASE_RUNTIME_IMAGE,
             user_ids=_user_ids(env.get("CACHEFLEET_OPERATOR_USER_IDS") or "fixed"),
-            resync_interval_s=float(env.get("CACHEFLEET_OPERATOR_RESYNC_INTERVAL", "60")),
+            resync_interval_s=float(env.get("CACHEFLEET_OPERATOR_RESYNC_INTERVAL", "300")),
             cache_figures_interval_s=float(env.get("CACHEFLEET_OPERATOR_CACHE_INTERVAL", "30")),
+            cache_figures_write_interval_s=float(
+                env.get("CACHEFLEET_OPERATOR_CACHE_WRITE_INTERVAL", "300")
+            ),
+            periodic_workers=int(env.get("CACHEFLEET_OPERATOR_PERIODIC_WORKERS", "4")),
         )
 
 
