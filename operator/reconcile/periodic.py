@@ -109,16 +109,19 @@ class Periodic:
     async def run(self, services: Snapshot, active: Active = lambda: True) -> None:
         """Until cancelled: a resync pass every resync interval (the first one interval after
         start, since the resume handlers have just reconciled everything), a figures pass every
-        cache interval (the first one at once). A pass is skipped while ``active()`` says kopf
-        is paused (a peer leads): a standby must not write."""
+        cache interval (the first one at once), and a served-models pass every resync interval
+        (the first one a cache interval after start): it lists each service's pods, so at the
+        figures' pace it would add two API requests per service a minute to a bounded load. A
+        pass is skipped while ``active()`` says kopf is paused (a peer leads): a standby must
+        not write."""
         settings = self.reconciler.settings
         await asyncio.gather(
             self._every(settings.resync_interval_s, settings.resync_interval_s, services,
                         self.resync, active),
             self._every(settings.cache_figures_interval_s, 0.0, services, self.refresh_figures,
                         active),
-            self._every(settings.cache_figures_interval_s, 0.0, services, self.refresh_served,
-                        active),
+            self._every(settings.resync_interval_s, settings.cache_figures_interval_s, services,
+                        self.refresh_served, active),
         )  # fmt: skip
 
     async def _every(
