@@ -31,6 +31,12 @@ from support.processes import (  # noqa: E402  (after the assert-rewrite registr
 )
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files marked ``slow`` first (in their usual order, the rest after them): with one worker
+    per core taking whole files, a long file started last would leave the other cores idle."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def kubernetes_schemas_parsed_once() -> Iterator[None]:
     """kubernetes-validate reads and parses a schema file (its definitions file is megabytes of

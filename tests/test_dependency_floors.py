@@ -23,7 +23,7 @@ from packaging.version import Version
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / ".cache" / "dependency-floor"
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 #: The tests that exercise each dependency: the Redis tier's own connection and its contract
 #: over redis-py; the HTTP protocols' deadlines, caps and one-write transport.

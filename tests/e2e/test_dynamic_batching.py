@@ -41,6 +41,9 @@ EXECUTIONS = "nv_inference_exec_count"
 ROWS = "nv_inference_count"
 
 
+pytestmark = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def batching_repository(model_repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("batching") / "repo"

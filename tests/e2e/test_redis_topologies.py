@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 
 import httpx
+import pytest
 from support.processes import CACHEFLEET, ServerProcess
 from support.redis_topology import LoadLoop
 
@@ -17,6 +18,9 @@ from cachefleet.bench.redis_topology import MASTER_NAME, ClusterProcesses, Senti
 pytest_plugins = ("support.redis_topology",)
 MakeServer = Callable[..., ServerProcess]
 SEEDS = list(range(60))
+
+
+pytestmark = pytest.mark.slow
 
 
 def cluster_servers(make_server: MakeServer, cluster: ClusterProcesses) -> list[ServerProcess]:

@@ -49,7 +49,7 @@ from cachefleet.operator.manifests.meta import Owner
 from cachefleet.operator.manifests.spec import parse_spec
 
 pytest_plugins = ("support.kube.fixtures",)
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 KUBERNETES_VERSION = "1.32"
 OWNER = Owner("fuzz", "ml", "6a1f0c8e-4f7e-4b5e-9d7b-2f0a3c9e8b10")

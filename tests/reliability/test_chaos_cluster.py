@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
 from support.processes import ServerProcess
 
 from cachefleet.bench.chaos.control import ChaosOptions
@@ -15,6 +16,9 @@ from cachefleet.bench.chaos.run import run_cluster_chaos
 from cachefleet.bench.redis_topology import ClusterProcesses
 
 pytest_plugins = ("support.redis_topology",)
+
+
+pytestmark = pytest.mark.slow
 
 
 def test_two_servers_one_cluster_under_shard_faults_never_fail_or_lie(

@@ -7,11 +7,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import httpx
+import pytest
 from support.processes import RedisProcess, ServerProcess
 
 from cachefleet.bench.chaos.control import ChaosOptions
 from cachefleet.bench.chaos.report import render_table
 from cachefleet.bench.chaos.run import run_chaos
+
+pytestmark = pytest.mark.slow
 
 
 def test_two_servers_one_redis_under_faults_never_fail_or_lie(

@@ -11,7 +11,11 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import pytest
 from support.processes import ServerProcess
+
+pytestmark = pytest.mark.slow
+
 
 LIMIT = 8 * 1024 * 1024
 WARM_UP_BURSTS, MEASURED_BURSTS = 2, 4

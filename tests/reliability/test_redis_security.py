@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import pytest
 import redis as redis_py
 from support.processes import CACHEFLEET, RedisProcess, ServerProcess, free_port
 from support.waiting import wait_for
@@ -25,6 +26,9 @@ MakeServer = Callable[..., ServerProcess]
 MakeRedis = Callable[..., RedisProcess]
 PASSWORD = "pw-7f3a9c1e-do-not-log"
 WRONG = "wrong-5be2d4-do-not-log"
+
+
+pytestmark = pytest.mark.slow
 
 
 def x_cache(server: ServerProcess, seed: int) -> str:
