@@ -85,7 +85,10 @@ def test_demo_without_wrk_loads_with_python_senders_and_says_so(tmp_path: Path) 
         found = shutil.which(tool)
         if found:
             (bin_dir / tool).symlink_to(found)
-    command = [*DEMO, "--duration", "1", "--models", "simple", "--output", str(tmp_path / "out")]
+    command = [
+        *DEMO, "--duration", "1", "--connections", "2", "--models", "simple",
+        "--output", str(tmp_path / "out"),
+    ]  # fmt: skip
     completed = subprocess.run(
         command, capture_output=True, text=True, timeout=180, check=False,
         env={**os.environ, "PATH": str(bin_dir)},
