@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import pytest
 from support.processes import ServerProcess
+from support.slow_clients import dribble_until_closed
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 _HEAD = (
@@ -27,22 +28,6 @@ _HEAD = (
 
 def _connect(server: ServerProcess) -> socket.socket:
     return socket.create_connection(("127.0.0.1", server.port), timeout=10)
-
-
-def _dribble_until_closed(sock: socket.socket, data: bytes, every_s: float) -> float:
-    """Send ``data`` one byte every ``every_s`` until the server closes; seconds it took."""
-    started = time.monotonic()
-    sock.settimeout(every_s)
-    for byte in data:
-        try:
-            sock.sendall(bytes([byte]))
-            if sock.recv(65536) == b"":
-                return time.monotonic() - started
-        except TimeoutError:
-            continue
-        except (BrokenPipeError, ConnectionResetError):
-            return time.monotonic() - started
-    raise AssertionError("the server never closed the slow connection")
 
 
 def _live(server: ServerProcess) -> int:
@@ -78,7 +63,7 @@ def strict_server(make_server: Callable[..., ServerProcess]) -> ServerProcess:
 
 def test_a_slow_head_is_cut_off_within_its_deadline(strict_server: ServerProcess) -> None:
     with _connect(strict_server) as sock:
-        took = _dribble_until_closed(sock, _HEAD * 10, every_s=0.2)
+        took = dribble_until_closed(sock, _HEAD * 10, every_s=0.2)
     assert 0.9 < took < 2.5, took
     status, _, _ = _infer_simple(strict_server, 1)
     assert status == 200
@@ -89,7 +74,7 @@ def test_a_slow_body_is_cut_off_while_others_are_served(strict_server: ServerPro
         sock.sendall(_HEAD)
         started = time.monotonic()
         served = [_infer_simple(strict_server, n)[0] for n in range(3)]  # while it dribbles
-        took = _dribble_until_closed(sock, b"x" * 1000, every_s=0.2) + time.monotonic() - started
+        took = dribble_until_closed(sock, b"x" * 1000, every_s=0.2) + time.monotonic() - started
     assert served == [200, 200, 200]
     assert took < 3.5, took
     assert _live(strict_server) == 200

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import uvicorn
 from support.processes import free_port
+from support.slow_clients import dribble_until_closed
 
 from cachefleet.runtime.config import LimitSettings
 from cachefleet.runtime.http.connection_guard import GuardedH11Protocol
@@ -60,34 +61,18 @@ def port(request: pytest.FixtureRequest) -> Iterator[int]:
     thread.join(10)
 
 
-def _closed_after(sock: socket.socket, data: bytes, every_s: float) -> float:
-    """Send ``data`` a byte every ``every_s`` until the server closes; seconds it took."""
-    started = time.monotonic()
-    sock.settimeout(every_s)
-    for byte in data:
-        try:
-            sock.sendall(bytes([byte]))
-            if sock.recv(65536) == b"":
-                return time.monotonic() - started
-        except TimeoutError:
-            continue
-        except (BrokenPipeError, ConnectionResetError):
-            return time.monotonic() - started
-    raise AssertionError("never closed")
-
-
 HEAD = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n"
 
 
 def test_a_slow_head_is_cut_off(port: int) -> None:
     with socket.create_connection(("127.0.0.1", port)) as sock:
-        assert _closed_after(sock, HEAD * 5, every_s=0.1) < 1.5
+        assert dribble_until_closed(sock, HEAD * 5, every_s=0.1) < 1.5
 
 
 def test_a_slow_body_is_cut_off(port: int) -> None:
     with socket.create_connection(("127.0.0.1", port)) as sock:
         sock.sendall(HEAD)
-        assert _closed_after(sock, b"x" * 5000, every_s=0.1) < 1.5
+        assert dribble_until_closed(sock, b"x" * 5000, every_s=0.1) < 1.5
 
 
 def test_a_body_that_keeps_its_pace_is_answered(port: int) -> None:
