@@ -68,24 +68,18 @@ def key_throughput(rounds: int) -> tuple[float, float, float]:
     """
     request = image_request(0)
     nbytes = request.inputs[0].nbytes
-    samples = []
-    for _ in range(rounds):
-        started = time.perf_counter()
-        compute_key(
-            request.model,
-            request.version,
-            request.fingerprint,
-            request.inputs,
-            request.parameters,
-        )
-        samples.append(time.perf_counter() - started)
+    samples = _key_seconds(request, rounds)
     median = statistics.median(samples)
     return nbytes / median / 1e9, median * 1e6, statistics.mean(samples) * 1e6
 
 
 def simple_key_us(rounds: int) -> float:
     """Median microseconds per key of a ``simple`` request (small inputs: the fixed cost)."""
-    request = simple_request(0)
+    return statistics.median(_key_seconds(simple_request(0), rounds)) * 1e6
+
+
+def _key_seconds(request: CacheRequest, rounds: int) -> list[float]:
+    """Seconds each of ``rounds`` key computations of ``request`` took."""
     samples = []
     for _ in range(rounds):
         started = time.perf_counter()
@@ -97,7 +91,7 @@ def simple_key_us(rounds: int) -> float:
             request.parameters,
         )
         samples.append(time.perf_counter() - started)
-    return statistics.median(samples) * 1e6
+    return samples
 
 
 def fingerprint_ms(model_folder: Path, rounds: int) -> tuple[float, int]:

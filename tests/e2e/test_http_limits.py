@@ -17,8 +17,9 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import pytest
 from support.processes import ServerProcess
+from support.sample_requests import simple_grpc_request
 from support.slow_clients import dribble_until_closed
-from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.grpc import service_pb2_grpc
 
 _HEAD = (
     b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\n"
@@ -130,17 +131,7 @@ def test_grpc_shares_the_cap_and_answers_unavailable(
     make_server: Callable[..., ServerProcess],
 ) -> None:
     server = make_server("--max-requests-in-flight", "1")
-    data = bytes(64)
-    request = service_pb2.ModelInferRequest(
-        model_name="simple",
-        inputs=[
-            service_pb2.ModelInferRequest.InferInputTensor(
-                name=name, datatype="INT32", shape=[1, 16]
-            )
-            for name in ("INPUT0", "INPUT1")
-        ],
-        raw_input_contents=[data, data],
-    )
+    request = simple_grpc_request()
     with grpc.insecure_channel(server.grpc_url) as channel:
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
         with _connect(server) as slow:

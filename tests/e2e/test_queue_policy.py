@@ -17,7 +17,8 @@ from typing import Any
 import grpc
 import pytest
 from support.processes import ServerProcess
-from tritonclient.grpc import service_pb2, service_pb2_grpc
+from support.sample_requests import simple_grpc_request
+from tritonclient.grpc import service_pb2_grpc
 
 #: ``simple`` with a dynamic batcher that holds a lone request for a second, and a queue of one.
 QUEUED = """
@@ -59,20 +60,6 @@ def _post(server: ServerProcess, parameters: dict[str, Any] | None = None) -> tu
         return error.code, (json.loads(error.read()), error.headers.get("Retry-After"))
 
 
-def _grpc_request() -> Any:
-    data = bytes(64)
-    return service_pb2.ModelInferRequest(
-        model_name="simple",
-        inputs=[
-            service_pb2.ModelInferRequest.InferInputTensor(
-                name=name, datatype="INT32", shape=[1, 16]
-            )
-            for name in ("INPUT0", "INPUT1")
-        ],
-        raw_input_contents=[data, data],
-    )
-
-
 def test_a_full_queue_and_a_queue_timeout_answer_as_triton(server: ServerProcess) -> None:
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         waiting = pool.submit(_post, server)
@@ -83,7 +70,7 @@ def test_a_full_queue_and_a_queue_timeout_answer_as_triton(server: ServerProcess
         with grpc.insecure_channel(server.grpc_url) as channel:
             stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
             with pytest.raises(grpc.RpcError) as caught:
-                stub.ModelInfer(_grpc_request())
+                stub.ModelInfer(simple_grpc_request())
         assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
         assert caught.value.details() == "Exceeds maximum queue size"
         status, answer = waiting.result()

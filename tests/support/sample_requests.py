@@ -7,6 +7,7 @@ from typing import Any
 import httpx
 import numpy as np
 import tritonclient.http as httpclient
+from tritonclient.grpc import service_pb2
 
 from support.processes import ServerProcess
 
@@ -60,3 +61,18 @@ def infer(
 
 def x_cache(server: ServerProcess, model: str, seed: int = 0, **kwargs: Any) -> str:
     return str(infer(server, model, seed, **kwargs)[0].headers["X-Cache"])
+
+
+def simple_grpc_request() -> Any:
+    """A ``ModelInferRequest`` for ``simple``: two INT32 [1, 16] inputs of zeros, raw contents."""
+    data = bytes(64)
+    return service_pb2.ModelInferRequest(
+        model_name="simple",
+        inputs=[
+            service_pb2.ModelInferRequest.InferInputTensor(
+                name=name, datatype="INT32", shape=[1, 16]
+            )
+            for name in ("INPUT0", "INPUT1")
+        ],
+        raw_input_contents=[data, data],
+    )
