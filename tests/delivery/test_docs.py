@@ -141,3 +141,20 @@ def test_links_between_pages_land_on_pages() -> None:
             if not (page.parent / target.split("#")[0]).resolve().exists():
                 missing.append(f"{page.relative_to(DOCS)} -> {target}")
     assert missing == []
+
+
+def test_every_operator_variable_is_on_the_operator_settings_page() -> None:
+    """The page is read from the settings' source; the variables found there by a plain search
+    must all be on it (the chart's extraEnv comment names them too)."""
+    source = (REPO / "operator" / "reconcile" / "settings.py").read_text()
+    variables = set(re.findall(r'"(CACHEFLEET_OPERATOR_[A-Z_]+)"', source))
+    page = (DOCS / "reference" / "operator-settings.md").read_text()
+    assert variables
+    assert sorted(v for v in variables if f"| `{v}` |" not in page) == []
+
+
+def test_every_command_is_on_the_commands_page() -> None:
+    from cachefleet.cli.main import COMMANDS
+
+    page = (DOCS / "reference" / "commands.md").read_text()
+    assert [name for name in COMMANDS if f"## cachefleet {name}\n" not in page] == []
