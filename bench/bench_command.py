@@ -75,7 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--docs-page", type=Path,
         help="the docs page remade from this run's report (default: docs/benchmarks.md when "
-        "--output is bench/results and docs/ is here; none otherwise)",
+        "--output is bench/results and docs/ is here, unless --quick; none otherwise)",
     )  # fmt: skip
     parser.add_argument(
         "--profile", action="store_true",
@@ -115,11 +115,14 @@ def _ratio(text: str) -> float:
 
 
 def _docs_page(args: argparse.Namespace) -> Path | None:
-    """Where this run's docs page goes: asked for, or the site's own for a run in the repo."""
+    """Where this run's docs page goes: asked for, or the site's own for a full run in the
+    repository (a --quick smoke run never replaces the published figures)."""
     from cachefleet.bench import report
 
     if args.docs_page is not None:
         return Path(args.docs_page)
+    if args.quick:
+        return None
     if args.output == Path("bench/results") and report.DOCS_PAGE.parent.is_dir():
         return report.DOCS_PAGE
     return None
