@@ -28,7 +28,7 @@ _LAYERS: tuple[tuple[str, str], ...] = (
     ("runtime/service/memo.py", "response memo (ours)"),
     ("runtime/service/memo_answers.py", "response memo (ours)"),
     ("runtime/http/one_write.py", "uvicorn/httptools"),
-    ("runtime/http/front_door.py", "infer fast path (ours)"),
+    ("runtime/http/infer_endpoint.py", "infer endpoint (ours)"),
     ("runtime/http/", "HTTP routes and service (ours)"),
     ("runtime/service/", "HTTP routes and service (ours)"),
     ("starlette/", "Starlette/FastAPI"),

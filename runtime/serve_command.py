@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from cachefleet.runtime.config import SettingsError, load_settings
-    from cachefleet.runtime.http.app import create_server
+    from cachefleet.runtime.http.app import create_app
     from cachefleet.runtime.http.environment import configure_logging, export_settings
 
     try:
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         export_settings(settings, os.environ)
         app = "cachefleet.runtime.http.environment:create_app_from_environment"
     else:
-        app = create_server(settings)
+        app = create_app(settings)
     uvicorn.run(
         app,
         factory=server.workers > 1,

@@ -179,7 +179,12 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
             return encode_infer_response(answer), answer.cache_status.value
 
         return await self._service().answer(
-            request.model_name, request.model_version or None, decode, render, directives
+            request.model_name,
+            request.model_version or None,
+            decode,
+            render,
+            directives,
+            transport="grpc",
         )
 
     @translated

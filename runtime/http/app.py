@@ -24,7 +24,8 @@ from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.errors import ServingError
 from cachefleet.runtime.grpc.server import start_grpc_server, stop_grpc_server
 from cachefleet.runtime.http.errors import handle_error
-from cachefleet.runtime.http.front_door import InferFrontDoor
+from cachefleet.runtime.http.infer_endpoint import InferEndpoint
+from cachefleet.runtime.http.infer_shortcut import InferShortcut
 from cachefleet.runtime.http.routes import build_routes
 from cachefleet.runtime.http.state import ServerState
 from cachefleet.runtime.metrics import RuntimeMetrics
@@ -38,23 +39,20 @@ from cachefleet.runtime.service import (
     StatisticsRegistry,
 )
 from cachefleet.runtime.service.model_info import ModelInfo
+from cachefleet.runtime.service.request_ledger import RequestLedger
 
 log = logging.getLogger(__name__)
 
 
-def create_app(settings: RuntimeSettings) -> FastAPI:
-    """The server for ``settings``; models load when the app starts, not here."""
-    return _application(ServerState(settings))
-
-
-def create_server(settings: RuntimeSettings) -> InferFrontDoor:
-    """What uvicorn serves: the infer fast path in front of :func:`create_app`'s application,
-    both over one server state."""
+def create_app(settings: RuntimeSettings) -> InferShortcut:
+    """The server for ``settings``, as uvicorn serves it: the FastAPI application with the
+    infer shortcut in front; models load when it starts, not here."""
     state = ServerState(settings)
-    return InferFrontDoor(_application(state), state)
+    infer = InferEndpoint(state)
+    return InferShortcut(_application(state, infer), infer, settings.limits)
 
 
-def _application(state: ServerState) -> FastAPI:
+def _application(state: ServerState, infer: InferEndpoint) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with _serving(state):
@@ -69,7 +67,7 @@ def _application(state: ServerState) -> FastAPI:
         openapi_url=None,
         # The server exports Prometheus metrics itself; skip FastAPI's per-request telemetry.
         telemetry={"tracing": False, "metrics": False, "logs": False},
-        routes=build_routes(state),
+        routes=build_routes(state, infer),
     )
     for error_type in (ServingError, HTTPException, Exception):
         app.add_exception_handler(error_type, handle_error)
@@ -98,15 +96,9 @@ async def _serving(state: ServerState) -> AsyncIterator[None]:
         await cache.start()
         statistics, in_flight = StatisticsRegistry(), InFlight()
         state.shared_memory = SharedMemoryRegistry()
+        ledger = RequestLedger(metrics, statistics, in_flight)
         service = InferenceService(
-            repository,
-            cache,
-            metrics,
-            settings,
-            executor,
-            statistics,
-            in_flight,
-            state.shared_memory,
+            repository, cache, metrics, settings, executor, ledger, state.shared_memory
         )
         state.service = service
         metrics.registry.register(ModelInfo(repository))

@@ -16,8 +16,8 @@ import orjson
 from pydantic import SecretStr
 
 from cachefleet.runtime.config import RedactingFilter, RuntimeSettings
-from cachefleet.runtime.http.app import create_server
-from cachefleet.runtime.http.front_door import InferFrontDoor
+from cachefleet.runtime.http.app import create_app
+from cachefleet.runtime.http.infer_shortcut import InferShortcut
 
 SETTINGS_VARIABLE = "CACHEFLEET_SETTINGS_JSON"
 PASSWORD_VARIABLE = "CACHEFLEET_REDIS_PASSWORD"
@@ -66,11 +66,11 @@ def settings_from_environment(environ: Mapping[str, str]) -> RuntimeSettings:
     return RuntimeSettings.model_validate(document)
 
 
-def create_app_from_environment() -> InferFrontDoor:
+def create_app_from_environment() -> InferShortcut:
     """uvicorn factory for worker processes (``--workers`` > 1)."""
     settings = settings_from_environment(os.environ)
     configure_logging(settings.server.log_level)
-    return create_server(settings)
+    return create_app(settings)
 
 
 def configure_logging(level: str) -> None:

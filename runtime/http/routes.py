@@ -6,7 +6,6 @@ injection on the hot path. Each handler only translates HTTP to service calls an
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import orjson
@@ -17,33 +16,28 @@ from starlette.routing import BaseRoute, Route
 
 from cachefleet.runtime.config import ApiGroup
 from cachefleet.runtime.errors import BadRequestError
-from cachefleet.runtime.http.body import header_length, read_body
-from cachefleet.runtime.http.client_watch import ClientWatch
-from cachefleet.runtime.http.compression import compress_for
+from cachefleet.runtime.http.body import read_body
+from cachefleet.runtime.http.infer_endpoint import InferEndpoint
 from cachefleet.runtime.http.restricted import ApiGuard
 from cachefleet.runtime.http.shared_memory_routes import shared_memory_routes
 from cachefleet.runtime.http.state import ServerState
 from cachefleet.runtime.protocol import server_metadata
-from cachefleet.runtime.protocol.cache_control import directives_from
 
 _JSON = "application/json"
-_BINARY = "application/octet-stream"
-#: Not sent (the client has gone); nginx's code for it, should a proxy log it.
-_CLIENT_GONE = 499
 _MODEL_PATHS = ("/v2/models/{model}", "/v2/models/{model}/versions/{version}")
 
 
-def build_routes(state: ServerState) -> list[BaseRoute]:
+def build_routes(state: ServerState, infer: InferEndpoint) -> list[BaseRoute]:
     """Every route of the server, bound to ``state``; infer first, as routes match in order.
 
     Each endpoint is guarded by its API group's restriction (``--http-restricted-api``), with
     Triton's groups: ``/metrics`` belongs to none, as Triton serves it on a port of its own.
+    The infer endpoint checks its own (it is also reached without the router).
     """
     endpoints = Endpoints(state)
     guard = ApiGuard(state.settings.security.http_restricted_api)
     routes: list[BaseRoute] = [
-        Route(f"{base}/infer", guard("inference", endpoints.infer), methods=["POST"])
-        for base in _MODEL_PATHS
+        Route(f"{base}/infer", infer, methods=["POST"]) for base in _MODEL_PATHS
     ]
     # Before "/v2/models/{model}", which would take "stats" for a model name.
     statistics = guard("statistics", endpoints.statistics)
@@ -86,35 +80,6 @@ class Endpoints:
     def __init__(self, state: ServerState) -> None:
         self._state = state
         self._limit = state.settings.server.max_request_bytes
-
-    async def infer(self, request: Request) -> Response:
-        service = self._state.ready_service()
-        name, version = _model_path(request)
-        body = await read_body(request, self._limit)
-        watch = ClientWatch(request, asyncio.current_task())
-        try:
-            outcome = await service.infer(
-                name,
-                version,
-                body,
-                header_length(request),
-                directives_from(request.headers.get("cache-control")),
-                on_wait=watch.start,
-            )
-        except asyncio.CancelledError:
-            if not watch.absorb():
-                raise
-            return Response(status_code=_CLIENT_GONE)  # nobody reads it: the client has gone
-        finally:
-            watch.stop()
-        headers = {"X-Cache": outcome.cache_status.value}
-        body, encoding = compress_for(request.headers.get("accept-encoding"), outcome.body)
-        if encoding is not None:
-            headers["Content-Encoding"] = encoding
-        if outcome.header_length is None:
-            return Response(body, media_type=_JSON, headers=headers)
-        headers["Inference-Header-Content-Length"] = str(outcome.header_length)
-        return Response(body, media_type=_BINARY, headers=headers)
 
     async def live(self, request: Request) -> Response:
         return Response(status_code=200)

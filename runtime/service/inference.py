@@ -34,7 +34,6 @@ from cachefleet.runtime.cache.key import CacheKey, compute_key
 from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.errors import NotReadyError, ServingError
 from cachefleet.runtime.metrics import RuntimeMetrics
-from cachefleet.runtime.metrics import TritonInferenceCounters as TRITON
 from cachefleet.runtime.models.heap import release_freed_memory
 from cachefleet.runtime.models.types import Model, ModelConfig, ModelRepository
 from cachefleet.runtime.protocol import (
@@ -45,14 +44,12 @@ from cachefleet.runtime.protocol import (
     repository_index,
 )
 from cachefleet.runtime.service import rows
-from cachefleet.runtime.service.in_flight import InFlight
 from cachefleet.runtime.service.memo import Memoized, ResponseMemo
 from cachefleet.runtime.service.memo_answers import MemoAnswers
-from cachefleet.runtime.service.request_series import RequestSeries
+from cachefleet.runtime.service.request_ledger import Passage, RequestLedger
 from cachefleet.runtime.service.row_cache import answer_by_rows
 from cachefleet.runtime.service.scheduler import ModelScheduler, OnWait, Schedulers
 from cachefleet.runtime.service.shared_memory import SharedMemoryRegistry
-from cachefleet.runtime.service.statistics import ModelStatistics, StatisticsRegistry
 from cachefleet.runtime.tensor import Tensor
 
 _NO_CACHE = CacheDirectives(lookup=False, store=False)
@@ -114,13 +111,12 @@ class InferenceService:
         metrics: RuntimeMetrics,
         settings: RuntimeSettings,
         executor: Executor,
-        statistics: StatisticsRegistry | None = None,
-        in_flight: InFlight | None = None,
-        shared_memory: SharedMemoryRegistry | None = None,
+        ledger: RequestLedger,
+        shared_memory: SharedMemoryRegistry,
     ) -> None:
-        """``statistics`` and ``in_flight`` are shared with :class:`ModelControl` (which forgets
-        an unloaded model's statistics and waits for its requests), ``shared_memory`` with the
-        shared-memory endpoints; each is made here when not given."""
+        """``ledger`` (its statistics and in-flight counts) is shared with
+        :class:`ModelControl`, which forgets an unloaded model's statistics and waits for its
+        requests; ``shared_memory`` with the shared-memory endpoints."""
         self._repository = repository
         self._cache = cache
         self._metrics = metrics
@@ -128,8 +124,8 @@ class InferenceService:
         self._cache_all = settings.models.cache_all_models
         self._row_cache_models = frozenset(settings.models.row_cache_models)
         self._default_ttl_s = settings.cache.ttl_s
-        self._series = RequestSeries(metrics)
-        self._statistics = statistics if statistics is not None else StatisticsRegistry()
+        self._ledger = ledger
+        self._statistics = ledger.statistics
         #: Rendered responses, only where a local tier can vouch for them (``local``, ``tiered``);
         #: an eighth of the local tier's bound, on top of it.
         self._memo = (
@@ -137,16 +133,13 @@ class InferenceService:
                 ResponseMemo(settings.cache.local_size_bytes // 8),
                 repository,
                 cache,
-                metrics,
-                self._series,
-                self._statistics,
+                ledger,
                 cache_all=self._cache_all,
             )
             if settings.cache.mode in ("local", "tiered")
             else None
         )
-        self._in_flight = in_flight if in_flight is not None else InFlight()
-        self._shared_memory = shared_memory if shared_memory is not None else SharedMemoryRegistry()
+        self._shared_memory = shared_memory
         self._schedulers = Schedulers(executor, metrics, self._statistics)
 
     async def close(self) -> None:
@@ -216,12 +209,12 @@ class InferenceService:
                 if found is not None:
                     return InferOutcome(found.body, found.header_length, CacheStatus.HIT_LOCAL)
 
-        async def work(model: Model, stats: ModelStatistics, started_ns: int) -> InferOutcome:
+        async def work(model: Model, passage: Passage) -> InferOutcome:
             return await self._infer_http(
-                model, stats, body, header_length, directives, on_wait, digest
+                model, passage, body, header_length, directives, on_wait, digest
             )
 
-        return await self._accounted(model_name, version, work)
+        return await self._accounted(model_name, version, "http", work)
 
     async def answer(
         self,
@@ -231,51 +224,45 @@ class InferenceService:
         render: Renderer[Rendered],
         directives: CacheDirectives,
         on_wait: OnWait | None = None,
+        *,
+        transport: str,
     ) -> Rendered:
         """Answer one request of any transport: ``decode`` it, compute or look up its outputs,
         ``render`` them. Raises ServingError subclasses for the client; success and failure
-        are counted here (metrics and statistics), so every transport reports the same."""
+        are counted in the request ledger, so every transport reports the same."""
 
-        async def work(model: Model, stats: ModelStatistics, started_ns: int) -> Rendered:
-            return await self._answer(model, stats, decode, render, directives, on_wait)
+        async def work(model: Model, passage: Passage) -> Rendered:
+            return await self._answer(model, passage, decode, render, directives, on_wait)
 
-        return await self._accounted(model_name, version, work)
+        return await self._accounted(model_name, version, transport, work)
 
     async def _accounted(
         self,
         model_name: str,
         version: str | None,
-        work: Callable[[Model, ModelStatistics, int], Awaitable[Rendered]],
+        transport: str,
+        work: Callable[[Model, Passage], Awaitable[Rendered]],
     ) -> Rendered:
-        """Run ``work`` for the resolved model, counting its success or failure (metrics and
-        statistics) and holding the model loaded while it runs."""
+        """Run ``work`` for the resolved model in a passage of the request ledger, which counts
+        its success or failure and holds the model loaded while it runs."""
         started = time.perf_counter_ns()
         model = self._repository.get(model_name, version)
-        series = self._series.of(model)
-        stats = self._statistics.for_version(model.name, model.version)
-        self._in_flight.enter(model.name)  # no await since get(): an unload cannot slip between
+        passage = self._ledger.open(model, transport, started)  # no await since get()
         try:
-            outcome = await work(model, stats, started)
+            outcome = await work(model, passage)
         except ServingError as error:
-            elapsed_ns = time.perf_counter_ns() - started
-            self._metrics.requests.labels(model.name, model.version, str(error.status_code)).inc()
-            self._metrics.inference.add(TRITON.FAILURE, model.name, model.version)
-            series.request_seconds.observe(elapsed_ns / 1e9)
-            stats.record_failure(elapsed_ns)
+            self._ledger.failed(passage, error)
             raise
-        finally:
-            self._in_flight.leave(model.name)
-        elapsed_ns = time.perf_counter_ns() - started
-        series.ok.inc()
-        self._metrics.inference.add(TRITON.SUCCESS, model.name, model.version)
-        series.request_seconds.observe(elapsed_ns / 1e9)
-        stats.record_success(elapsed_ns)
+        except BaseException:
+            self._ledger.abandoned(passage)
+            raise
+        self._ledger.succeeded(passage)
         return outcome
 
     async def _infer_http(
         self,
         model: Model,
-        stats: ModelStatistics,
+        passage: Passage,
         body: bytes,
         header_length: int | None,
         directives: CacheDirectives,
@@ -292,7 +279,7 @@ class InferenceService:
             return decode_request(body, header_length, config, reader)
 
         if memo is None or digest is None:
-            return await self._answer(model, stats, decode, _render_http, directives, on_wait)
+            return await self._answer(model, passage, decode, _render_http, directives, on_wait)
         memo_digest = digest
 
         def render(answer: InferAnswer) -> InferOutcome:
@@ -307,13 +294,13 @@ class InferenceService:
             return outcome
 
         return await self._answer(
-            model, stats, decode, render, directives, on_wait, precompute_key=True
+            model, passage, decode, render, directives, on_wait, precompute_key=True
         )
 
     async def _answer(
         self,
         model: Model,
-        stats: ModelStatistics,
+        passage: Passage,
         decode: Decoder,
         render: Renderer[Rendered],
         directives: CacheDirectives,
@@ -363,7 +350,7 @@ class InferenceService:
             status = miss.row_status  # the whole request missed; its rows may not have
         self._write_shared_memory(request, outputs)
         rendered = render(InferAnswer(model, request, outputs, status, key))
-        _record(stats, status, cache_ns, miss.waited_ns)
+        passage.cache_status, passage.cache_ns, passage.model_ns = status, cache_ns, miss.waited_ns
         return rendered
 
     def _compute(
@@ -474,15 +461,6 @@ class _Miss:
 
     waited_ns: int = 0
     row_status: CacheStatus | None = None
-
-
-def _record(stats: ModelStatistics, status: CacheStatus, cache_ns: int, waited_ns: int) -> None:
-    """Add one answered request's cache outcome to the model's statistics (its executions are
-    recorded by the model's scheduler, once per execution, batched or not)."""
-    if status is CacheStatus.HIT_LOCAL or status is CacheStatus.HIT_REDIS:
-        stats.record_cache_hit(cache_ns)
-    elif status is CacheStatus.MISS or status is CacheStatus.PARTIAL:
-        stats.record_cache_miss(cache_ns - waited_ns)
 
 
 def _render_http(answer: InferAnswer) -> InferOutcome:

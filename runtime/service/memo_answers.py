@@ -3,27 +3,20 @@
 A memoized answer is a local cache hit whose response was rendered before. Serving one must
 still count everything a hit counts (the request and its duration, the cache hit, its lookup
 time, Triton's counters, the statistics extension) and nothing else can run in between: the
-whole answer is one synchronous call, with no task, no coroutine and no await. That is also why
-it skips the in-flight count that an unload waits on: nothing can unload a model while it runs.
-
-The labelled metric children are bound once per model version (``request_series``), so a hit
-pays plain increments and observations, not ``labels()`` lookups. The clock is read once
-when the answer is confirmed: a memoized request's duration and its lookup are the same span.
+whole answer is one synchronous call, with no task, no coroutine and no await. It is written
+down in the request ledger as every request is; its cache lookup is its whole span.
 """
 
 from __future__ import annotations
 
 from blake3 import blake3
 
-from cachefleet.runtime.cache.api import CacheDirectives, ResponseCache
+from cachefleet.runtime.cache.api import CacheDirectives, CacheStatus, ResponseCache
 from cachefleet.runtime.cache.key import CacheKey
 from cachefleet.runtime.errors import ServingError
-from cachefleet.runtime.metrics import RuntimeMetrics
-from cachefleet.runtime.metrics import TritonInferenceCounters as TRITON
 from cachefleet.runtime.models.types import Model, ModelRepository
 from cachefleet.runtime.service.memo import Memoized, ResponseMemo, digest_hasher
-from cachefleet.runtime.service.request_series import RequestSeries
-from cachefleet.runtime.service.statistics import StatisticsRegistry
+from cachefleet.runtime.service.request_ledger import RequestLedger
 
 
 class MemoAnswers:
@@ -34,18 +27,14 @@ class MemoAnswers:
         memo: ResponseMemo,
         repository: ModelRepository,
         cache: ResponseCache,
-        metrics: RuntimeMetrics,
-        series: RequestSeries,
-        statistics: StatisticsRegistry,
+        ledger: RequestLedger,
         *,
         cache_all: bool,
     ) -> None:
         self.memo = memo
         self._repository = repository
         self._cache = cache
-        self._metrics = metrics
-        self._series = series
-        self._statistics = statistics
+        self._ledger = ledger
         self._cache_all = cache_all
 
     def hasher(
@@ -89,14 +78,9 @@ class MemoAnswers:
         if now_ns is None:
             self.memo.discard(digest)
             return None
-        elapsed_ns = now_ns - started_ns
-        series = self._series.of(model)
-        series.ok.inc()
-        series.request_seconds.observe(elapsed_ns / 1e9)
-        self._metrics.inference.add(TRITON.SUCCESS, model.name, model.version)
-        stats = self._statistics.for_version(model.name, model.version)
-        stats.record_success(elapsed_ns)
-        stats.record_cache_hit(elapsed_ns)
+        passage = self._ledger.open(model, "http", started_ns)
+        passage.cache_status, passage.cache_ns = CacheStatus.HIT_LOCAL, now_ns - started_ns
+        self._ledger.succeeded(passage)
         return found
 
     def keep(

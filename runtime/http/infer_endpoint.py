@@ -1,11 +1,10 @@
-"""The infer route as a plain ASGI callable in front of the FastAPI application.
+"""The one infer endpoint: ``POST /v2/models/{m}[/versions/{v}]/infer`` as a plain ASGI app.
 
-A cache hit on a small model costs a few tens of microseconds of real work; Starlette's
-routing, middleware stack, ``Request`` object and exception machinery cost more than that.
-So ``POST /v2/models/{m}[/versions/{v}]/infer`` is answered here, straight from the ASGI
-scope, and every other request (and the lifespan) falls through to the application
-unchanged. The behaviour is the route's: the same body limit and decompression, the same
-service call, the same ``{"error": ...}`` answers and headers.
+It reads the ASGI scope and messages itself (no ``Request`` object, no exception machinery):
+the body within the limit, decompressed, admitted against the budget of requests and bytes in
+flight; the service's answer rendered for HTTP; refusals through the one error mapping
+(``errors``). The router reaches it through its routes, and ``infer_shortcut`` straight from
+the scope.
 
 The cheapest answer, a memoized response (see ``service.memo_answers``), is found before any
 of the service's asynchronous path: the body is hashed piece by piece as it arrives (never
@@ -20,9 +19,8 @@ import asyncio
 import logging
 import time
 
-import orjson
 from starlette.requests import Request
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from cachefleet.runtime.cache.api import CacheDirectives
 from cachefleet.runtime.errors import BadRequestError, OverloadedError, ServingError
@@ -34,7 +32,8 @@ from cachefleet.runtime.http.body import (
 )
 from cachefleet.runtime.http.client_watch import ClientWatch
 from cachefleet.runtime.http.compression import compress_for
-from cachefleet.runtime.http.restricted import FORBIDDEN, ApiGuard, refusal_message
+from cachefleet.runtime.http.errors import error_answer
+from cachefleet.runtime.http.restricted import ApiGuard, RestrictedApiError, refusal_message
 from cachefleet.runtime.http.state import ServerState
 from cachefleet.runtime.protocol.cache_control import directives_from
 from cachefleet.runtime.service.memo import Memoized
@@ -49,31 +48,17 @@ INFLATION = 8
 _BINARY = b"application/octet-stream"
 
 
-def infer_route(path: str) -> tuple[str, str | None] | None:
-    """``(model, version)`` of an infer path, None for any other path.
+class InferEndpoint:
+    """``POST /v2/models/{m}[/versions/{v}]/infer``: the server's one infer handler.
 
-    Matches what the Starlette routes match: ``/v2/models/{m}/infer`` and
-    ``/v2/models/{m}/versions/{v}/infer``, each segment non-empty and free of ``/``.
+    An ASGI application: the router reaches it through its routes, and
+    :class:`~cachefleet.runtime.http.infer_shortcut.InferShortcut` straight from the ASGI
+    scope through :meth:`serve`, without the router's cost.
     """
-    if not path.startswith("/v2/models/") or not path.endswith("/infer"):
-        return None
-    parts = path[11:-6].split("/")
-    if len(parts) == 1 and parts[0]:
-        return parts[0], None
-    if len(parts) == 3 and parts[1] == "versions" and parts[0] and parts[2]:
-        return parts[0], parts[2]
-    return None
 
-
-class InferFrontDoor:
-    """Answers infer requests itself; hands everything else to ``app``."""
-
-    def __init__(self, app: ASGIApp, state: ServerState) -> None:
-        self.app = app
+    def __init__(self, state: ServerState) -> None:
         self._state = state
         self._limit = state.settings.server.max_request_bytes
-        #: Read by the HTTP protocol's connection guard (see ``connection_guard``).
-        self.limits = state.settings.limits
         #: ``--http-restricted-api``'s restriction of the inference group, if any.
         self._restriction = ApiGuard(state.settings.security.http_restricted_api).restriction(
             "inference"
@@ -83,17 +68,16 @@ class InferFrontDoor:
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
-            route = infer_route(scope["path"])
-            if route is not None:
-                await self._infer(scope, receive, send, *route)
-                return
-        await self.app(scope, receive, send)
+        """As a route's endpoint: the router matched the path and the method."""
+        params = scope["path_params"]
+        await self.serve(scope, receive, send, params["model"], params.get("version") or None)
 
-    async def _infer(
+    async def serve(
         self, scope: Scope, receive: Receive, send: Send, model: str, version: str | None
     ) -> None:
-        """Admit the request (a count and an estimate of its bytes against the budget) before a
+        """Answer the infer request for ``model`` (at ``version``) that ``scope`` carries.
+
+        Admit the request (a count and an estimate of its bytes against the budget) before a
         byte of its body is read, answer it, and give its share back."""
         budget = self._state.budget
         cost = self._cost(scope)
@@ -141,10 +125,9 @@ class InferFrontDoor:
                 accept = value
             elif name == self._restricted_header:
                 presented = value
-        if self._restriction is not None and not self._restriction.admits(presented):
-            await _error(send, FORBIDDEN, refusal_message(self._restriction))
-            return
         try:
+            if self._restriction is not None and not self._restriction.admits(presented):
+                raise RestrictedApiError(refusal_message(self._restriction))
             service = self._state.ready_service()
             directives = directives_from(_text(cache_control))
             header_length, bad_header = _header_length(header_text)
@@ -218,9 +201,8 @@ class InferFrontDoor:
         except ServingError as error:
             await _refuse(send, scope, error)
             return
-        except Exception as error:  # a bug: answer as the app's last-resort handler does
-            log.exception("unexpected error on POST %s", scope["path"])
-            await _error(send, 500, f"internal server error: {type(error).__name__}")
+        except Exception as error:  # a bug: answered as the app's last-resort handler does
+            await _refuse(send, scope, error)
             return
         finally:
             if watch is not None:
@@ -282,26 +264,13 @@ def _text(value: bytes | None) -> str | None:
     return None if value is None else value.decode("latin-1")
 
 
-async def _refuse(send: Send, scope: Scope, error: ServingError) -> None:
-    if error.status_code >= 500:
-        log.warning("POST %s: %s", scope["path"], error.message)
-    extra = None
-    if isinstance(error, OverloadedError):
-        extra = [(b"retry-after", b"%d" % error.retry_after_s)]
-    await _error(send, error.status_code, error.message, extra)
-
-
-async def _error(
-    send: Send, status: int, message: str, extra: list[tuple[bytes, bytes]] | None = None
-) -> None:
-    # Every infer response says how the cache answered; a refused request never used it.
-    body = orjson.dumps({"error": message})
-    await _respond(send, status, _JSON, body, [(b"x-cache", b"bypass"), *(extra or ())])
-
-
-async def _respond(
-    send: Send, status: int, media: bytes, body: bytes, extra: list[tuple[bytes, bytes]]
-) -> None:
-    headers = [(b"content-length", b"%d" % len(body)), (b"content-type", media), *extra]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+async def _refuse(send: Send, scope: Scope, error: Exception) -> None:
+    """Answer ``error`` as every endpoint does (see ``errors``)."""
+    answer = error_answer(error, "POST", scope["path"])
+    headers = [
+        (b"content-length", b"%d" % len(answer.body)),
+        (b"content-type", _JSON),
+        *answer.headers,
+    ]
+    await send({"type": "http.response.start", "status": answer.status, "headers": headers})
+    await send({"type": "http.response.body", "body": answer.body})
