@@ -24,8 +24,10 @@ from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.errors import ServingError
 from cachefleet.runtime.grpc.server import start_grpc_server, stop_grpc_server
 from cachefleet.runtime.http.errors import handle_error
+from cachefleet.runtime.http.infer_answers import MemoizedAnswers, ServiceAnswers
 from cachefleet.runtime.http.infer_endpoint import InferEndpoint
 from cachefleet.runtime.http.infer_shortcut import InferShortcut
+from cachefleet.runtime.http.response_memo import ResponseMemo
 from cachefleet.runtime.http.routes import build_routes
 from cachefleet.runtime.http.state import ServerState
 from cachefleet.runtime.metrics import RuntimeMetrics
@@ -102,12 +104,20 @@ async def _serving(state: ServerState) -> AsyncIterator[None]:
         )
         state.service = service
         metrics.registry.register(ModelInfo(repository))
+        answers = _answers(settings, service, state.shared_memory, ledger)
+        state.answers = answers
+
+        async def release(name: str) -> None:
+            await service.release_model(name)
+            if isinstance(answers, MemoizedAnswers):
+                answers.memo.discard_model(name)
+
         state.control = ModelControl(
             repository,
             statistics,
             in_flight,
             settings.models.control_mode,
-            release=service.release_model,
+            release=release,
             max_file_bytes=settings.server.max_request_bytes,
         )
         if settings.server.grpc_port:
@@ -135,6 +145,20 @@ async def _serving(state: ServerState) -> AsyncIterator[None]:
         await cache.close()
         executor.shutdown(wait=True, cancel_futures=True)
         repository.close()
+
+
+def _answers(
+    settings: RuntimeSettings,
+    service: InferenceService,
+    shared_memory: SharedMemoryRegistry,
+    ledger: RequestLedger,
+) -> ServiceAnswers:
+    """The infer endpoint's answers: memoized where a local tier can vouch for them (``local``,
+    ``tiered``), with a memo of an eighth of the local tier's bound, on top of it."""
+    if settings.cache.mode not in ("local", "tiered"):
+        return ServiceAnswers(service, shared_memory)
+    memo = ResponseMemo(settings.cache.local_size_bytes // 8)
+    return MemoizedAnswers(service, shared_memory, memo, ledger)
 
 
 def _models_to_load(settings: RuntimeSettings) -> frozenset[str] | None:

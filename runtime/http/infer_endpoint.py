@@ -6,7 +6,7 @@ flight; the service's answer rendered for HTTP; refusals through the one error m
 (``errors``). The router reaches it through its routes, and ``infer_shortcut`` straight from
 the scope.
 
-The cheapest answer, a memoized response (see ``service.memo_answers``), is found before any
+The cheapest answer, a memoized response (see ``infer_answers``), is found before any
 of the service's asynchronous path: the body is hashed piece by piece as it arrives (never
 joined), the memo answers and counts in one synchronous call, and the response goes out as
 one message pair whose headers were built when the response was memoized. No task lookup,
@@ -33,10 +33,11 @@ from cachefleet.runtime.http.body import (
 from cachefleet.runtime.http.client_watch import ClientWatch
 from cachefleet.runtime.http.compression import compress_for
 from cachefleet.runtime.http.errors import error_answer
+from cachefleet.runtime.http.infer_answers import ServiceAnswers
+from cachefleet.runtime.http.response_memo import Memoized
 from cachefleet.runtime.http.restricted import ApiGuard, RestrictedApiError, refusal_message
 from cachefleet.runtime.http.state import ServerState
 from cachefleet.runtime.protocol.cache_control import directives_from
-from cachefleet.runtime.service.memo import Memoized
 from cachefleet.runtime.service.request_budget import body_cost
 
 log = logging.getLogger(__name__)
@@ -128,25 +129,32 @@ class InferEndpoint:
         try:
             if self._restriction is not None and not self._restriction.admits(presented):
                 raise RestrictedApiError(refusal_message(self._restriction))
-            service = self._state.ready_service()
+            answers = self._state.ready_answers()
             directives = directives_from(_text(cache_control))
             header_length, bad_header = _header_length(header_text)
-            # A compressed body is hashed by the service once inflated (its digest is the
-            # plain body's); a bad header length is refused after the body, by the service.
-            asked = bad_header is None and (encoding is None or encoding == b"identity")
+            # A bad header length is refused once the body is in (as the body limit comes first).
             hasher = None
-            if asked:
-                hasher = service.memo_hasher(model, version, header_length, directives)
-            parts = await receive_parts(receive, _text(declared), self._limit, hasher)
+            if bad_header is None:
+                hasher = answers.hasher(model, version, header_length, directives)
+            # A plain body is hashed piece by piece as it comes; a compressed one once inflated
+            # (its digest is the plain body's).
+            plain = encoding is None or encoding == b"identity"
+            parts = await receive_parts(
+                receive, _text(declared), self._limit, hasher if plain else None
+            )
+            body = None if plain else joined(parts, _text(encoding), self._limit)
             digest = None
             if hasher is not None:
+                if body is not None:
+                    hasher.update(body)
                 started_ns = time.perf_counter_ns()
                 digest = hasher.digest()
-                found = service.memo_answer(model, version, digest, started_ns)
+                found = answers.memoized(model, version, digest, started_ns)
                 if found is not None:
                     await _send_memoized(send, found, accept)
                     return
-            body = joined(parts, _text(encoding), self._limit)
+            if body is None:
+                body = joined(parts, None, self._limit)
             if bad_header is not None:
                 raise bad_header
         except ClientGoneError:
@@ -154,21 +162,19 @@ class InferEndpoint:
         except ServingError as error:
             await _refuse(send, scope, error)
             return
-        memo = (digest, asked)
         await self._answer(
-            scope, receive, send, (model, version), body, header_length, directives, memo, accept
-        )
+            scope, receive, send, answers, (model, version, body, header_length, directives),
+            digest, accept,
+        )  # fmt: skip
 
     async def _answer(
         self,
         scope: Scope,
         receive: Receive,
         send: Send,
-        route: tuple[str, str | None],
-        body: bytes,
-        header_length: int | None,
-        directives: CacheDirectives,
-        memo: tuple[bytes | None, bool],
+        answers: ServiceAnswers,
+        request: tuple[str, str | None, bytes, int | None, CacheDirectives],
+        digest: bytes | None,
         accept: bytes | None,
     ) -> None:
         """Everything but a memoized answer: the service's whole path, with a watch for the
@@ -185,15 +191,7 @@ class InferEndpoint:
             watch.start()
 
         try:
-            outcome = await self._state.ready_service().infer(
-                *route,
-                body,
-                header_length,
-                directives,
-                on_wait=on_wait,
-                digest=memo[0],
-                memo_asked=memo[1],
-            )
+            outcome = await answers.answer(*request, on_wait, digest)
         except asyncio.CancelledError:
             if watch is None or not watch.absorb():
                 raise

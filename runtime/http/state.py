@@ -7,6 +7,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.errors import NotReadyError
+from cachefleet.runtime.http.infer_answers import ServiceAnswers
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.service import InferenceService, ModelControl, SharedMemoryRegistry
 from cachefleet.runtime.service.request_budget import RequestBudget
@@ -28,6 +29,7 @@ class ServerState:
     control: ModelControl | None = None
     shared_memory: SharedMemoryRegistry | None = None
     metrics: RuntimeMetrics | None = None
+    answers: ServiceAnswers | None = None
     version: str = field(default_factory=_package_version)
     #: Requests and request bytes in flight, shared by HTTP and gRPC (see its module).
     budget: RequestBudget = field(init=False)
@@ -40,6 +42,11 @@ class ServerState:
         if self.service is None:
             raise NotReadyError("the server is still loading its models")
         return self.service
+
+    def ready_answers(self) -> ServiceAnswers:
+        if self.answers is None:
+            raise NotReadyError("the server is still loading its models")
+        return self.answers
 
     def ready_control(self) -> ModelControl:
         if self.control is None:
