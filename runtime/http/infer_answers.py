@@ -17,6 +17,7 @@ from __future__ import annotations
 from blake3 import blake3
 
 from cachefleet.runtime.cache.api import CacheDirectives, CacheStatus
+from cachefleet.runtime.composition import Runtime
 from cachefleet.runtime.errors import ServingError
 from cachefleet.runtime.http.infer_codec import BodyDecoder, InferOutcome, render
 from cachefleet.runtime.http.response_memo import Memoized, ResponseMemo, digest_hasher
@@ -142,3 +143,19 @@ class MemoizedAnswers(ServiceAnswers):
         return await self._service.answer(
             name, version, decode, memoizing, directives, on_wait, transport="http"
         )
+
+
+def answers_for(runtime: Runtime) -> ServiceAnswers:
+    """The infer endpoint's answers: memoized where a local tier can vouch for them (``local``,
+    ``tiered``), with a memo of an eighth of the local tier's bound, on top of it. A model
+    unloaded or loaded again takes its memoized responses with it."""
+    settings = runtime.settings
+    if settings.cache.mode not in ("local", "tiered"):
+        return ServiceAnswers(runtime.service, runtime.shared_memory)
+    memo = ResponseMemo(settings.cache.local_size_bytes // 8)
+
+    async def forget(name: str) -> None:
+        memo.discard_model(name)
+
+    runtime.control.on_release(forget)
+    return MemoizedAnswers(runtime.service, runtime.shared_memory, memo, runtime.ledger)

@@ -23,7 +23,8 @@ from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from cachefleet.runtime.cache.api import CacheDirectives
-from cachefleet.runtime.errors import BadRequestError, OverloadedError, ServingError
+from cachefleet.runtime.composition import Runtime, RuntimeSlot
+from cachefleet.runtime.errors import BadRequestError, NotReadyError, ServingError
 from cachefleet.runtime.http.body import (
     ClientGoneError,
     joined,
@@ -33,10 +34,9 @@ from cachefleet.runtime.http.body import (
 from cachefleet.runtime.http.client_watch import ClientWatch
 from cachefleet.runtime.http.compression import compress_for
 from cachefleet.runtime.http.errors import error_answer
-from cachefleet.runtime.http.infer_answers import ServiceAnswers
+from cachefleet.runtime.http.infer_answers import ServiceAnswers, answers_for
 from cachefleet.runtime.http.response_memo import Memoized
 from cachefleet.runtime.http.restricted import ApiGuard, RestrictedApiError, refusal_message
-from cachefleet.runtime.http.state import ServerState
 from cachefleet.runtime.protocol.cache_control import directives_from
 from cachefleet.runtime.service.request_budget import body_cost
 
@@ -57,13 +57,14 @@ class InferEndpoint:
     scope through :meth:`serve`, without the router's cost.
     """
 
-    def __init__(self, state: ServerState) -> None:
-        self._state = state
-        self._limit = state.settings.server.max_request_bytes
+    def __init__(self, slot: RuntimeSlot) -> None:
+        self._slot = slot
+        settings = slot.settings
+        self._limit = settings.server.max_request_bytes
         #: ``--http-restricted-api``'s restriction of the inference group, if any.
-        self._restriction = ApiGuard(state.settings.security.http_restricted_api).restriction(
-            "inference"
-        )
+        self._restriction = ApiGuard(settings.security.http_restricted_api).restriction("inference")
+        #: The runtime the answers below were made for, and those answers.
+        self._answers: tuple[Runtime, ServiceAnswers] | None = None
         self._restricted_header = (
             self._restriction.header.lower().encode() if self._restriction is not None else b""
         )
@@ -80,18 +81,27 @@ class InferEndpoint:
 
         Admit the request (a count and an estimate of its bytes against the budget) before a
         byte of its body is read, answer it, and give its share back."""
-        budget = self._state.budget
         cost = self._cost(scope)
         try:
+            runtime = self._slot.ready()
+            budget = runtime.budget
             if not budget.try_enter(cost):
                 await budget.wait(cost)
-        except OverloadedError as error:
+        except NotReadyError as error:  # not loaded yet, or over the budget
             await _refuse(send, scope, error)
             return
         try:
-            await self._admitted(scope, receive, send, model, version)
+            await self._admitted(scope, receive, send, model, version, self._answers_of(runtime))
         finally:
             budget.leave(cost)
+
+    def _answers_of(self, runtime: Runtime) -> ServiceAnswers:
+        """The answers for ``runtime``, made the first time it serves a request (a server
+        opens one runtime; a test's app may open several in turn)."""
+        made = self._answers
+        if made is None or made[0] is not runtime:
+            made = self._answers = (runtime, answers_for(runtime))
+        return made[1]
 
     def _cost(self, scope: Scope) -> int:
         """What the request may hold, from its declared length (the limit when it declares
@@ -110,7 +120,13 @@ class InferEndpoint:
         return body_cost(size, header_length)
 
     async def _admitted(
-        self, scope: Scope, receive: Receive, send: Send, model: str, version: str | None
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        model: str,
+        version: str | None,
+        answers: ServiceAnswers,
     ) -> None:
         declared = encoding = header_text = cache_control = accept = presented = None
         for name, value in scope["headers"]:
@@ -129,7 +145,6 @@ class InferEndpoint:
         try:
             if self._restriction is not None and not self._restriction.admits(presented):
                 raise RestrictedApiError(refusal_message(self._restriction))
-            answers = self._state.ready_answers()
             directives = directives_from(_text(cache_control))
             header_length, bad_header = _header_length(header_text)
             # A bad header length is refused once the body is in (as the body limit comes first).
