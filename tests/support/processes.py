@@ -13,13 +13,8 @@ from typing import Any
 
 import redis
 
-from cachefleet.bench.processes import (
-    CACHEFLEET,
-    ManagedProcess,
-    RedisServer,
-    ServerProcess,
-    free_port,
-)
+from cachefleet.bench import processes
+from cachefleet.bench.processes import CACHEFLEET, ManagedProcess, free_port
 
 __all__ = [
     "CACHEFLEET",
@@ -31,8 +26,20 @@ __all__ = [
 ]
 
 
-class RedisProcess(RedisServer):
+class ServerProcess(processes.ServerProcess):
+    """``cachefleet serve`` on a free loopback port; ``restart`` keeps the port."""
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+
+class RedisProcess(processes.RedisServer):
     """A real redis-server on loopback. ``kill``/``restart`` keep the same port."""
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
 
     def client(self) -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=self.port, password=self.password)
