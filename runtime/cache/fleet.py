@@ -28,7 +28,7 @@ from typing import Literal
 
 from prometheus_client import CollectorRegistry, Counter
 
-from cachefleet.runtime.cache.breaker import BreakerState, CircuitBreaker
+from cachefleet.runtime.cache.breaker import CircuitBreaker
 from cachefleet.runtime.cache.errors import CacheTierError
 from cachefleet.runtime.cache.fleet_fills import FillListener
 from cachefleet.runtime.cache.fleet_lease import FleetLeases, coalescible
@@ -226,5 +226,6 @@ class FleetCoalescing:
 
 
 def _closed(breaker: CircuitBreaker) -> bool:
-    """Whether Redis is trusted for the fleet now: not while a breaker is open or probing."""
-    return breaker.state is BreakerState.CLOSED
+    """Whether Redis is trusted for the fleet now: not while a breaker is open or probing,
+    nor right after a failure (the lookup before may just have timed out: one is enough)."""
+    return breaker.healthy
