@@ -38,7 +38,8 @@ async def replicas() -> AsyncIterator[Any]:
                     }
                 )
                 cache = build_cache(config, RuntimeMetrics())
-                assert isinstance(cache, ReadThroughCache) and cache.fleet is not None
+                assert isinstance(cache, ReadThroughCache)
+                assert cache.fleet is not None
                 await cache.start()
                 stack.push_async_callback(cache.close)
                 await asyncio.wait_for(cache.fleet.listener.subscribed.wait(), 20)

@@ -151,7 +151,7 @@ async def test_a_waiter_is_answered_when_the_holder_publishes_not_at_its_deadlin
     holder = asyncio.ensure_future(ask(first, req, model))
     await asyncio.sleep(0.1)  # the holder has its lease and computes
     started = time.monotonic()
-    outputs, status = await ask(second, req, model)
+    _, status = await ask(second, req, model)
     assert status is CacheStatus.HIT_REDIS
     assert time.monotonic() - started < 30 / 2  # woken by the message, far before the deadline
     await holder

@@ -59,7 +59,8 @@ def fleet(
 
 def executions(server: ServerProcess) -> int:
     text = httpx.get(f"{server.base_url}/metrics", timeout=30).text
-    found = re.search(rf'^nv_inference_exec_count{{model="{MODEL}",version="1"}} (\S+)$', text, re.M)
+    series = rf'^nv_inference_exec_count{{model="{MODEL}",version="1"}} (\S+)$'
+    found = re.search(series, text, re.MULTILINE)
     return int(float(found.group(1))) if found else 0
 
 
@@ -102,7 +103,8 @@ def test_a_burst_on_four_replicas_runs_the_model_once(
     assert {status for _, status, _ in answers} <= {"miss", "hit-redis"}
     assert sum(1 for _, status, _ in answers if status == "hit-redis") >= (REPLICAS - 1)
     metrics = "".join(httpx.get(f"{s.base_url}/metrics", timeout=30).text for s in servers)
-    assert re.search(r'cachefleet_cache_fleet_leases_total\{model="densenet_onnx".*\} 1\.0', metrics)
+    leases = r'cachefleet_cache_fleet_leases_total\{model="densenet_onnx".*\} 1\.0'
+    assert re.search(leases, metrics)
     assert 'result="filled"' in metrics
 
 
