@@ -35,10 +35,10 @@ async def replicas(redis_server: RedisProcess) -> AsyncIterator[Any]:
     """``await replicas(n, **cache_settings)``: n started caches on one Redis, subscribed."""
     async with AsyncExitStack() as stack:
 
-        async def make(count: int, **cache: Any) -> list[ReadThroughCache]:
+        async def make(count: int, mode: str = "redis", **cache: Any) -> list[ReadThroughCache]:
             made = []
             for _ in range(count):
-                built = build_cache(settings("redis", redis_server.url, **cache), RuntimeMetrics())
+                built = build_cache(settings(mode, redis_server.url, **cache), RuntimeMetrics())
                 assert isinstance(built, ReadThroughCache)
                 await built.start()
                 stack.push_async_callback(built.close)
@@ -142,6 +142,18 @@ async def test_identical_misses_on_several_replicas_run_the_model_once(replicas:
     assert sum(waits(cache, "filled") for cache in caches) == 3
 
 
+async def test_in_tiered_mode_a_waiter_keeps_the_fleet_answer_locally(replicas: Any) -> None:
+    first, second = await replicas(2, mode="tiered")
+    model = Model(delay_s=0.3)
+    req = request(19)
+    answers = await asyncio.gather(ask(first, req, model), ask(second, req, model))
+    assert model.runs == 1
+    assert sorted(status for _, status in answers) == [CacheStatus.HIT_REDIS, CacheStatus.MISS]
+    assert {(await ask(cache, req, model))[1] for cache in (first, second)} == {
+        CacheStatus.HIT_LOCAL
+    }
+
+
 async def test_a_waiter_is_answered_when_the_holder_publishes_not_at_its_deadline(
     replicas: Any,
 ) -> None:
@@ -212,6 +224,11 @@ async def test_a_paused_redis_never_holds_a_request_past_the_deadline(
     assert elapsed < 1.0 + 0.4 + MARGIN_S
     assert [status for _, status in answers].count(CacheStatus.MISS) >= 1
     assert late[1] is CacheStatus.MISS
+    errors = sum(
+        metric(cache.metrics, "cachefleet_cache_errors_total", tier="redis", kind="timeout")
+        for cache in caches
+    )
+    assert errors >= 1  # counted, never raised
     expected = (request(14).inputs[0].to_numpy() * 2).tolist()
     assert all(outputs[0].to_numpy().tolist() == expected for outputs, _ in answers)
 
