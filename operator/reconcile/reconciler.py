@@ -49,6 +49,9 @@ from cachefleet.operator.reconcile.redis_topology import ExternalRedis, read_top
 from cachefleet.operator.reconcile.served import read_served
 from cachefleet.operator.reconcile.settings import OperatorSettings
 
+#: The reason of a service whose children need an API the cluster does not serve (KEDA).
+NOT_INSTALLED = "NotInstalled"
+
 
 @dataclass(frozen=True)
 class Event:
@@ -122,6 +125,8 @@ class Reconciler:
             ]
         for message in applied.blocked:
             events.append(Event(True, "ImmutableField", message))
+        for message in applied.unserved:
+            events.append(Event(True, NOT_INSTALLED, message))
         return self._observe(body, spec, owner, password, applied, events)
 
     def build(
@@ -192,8 +197,12 @@ class Reconciler:
             refusals.append(refused)
         replicas, ready = observe.replica_counts(deployment)
         lasting = [f"pods are refused: {r.message}" for r in refusals if r.lasting]
-        stalled = "; ".join([*applied.blocked, *lasting]) or None
-        reason = observe.REFUSED if lasting and not applied.blocked else "ReconcileFailed"
+        stalled = "; ".join([*applied.blocked, *applied.unserved, *lasting]) or None
+        reason = "ReconcileFailed"
+        if applied.unserved and not applied.blocked:
+            reason = NOT_INSTALLED
+        elif lasting and not applied.blocked:
+            reason = observe.REFUSED
         conditions = summary_conditions(
             redis, runtime, problem=problem, stalled=stalled, stalled_reason=reason
         )

@@ -254,6 +254,7 @@ class InferenceService:
         series = self._series.of(model)
         stats = self._statistics.for_version(model.name, model.version)
         self._in_flight.enter(model.name)  # no await since get(): an unload cannot slip between
+        series.pending.inc()
         try:
             outcome = await work(model, stats, started)
         except ServingError as error:
@@ -264,6 +265,7 @@ class InferenceService:
             stats.record_failure(elapsed_ns)
             raise
         finally:
+            series.pending.dec()
             self._in_flight.leave(model.name)
         elapsed_ns = time.perf_counter_ns() - started
         series.ok.inc()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.models.types import Model
@@ -16,11 +16,12 @@ from cachefleet.runtime.models.types import Model
 
 @dataclass(frozen=True, slots=True)
 class ModelSeries:
-    """``cachefleet_request_seconds`` and ``cachefleet_requests_total{code="200"}`` of one
-    model version."""
+    """``cachefleet_request_seconds``, ``cachefleet_requests_total{code="200"}`` and
+    ``cachefleet_queue_pending`` of one model version."""
 
     request_seconds: Histogram
     ok: Counter
+    pending: Gauge
 
 
 class RequestSeries:
@@ -37,6 +38,7 @@ class RequestSeries:
             series = ModelSeries(
                 request_seconds=self._metrics.request_seconds.labels(*key),
                 ok=self._metrics.requests.labels(*key, "200"),
+                pending=self._metrics.queue_pending.labels(*key),
             )
             self._bound[key] = series
         return series
