@@ -16,6 +16,12 @@ from cachefleet.operator.manifests.spec import Autoscaling, ServiceSpec
 
 COMPONENT = "runtime"
 KEDA_API_VERSION = "keda.sh/v1alpha1"
+#: The kinds that own the Deployment's replica count: one at most exists at a time (KEDA's
+#: admission webhook refuses a ScaledObject for a Deployment another HPA scales).
+SCALER_KINDS: tuple[tuple[str, str], ...] = (
+    ("autoscaling/v2", "HorizontalPodAutoscaler"),
+    (KEDA_API_VERSION, "ScaledObject"),
+)
 #: The activation trigger only wakes the fleet (KEDA scales 0 -> 1 when any trigger is active);
 #: its threshold per pod is high enough that it never asks the HPA for a second pod.
 ACTIVATION_ONLY_THRESHOLD = "1000000"

@@ -19,8 +19,7 @@ CHILD_KINDS: tuple[tuple[str, str], ...] = (
     ("apps/v1", "Deployment"),
     ("policy/v1", "PodDisruptionBudget"),
     ("networking.k8s.io/v1", "NetworkPolicy"),
-    ("autoscaling/v2", "HorizontalPodAutoscaler"),
-    (autoscaling.KEDA_API_VERSION, "ScaledObject"),
+    *autoscaling.SCALER_KINDS,
 )
 
 

@@ -394,7 +394,7 @@ def autoscaling_problems(scaling: Autoscaling) -> list[str]:
             "targetCPUUtilizationPercentage"
         )
     if scaling.metric != "cpu" and scaling.target is None:
-        problems.append(f"autoscaling.metric {scaling.metric} needs autoscaling.target (per pod)")
+        problems.append("autoscaling.metric misses or queue needs autoscaling.target (per pod)")
     if scaling.engine == "hpa":
         if scaling.min_replicas == 0:
             problems.append("autoscaling.minReplicas 0 needs autoscaling.engine keda")

@@ -211,12 +211,18 @@ def _wait_until_gone(kube: Kube, obj: Mapping[str, Any], timeout_s: float = 30.0
         time.sleep(0.2)
 
 
-def prune_children(kube: Kube, owner: Owner, children: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Delete owned children the spec no longer asks for (e.g. Redis after mode: local)."""
+def prune_children(
+    kube: Kube,
+    owner: Owner,
+    children: Sequence[Mapping[str, Any]],
+    kinds: Sequence[tuple[str, str]] = CHILD_KINDS,
+) -> list[str]:
+    """Delete owned children of ``kinds`` the spec no longer asks for (e.g. Redis after mode:
+    local)."""
     wanted = {describe(child) for child in children}
     selector = {"app.kubernetes.io/instance": owner.name, "app.kubernetes.io/managed-by": MANAGER}
     deleted = []
-    for api_version, kind in CHILD_KINDS:
+    for api_version, kind in kinds:
         try:
             found = kube.list_labelled(api_version, kind, owner.namespace, selector)
         except KubeError as error:

@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cachefleet.operator.manifests import meta
+from cachefleet.operator.manifests.autoscaling import SCALER_KINDS
 from cachefleet.operator.manifests.children import (
+    CHILD_KINDS,
     build_children,
     needs_generated_cache_secret,
     needs_generated_password,
@@ -116,13 +118,17 @@ class Reconciler:
             message = f"invalid spec: {error}"
             status = self._status(body, stalled_conditions(message))
             return Outcome(status, [Event(True, "InvalidSpec", message)])
+        pruned = []
+        if prune:
+            # A scaler the spec replaces goes first: KEDA refuses a ScaledObject for a
+            # Deployment that another HPA scales, and two scalers would fight over the count.
+            pruned += prune_children(self.kube, owner, children, SCALER_KINDS)
         applied = apply_children(self.kube, children, self.versions)
         events = [Event(False, "Applied", f"applied {x}") for x in applied.written]
         if prune:
-            events += [
-                Event(False, "Pruned", f"deleted {x}")
-                for x in prune_children(self.kube, owner, children)
-            ]
+            others = [kind for kind in CHILD_KINDS if kind not in SCALER_KINDS]
+            pruned += prune_children(self.kube, owner, children, others)
+        events += [Event(False, "Pruned", f"deleted {x}") for x in pruned]
         for message in applied.blocked:
             events.append(Event(True, "ImmutableField", message))
         for message in applied.unserved:
