@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import copy
 import re
+from pathlib import Path
 from typing import Any
 
 import jsonschema
 import promql_parser
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
+import yaml
 from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 from support.kube.crd_schema import apply_defaults, cel_failures, schema, to_json_schema
 from support.kube.keda import admission_problems
 from support.kube.validation import validate_child
@@ -75,12 +77,8 @@ def test_autoscaling_as_before_is_an_hpa_on_cpu() -> None:
     children = render({"minReplicas": 2, "maxReplicas": 10, "targetCPUUtilizationPercentage": 60})
     assert scaler_kinds(children) == ["HorizontalPodAutoscaler"]
     hpa = only(children, "HorizontalPodAutoscaler")["spec"]
-    assert hpa["metrics"] == [
-        {
-            "type": "Resource",
-            "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 60}},
-        }
-    ]
+    target = {"type": "Utilization", "averageUtilization": 60}
+    assert hpa["metrics"] == [{"type": "Resource", "resource": {"name": "cpu", "target": target}}]
     assert (hpa["minReplicas"], hpa["maxReplicas"]) == (2, 10)
     assert "replicas" not in only(children, "Deployment")["spec"]
 
@@ -339,3 +337,37 @@ def test_the_model_and_the_crd_accept_the_same_autoscaling(case: str) -> None:
     obj = _cis(spec)
     assert cel_failures(obj) == []
     jsonschema.validate(apply_defaults(schema(), obj), to_json_schema(schema()))
+
+
+# --- the guide says what the operator does ------------------------------------------------
+
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guide" / "autoscaling.md"
+
+
+def _blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", GUIDE.read_text(), flags=re.DOTALL)
+
+
+def test_the_guide_shows_the_promql_the_operator_renders() -> None:
+    owner = Owner("densenet", "inference", "uid")
+    [shown] = _blocks("promql")
+    queries = [line for line in shown.splitlines() if line and not line.startswith("#")]
+    assert queries == [promql.misses_per_second(owner), promql.pending_requests(owner)]
+
+
+def test_the_guides_adapter_rules_serve_the_metrics_the_hpa_asks_for() -> None:
+    [rules] = [yaml.safe_load(b)["rules"] for b in _blocks("yaml") if "seriesQuery" in b]
+    assert sorted(rule["name"]["as"] for rule in rules) == sorted(promql.ADAPTER_METRICS.values())
+    for rule in rules:
+        series = re.match(r"(\w+)\{", rule["seriesQuery"])
+        assert series is not None
+        assert re.fullmatch(rule["name"]["matches"], series.group(1))
+        assert series.group(1) in (promql.MISSES_SERIES, promql.PENDING_SERIES)
+        # The adapter's template, filled as it fills it, is PromQL.
+        filled = (
+            rule["metricsQuery"]
+            .replace("<<.Series>>", series.group(1))
+            .replace("<<.LabelMatchers>>", 'namespace="ml",pod=~"svc-.*"')
+            .replace("<<.GroupBy>>", "pod")
+        )
+        promql_parser.parse(filled)
