@@ -22,6 +22,11 @@ SCALER_KINDS: tuple[tuple[str, str], ...] = (
     ("autoscaling/v2", "HorizontalPodAutoscaler"),
     (KEDA_API_VERSION, "ScaledObject"),
 )
+#: KEDA copies a ScaledObject's labels onto the HPA it makes; without the operator's
+#: managed-by label, that HPA stays out of the operator's watches and pruning (it is KEDA's).
+#: KEDA 2.18 and later read this annotation; older releases copy every label, which is harmless:
+#: the HPA is owned by the ScaledObject, so the operator neither prunes nor restores it.
+KEDA_EXCLUDED_LABELS = {"scaledobject.keda.sh/hpa-excluded-labels": "app.kubernetes.io/managed-by"}
 #: The activation trigger only wakes the fleet (KEDA scales 0 -> 1 when any trigger is active);
 #: its threshold per pod is high enough that it never asks the HPA for a second pod.
 ACTIVATION_ONLY_THRESHOLD = "1000000"
@@ -78,10 +83,12 @@ def build_scaled_object(scaling: Autoscaling, *, owner: Owner) -> dict[str, Any]
         "maxReplicaCount": scaling.max_replicas,
         "triggers": _keda_triggers(scaling, owner),
     }
+    metadata = meta.metadata(owner, owner.name, COMPONENT)
+    metadata["annotations"] = dict(KEDA_EXCLUDED_LABELS)
     return {
         "apiVersion": KEDA_API_VERSION,
         "kind": "ScaledObject",
-        "metadata": meta.metadata(owner, owner.name, COMPONENT),
+        "metadata": metadata,
         "spec": spec,
     }
 

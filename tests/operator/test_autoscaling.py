@@ -124,6 +124,9 @@ def test_keda_scales_on_the_fleets_miss_rate_per_pod() -> None:
     scaled = only(children, "ScaledObject")
     assert scaled["apiVersion"] == "keda.sh/v1alpha1"
     assert scaled["metadata"]["ownerReferences"][0]["uid"] == OWNER.uid
+    # KEDA's own HPA does not carry the operator's managed-by label (KEDA copies the others).
+    excluded = scaled["metadata"]["annotations"]["scaledobject.keda.sh/hpa-excluded-labels"]
+    assert excluded == "app.kubernetes.io/managed-by"
     assert scaled["spec"] == {
         "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "svc"},
         "minReplicaCount": 1,
