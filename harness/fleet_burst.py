@@ -2,8 +2,8 @@
 coalescing on (``auto``) and ``off``: model executions per burst (summed
 ``nv_inference_exec_count``) and the seconds until the burst's last answer.
 
-``python -m cachefleet.bench.fleet_burst [--servers 4] [--per-server 3] [--bursts 5]``
-prints a Markdown table. Each burst uses a new input (a cold key, as after a rollout or a
+``bash scripts/harness fleet_burst [--servers 4] [--per-server 3] [--bursts 5]`` prints a
+Markdown table. Each burst uses a new input (a cold key, as after a rollout or a
 flush); the servers are started once per mode and warmed up with one request each.
 """
 
@@ -104,10 +104,13 @@ def run_mode(mode: str, args: argparse.Namespace, repository: Path, work: Path) 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--servers", type=int, default=4)
-    parser.add_argument("--per-server", type=int, default=3)
-    parser.add_argument("--bursts", type=int, default=5)
+    parser = argparse.ArgumentParser(
+        description="Bursts of identical densenet requests on servers sharing one Redis, "
+        "fleet coalescing auto and off."
+    )
+    parser.add_argument("--servers", type=int, default=4, help="servers (4)")
+    parser.add_argument("--per-server", type=int, default=3, help="requests per server (3)")
+    parser.add_argument("--bursts", type=int, default=5, help="bursts per mode, new keys (5)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         work = Path(folder)
