@@ -74,6 +74,12 @@ class FillListener:
             if not future.done():
                 future.set_result(None)
 
+    def _wake_all(self) -> None:
+        """Redis went away under the subscription: every waiter looks again now (and, finding
+        Redis gone, computes) instead of waiting for a message that cannot come."""
+        for digest in list(self._waiting):
+            self._announced(digest)
+
     async def _run(self) -> None:
         while True:
             try:
@@ -83,6 +89,7 @@ class FillListener:
                     logger.warning("cache fills channel lost, reconnecting: %s", error)
                     self._on_fault(error)
             self.subscribed.clear()
+            self._wake_all()
             await asyncio.sleep(self._retry_s)
 
     async def _listen(self) -> None:

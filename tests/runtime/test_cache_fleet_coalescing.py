@@ -233,6 +233,24 @@ async def test_a_paused_redis_never_holds_a_request_past_the_deadline(
     assert all(outputs[0].to_numpy().tolist() == expected for outputs, _ in answers)
 
 
+async def test_a_killed_redis_ends_the_waits_at_once_not_at_the_deadline(
+    replicas: Any, redis_server: RedisProcess
+) -> None:
+    first, second = await replicas(2, fleet_max_wait_s=120)  # a look every 30 s at most
+    model = Model(delay_s=1.0)
+    req = request(20)
+    holder = asyncio.ensure_future(ask(first, req, model))
+    await asyncio.sleep(0.2)
+    waiter = asyncio.ensure_future(ask(second, req, model))
+    await asyncio.sleep(0.2)  # waiting for the holder's message
+    started = time.monotonic()
+    redis_server.kill()
+    answers = await asyncio.wait_for(asyncio.gather(holder, waiter), 30)
+    assert time.monotonic() - started < 10  # well before the first look without a message
+    assert [status for _, status in answers] == [CacheStatus.MISS, CacheStatus.MISS]
+    assert waits(second, "error") == 1
+
+
 async def test_an_open_breaker_computes_at_once_without_a_lease(
     replicas: Any, redis_server: RedisProcess
 ) -> None:
