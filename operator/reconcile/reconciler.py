@@ -23,7 +23,7 @@ from cachefleet.operator.manifests.redis import password_ref
 from cachefleet.operator.manifests.redis_memory import maxmemory_bytes
 from cachefleet.operator.manifests.runtime import redis_password_ref, redis_url
 from cachefleet.operator.manifests.spec import ServiceSpec, parse_spec
-from cachefleet.operator.reconcile import observe
+from cachefleet.operator.reconcile import init_failures, observe
 from cachefleet.operator.reconcile.applied import AppliedVersions
 from cachefleet.operator.reconcile.children import Applied, apply_children, prune_children
 from cachefleet.operator.reconcile.conditions import (
@@ -190,6 +190,11 @@ class Reconciler:
         if refused is not None and not runtime.status:
             runtime = refused.condition("RuntimeReady")
             refusals.append(refused)
+        elif not runtime.status and spec.model.download is not None:
+            pods = self.kube.list_labelled(
+                "v1", "Pod", owner.namespace, meta.selector_labels(owner, "runtime")
+            )
+            runtime = init_failures.download_failure(pods) or runtime
         replicas, ready = observe.replica_counts(deployment)
         lasting = [f"pods are refused: {r.message}" for r in refusals if r.lasting]
         stalled = "; ".join([*applied.blocked, *lasting]) or None
