@@ -187,14 +187,12 @@ class Reconciler:
         deployment = self._live(applied, "apps/v1", "Deployment", owner.name, owner)
         runtime = observe.runtime_condition(deployment)
         refused = observe.deployment_refusal(deployment)
-        if refused is not None and not runtime.status:
+        download = None if runtime.status else self._download_failure(spec, owner)
+        if download is not None:  # before a progress deadline it also causes
+            runtime = download
+        elif refused is not None and not runtime.status:
             runtime = refused.condition("RuntimeReady")
             refusals.append(refused)
-        elif not runtime.status and spec.model.download is not None:
-            pods = self.kube.list_labelled(
-                "v1", "Pod", owner.namespace, meta.selector_labels(owner, "runtime")
-            )
-            runtime = init_failures.download_failure(pods) or runtime
         replicas, ready = observe.replica_counts(deployment)
         lasting = [f"pods are refused: {r.message}" for r in refusals if r.lasting]
         stalled = "; ".join([*applied.blocked, *lasting]) or None
@@ -211,6 +209,15 @@ class Reconciler:
             redisUrl=redis_url(spec, owner=owner) or "",
         )
         return Outcome(status, events, retry=problem)
+
+    def _download_failure(self, spec: ServiceSpec, owner: Owner) -> Condition | None:
+        """RuntimeReady from a runtime pod whose model download failed, if the model is
+        downloaded and one did."""
+        if spec.model.download is None:
+            return None
+        labels = meta.selector_labels(owner, "runtime")
+        pods = self.kube.list_labelled("v1", "Pod", owner.namespace, labels)
+        return init_failures.download_failure(pods)
 
     def _live(
         self, applied: Applied, api_version: str, kind: str, name: str, owner: Owner

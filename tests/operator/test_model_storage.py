@@ -109,8 +109,8 @@ def test_a_claim_uri_is_mounted_read_only_not_downloaded() -> None:
         kubernetes_validate.validate(child, KUBERNETES_VERSION, strict=True)
     pod = pod_spec(children)
     assert "initContainers" not in pod
-    assert volumes(pod)["models"] == {
-        "name": "models", "persistentVolumeClaim": {"claimName": "model-store", "readOnly": True}}  # fmt: skip
+    claim = {"claimName": "model-store", "readOnly": True}
+    assert volumes(pod)["models"] == {"name": "models", "persistentVolumeClaim": claim}
     [server] = pod["containers"]
     [mount] = [m for m in server["volumeMounts"] if m["name"] == "models"]
     assert mount == {"name": "models", "mountPath": "/models", "readOnly": True,
@@ -220,3 +220,10 @@ async def test_a_failing_download_shows_in_ready_with_the_uri_and_the_reason(
     assert MESSAGE in ready["message"]
     assert "svc-a" in runtime["message"]
     assert must(condition(status, "Stalled"))["status"] == "False"  # it retries by itself
+    # Past the rollout's progress deadline the download is still the reason given.
+    deadline = {"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded",
+                "message": 'ReplicaSet "svc-1" has timed out progressing.'}  # fmt: skip
+    path = f"/apis/apps/v1/namespaces/{NS}/deployments/svc/status"
+    await api.send("PATCH", path, {"status": {"conditions": [deadline]}}, patch=True)
+    status = await reconcile_status(cluster)
+    assert must(condition(status, "Ready"))["reason"] == "ModelDownloadFailed"
