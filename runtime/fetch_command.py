@@ -18,7 +18,7 @@ from pathlib import Path
 
 HELP = (
     "download a model repository (s3://, gs://, https://) into DIR, the layout `serve` reads; "
-    "credentials as KServe's storage initializer names them"
+    "credentials as KServe's storage initializer names them."
 )
 
 
