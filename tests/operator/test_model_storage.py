@@ -9,12 +9,18 @@ import asyncio
 import base64
 import copy
 import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
 from support.kube.cluster import Cluster
 from support.kube.fixtures import CIS_PATH, NS, Api, cis, condition, live, must, service
+from support.object_stores import MotoS3
+from support.processes import CACHEFLEET
 
 from cachefleet.operator.manifests.children import build_children
 from cachefleet.operator.manifests.errors import SpecError
@@ -227,3 +233,79 @@ async def test_a_failing_download_shows_in_ready_with_the_uri_and_the_reason(
     await api.send("PATCH", path, {"status": {"conditions": [deadline]}}, patch=True)
     status = await reconcile_status(cluster)
     assert must(condition(status, "Ready"))["reason"] == "ModelDownloadFailed"
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoS3]:
+    """moto's S3 server holding the `simple` sample under models/team/repository."""
+    samples = tmp_path_factory.mktemp("samples") / "repo"
+    subprocess.run([*CACHEFLEET, "samples", str(samples), "--model", "simple"], check=True)
+    store = MotoS3(tmp_path_factory.mktemp("moto"))
+    try:
+        store.client().create_bucket(Bucket="models")
+        store.upload_tree("models", "team/repository", samples)
+        yield store
+    finally:
+        store.stop()
+
+
+def run_rendered_fetch(
+    model: dict[str, Any], secret: dict[str, str], tmp_path: Path
+) -> tuple[subprocess.CompletedProcess[str], Path, Path]:
+    """The init container's own command line, as rendered, with the pod's paths moved into
+    ``tmp_path``: the model volume, the mounted Secret (one file per key), the termination log."""
+    [fetch] = pod_spec(render(model))["initContainers"]
+    secret_dir, repository, message = tmp_path / "secret", tmp_path / "models", tmp_path / "log"
+    secret_dir.mkdir()
+    for key, value in secret.items():
+        (secret_dir / key).write_text(value)
+    moved = {"/cachefleet-model-repository": str(repository), "/dev/termination-log": str(message),
+             "/var/run/secrets/cachefleet/model-storage": str(secret_dir)}  # fmt: skip
+    command = [moved.get(part, part) for part in fetch["command"][1:]]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    result = subprocess.run([*CACHEFLEET, *command], env=env, capture_output=True, text=True,
+                            timeout=120)  # fmt: skip
+    return result, repository, message
+
+
+def store_secret(store: MotoS3, secret_key: str) -> dict[str, str]:
+    return {"AWS_ACCESS_KEY_ID": store.key.id, "AWS_SECRET_ACCESS_KEY": secret_key,
+            "AWS_ENDPOINT_URL": store.endpoint, "AWS_DEFAULT_REGION": "us-east-1"}  # fmt: skip
+
+
+def test_the_rendered_fetch_downloads_the_model(s3: MotoS3, tmp_path: Path) -> None:
+    result, repository, _ = run_rendered_fetch(S3_MODEL, store_secret(s3, s3.key.secret), tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (repository / "simple" / "1" / "model.onnx").is_file()
+
+
+@pytest.mark.parametrize(
+    ("uri", "good_key", "reason"),
+    [
+        ("s3://models/team/repository", False, "SignatureDoesNotMatch"),
+        ("s3://models/team/missing", True, "no object in bucket models under 'team/missing'"),
+    ],
+    ids=["bad-credentials", "missing-object"],
+)
+async def test_a_real_failed_download_gives_the_documented_status(
+    cluster: Cluster, api: Api, s3: MotoS3, tmp_path: Path, uri: str, good_key: bool, reason: str
+) -> None:
+    """The rendered init container run against a real S3 API; its termination message, as the
+    kubelet reports it, becomes Ready's message (docs/guide/model-storage.md)."""
+    model = {**S3_MODEL, "storageUri": uri}
+    secret = store_secret(s3, s3.key.secret if good_key else "not-the-secret-key")
+    result, _, message_file = run_rendered_fetch(model, secret, tmp_path)
+    assert result.returncode == 1
+    message = message_file.read_text()
+    await api.send("POST", CIS_PATH, service("svc", model=model, cache={"mode": "local"}))
+    await reconcile_status(cluster)
+    failed = {"terminated": {"exitCode": result.returncode, "reason": "Error", "message": message}}
+    pod = runtime_pod("svc-a", fetch_status(state=CRASH_LOOP, last=failed))
+    await api.send("POST", f"/api/v1/namespaces/{NS}/pods", pod)
+    ready = must(condition(await reconcile_status(cluster), "Ready"))
+    assert (ready["status"], ready["reason"]) == ("False", "ModelDownloadFailed")
+    assert ready["message"].startswith(
+        f"the model download failed in pod svc-a: cannot fetch {uri}: "
+    )
+    assert reason in ready["message"]
+    assert s3.key.secret not in ready["message"]
