@@ -39,9 +39,8 @@ def fetch_model(
     staging.mkdir()
     try:
         files = _fetcher(uri)(uri, staging, credentials)
-        for path in files:
-            if is_archive(path):
-                unpack(path, staging)
+        if len(files) == 1 and is_archive(files[0]):  # only a URI naming one archive: a
+            unpack(files[0], staging)  # repository's own .zip or .tar files stay as they are
         arrange(staging, model_name)
         move_into(staging, destination)
     except (LayoutError, UnsafeKeyError, ValueError) as error:

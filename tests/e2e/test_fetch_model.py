@@ -47,6 +47,12 @@ def s3(tmp_path_factory: pytest.TempPathFactory, samples: Path) -> Iterator[Moto
         store.upload_tree(BUCKET, "team/repository", samples)  # a Triton-layout repository
         store.upload_tree(BUCKET, "team/one-model", samples / "simple")  # one model's folder
         client.put_object(Bucket=BUCKET, Key="team/repository-extra", Body=b"not below it")
+        bundle = io.BytesIO()
+        with tarfile.open(fileobj=bundle, mode="w:gz") as tar:
+            tar.add(samples / "simple", arcname="simple")
+        client.put_object(Bucket=BUCKET, Key="team/bundle.tar.gz", Body=bundle.getvalue())
+        store.upload_tree(BUCKET, "team/with-zip", samples)
+        client.put_object(Bucket=BUCKET, Key="team/with-zip/simple/labels.zip", Body=b"PK")
         for key in ("climb/simple/config.pbtxt", "climb/../../outside.txt"):
             client.put_object(Bucket=BUCKET, Key=key, Body=b"x")
         yield store
@@ -103,6 +109,17 @@ def test_a_single_model_folder_goes_under_the_model_name(s3: MotoS3, tmp_path: P
     result = fetch(f"s3://{BUCKET}/team/one-model/", tmp_path / "m", s3_env(s3))
     assert result.returncode == 0, result.stderr
     assert files_under(tmp_path / "m") == SIMPLE_FILES
+
+
+def test_one_archive_is_unpacked_and_archives_in_a_folder_are_kept(
+    s3: MotoS3, tmp_path: Path
+) -> None:
+    result = fetch(f"s3://{BUCKET}/team/bundle.tar.gz", tmp_path / "a", s3_env(s3))
+    assert result.returncode == 0, result.stderr
+    assert files_under(tmp_path / "a") == SIMPLE_FILES
+    result = fetch(f"s3://{BUCKET}/team/with-zip", tmp_path / "b", s3_env(s3))
+    assert result.returncode == 0, result.stderr
+    assert files_under(tmp_path / "b") == {*SIMPLE_FILES, "simple/labels.zip"}
 
 
 def test_credentials_come_from_a_mounted_secret_folder(s3: MotoS3, tmp_path: Path) -> None:
