@@ -21,7 +21,7 @@ from support.certificates import make_authority
 from support.object_stores import GcsEmulator, MotoS3, TlsFileServer
 from support.processes import CACHEFLEET, ServerProcess
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]  # about 100 s on one core
 
 BUCKET = "models"
 #: Only the variables these tests mean: none of the machine's AWS or Google settings leak in.
