@@ -67,6 +67,10 @@ def run(args: argparse.Namespace) -> int:
     except OSError as error:  # the Secret's folder unreadable
         _report(f"cannot fetch {args.uri}: {error}", args.termination_message_file)
         return 1
+    except Exception as error:  # a client's failure not translated in its module: still one line
+        reason = f"{type(error).__name__}: {error}"
+        _report(f"cannot fetch {args.uri}: {reason}", args.termination_message_file)
+        return 1
     print(f"fetched {args.uri} into {folder}")
     return 0
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from support.certificates import make_authority
 from support.object_stores import GcsEmulator, MotoS3, TlsFileServer
-from support.processes import CACHEFLEET, ServerProcess
+from support.processes import CACHEFLEET, ServerProcess, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]  # about 100 s on one core
 
@@ -161,6 +161,14 @@ def test_s3_failures_are_one_line_with_the_uri_and_the_reason(
     assert message_file.read_text().strip() == line
     assert not (tmp_path / "deep" / "outside.txt").exists()
     assert files_under(tmp_path) == {"termination-log"}  # nothing left behind
+
+
+def test_an_unreachable_endpoint_is_one_line(s3: MotoS3, tmp_path: Path) -> None:
+    env = {**s3_env(s3), "AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}"}
+    result = fetch(f"s3://{BUCKET}/team/repository", tmp_path / "m", env)
+    assert result.returncode == 1
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(f"cannot fetch s3://{BUCKET}/team/repository: Could not connect")
 
 
 @pytest.fixture(scope="module")
