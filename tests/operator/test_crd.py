@@ -161,6 +161,18 @@ INVALID = {
         {"autoscaling": {"maxReplicas": 4}},
         "needs runtime.resources.requests.cpu",
     ),
+    "tracing ratio without a ratio sampler": (
+        {"runtime": {"tracing": {"endpoint": "http://otel:4318", "ratio": 0.5}}},
+        "ratio is read only by the samplers traceidratio",
+    ),
+    "tracing resource attribute key with a comma": (
+        {
+            "runtime": {
+                "tracing": {"endpoint": "http://otel:4318", "resourceAttributes": {"a,b": "x"}}
+            }
+        },
+        "resourceAttributes keys",
+    ),
 }
 
 
@@ -204,6 +216,16 @@ VALID = {
     },
     "image repository": {"model": {"name": "m", "repository": {"image": {"image": "x/y:1"}}}},
     "integer sizes": {"cache": {"ttl": 60, "local": {"size": 1048576}}},
+    "tracing with a ratio": {
+        "runtime": {
+            "tracing": {
+                "endpoint": "https://otel.example:4318",
+                "sampler": "parentbased_traceidratio",
+                "ratio": 0.25,
+                "headersSecretRef": {"name": "otlp"},
+            }
+        }
+    },
 }
 
 
@@ -223,6 +245,10 @@ def test_cel_rules_and_schema_accept_valid_specs(case: str) -> None:
         (("cache", "mode"), "disk"),
         (("cache", "redis", "maxmemoryPolicy"), "lru"),
         (("replicas",), -1),
+        (("runtime", "tracing"), {"endpoint": "otel:4318"}),
+        (("runtime", "tracing"), {"endpoint": "http://otel:4318", "ratio": 2}),
+        (("runtime", "tracing"), {"endpoint": "http://otel:4318", "sampler": "sometimes"}),
+        (("runtime", "tracing"), {"sampler": "always_on"}),
     ],
 )
 def test_schema_rejects_bad_values(field: tuple[str, ...], value: Any) -> None:
