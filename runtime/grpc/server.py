@@ -19,6 +19,7 @@ from cachefleet.runtime.errors import ServingError
 from cachefleet.runtime.grpc.handlers import add_service
 from cachefleet.runtime.grpc.restricted import RestrictedProtocols
 from cachefleet.runtime.grpc.servicer import InferenceServicer, ServerParts
+from cachefleet.runtime.grpc.traced import TraceContextInterceptor
 
 log = logging.getLogger(__name__)
 #: Seconds in-flight calls get to finish when the server stops.
@@ -34,7 +35,8 @@ async def start_grpc_server(
 ) -> grpc.aio.Server:
     """Bind ``settings.grpc_port`` on ``settings.host`` and start serving; call in the loop.
 
-    With ``--grpc-restricted-protocol`` an interceptor checks each call's group first.
+    With ``--grpc-restricted-protocol`` an interceptor checks each call's group first; when
+    the server traces, another sets each inference call's trace context.
     """
     limit = settings.max_request_bytes
     options: list[tuple[str, Any]] = [
@@ -42,9 +44,11 @@ async def start_grpc_server(
         ("grpc.max_send_message_length", -1),
         ("grpc.so_reuseport", 1 if settings.workers > 1 else 0),
     ]
-    interceptors = []
+    interceptors: list[grpc.aio.ServerInterceptor] = []
     if security.grpc_restricted_protocol:
         interceptors.append(RestrictedProtocols(security.grpc_restricted_protocol))
+    if parts.tracing is not None:  # after the restriction: a refused call is not answered
+        interceptors.append(TraceContextInterceptor(parts.tracing.tracer))
     server = grpc.aio.server(options=options, interceptors=interceptors)
     add_service(InferenceServicer(parts), server)
     address = _address(settings.host, settings.grpc_port)

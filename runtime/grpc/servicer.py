@@ -34,6 +34,7 @@ from cachefleet.runtime.service import (
     SharedMemoryRegistry,
 )
 from cachefleet.runtime.service.request_budget import RequestBudget
+from cachefleet.runtime.tracing.pipeline import TracingPipeline
 
 log = logging.getLogger(__name__)
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -45,6 +46,8 @@ class ServerParts(Protocol):
     """What the servicer uses of the server (the HTTP app's ServerState is one)."""
 
     version: str
+    #: The span pipeline when the server traces (see ``cachefleet.runtime.tracing``).
+    tracing: TracingPipeline | None
 
     def ready_service(self) -> InferenceService:
         """The service, or NotReadyError while the models load."""

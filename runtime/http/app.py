@@ -18,6 +18,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp
 
 from cachefleet.runtime.cache.factory import build_cache
 from cachefleet.runtime.config import RuntimeSettings
@@ -27,6 +28,7 @@ from cachefleet.runtime.http.errors import handle_error
 from cachefleet.runtime.http.front_door import InferFrontDoor
 from cachefleet.runtime.http.routes import build_routes
 from cachefleet.runtime.http.state import ServerState
+from cachefleet.runtime.http.traced import TracedInfer
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.models.errors import ModelLoadError
 from cachefleet.runtime.models.repository import load_repository
@@ -38,6 +40,8 @@ from cachefleet.runtime.service import (
     StatisticsRegistry,
 )
 from cachefleet.runtime.service.model_info import ModelInfo
+from cachefleet.runtime.tracing.pipeline import TracingPipeline
+from cachefleet.runtime.tracing.switch import exporter_asked
 
 log = logging.getLogger(__name__)
 
@@ -47,11 +51,13 @@ def create_app(settings: RuntimeSettings) -> FastAPI:
     return _application(ServerState(settings))
 
 
-def create_server(settings: RuntimeSettings) -> InferFrontDoor:
+def create_server(settings: RuntimeSettings) -> ASGIApp:
     """What uvicorn serves: the infer fast path in front of :func:`create_app`'s application,
-    both over one server state."""
-    state = ServerState(settings)
-    return InferFrontDoor(_application(state), state)
+    both over one server state. Whether to trace is decided here, once, from ``OTEL_*``: only
+    then does the trace context of each inference request get read (:class:`TracedInfer`)."""
+    state = ServerState(settings, trace_exporter=exporter_asked(os.environ))
+    server = InferFrontDoor(_application(state), state)
+    return server if state.trace_exporter is None else TracedInfer(server, state)
 
 
 def _application(state: ServerState) -> FastAPI:
@@ -94,6 +100,8 @@ async def _serving(state: ServerState) -> AsyncIterator[None]:
     )
     cache = build_cache(settings, metrics)
     grpc_server = None
+    if state.trace_exporter is not None:
+        state.tracing = TracingPipeline(state.trace_exporter, state.version)
     try:
         await cache.start()
         statistics, in_flight = StatisticsRegistry(), InFlight()
@@ -143,6 +151,10 @@ async def _serving(state: ServerState) -> AsyncIterator[None]:
         await cache.close()
         executor.shutdown(wait=True, cancel_futures=True)
         repository.close()
+        if state.tracing is not None:
+            # Last, once no request can end any more: the spans still queued go out now.
+            await asyncio.to_thread(state.tracing.shutdown)
+            state.tracing = None
 
 
 def _models_to_load(settings: RuntimeSettings) -> frozenset[str] | None:

@@ -14,10 +14,10 @@ from collections.abc import Mapping, MutableMapping
 
 import orjson
 from pydantic import SecretStr
+from starlette.types import ASGIApp
 
 from cachefleet.runtime.config import RedactingFilter, RuntimeSettings
 from cachefleet.runtime.http.app import create_server
-from cachefleet.runtime.http.front_door import InferFrontDoor
 
 SETTINGS_VARIABLE = "CACHEFLEET_SETTINGS_JSON"
 PASSWORD_VARIABLE = "CACHEFLEET_REDIS_PASSWORD"
@@ -66,7 +66,7 @@ def settings_from_environment(environ: Mapping[str, str]) -> RuntimeSettings:
     return RuntimeSettings.model_validate(document)
 
 
-def create_app_from_environment() -> InferFrontDoor:
+def create_app_from_environment() -> ASGIApp:
     """uvicorn factory for worker processes (``--workers`` > 1)."""
     settings = settings_from_environment(os.environ)
     configure_logging(settings.server.log_level)

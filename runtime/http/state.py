@@ -10,6 +10,8 @@ from cachefleet.runtime.errors import NotReadyError
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.service import InferenceService, ModelControl, SharedMemoryRegistry
 from cachefleet.runtime.service.request_budget import RequestBudget
+from cachefleet.runtime.tracing.pipeline import TracingPipeline
+from cachefleet.runtime.tracing.switch import Exporter
 
 
 def _package_version() -> str:
@@ -29,6 +31,10 @@ class ServerState:
     shared_memory: SharedMemoryRegistry | None = None
     metrics: RuntimeMetrics | None = None
     version: str = field(default_factory=_package_version)
+    #: The span exporter OTEL_* asks for, read once when the server is made; None: no tracing.
+    trace_exporter: Exporter | None = None
+    #: The span pipeline, while the lifespan runs (only when ``trace_exporter`` is set).
+    tracing: TracingPipeline | None = None
     #: Requests and request bytes in flight, shared by HTTP and gRPC (see its module).
     budget: RequestBudget = field(init=False)
 

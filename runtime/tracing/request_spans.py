@@ -1,81 +1,55 @@
-"""One server span per answered inference request, made when its ledger entry is written.
+"""Starting and ending the server span of one inference request.
 
-The span is started and ended at once, with the request's own start and end times, under the
-parent its transport extracted (:mod:`.origin`): nothing is held open while the request runs,
-and a request that never reaches the ledger costs nothing here. A failed request's span ends
-with status ERROR, its message and ``error.type``; a 4xx is a failure of the request too (the
-client's), which OpenTelemetry's HTTP conventions would leave unset: here every answer that is
-not a success is one to find.
+Started by the transport when the request arrives, under the caller's W3C context, and ended
+when the answer has gone out, with how the cache answered and the queue and compute times the
+layers below noted (:mod:`.current`). A failed request's span ends with status ERROR, its message
+and ``error.type`` (the status code): a 4xx is a failure too (the client's), which OpenTelemetry's
+HTTP conventions would leave unset on a server span; here every answer that is not a success is
+one to find.
 """
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
+from collections.abc import Mapping
 
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
-from cachefleet.runtime.errors import ServingError
 from cachefleet.runtime.tracing import attributes as names
-from cachefleet.runtime.tracing.origin import CURRENT
-
-_OK = 200
+from cachefleet.runtime.tracing.current import TracedRequest
 
 
-@dataclass(frozen=True, slots=True)
-class RequestFacts:
-    """What the ledger knows of one answered request (``perf_counter_ns`` times)."""
-
-    model: str
-    version: str
-    started_ns: int
-    ended_ns: int
-    #: The X-Cache value (hit-local, hit-redis, miss, partial, bypass), None when it failed.
-    cache_result: str | None = None
-    queue_ns: int | None = None
-    compute_ns: int | None = None
-    error: ServingError | None = None
+def start_request(
+    tracer: trace.Tracer, name: str, parent: Context, attributes: Mapping[str, AttributeValue]
+) -> TracedRequest:
+    """A started server span for one request."""
+    span = tracer.start_span(name, context=parent, kind=SpanKind.SERVER, attributes=attributes)
+    return TracedRequest(span)
 
 
-class RequestSpans:
-    """Makes the span of each request the ledger records."""
-
-    def __init__(self, tracer: trace.Tracer) -> None:
-        self._tracer = tracer
-
-    def record(self, facts: RequestFacts) -> None:
-        origin = CURRENT.get()
-        attributes: dict[str, AttributeValue] = {
-            names.MODEL_NAME: facts.model,
-            names.MODEL_VERSION: facts.version,
-        }
-        if origin is not None:
-            attributes.update(origin.attributes)
-        if facts.cache_result is not None:
-            attributes[names.CACHE_RESULT] = facts.cache_result
-            tier = names.TIER_OF_RESULT.get(facts.cache_result)
-            if tier is not None:
-                attributes[names.CACHE_TIER] = tier
-        if facts.queue_ns is not None:
-            attributes[names.QUEUE_DURATION] = facts.queue_ns / 1e9
-        if facts.compute_ns is not None:
-            attributes[names.COMPUTE_DURATION] = facts.compute_ns / 1e9
-        error = facts.error
-        if origin is not None:
-            attributes.update(origin.status(_OK if error is None else error.status_code))
-        if error is not None:
-            attributes[names.ERROR_TYPE] = type(error).__name__
-        # perf_counter times to the wall clock the exporter wants, from one reading of both.
-        offset = time.time_ns() - time.perf_counter_ns()
-        span = self._tracer.start_span(
-            origin.name if origin is not None else "infer",
-            context=origin.parent if origin is not None else None,
-            kind=SpanKind.SERVER,
-            attributes=attributes,
-            start_time=facts.started_ns + offset,
-        )
-        if error is not None:
-            span.set_status(Status(StatusCode.ERROR, error.message))
-        span.end(end_time=facts.ended_ns + offset)
+def end_request(
+    traced: TracedRequest,
+    status: Mapping[str, AttributeValue],
+    *,
+    cache_result: str | None,
+    error: tuple[str, str] | None,
+) -> None:
+    """End the span: ``status`` (the transport's status attributes), ``cache_result`` (the
+    X-Cache value, if any), ``error`` (its type and message, if the request failed)."""
+    span = traced.span
+    span.set_attributes(status)
+    if cache_result is not None:
+        span.set_attribute(names.CACHE_RESULT, cache_result)
+        tier = names.TIER_OF_RESULT.get(cache_result)
+        if tier is not None:
+            span.set_attribute(names.CACHE_TIER, tier)
+    times = traced.take_executions()
+    if times is not None:
+        span.set_attribute(names.QUEUE_DURATION, times[0] / 1e9)
+        span.set_attribute(names.COMPUTE_DURATION, times[1] / 1e9)
+    if error is not None:
+        span.set_attribute(names.ERROR_TYPE, error[0])
+        span.set_status(Status(StatusCode.ERROR, error[1]))
+    span.end()
