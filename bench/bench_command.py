@@ -5,7 +5,8 @@ and ``densenet_onnx``; 100% hits, a hit-ratio sweep, 0% hits; HTTP against gRPC 
 model and hit ratio; our JSON path against KServe's Python server; our local cache against
 Triton's) with ``wrk`` as the load generator (Python senders in processes where HTTP and gRPC are
 compared), and writes ``bench/results/<date>-<machine>.md`` (tables and the targets) and
-``.png`` (throughput and p99 per scenario).
+``.png`` (throughput and p99 per scenario), and remakes the docs site's benchmark page,
+``docs/benchmarks.md``, from that report.
 """
 
 from __future__ import annotations
@@ -72,6 +73,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--name", help="file name stem (default <date>-<machine>)")
     parser.add_argument(
+        "--docs-page", type=Path,
+        help="the docs page remade from this run's report (default: docs/benchmarks.md when "
+        "--output is bench/results and docs/ is here, unless --quick; none otherwise)",
+    )  # fmt: skip
+    parser.add_argument(
         "--profile", action="store_true",
         help="sample the server with py-spy during each load; the report says where time goes",
     )  # fmt: skip
@@ -106,6 +112,20 @@ def _ratio(text: str) -> float:
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"a hit ratio is between 0 and 1, not {text}")
     return value
+
+
+def _docs_page(args: argparse.Namespace) -> Path | None:
+    """Where this run's docs page goes: asked for, or the site's own for a full run in the
+    repository (a --quick smoke run never replaces the published figures)."""
+    from cachefleet.bench import report
+
+    if args.docs_page is not None:
+        return Path(args.docs_page)
+    if args.quick:
+        return None
+    if args.output == Path("bench/results") and report.DOCS_PAGE.parent.is_dir():
+        return report.DOCS_PAGE
+    return None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -158,6 +178,9 @@ def run(args: argparse.Namespace) -> int:
     command = "cachefleet bench " + shlex.join(sys.argv[2:] if len(sys.argv) > 1 else [])
     markdown = report.write(record, command, args.output, name)
     print(f"wrote {markdown}")
+    page = _docs_page(args)
+    if page is not None:
+        print(f"wrote {report.write_docs_page(markdown, page)}")
     if chart.available() and record.measurements:
         png = chart.draw(record.measurements, args.output / f"{name}.png", markdown.stem)
         print(f"wrote {png}")

@@ -237,7 +237,8 @@ def test_every_answer_equals_onnx_runtime_on_the_sample_file(
     """16 concurrent single-row clients, as the benchmark runs them: fewer executions than
     requests, and each answer has the bytes ONNX Runtime gives for that row on the sample's own
     model file. (On this CPU, DenseNet's kernels give the same bits at every batch size: see the
-    README. Should a machine differ, this is the assertion that says so.)"""
+    row cache in docs/guide/cache.md. Should a machine differ, this is the assertion that says
+    so.)"""
     rng = np.random.default_rng(16)
     feeds: list[dict[str, np.ndarray]]
     if sample == "densenet_batch":
