@@ -6,8 +6,10 @@ status ERROR. Without the OTEL_* variables nothing is sent and nothing is set up
 from __future__ import annotations
 
 import os
+import queue
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -145,6 +147,41 @@ def test_grpc_requests_are_spans_under_the_callers_trace(
         assert span.attributes["cachefleet.model.name"] == "simple"
         assert span.attributes["cachefleet.model.version"] == "1"
     assert miss.attributes["cachefleet.compute.duration"] > 0
+
+
+def test_each_request_of_a_grpc_stream_is_a_span(
+    traced_server: ServerProcess, receiver: OtlpReceiver
+) -> None:
+    caller = Caller()
+    client = grpcclient.InferenceServerClient(traced_server.grpc_url)
+    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    client.start_stream(
+        callback=lambda result, error: answers.put((result, error)), headers=caller.headers
+    )
+    try:
+        client.async_stream_infer("simple", simple_inputs(grpcclient, 1, 7000))
+        client.async_stream_infer("nonexistent", simple_inputs(grpcclient, 1, 7000))
+        client.async_stream_infer("simple", simple_inputs(grpcclient, 1, 7000))
+        received = [answers.get(timeout=30) for _ in range(3)]
+    finally:
+        client.stop_stream()
+    assert [error is None for _, error in received] == [True, False, True]
+    spans = caller.children(receiver, 3)
+    assert [s.name for s in spans] == ["inference.GRPCInferenceService/ModelStreamInfer"] * 3
+    assert [s.attributes["cachefleet.model.name"] for s in spans] == [
+        "simple",
+        "nonexistent",
+        "simple",
+    ]
+    assert [s.status for s in spans] == [
+        "STATUS_CODE_UNSET",
+        "STATUS_CODE_ERROR",
+        "STATUS_CODE_UNSET",
+    ]
+    assert "nonexistent" in spans[1].status_message
+    assert spans[0].attributes["cachefleet.model.version"] == "1"
+    assert spans[0].attributes["cachefleet.compute.duration"] > 0, "the first one ran"
+    assert "cachefleet.compute.duration" not in spans[2].attributes, "the third one was a hit"
 
 
 def test_a_partly_cached_batch_is_a_partial_span(
