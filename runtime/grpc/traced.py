@@ -71,10 +71,7 @@ class TraceContextInterceptor(grpc.aio.ServerInterceptor):
             span = self._start("ModelInfer", request, context)
             token = CURRENT.set(span)
             try:
-                response = await behaviour(request, context)
-                if response is not None and response.model_version:
-                    span.span.set_attribute(names.MODEL_VERSION, response.model_version)
-                return response
+                return await behaviour(request, context)
             finally:
                 CURRENT.reset(token)
                 code = context.code() or grpc.StatusCode.OK
@@ -118,8 +115,6 @@ class TraceContextInterceptor(grpc.aio.ServerInterceptor):
 def _end_streamed(span: TracedRequest, response: Any) -> None:
     """A stream's answer: an error goes in band (``error_message``), the stream goes on."""
     message = response.error_message
-    if response.infer_response.model_version:
-        span.span.set_attribute(names.MODEL_VERSION, response.infer_response.model_version)
     error = ("error_message", message) if message else None
     end_request(
         span, {names.RPC_GRPC_STATUS: grpc.StatusCode.OK.value[0]}, cache_result=None, error=error

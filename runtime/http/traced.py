@@ -1,12 +1,12 @@
 """The HTTP side of tracing: one server span per inference request.
 
-Put in front of the server only when tracing is on (see ``app.create_server``). For each
+Put in front of the server only when tracing is on (see ``server.create_server``). For each
 ``POST .../infer`` it starts a span under the request's W3C trace context, sets it as
 :data:`cachefleet.runtime.tracing.current.CURRENT` while the request is answered (the layers
-below add the execution times to it), reads the status, ``X-Cache``, the model version and, on
-failure, the error message from what is sent, and ends the span. Every way an infer request is
-answered passes here: the memo, the full path, and every refusal. Other requests pass through
-untouched.
+below add the model version, the cache's answer and execution times to it), reads the status,
+``X-Cache`` and, on failure, the error message from what is sent, and ends the span. Every way
+an infer request is answered passes here: the memo, the full path, and every refusal. Other
+requests pass through untouched.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import orjson
 from opentelemetry.util.types import AttributeValue
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from cachefleet.runtime.http.state import ServerState
+from cachefleet.runtime.composition import RuntimeSlot
+from cachefleet.runtime.http.infer_shortcut import infer_route
 from cachefleet.runtime.tracing import attributes as names
 from cachefleet.runtime.tracing.current import CURRENT
 from cachefleet.runtime.tracing.propagation import context_from_headers
@@ -30,29 +31,27 @@ _VERSIONED_ROUTE = "/v2/models/{model}/versions/{version}/infer"
 class TracedInfer:
     """An ASGI app that traces inference requests, then calls ``app``."""
 
-    def __init__(self, app: ASGIApp, state: ServerState) -> None:
+    def __init__(self, app: ASGIApp, slot: RuntimeSlot) -> None:
         #: Named ``app``, as middlewares name the next one: the connection guard finds the limits
         #: through it.
         self.app = app
-        self._state = state
+        self._slot = slot
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path", "")
-        tracing = self._state.tracing
-        if (
-            tracing is None
-            or scope["type"] != "http"
-            or scope["method"] != "POST"
-            or not path.endswith("/infer")
-        ):
+        runtime = self._slot.runtime
+        tracing = runtime.tracing if runtime is not None else None
+        route = None
+        if tracing is not None and scope["type"] == "http" and scope["method"] == "POST":
+            route = infer_route(scope["path"])
+        if tracing is None or route is None:  # not an inference, or the models still load
             await self.app(scope, receive, send)
             return
-        route = _VERSIONED_ROUTE if "/versions/" in path else _ROUTE
+        template = _ROUTE if route[1] is None else _VERSIONED_ROUTE
         traced = start_request(
             tracing.tracer,
-            f"POST {route}",
+            f"POST {template}",
             context_from_headers(scope["headers"]),
-            _request_attributes(scope, path, route),
+            _request_attributes(scope, route, template),
         )
         answer = _Answer(send)
         token = CURRENT.set(traced)
@@ -63,8 +62,6 @@ class TracedInfer:
             error = None
             if answer.status >= 400:
                 error = (str(answer.status), answer.error_message())
-            if answer.model_version is not None:
-                traced.span.set_attribute(names.MODEL_VERSION, answer.model_version)
             end_request(
                 traced,
                 {names.HTTP_STATUS: answer.status},
@@ -73,34 +70,20 @@ class TracedInfer:
             )
 
 
-def _request_attributes(scope: Scope, path: str, route: str) -> Mapping[str, AttributeValue]:
+def _request_attributes(
+    scope: Scope, route: tuple[str, str | None], template: str
+) -> Mapping[str, AttributeValue]:
     attributes: dict[str, AttributeValue] = {
         names.TRANSPORT: "http",
         names.HTTP_METHOD: "POST",
-        names.HTTP_ROUTE: route,
-        names.URL_PATH: path,
+        names.HTTP_ROUTE: template,
+        names.URL_PATH: scope["path"],
         names.URL_SCHEME: scope.get("scheme", "http"),
+        names.MODEL_NAME: route[0],
     }
-    parts = path.split("/")  # "", "v2", "models", name[, "versions", version], "infer"
-    if len(parts) >= 5:
-        attributes[names.MODEL_NAME] = parts[3]
-    if len(parts) == 7:
-        attributes[names.MODEL_VERSION] = parts[5]
+    if route[1] is not None:
+        attributes[names.MODEL_VERSION] = route[1]
     return attributes
-
-
-_VERSION_FIELD = b'"model_version":"'
-
-
-def _model_version(body: bytes) -> str | None:
-    """``model_version`` of a response's JSON header, which opens the body (orjson writes it
-    without spaces, and a version is digits): found without parsing the outputs."""
-    start = body.find(_VERSION_FIELD, 0, 512)
-    if start < 0:
-        return None
-    start += len(_VERSION_FIELD)
-    end = body.find(b'"', start, start + 32)
-    return body[start:end].decode("latin-1") if end > 0 else None
 
 
 class _Answer:
@@ -111,8 +94,6 @@ class _Answer:
         #: 499 (nginx's "client closed"): nothing was sent, the client had gone.
         self.status = 499
         self.cache_result: str | None = None
-        #: The version that answered, from the response (the request may name none).
-        self.model_version: str | None = None
         self._error_body = b""
 
     async def send(self, message: Message) -> None:
@@ -125,8 +106,6 @@ class _Answer:
             body = message.get("body", b"")
             if self.status >= 400:
                 self._error_body += body
-            elif self.model_version is None:
-                self.model_version = _model_version(body)
         await self._send(message)
 
     def error_message(self) -> str:

@@ -1,8 +1,10 @@
 """The traced request being answered: its span, for the layers below the transport to add to.
 
 A transport that traces sets :data:`CURRENT` for the time it answers a request (only when
-tracing is on: otherwise nothing sets it). The scheduler notes each model execution it ran
-for the request (:func:`note_execution`); the transport ends the span with what it sent. Nothing
+tracing is on: otherwise nothing sets it). The request ledger of a traced server adds the model
+version and how the cache answered (``service.traced_ledger``), the scheduler each model
+execution it ran for the request (:func:`note_execution`); the transport ends the span with
+what it sent. Nothing
 is passed down the request path: the context variable carries it, as OpenTelemetry's own context
 does.
 """
@@ -20,6 +22,8 @@ class TracedRequest:
     """One request's span and what the layers below noted for it."""
 
     span: Span
+    #: How the cache answered, as the ledger saw it (None: it did not see the request).
+    cache_result: str | None = None
     #: (queue, compute) nanoseconds of each model execution run for the request.
     executions: list[tuple[int, int]] = field(default_factory=list)
 
@@ -32,6 +36,11 @@ class TracedRequest:
         compute_ns = sum(compute for _, compute in self.executions)
         self.executions.clear()
         return queue_ns, compute_ns
+
+    def take_cache_result(self) -> str | None:
+        """What the ledger noted of the cache, forgotten (as :meth:`take_executions`)."""
+        result, self.cache_result = self.cache_result, None
+        return result
 
 
 CURRENT: ContextVar[TracedRequest | None] = ContextVar("cachefleet_traced_request", default=None)

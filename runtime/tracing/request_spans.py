@@ -37,9 +37,11 @@ def end_request(
     error: tuple[str, str] | None,
 ) -> None:
     """End the span: ``status`` (the transport's status attributes), ``cache_result`` (the
-    X-Cache value, if any), ``error`` (its type and message, if the request failed)."""
+    X-Cache value the transport sent, if the ledger noted none), ``error`` (its type and
+    message, if the request failed)."""
     span = traced.span
     span.set_attributes(status)
+    cache_result = traced.take_cache_result() or cache_result
     if cache_result is not None:
         span.set_attribute(names.CACHE_RESULT, cache_result)
         tier = names.TIER_OF_RESULT.get(cache_result)

@@ -180,6 +180,8 @@ def test_each_request_of_a_grpc_stream_is_a_span(
     ]
     assert "nonexistent" in spans[1].status_message
     assert spans[0].attributes["cachefleet.model.version"] == "1"
+    assert spans[0].attributes["cachefleet.cache.result"] == "miss"
+    assert spans[2].attributes["cachefleet.cache.result"] == "hit-local"
     assert spans[0].attributes["cachefleet.compute.duration"] > 0, "the first one ran"
     assert "cachefleet.compute.duration" not in spans[2].attributes, "the third one was a hit"
 
