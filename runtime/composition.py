@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING
 
 from cachefleet.runtime.cache.api import ResponseCache
 from cachefleet.runtime.cache.factory import build_cache
@@ -40,8 +41,10 @@ from cachefleet.runtime.service.model_info import ModelInfo
 from cachefleet.runtime.service.request_budget import RequestBudget
 from cachefleet.runtime.service.request_ledger import RequestLedger
 from cachefleet.runtime.service.traced_ledger import TracedLedger
-from cachefleet.runtime.tracing.pipeline import TracingPipeline
 from cachefleet.runtime.tracing.switch import Exporter
+
+if TYPE_CHECKING:  # the SDK is imported only by a server that traces
+    from cachefleet.runtime.tracing.pipeline import TracingPipeline
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +96,8 @@ class Runtime:
         async with AsyncExitStack() as stack:
             tracing = None
             if trace_exporter is not None:
+                from cachefleet.runtime.tracing.pipeline import TracingPipeline
+
                 tracing = TracingPipeline(trace_exporter, package_version())
                 stack.push_async_callback(asyncio.to_thread, tracing.shutdown)
             stack.callback(repository.close)
