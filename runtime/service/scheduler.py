@@ -37,7 +37,7 @@ from cachefleet.runtime.tensor import Tensor
 from cachefleet.runtime.tracing.current import note_execution
 
 logger = logging.getLogger(__name__)
-#: Called when a request starts waiting for an execution (see InferenceService.infer).
+#: Called when a request starts waiting for an execution (see InferenceService.answer).
 OnWait = Callable[[], None]
 
 
