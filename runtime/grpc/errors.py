@@ -34,17 +34,10 @@ Method = TypeVar("Method", bound=Callable[..., Awaitable[Any]])
 
 def status_code(error: ServingError) -> grpc.StatusCode:
     """The gRPC code for ``error``'s HTTP status (another 4xx is INVALID_ARGUMENT, 5xx INTERNAL)."""
-    return code_of_status(error.status_code)
-
-
-def code_of_status(http_status: int) -> grpc.StatusCode:
-    """The gRPC code of an HTTP status (200 is OK)."""
-    if http_status < 400:
-        return grpc.StatusCode.OK
-    code = _CODES.get(http_status)
+    code = _CODES.get(error.status_code)
     if code is not None:
         return code
-    return grpc.StatusCode.INVALID_ARGUMENT if http_status < 500 else grpc.StatusCode.INTERNAL
+    return grpc.StatusCode.INVALID_ARGUMENT if error.status_code < 500 else grpc.StatusCode.INTERNAL
 
 
 def translated(method: Method) -> Method:
