@@ -35,7 +35,7 @@ from cachefleet.runtime.service.statistics import ExecutionTimes, StatisticsRegi
 from cachefleet.runtime.tensor import Tensor
 
 logger = logging.getLogger(__name__)
-#: Called when a request starts waiting for an execution (see InferenceService.infer).
+#: Called when a request starts waiting for an execution (see InferenceService.answer).
 OnWait = Callable[[], None]
 
 
