@@ -16,6 +16,7 @@ from cachefleet.operator.manifests.redis import password_ref
 from cachefleet.operator.manifests.release import RELEASE_RUNTIME_IMAGE
 from cachefleet.operator.manifests.security import container_security, pod_security
 from cachefleet.operator.manifests.spec import ImageSource, SecretKeyRef, ServiceSpec
+from cachefleet.operator.manifests.tracing import tracing_env
 from cachefleet.runtime.config import (
     CacheSettings,
     LimitSettings,
@@ -365,6 +366,7 @@ def _server_container(spec: ServiceSpec, owner: Owner, runtime_image: str) -> di
                 {"name": name, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
             )
     env += _restriction_env(spec, owner)
+    env += tracing_env(runtime.tracing, owner=owner)
     https = runtime.tls is not None
     mounts: list[dict[str, Any]] = [
         {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},

@@ -211,6 +211,52 @@ class LocalObjectReference(_Spec):
     name: str = Field(min_length=1)
 
 
+TraceSampler = Literal[
+    "always_on",
+    "always_off",
+    "traceidratio",
+    "parentbased_always_on",
+    "parentbased_always_off",
+    "parentbased_traceidratio",
+]
+# A resource attribute key as OTEL_RESOURCE_ATTRIBUTES carries it unencoded.
+_RESOURCE_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")
+
+
+class HeadersSecretRef(SecretKeyRef):
+    key: str = "headers"
+
+
+class Tracing(_Spec):
+    """OpenTelemetry tracing of the runtime pods, given to them as the standard OTEL_* variables."""
+
+    #: The collector's OTLP/HTTP base URL (the exporter adds /v1/traces).
+    endpoint: str = Field(pattern=r"^https?://[^\s]+$")
+    sampler: TraceSampler = "parentbased_always_on"
+    #: The sampled share of traces, for the ratio samplers only.
+    ratio: float | None = Field(None, ge=0, le=1)
+    #: service.name of the spans; None: the service's own name.
+    service_name: str | None = Field(None, min_length=1)
+    resource_attributes: dict[str, str] = {}
+    #: A Secret key holding OTLP headers (``name=value,...``, e.g. an API key) for the collector.
+    headers_secret_ref: HeadersSecretRef | None = None
+
+    @model_validator(mode="after")
+    def _ratio_for_ratio_samplers(self) -> Tracing:
+        if self.ratio is not None and not self.sampler.endswith("traceidratio"):
+            raise ValueError(
+                "runtime.tracing.ratio is read only by the samplers traceidratio and "
+                "parentbased_traceidratio"
+            )
+        bad = sorted(k for k in self.resource_attributes if not _RESOURCE_KEY.fullmatch(k))
+        if bad:
+            raise ValueError(
+                f"runtime.tracing.resourceAttributes keys {bad}: use letters, digits, "
+                "'.', '_', '/' and '-'"
+            )
+        return self
+
+
 class Runtime(_Spec):
     #: None: the runtime image of the operator's own release (see ``release.py``). No default is
     #: stored: an API server stores a default once, at create, and the image would never follow
@@ -232,6 +278,7 @@ class Runtime(_Spec):
     topology_spread_constraints: list[dict[str, Any]] = []
     pod_annotations: dict[str, str] = {}
     pod_labels: dict[str, str] = {}
+    tracing: Tracing | None = None
 
     @model_validator(mode="after")
     def _own_keys_stay_own(self) -> Runtime:

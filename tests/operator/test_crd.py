@@ -197,6 +197,18 @@ INVALID = {
         {"autoscaling": {"maxReplicas": 4}},
         "needs runtime.resources.requests.cpu",
     ),
+    "tracing ratio without a ratio sampler": (
+        {"runtime": {"tracing": {"endpoint": "http://otel:4318", "ratio": 0.5}}},
+        "ratio is read only by the samplers traceidratio",
+    ),
+    "tracing resource attribute key with a comma": (
+        {
+            "runtime": {
+                "tracing": {"endpoint": "http://otel:4318", "resourceAttributes": {"a,b": "x"}}
+            }
+        },
+        "resourceAttributes keys",
+    ),
 }
 
 
@@ -248,6 +260,16 @@ VALID = {
     "https file": {"model": {"name": "m", "storageUri": "https://example.com/models/m.onnx"}},
     "claim by URI": {"model": {"name": "m", "storageUri": "pvc://models/repo"}},
     "integer sizes": {"cache": {"ttl": 60, "local": {"size": 1048576}}},
+    "tracing with a ratio": {
+        "runtime": {
+            "tracing": {
+                "endpoint": "https://otel.example:4318",
+                "sampler": "parentbased_traceidratio",
+                "ratio": 0.25,
+                "headersSecretRef": {"name": "otlp"},
+            }
+        }
+    },
 }
 
 
@@ -267,6 +289,10 @@ def test_cel_rules_and_schema_accept_valid_specs(case: str) -> None:
         (("cache", "mode"), "disk"),
         (("cache", "redis", "maxmemoryPolicy"), "lru"),
         (("replicas",), -1),
+        (("runtime", "tracing"), {"endpoint": "otel:4318"}),
+        (("runtime", "tracing"), {"endpoint": "http://otel:4318", "ratio": 2}),
+        (("runtime", "tracing"), {"endpoint": "http://otel:4318", "sampler": "sometimes"}),
+        (("runtime", "tracing"), {"sampler": "always_on"}),
         (("model", "storageUri"), "ftp://host/m.onnx"),
         (("model", "storageUri"), "s3:/bucket"),
         (("model", "storageSizeLimit"), "big"),

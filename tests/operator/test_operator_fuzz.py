@@ -142,7 +142,7 @@ def test_every_spec_renders_valid_objects_or_a_spec_error_that_names_the_field(c
 @pytest.mark.parametrize(
     "kind",
     ["maxmemory>limit", "persistence", "min>max", "autoscaling", "both", "no", "external+managed",
-     "unknown", "wrong", "not", "spec", "bad", "storageUri"],
+     "unknown", "wrong", "not", "spec", "bad", "tracing", "storageUri"],
 )  # fmt: skip
 def test_the_strategies_reach_every_breakage(kind: str) -> None:
     """The generators are not stuck on some branches: each breakage can be drawn."""

@@ -103,6 +103,19 @@ OVERRIDES: dict[str, st.SearchStrategy[Any]] = {
         max_size=3,
     ),
     "runtime.tls.secretName": names,
+    "runtime.tracing.endpoint": st.sampled_from(
+        [
+            "http://otel-collector.observability:4318",
+            "https://otlp.example.com",
+            "http://10.0.0.7:4318/",
+        ]
+    ),
+    "runtime.tracing.ratio": st.floats(0, 1),
+    "runtime.tracing.resourceAttributes": st.dictionaries(
+        st.sampled_from(["team", "deployment.environment.name", "k8s.cluster.name", "a,b"]),
+        names,
+        max_size=2,
+    ),
     "cache.ttl": durations,
     "cache.local.size": sizes,
     "cache.redis.external.url": st.sampled_from(
@@ -261,6 +274,17 @@ breakages = st.one_of(
         )
     ),
     st.just(Breakage("both sources", _both_sources, "exactly one of model.repository")),
+    st.builds(
+        lambda sampler: Breakage(
+            "tracing ratio without its sampler",
+            _set(
+                "runtime.tracing",
+                {"endpoint": "http://otel:4318", "sampler": sampler, "ratio": 0.5},
+            ),
+            "runtime.tracing.ratio",
+        ),
+        st.sampled_from(["always_on", "parentbased_always_off"]),
+    ),
     st.just(Breakage("no source", _set("model.repository", {}), "exactly one of")),
     st.just(
         Breakage(
@@ -329,6 +353,12 @@ def _base(spec: dict[str, Any]) -> dict[str, Any]:
     cache["ttl"], cache["local"] = "1h", {"size": "256Mi"}
     cache["redis"] = {"maxmemoryPolicy": "allkeys-lfu"}
     spec.setdefault("runtime", {}).pop("resources", None)
+    tracing = spec["runtime"].get("tracing")
+    if tracing is not None:
+        if not tracing.get("sampler", "").endswith("traceidratio"):
+            tracing.pop("ratio", None)
+        attributes = tracing.get("resourceAttributes", {})
+        tracing["resourceAttributes"] = {k: v for k, v in attributes.items() if "," not in k}
     return spec
 
 
