@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from cachefleet.runtime.cache.admission import AdmissionPolicy, Tier
+from cachefleet.runtime.cache.admission_metrics import AdmissionCollector
 from cachefleet.runtime.cache.api import NullCache, ResponseCache
 from cachefleet.runtime.cache.breakers import ShardBreakers
 from cachefleet.runtime.cache.entry import EntryMac
@@ -34,6 +36,12 @@ def build_cache(settings: RuntimeSettings, metrics: RuntimeMetrics) -> ResponseC
         on_any_open=lambda is_open: metrics.redis_circuit_open.set(1 if is_open else 0),
     )
     secret = settings.cache.secret
+    tiers: tuple[Tier, ...] = (
+        *(("local",) if local is not None else ()),
+        *(("redis",) if redis is not None else ()),
+    )
+    admission = AdmissionPolicy(settings.cache.admission, tiers)
+    metrics.registry.register(AdmissionCollector(admission))
     cache = ReadThroughCache(
         metrics,
         local=local,
@@ -43,6 +51,7 @@ def build_cache(settings: RuntimeSettings, metrics: RuntimeMetrics) -> ResponseC
         insert_queue_bytes=settings.cache.insert_queue_bytes,
         keys=KeySpace(settings.cache.namespace),
         mac=None if secret is None else EntryMac(secret.get_secret_value()),
+        admission=admission,
     )
     if local is not None and redis is not None:
         cache.listener = InvalidationListener(
