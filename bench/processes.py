@@ -166,10 +166,6 @@ class RedisServer:
             self.process.process.wait(10)
         self.stop()
 
-    def restart(self) -> None:
-        self.kill()
-        self.start()
-
     def stop(self) -> None:
         if self.process is not None:
             self.process.stop()
@@ -188,7 +184,8 @@ class ServerProcess:
     """``cachefleet serve`` on a free loopback port, logging to ``logdir``.
 
     The one way the harness, the chaos run and the tests start our server. ``start`` returns once
-    ``/v2/health/ready`` answers 200 (or raises with the log's tail); ``restart`` keeps the port.
+    ``/v2/health/ready`` answers 200 (or raises with the log's tail); ``stop`` and ``start``
+    again keep the port.
     """
 
     def __init__(
@@ -250,10 +247,6 @@ class ServerProcess:
     def stop(self) -> None:
         if self.managed is not None:
             self.managed.stop()
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
 
 
 def start_server(

@@ -1,4 +1,4 @@
-"""Real Redis topologies on loopback: a Redis Cluster and a Sentinel-watched primary with a replica.
+"""Real Redis topologies on loopback: a Redis Cluster (and the nodes that Sentinel set-ups reuse).
 
 The tests, ``cachefleet bench`` and the chaos run start them the same way, from the Debian
 ``redis-server`` and ``redis-cli`` binaries, with short timeouts so that failure detection and
@@ -8,8 +8,9 @@ failover take a second or two instead of the production defaults' 15-30 s:
   ``redis-cli --cluster create`` (three primaries, optionally a replica each). Every port is below
   55535 with ``port + 10000`` free too, because the cluster bus listens there. The nodes run with
   ``cluster-require-full-coverage no``, so a dead shard leaves the others serving.
-- :class:`SentinelProcesses`: a primary, a replica of it and one ``redis-server --sentinel``
-  watching them under :data:`MASTER_NAME` (quorum 1).
+
+The tests' Sentinel set-up (``tests/support/redis_nodes.py``) is built from the same
+:class:`RedisNode`.
 
 Everything runs in a folder the caller owns; :meth:`stop` ends every process this module started
 (by its own handle, never by name).
@@ -29,7 +30,6 @@ from typing import Any
 
 #: Below this, ``port + 10000`` (the cluster bus) is still a valid port.
 _CLUSTER_PORT_LIMIT = 55535
-MASTER_NAME = "cachefleet"
 NODE_TIMEOUT_MS = 1000
 
 
@@ -69,7 +69,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _wait(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if predicate():
@@ -143,7 +143,7 @@ class RedisNode:
                 start_new_session=True,
             )  # fmt: skip
         try:
-            _wait(self._up, 15, f"redis-server on port {self.port}")
+            wait_until(self._up, 15, f"redis-server on port {self.port}")
         except TopologyError as error:
             raise TopologyError(f"{error}:\n{self.log_tail()}") from None
 
@@ -210,7 +210,7 @@ class ClusterProcesses:
         done = subprocess.run(create, capture_output=True, text=True, timeout=60, check=False)
         if done.returncode != 0:
             raise TopologyError(f"redis-cli --cluster create failed:\n{done.stdout[-2000:]}")
-        _wait(self._healthy, 30, "cluster_state:ok on every node")
+        wait_until(self._healthy, 30, "cluster_state:ok on every node")
 
     def _healthy(self) -> bool:
         for node in self.nodes:
@@ -288,89 +288,3 @@ class ClusterProcesses:
     def stop(self) -> None:
         for node in self.nodes:
             node.stop()
-
-
-class SentinelProcesses:
-    """A primary, one replica of it, and a Sentinel that watches them as :data:`MASTER_NAME`."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.workdir = workdir
-        self.primary = RedisNode(free_port(), workdir, [])
-        self.replica = RedisNode(free_port(), workdir, [])
-        self.sentinel: RedisNode | None = None
-
-    def start(self) -> None:
-        self.primary.start()
-        self.replica.args = ["--replicaof", "127.0.0.1", str(self.primary.port)]
-        self.replica.start()
-        port = free_port()
-        config = self.workdir / f"sentinel-{port}.conf"
-        config.write_text(
-            f"port {port}\nbind 127.0.0.1\ndir {self.workdir}\n"
-            f"sentinel monitor {MASTER_NAME} 127.0.0.1 {self.primary.port} 1\n"
-            f"sentinel down-after-milliseconds {MASTER_NAME} {NODE_TIMEOUT_MS}\n"
-            f"sentinel failover-timeout {MASTER_NAME} 5000\n"
-            f"sentinel parallel-syncs {MASTER_NAME} 1\n"
-        )
-        self.sentinel = RedisNode(port, self.workdir, [str(config)], sentinel=True)
-        self.sentinel.start()
-        _wait(self._replica_known, 30, "Sentinel to see a synced replica")
-
-    @property
-    def url(self) -> str:
-        """The Sentinel's URL, as ``--redis-url`` takes it in sentinel mode."""
-        assert self.sentinel is not None
-        return f"redis://127.0.0.1:{self.sentinel.port}/0"
-
-    def primary_port(self) -> int:
-        assert self.sentinel is not None
-        _, port = command(self.sentinel.port, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER_NAME)
-        return int(port)
-
-    def _replica_known(self) -> bool:
-        assert self.sentinel is not None
-        try:
-            replicas = command(self.sentinel.port, "SENTINEL", "REPLICAS", MASTER_NAME)
-            replication = info(self.primary_port(), "replication")
-        except Exception:
-            return False
-        usable = [
-            r for r in replicas
-            if "s_down" not in str(r) and "disconnected" not in str(r)
-        ]  # fmt: skip
-        online = isinstance(replication.get("slave0"), dict) and (
-            replication["slave0"].get("state") == "online"
-        )
-        return bool(usable) and online
-
-    def failover(self, timeout_s: float = 30) -> int:
-        """``SENTINEL FAILOVER``; waits until the replica is primary and returns its port."""
-        assert self.sentinel is not None
-        before = self.primary_port()
-        command(self.sentinel.port, "SENTINEL", "FAILOVER", MASTER_NAME)
-        _wait(lambda: self._promoted(before), timeout_s, "the failover to finish")
-        return self.primary_port()
-
-    def _promoted(self, before: int) -> bool:
-        """The replica is primary, and Sentinel's failover is over (``SENTINEL MASTERS``, which
-        clients read, names the new primary only once it is)."""
-        assert self.sentinel is not None
-        try:
-            now = self.primary_port()
-            state = command(self.sentinel.port, "SENTINEL", "MASTER", MASTER_NAME)
-        except Exception:
-            return False
-        settled = (
-            isinstance(state, dict)
-            and int(state.get("port", 0)) == now
-            and "failover" not in str(state.get("flags", ""))
-        )
-        return settled and now != before and info(now, "replication").get("role") == "master"
-
-    def wait_replica_synced(self, timeout_s: float = 30) -> None:
-        _wait(self._replica_known, timeout_s, "the demoted primary to sync as a replica")
-
-    def stop(self) -> None:
-        for node in (self.sentinel, self.replica, self.primary):
-            if node is not None:
-                node.stop()

@@ -28,8 +28,8 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from cachefleet.runtime.config import SettingsError, load_settings
-    from cachefleet.runtime.http.app import create_server
     from cachefleet.runtime.http.environment import configure_logging, export_settings
+    from cachefleet.runtime.server import create_server
 
     try:
         settings = load_settings(args)
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     app: Any
     if server.workers > 1:
         export_settings(settings, os.environ)
-        app = "cachefleet.runtime.http.environment:create_app_from_environment"
+        app = "cachefleet.runtime.server:create_server_from_environment"
     else:
         app = create_server(settings)
     uvicorn.run(

@@ -39,7 +39,7 @@ EXERCISED = {
         "tests/e2e/test_http_limits.py::test_a_slow_head_is_cut_off_within_its_deadline",
         "tests/e2e/test_http_limits.py::test_a_slow_body_is_cut_off_while_others_are_served",
         "tests/e2e/test_http_limits.py::test_connections_over_the_cap_get_503_with_retry_after",
-        "tests/e2e/test_http_one_write.py",
+        "tests/e2e/test_http_head_holding.py",
     ],
 }
 

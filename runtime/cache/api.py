@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from cachefleet.runtime.cache.key import CacheKey
 from cachefleet.runtime.tensor import Tensor
@@ -54,11 +54,46 @@ class CacheRequest:
     ttl_s: float
     #: The model version's fingerprint (its effective config and files): keyed with the rest.
     fingerprint: str
-    #: The request's key when the caller already computed it (the cache computes it otherwise).
-    key: CacheKey | None = None
     #: Compute runs to completion once started (a model run on the event loop): a miss may
     #: then be computed in the caller's own task instead of a task of its own.
     quick: bool = False
+
+
+#: Checks that a local entry (key, identity) still lives and counts its hit (see below).
+Confirm = Callable[[CacheKey, object, int], int | None]
+
+
+class LocalEntryToken:
+    """Proof that an answer came from a local-tier entry, good for as long as that entry lives.
+
+    Handed out with every local hit (:attr:`CacheAnswer.local_entry`), so that a layer above
+    may keep something derived from the answer (a rendered response) exactly as long as the
+    entry itself: a flush, an expiry, an eviction or a replacement ends it. It names the entry
+    by key and a bare identity, never by its tensors, which an eviction must free.
+    """
+
+    __slots__ = ("_confirm", "_identity", "_key")
+
+    def __init__(self, key: CacheKey, identity: object, confirm: Confirm) -> None:
+        self._key = key
+        self._identity = identity
+        self._confirm = confirm
+
+    def confirm(self, started_ns: int) -> int | None:
+        """If the entry still lives, count a local hit as a lookup does (its time from
+        ``started_ns``, a ``time.perf_counter_ns()`` value) and return the
+        ``perf_counter_ns()`` it was confirmed at (one clock read serves the caller too);
+        else None, nothing counted."""
+        return self._confirm(self._key, self._identity, started_ns)
+
+
+class CacheAnswer(NamedTuple):
+    """A request's outputs and how the cache answered it."""
+
+    outputs: list[Tensor]
+    status: CacheStatus
+    #: For a local hit, the entry's liveness token; else None.
+    local_entry: LocalEntryToken | None = None
 
 
 class ResponseCache(Protocol):
@@ -70,7 +105,7 @@ class ResponseCache(Protocol):
 
     async def get_or_compute(
         self, request: CacheRequest, directives: CacheDirectives, compute: Compute
-    ) -> tuple[list[Tensor], CacheStatus]: ...
+    ) -> CacheAnswer: ...
 
     async def flush(self, model: str) -> int:
         """Remove every entry of ``model`` from every tier; returns how many were removed."""
@@ -85,22 +120,6 @@ class ResponseCache(Protocol):
         their outputs in that order; they are inserted as ``get_or_compute`` inserts answers.
         Tier faults make misses; only ``compute``'s exceptions propagate."""
 
-    def local_entry(self, key: CacheKey) -> object | None:
-        """An opaque identity of the local tier's live entry for ``key`` (None: not held).
-
-        Lets a layer above keep something derived from an entry (a rendered response) for
-        exactly as long as the entry itself lives: flush, expiry, eviction and replacement all
-        end the identity.
-        """
-        ...
-
-    def confirm_local_hit(self, key: CacheKey, entry: object, started_ns: int) -> int | None:
-        """If ``entry`` is still ``key``'s live local entry, count a local hit as a lookup
-        would (lookup time from ``started_ns``, a ``time.perf_counter_ns()`` value) and return
-        the ``perf_counter_ns()`` it was confirmed at (one clock read serves the caller too);
-        else None, nothing counted."""
-        ...
-
 
 class NullCache:
     """``--cache none``: always computes, and says so."""
@@ -113,8 +132,8 @@ class NullCache:
 
     async def get_or_compute(
         self, request: CacheRequest, directives: CacheDirectives, compute: Compute
-    ) -> tuple[list[Tensor], CacheStatus]:
-        return await compute(), CacheStatus.BYPASS
+    ) -> CacheAnswer:
+        return CacheAnswer(await compute(), CacheStatus.BYPASS)
 
     async def flush(self, model: str) -> int:
         return 0
@@ -124,9 +143,3 @@ class NullCache:
     ) -> list[RowHit]:
         computed = await compute(list(range(len(rows))))
         return [(list(outputs), CacheStatus.MISS) for outputs in computed]
-
-    def local_entry(self, key: CacheKey) -> object | None:
-        return None
-
-    def confirm_local_hit(self, key: CacheKey, entry: object, started_ns: int) -> int | None:
-        return None

@@ -40,7 +40,7 @@ _Fields = tuple[str, str, tuple[int, ...], bytes]
 #: An entry: (tensors, size charged, monotonic expiry or inf, identity). A plain tuple, never
 #: a class instance, so that the collector untracks it (see the module docstring). The identity
 #: is a bare ``object()`` (untracked too): what :meth:`LocalTier.entry` hands out, so that who
-#: keeps it (the memo of rendered responses) keeps 16 bytes alive, not the entry's tensors.
+#: keeps it (through a liveness token) keeps 16 bytes alive, not the entry's tensors.
 _Slot = tuple[tuple[_Fields, ...], int, float, object]
 #: A key as the tier keeps it: (model, version, digest).
 _Key = tuple[str, str, bytes]
@@ -70,11 +70,17 @@ class LocalTier:
         return len(self._slots)
 
     def get(self, key: CacheKey) -> list[Tensor] | None:
+        found = self.lookup(key)
+        return None if found is None else found[0]
+
+    def lookup(self, key: CacheKey) -> tuple[list[Tensor], object] | None:
+        """The live entry's outputs and identity (see :meth:`entry`), marked as recently used;
+        None when absent or expired."""
         slot = self._live(key)
         if slot is None:
             return None
-        outputs, _, _, _ = slot
-        return [Tensor.trusted(*fields) for fields in outputs]
+        outputs, _, _, identity = slot
+        return [Tensor.trusted(*fields) for fields in outputs], identity
 
     def entry(self, key: CacheKey) -> object | None:
         """The live entry's identity for ``key``, an opaque object, marked as recently used;

@@ -38,10 +38,12 @@ from typing import Any
 
 from cachefleet.runtime.cache.admission import AdmissionPolicy, ModelAdmission, Tier
 from cachefleet.runtime.cache.api import (
+    CacheAnswer,
     CacheDirectives,
     CacheRequest,
     CacheStatus,
     Compute,
+    LocalEntryToken,
     RowHit,
     RowsCompute,
 )
@@ -131,17 +133,16 @@ class ReadThroughCache:
 
     async def get_or_compute(
         self, request: CacheRequest, directives: CacheDirectives, compute: Compute
-    ) -> _Outcome:
-        labels = (request.model, request.version)
-        series = self.model_metrics.of(*labels)
-        admission = self.admission.of(*labels)
+    ) -> CacheAnswer:
+        series = self.model_metrics.of(request.model, request.version)
+        admission = self.admission.of(request.model, request.version)
         if not request.enabled or not directives.lookup:
             series.bypass.inc()
             started = time.monotonic()
             outputs = await _timed(compute, admission)
             if request.enabled and directives.store:
                 self._store(self._key(request), outputs, request.ttl_s, started)
-            return outputs, CacheStatus.BYPASS
+            return CacheAnswer(outputs, CacheStatus.BYPASS)
         started = time.perf_counter()
         key = self._key(request)
         # Admission (``admission.py``): a tier that costs this model more than it saves is
@@ -150,16 +151,15 @@ class ReadThroughCache:
         use_redis = self.redis is not None and admission.redis.wants(key)
         if not (use_local or use_redis):
             series.bypass.inc()
-            return await _timed(compute, admission), CacheStatus.BYPASS
+            return CacheAnswer(await _timed(compute, admission), CacheStatus.BYPASS)
         if use_local and self.local is not None:
-            hit = self.local.get(key)
+            hit = self.local.lookup(key)
             elapsed = time.perf_counter() - started
-            series.lookup_local.observe(elapsed)
+            self._looked_up_local(key, elapsed, hit=hit is not None)
             admission.local.looked_up(elapsed, hit is not None)
             if hit is not None:
-                series.hits_local.inc()
-                self.metrics.triton.record(*labels, hit=True, duration_s=elapsed)
-                return hit, CacheStatus.HIT_LOCAL
+                token = LocalEntryToken(key, hit[1], self._confirm_local)
+                return CacheAnswer(hit[0], CacheStatus.HIT_LOCAL, token)
         store = directives.store
         if key in self._flight:
             # Counted apart from hits and misses: those count what the tiers and the model did,
@@ -171,7 +171,7 @@ class ReadThroughCache:
             lambda: self._fill(key, request, store, compute, started, tiers),
             inline=request.quick,
         )
-        return list(outputs), status
+        return CacheAnswer(list(outputs), status)
 
     async def flush(self, model: str) -> int:
         """Drop ``model`` from this replica's local tier and from Redis, then tell the others.
@@ -201,24 +201,25 @@ class ReadThroughCache:
         if self.local is not None:
             self.local.remove_model(model)
 
-    def local_entry(self, key: CacheKey) -> object | None:
-        return None if self.local is None else self.local.entry(key)
+    def _looked_up_local(self, key: CacheKey, elapsed_s: float, *, hit: bool) -> None:
+        """Count a local lookup and, when it found the entry, the hit: the one place local
+        hits are counted (a lookup's, and a liveness token's)."""
+        series = self.model_metrics.of(key.model, key.version)
+        series.lookup_local.observe(elapsed_s)
+        if hit:
+            series.hits_local.inc()
+            self.metrics.triton.record(key.model, key.version, hit=True, duration_s=elapsed_s)
 
-    def confirm_local_hit(self, key: CacheKey, entry: object, started_ns: int) -> int | None:
-        if self.local is None or self.local.entry(key) is not entry:
+    def _confirm_local(self, key: CacheKey, identity: object, started_ns: int) -> int | None:
+        """A :class:`LocalEntryToken`'s check: the entry still lives, and counts a hit."""
+        if self.local is None or self.local.entry(key) is not identity:
             return None
         now_ns = time.perf_counter_ns()
-        elapsed = (now_ns - started_ns) / 1e9
-        series = self.model_metrics.of(key.model, key.version)
-        series.lookup_local.observe(elapsed)
-        series.hits_local.inc()
-        self.metrics.triton.record(key.model, key.version, hit=True, duration_s=elapsed)
+        self._looked_up_local(key, (now_ns - started_ns) / 1e9, hit=True)
         return now_ns
 
     @staticmethod
     def _key(request: CacheRequest) -> CacheKey:
-        if request.key is not None:
-            return request.key
         return compute_key(
             request.model, request.version, request.fingerprint, request.inputs, request.parameters
         )

@@ -1,6 +1,7 @@
-"""The gRPC server's life: bound and started beside HTTP, stopped before the models close.
+"""The gRPC server's life: started once the runtime is open, stopped before it closes.
 
-It runs in the event loop of the HTTP server's lifespan, so both transports share one service.
+It runs in the same event loop as HTTP and receives the same runtime, so both transports share
+one service.
 With ``--workers N`` every worker process binds the same gRPC port with ``SO_REUSEPORT`` and the
 kernel spreads connections across them, as uvicorn's shared socket does for HTTP; with one worker
 the option is off, so that a port already taken by another server is an error at start instead
@@ -14,11 +15,12 @@ from typing import Any
 
 import grpc
 
-from cachefleet.runtime.config import SecuritySettings, ServerSettings
+from cachefleet.runtime.composition import Runtime
+from cachefleet.runtime.config import SecuritySettings
 from cachefleet.runtime.errors import ServingError
 from cachefleet.runtime.grpc.handlers import add_service
 from cachefleet.runtime.grpc.restricted import RestrictedProtocols
-from cachefleet.runtime.grpc.servicer import InferenceServicer, ServerParts
+from cachefleet.runtime.grpc.servicer import InferenceServicer
 
 log = logging.getLogger(__name__)
 #: Seconds in-flight calls get to finish when the server stops.
@@ -29,13 +31,12 @@ class GrpcStartError(ServingError):
     """The gRPC port cannot be bound."""
 
 
-async def start_grpc_server(
-    settings: ServerSettings, security: SecuritySettings, parts: ServerParts
-) -> grpc.aio.Server:
-    """Bind ``settings.grpc_port`` on ``settings.host`` and start serving; call in the loop.
+async def start_grpc_server(runtime: Runtime) -> grpc.aio.Server:
+    """Bind ``--grpc-port`` on ``--host`` and serve ``runtime``; call in the event loop.
 
     With ``--grpc-restricted-protocol`` an interceptor checks each call's group first.
     """
+    settings, security = runtime.settings.server, runtime.settings.security
     limit = settings.max_request_bytes
     options: list[tuple[str, Any]] = [
         ("grpc.max_receive_message_length", limit),
@@ -46,7 +47,7 @@ async def start_grpc_server(
     if security.grpc_restricted_protocol:
         interceptors.append(RestrictedProtocols(security.grpc_restricted_protocol))
     server = grpc.aio.server(options=options, interceptors=interceptors)
-    add_service(InferenceServicer(parts), server)
+    add_service(InferenceServicer(runtime), server)
     address = _address(settings.host, settings.grpc_port)
     credentials = _credentials(security) if security.grpc_use_ssl else None
     try:

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from typing import Any, Protocol
+from typing import Any
 
 import grpc
 
 from cachefleet.runtime.cache.api import CacheDirectives
-from cachefleet.runtime.errors import BadRequestError, NotReadyError, ServingError
+from cachefleet.runtime.composition import Runtime, package_version
+from cachefleet.runtime.errors import BadRequestError, ServingError
 from cachefleet.runtime.grpc import documents
 from cachefleet.runtime.grpc.decode import decode_infer_request, parameters, request_cost
 from cachefleet.runtime.grpc.encode import encode_infer_response
@@ -27,13 +28,7 @@ from cachefleet.runtime.grpc.messages import service_pb2, service_pb2_grpc
 from cachefleet.runtime.models.types import ModelConfig
 from cachefleet.runtime.protocol import directives_from, server_metadata
 from cachefleet.runtime.protocol.request import InferRequest
-from cachefleet.runtime.service import (
-    InferAnswer,
-    InferenceService,
-    ModelControl,
-    SharedMemoryRegistry,
-)
-from cachefleet.runtime.service.request_budget import RequestBudget
+from cachefleet.runtime.service import InferAnswer
 
 log = logging.getLogger(__name__)
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -41,30 +36,13 @@ Context = grpc.aio.ServicerContext[Any, Any]
 _IGNORED_UNLOAD_PARAMETERS = frozenset({"unload_dependents"})
 
 
-class ServerParts(Protocol):
-    """What the servicer uses of the server (the HTTP app's ServerState is one)."""
-
-    version: str
-
-    def ready_service(self) -> InferenceService:
-        """The service, or NotReadyError while the models load."""
-        ...
-
-    def ready_control(self) -> ModelControl: ...
-
-    def ready_shared_memory(self) -> SharedMemoryRegistry: ...
-
-    def request_budget(self) -> RequestBudget:
-        """Requests and request bytes in flight, shared with HTTP."""
-        ...
-
-
 class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
     """Triton's gRPC service over the runtime's service layer."""
 
-    def __init__(self, parts: ServerParts) -> None:
-        self._parts = parts
-        self._service = parts.ready_service
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+        self._service = runtime.service
+        self._version = package_version()
 
     @translated
     async def ServerLive(self, request: Any, context: Context) -> Any:
@@ -72,45 +50,42 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
 
     @translated
     async def ServerReady(self, request: Any, context: Context) -> Any:
-        try:
-            self._service()
-        except NotReadyError:
-            return service_pb2.ServerReadyResponse(ready=False)
+        # Served only while the runtime is open: started after it, stopped before it closes.
         return service_pb2.ServerReadyResponse(ready=True)
 
     @translated
     async def ModelReady(self, request: Any, context: Context) -> Any:
         """Ready or not, as Triton answers: an unknown model is not ready, not an error."""
         try:
-            self._service().check_model(request.name, request.version or None)
+            self._service.check_model(request.name, request.version or None)
         except ServingError:
             return service_pb2.ModelReadyResponse(ready=False)
         return service_pb2.ModelReadyResponse(ready=True)
 
     @translated
     async def ServerMetadata(self, request: Any, context: Context) -> Any:
-        return service_pb2.ServerMetadataResponse(**server_metadata(self._parts.version))
+        return service_pb2.ServerMetadataResponse(**server_metadata(self._version))
 
     @translated
     async def ModelMetadata(self, request: Any, context: Context) -> Any:
-        document = self._service().model_metadata(request.name, request.version or None)
+        document = self._service.model_metadata(request.name, request.version or None)
         return documents.model_metadata(document)
 
     @translated
     async def ModelConfig(self, request: Any, context: Context) -> Any:
-        document = self._service().model_config(request.name, request.version or None)
+        document = self._service.model_config(request.name, request.version or None)
         return documents.model_config(document)
 
     @translated
     async def RepositoryIndex(self, request: Any, context: Context) -> Any:
         _check_repository(request.repository_name)
-        rows = self._service().index(ready_only=request.ready)
+        rows = self._service.index(ready_only=request.ready)
         return documents.repository_index(rows)
 
     @translated
     async def RepositoryModelLoad(self, request: Any, context: Context) -> Any:
         _check_repository(request.repository_name)
-        control = self._parts.ready_control()
+        control = self._runtime.control
         await control.load(request.model_name, parameters(request.parameters))
         return service_pb2.RepositoryModelLoadResponse()
 
@@ -120,13 +95,13 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         unknown = sorted(set(request.parameters) - _IGNORED_UNLOAD_PARAMETERS)
         if unknown:
             raise BadRequestError(f"unknown unload parameters {unknown}")
-        await self._parts.ready_control().unload(request.model_name)
+        await self._runtime.control.unload(request.model_name)
         return service_pb2.RepositoryModelUnloadResponse()
 
     @translated
     async def ModelStatistics(self, request: Any, context: Context) -> Any:
         """Every loaded model without a name, every loaded version without a version."""
-        document = self._service().statistics(request.name or None, request.version or None)
+        document = self._service.statistics(request.name or None, request.version or None)
         return documents.model_statistics(document)
 
     @translated
@@ -160,7 +135,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
 
     async def _infer(self, request: Any, directives: CacheDirectives) -> tuple[Any, str]:
         """Admitted against the request budget (as HTTP's are) for as long as it is answered."""
-        budget = self._parts.request_budget()
+        budget = self._runtime.budget
         cost = request_cost(request)
         if not budget.try_enter(cost):
             await budget.wait(cost)
@@ -170,7 +145,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
             budget.leave(cost)
 
     async def _answer(self, request: Any, directives: CacheDirectives) -> tuple[Any, str]:
-        shared_memory = self._parts.ready_shared_memory()
+        shared_memory = self._runtime.shared_memory
 
         def decode(config: ModelConfig) -> InferRequest:
             return decode_infer_request(request, config, shared_memory)
@@ -178,43 +153,48 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         def render(answer: InferAnswer) -> tuple[Any, str]:
             return encode_infer_response(answer), answer.cache_status.value
 
-        return await self._service().answer(
-            request.model_name, request.model_version or None, decode, render, directives
+        return await self._service.answer(
+            request.model_name,
+            request.model_version or None,
+            decode,
+            render,
+            directives,
+            transport="grpc",
         )
 
     @translated
     async def SystemSharedMemoryRegister(self, request: Any, context: Context) -> Any:
-        self._parts.ready_shared_memory().register_system(
+        self._runtime.shared_memory.register_system(
             request.name, request.key, request.offset, request.byte_size
         )
         return service_pb2.SystemSharedMemoryRegisterResponse()
 
     @translated
     async def SystemSharedMemoryStatus(self, request: Any, context: Context) -> Any:
-        regions = self._parts.ready_shared_memory().system_status(request.name or None)
+        regions = self._runtime.shared_memory.system_status(request.name or None)
         return documents.system_shared_memory_status(regions)
 
     @translated
     async def SystemSharedMemoryUnregister(self, request: Any, context: Context) -> Any:
-        self._parts.ready_shared_memory().unregister_system(request.name or None)
+        self._runtime.shared_memory.unregister_system(request.name or None)
         return service_pb2.SystemSharedMemoryUnregisterResponse()
 
     @translated
     async def CudaSharedMemoryRegister(self, request: Any, context: Context) -> Any:
         """Refused with the registry's message: CUDA shared memory is not supported."""
-        self._parts.ready_shared_memory().register_cuda(
+        self._runtime.shared_memory.register_cuda(
             request.name, request.device_id, request.byte_size
         )
         return service_pb2.CudaSharedMemoryRegisterResponse()
 
     @translated
     async def CudaSharedMemoryStatus(self, request: Any, context: Context) -> Any:
-        regions = self._parts.ready_shared_memory().cuda_status(request.name or None)
+        regions = self._runtime.shared_memory.cuda_status(request.name or None)
         return documents.cuda_shared_memory_status(regions)
 
     @translated
     async def CudaSharedMemoryUnregister(self, request: Any, context: Context) -> Any:
-        self._parts.ready_shared_memory().unregister_cuda(request.name or None)
+        self._runtime.shared_memory.unregister_cuda(request.name or None)
         return service_pb2.CudaSharedMemoryUnregisterResponse()
 
     @translated

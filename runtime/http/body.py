@@ -8,10 +8,9 @@ decompression too), so an oversized body is refused without ever being held in m
 from __future__ import annotations
 
 import zlib
-from collections.abc import AsyncIterator
 from typing import Protocol
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive
 
 from cachefleet.runtime.errors import BadRequestError, PayloadTooLargeError
@@ -31,41 +30,22 @@ class Hasher(Protocol):
 
 
 async def read_body(request: Request, limit: int) -> bytes:
-    """The (decompressed) body, or PayloadTooLargeError past ``limit`` bytes."""
+    """The (decompressed) body of a routed request, or PayloadTooLargeError past ``limit``
+    bytes: :func:`receive_parts` and :func:`joined`, as the infer endpoint reads it."""
     headers = request.headers
-    return await collect_body(
-        request.stream(), headers.get("content-length"), headers.get("content-encoding"), limit
-    )
-
-
-async def collect_body(
-    chunks: AsyncIterator[bytes], declared: str | None, encoding: str | None, limit: int
-) -> bytes:
-    """Join ``chunks`` within ``limit`` and decompress them per ``encoding``.
-
-    Shared by the Starlette routes and the plain ASGI infer path, so both refuse the same
-    bodies the same way.
-    """
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise _too_large(int(declared), limit)
-    parts: list[bytes] = []
-    size = 0
-    async for chunk in chunks:
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(size, limit, at_least=True)
-        parts.append(chunk)
-    body = b"".join(parts)
-    if encoding is None or encoding == "identity":
-        return body
-    return _decompress(body, encoding, limit)
+    try:
+        parts = await receive_parts(request.receive, headers.get("content-length"), limit, None)
+    except ClientGoneError:
+        raise ClientDisconnect from None
+    return joined(parts, headers.get("content-encoding"), limit)
 
 
 async def receive_parts(
     receive: Receive, declared: str | None, limit: int, hasher: Hasher | None
 ) -> list[bytes]:
     """The raw body straight from ASGI ``receive``, as the pieces it came in (within
-    ``limit``, checked as :func:`collect_body` checks it), each fed to ``hasher`` on arrival.
+    ``limit``: the declared length first, then the bytes received), each fed to ``hasher``
+    on arrival.
 
     A caller that only needs the body's digest never joins (copies) it; one that needs the
     body joins it with :func:`joined`. Raises ClientGoneError if the client hangs up first.
@@ -96,11 +76,6 @@ def joined(parts: list[bytes], encoding: str | None, limit: int) -> bytes:
     if encoding is None or encoding == "identity":
         return body
     return _decompress(body, encoding, limit)
-
-
-def header_length(request: Request) -> int | None:
-    """``Inference-Header-Content-Length`` as an int, None when the body is pure JSON."""
-    return parse_header_length(request.headers.get("inference-header-content-length"))
 
 
 def parse_header_length(value: str | None) -> int | None:

@@ -50,7 +50,7 @@ def tick_s(limits: LimitSettings) -> float:
 
 class ConnectionGuard:
     """Mixed in before a uvicorn HTTP protocol class. The limits are the served application's
-    (``app.limits``, which :class:`~cachefleet.runtime.http.front_door.InferFrontDoor` has):
+    (``app.limits``, which :class:`~cachefleet.runtime.http.infer_shortcut.InferShortcut` has):
     uvicorn builds protocols from a class it pickles to its worker processes, so the class
     itself cannot carry them."""
 

@@ -9,15 +9,12 @@ excluded from every settings dump; they travel in ``CACHEFLEET_REDIS_PASSWORD`` 
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping, MutableMapping
 
 import orjson
 from pydantic import SecretStr
 
 from cachefleet.runtime.config import RedactingFilter, RuntimeSettings
-from cachefleet.runtime.http.app import create_server
-from cachefleet.runtime.http.front_door import InferFrontDoor
 
 SETTINGS_VARIABLE = "CACHEFLEET_SETTINGS_JSON"
 PASSWORD_VARIABLE = "CACHEFLEET_REDIS_PASSWORD"
@@ -64,13 +61,6 @@ def settings_from_environment(environ: Mapping[str, str]) -> RuntimeSettings:
         if variable in environ:
             document.setdefault("security", {})[field] = environ[variable]
     return RuntimeSettings.model_validate(document)
-
-
-def create_app_from_environment() -> InferFrontDoor:
-    """uvicorn factory for worker processes (``--workers`` > 1)."""
-    settings = settings_from_environment(os.environ)
-    configure_logging(settings.server.log_level)
-    return create_server(settings)
 
 
 def configure_logging(level: str) -> None:

@@ -1,13 +1,15 @@
-"""The one mapping from errors to responses: ``{"error": message}`` with the right status.
+"""The one mapping from errors to HTTP answers: ``{"error": message}`` with the right status.
 
 ``ServingError`` carries its own status; Starlette's HTTPException covers routing (unknown
 route 404, wrong method 405); anything else is a bug and answers 500 with a logged traceback.
+:func:`error_answer` decides; the Starlette handler and the infer endpoint (a plain ASGI
+callable) only send what it decided, so every endpoint refuses the same way.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from dataclasses import dataclass
 
 import orjson
 from starlette.exceptions import HTTPException
@@ -17,32 +19,45 @@ from starlette.responses import Response
 from cachefleet.runtime.errors import OverloadedError, ServingError
 
 log = logging.getLogger(__name__)
-_BYPASS = {"X-Cache": "bypass"}
+Headers = list[tuple[bytes, bytes]]
 
 
-def error_response(
-    status_code: int, message: str, headers: Mapping[str, str] | None = None
-) -> Response:
-    return Response(
-        orjson.dumps({"error": message}),
-        status_code=status_code,
-        media_type="application/json",
-        headers=headers,
-    )
+@dataclass(frozen=True, slots=True)
+class ErrorAnswer:
+    """A refusal as it goes out: status, JSON body, and the headers beyond length and type."""
+
+    status: int
+    body: bytes
+    headers: Headers
+
+
+def error_answer(error: BaseException, method: str, path: str) -> ErrorAnswer:
+    """The answer to ``error`` raised by ``method path`` (logged when it is the server's)."""
+    if isinstance(error, ServingError):
+        if error.status_code >= 500:
+            log.warning("%s %s: %s", method, path, error.message)
+        headers: Headers = []
+        if path.endswith("/infer"):
+            # Every infer response says how the cache answered; a refused one never used it.
+            headers.append((b"x-cache", b"bypass"))
+        if isinstance(error, OverloadedError):
+            headers.append((b"retry-after", b"%d" % error.retry_after_s))
+        return _answer(error.status_code, error.message, headers)
+    if isinstance(error, HTTPException):
+        extra = error.headers or {}
+        encoded = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in extra.items()]
+        return _answer(error.status_code, str(error.detail), encoded)
+    log.exception("unexpected error on %s %s", method, path, exc_info=error)
+    return _answer(500, f"internal server error: {type(error).__name__}", [])
 
 
 async def handle_error(request: Request, error: Exception) -> Response:
     """Exception handler registered for ServingError, HTTPException and Exception."""
-    if isinstance(error, ServingError):
-        path = request.url.path
-        if error.status_code >= 500:
-            log.warning("%s %s: %s", request.method, path, error.message)
-        # Every infer response says how the cache answered; a refused request never used it.
-        headers = dict(_BYPASS) if path.endswith("/infer") else {}
-        if isinstance(error, OverloadedError):
-            headers["Retry-After"] = str(error.retry_after_s)
-        return error_response(error.status_code, error.message, headers or None)
-    if isinstance(error, HTTPException):
-        return error_response(error.status_code, str(error.detail), error.headers)
-    log.exception("unexpected error on %s %s", request.method, request.url.path)
-    return error_response(500, f"internal server error: {type(error).__name__}")
+    answer = error_answer(error, request.method, request.url.path)
+    response = Response(answer.body, status_code=answer.status, media_type="application/json")
+    response.raw_headers.extend(answer.headers)
+    return response
+
+
+def _answer(status: int, message: str, headers: Headers) -> ErrorAnswer:
+    return ErrorAnswer(status, orjson.dumps({"error": message}), headers)

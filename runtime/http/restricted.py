@@ -3,7 +3,8 @@
 The check is bound to the endpoint a route runs (not to a second reading of the path), so no
 spelling of a path can reach an endpoint around it. An open group costs nothing: its endpoints
 are not wrapped. A refusal is Triton's: 403 and ``{"error": "This API is restricted,
-expecting header '<key>'"}``.
+expecting header '<key>'"}``, raised as :class:`RestrictedApiError` and answered by the one
+error mapping.
 """
 
 from __future__ import annotations
@@ -14,10 +15,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from cachefleet.runtime.config import ApiGroup, Restriction, by_group
-from cachefleet.runtime.http.errors import error_response
+from cachefleet.runtime.errors import ServingError
 
 Endpoint = Callable[[Request], Awaitable[Response]]
-FORBIDDEN = 403
+
+
+class RestrictedApiError(ServingError):
+    """The request lacks its API group's header (or carries another value): 403."""
+
+    status_code = 403
 
 
 def refusal_message(restriction: Restriction) -> str:
@@ -43,7 +49,7 @@ class ApiGuard:
 
         async def guarded(request: Request) -> Response:
             if not restriction.admits(request.headers.get(header)):
-                return error_response(FORBIDDEN, refusal_message(restriction))
+                raise RestrictedApiError(refusal_message(restriction))
             return await endpoint(request)
 
         guarded.__name__ = getattr(endpoint, "__name__", "endpoint")

@@ -6,7 +6,6 @@ injection on the hot path. Each handler only translates HTTP to service calls an
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import orjson
@@ -15,35 +14,30 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from cachefleet.runtime.composition import RuntimeSlot
 from cachefleet.runtime.config import ApiGroup
 from cachefleet.runtime.errors import BadRequestError
-from cachefleet.runtime.http.body import header_length, read_body
-from cachefleet.runtime.http.client_watch import ClientWatch
-from cachefleet.runtime.http.compression import compress_for
+from cachefleet.runtime.http.body import read_body
+from cachefleet.runtime.http.infer_endpoint import InferEndpoint
 from cachefleet.runtime.http.restricted import ApiGuard
 from cachefleet.runtime.http.shared_memory_routes import shared_memory_routes
-from cachefleet.runtime.http.state import ServerState
 from cachefleet.runtime.protocol import server_metadata
-from cachefleet.runtime.protocol.cache_control import directives_from
 
 _JSON = "application/json"
-_BINARY = "application/octet-stream"
-#: Not sent (the client has gone); nginx's code for it, should a proxy log it.
-_CLIENT_GONE = 499
 _MODEL_PATHS = ("/v2/models/{model}", "/v2/models/{model}/versions/{version}")
 
 
-def build_routes(state: ServerState) -> list[BaseRoute]:
-    """Every route of the server, bound to ``state``; infer first, as routes match in order.
+def build_routes(slot: RuntimeSlot, infer: InferEndpoint) -> list[BaseRoute]:
+    """Every route of the server, bound to ``slot``; infer first, as routes match in order.
 
     Each endpoint is guarded by its API group's restriction (``--http-restricted-api``), with
     Triton's groups: ``/metrics`` belongs to none, as Triton serves it on a port of its own.
+    The infer endpoint checks its own (it is also reached without the router).
     """
-    endpoints = Endpoints(state)
-    guard = ApiGuard(state.settings.security.http_restricted_api)
+    endpoints = Endpoints(slot)
+    guard = ApiGuard(slot.settings.security.http_restricted_api)
     routes: list[BaseRoute] = [
-        Route(f"{base}/infer", guard("inference", endpoints.infer), methods=["POST"])
-        for base in _MODEL_PATHS
+        Route(f"{base}/infer", infer, methods=["POST"]) for base in _MODEL_PATHS
     ]
     # Before "/v2/models/{model}", which would take "stats" for a model name.
     statistics = guard("statistics", endpoints.statistics)
@@ -76,84 +70,55 @@ def build_routes(state: ServerState) -> list[BaseRoute]:
         ),
         Route("/v2/models/{model}/cache/flush", guard("cache", endpoints.flush), methods=["POST"]),
         Route("/metrics", endpoints.metrics, methods=["GET"]),
-        *shared_memory_routes(state, guard),
+        *shared_memory_routes(slot, guard),
     ]
 
 
 class Endpoints:
-    """One method per endpoint, sharing the server state."""
+    """One method per endpoint, each finding the runtime in the slot."""
 
-    def __init__(self, state: ServerState) -> None:
-        self._state = state
-        self._limit = state.settings.server.max_request_bytes
-
-    async def infer(self, request: Request) -> Response:
-        service = self._state.ready_service()
-        name, version = _model_path(request)
-        body = await read_body(request, self._limit)
-        watch = ClientWatch(request, asyncio.current_task())
-        try:
-            outcome = await service.infer(
-                name,
-                version,
-                body,
-                header_length(request),
-                directives_from(request.headers.get("cache-control")),
-                on_wait=watch.start,
-            )
-        except asyncio.CancelledError:
-            if not watch.absorb():
-                raise
-            return Response(status_code=_CLIENT_GONE)  # nobody reads it: the client has gone
-        finally:
-            watch.stop()
-        headers = {"X-Cache": outcome.cache_status.value}
-        body, encoding = compress_for(request.headers.get("accept-encoding"), outcome.body)
-        if encoding is not None:
-            headers["Content-Encoding"] = encoding
-        if outcome.header_length is None:
-            return Response(body, media_type=_JSON, headers=headers)
-        headers["Inference-Header-Content-Length"] = str(outcome.header_length)
-        return Response(body, media_type=_BINARY, headers=headers)
+    def __init__(self, slot: RuntimeSlot) -> None:
+        self._slot = slot
+        self._limit = slot.settings.server.max_request_bytes
 
     async def live(self, request: Request) -> Response:
         return Response(status_code=200)
 
     async def ready(self, request: Request) -> Response:
-        self._state.ready_service()
+        self._slot.ready()
         return Response(status_code=200)
 
     async def server(self, request: Request) -> Response:
-        return _json(server_metadata(self._state.version))
+        return _json(server_metadata(self._slot.version))
 
     async def model(self, request: Request) -> Response:
-        return _json(self._state.ready_service().model_metadata(*_model_path(request)))
+        return _json(self._slot.ready().service.model_metadata(*_model_path(request)))
 
     async def model_ready(self, request: Request) -> Response:
-        self._state.ready_service().check_model(*_model_path(request))
+        self._slot.ready().service.check_model(*_model_path(request))
         return Response(status_code=200)
 
     async def model_config(self, request: Request) -> Response:
-        return _json(self._state.ready_service().model_config(*_model_path(request)))
+        return _json(self._slot.ready().service.model_config(*_model_path(request)))
 
     async def statistics(self, request: Request) -> Response:
         params = request.path_params
-        service = self._state.ready_service()
+        service = self._slot.ready().service
         return _json(service.statistics(params.get("model"), params.get("version") or None))
 
     async def index(self, request: Request) -> Response:
-        service = self._state.ready_service()
+        service = self._slot.ready().service
         ready_only = _ready_only(await read_body(request, self._limit))
         return _json(service.index(ready_only=ready_only))
 
     async def load(self, request: Request) -> Response:
-        control = self._state.ready_control()
+        control = self._slot.ready().control
         parameters = _parameters(await read_body(request, self._limit))
         await control.load(request.path_params["model"], parameters)
         return Response(status_code=200)
 
     async def unload(self, request: Request) -> Response:
-        control = self._state.ready_control()
+        control = self._slot.ready().control
         # The body may carry {"parameters": {"unload_dependents": ...}}: there are no
         # ensembles here, so there are no dependents; it is checked for JSON only.
         _parameters(await read_body(request, self._limit), ignore=("unload_dependents",))
@@ -162,11 +127,11 @@ class Endpoints:
 
     async def flush(self, request: Request) -> Response:
         name = request.path_params["model"]
-        removed = await self._state.ready_service().flush(name)
+        removed = await self._slot.ready().service.flush(name)
         return _json({"model": name, "removed": removed})
 
     async def metrics(self, request: Request) -> Response:
-        registry = self._state.ready_metrics().registry
+        registry = self._slot.ready().metrics.registry
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
 

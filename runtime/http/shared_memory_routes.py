@@ -14,17 +14,17 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from cachefleet.runtime.composition import RuntimeSlot
 from cachefleet.runtime.errors import BadRequestError
 from cachefleet.runtime.http.body import read_body
 from cachefleet.runtime.http.restricted import ApiGuard
-from cachefleet.runtime.http.state import ServerState
 
 _JSON = "application/json"
 
 
-def shared_memory_routes(state: ServerState, guard: ApiGuard) -> list[BaseRoute]:
+def shared_memory_routes(slot: RuntimeSlot, guard: ApiGuard) -> list[BaseRoute]:
     """Every shared-memory route, each guarded as the ``shared-memory`` API group."""
-    endpoints = SharedMemoryEndpoints(state)
+    endpoints = SharedMemoryEndpoints(slot)
     status = guard("shared-memory", endpoints.status)
     register = guard("shared-memory", endpoints.register)
     unregister = guard("shared-memory", endpoints.unregister)
@@ -42,19 +42,19 @@ def shared_memory_routes(state: ServerState, guard: ApiGuard) -> list[BaseRoute]
 
 
 class SharedMemoryEndpoints:
-    def __init__(self, state: ServerState) -> None:
-        self._state = state
-        self._limit = state.settings.server.max_request_bytes
+    def __init__(self, slot: RuntimeSlot) -> None:
+        self._slot = slot
+        self._limit = slot.settings.server.max_request_bytes
 
     async def status(self, request: Request) -> Response:
-        registry = self._state.ready_shared_memory()
+        registry = self._slot.ready().shared_memory
         name = request.path_params.get("name")
         if _is_cuda(request):
             return _json(registry.cuda_status(name))
         return _json(registry.system_status(name))
 
     async def register(self, request: Request) -> Response:
-        registry = self._state.ready_shared_memory()
+        registry = self._slot.ready().shared_memory
         name = request.path_params["name"]
         body = _object(await read_body(request, self._limit))
         if _is_cuda(request):
@@ -66,7 +66,7 @@ class SharedMemoryEndpoints:
         return Response(status_code=200)
 
     async def unregister(self, request: Request) -> Response:
-        registry = self._state.ready_shared_memory()
+        registry = self._slot.ready().shared_memory
         name = request.path_params.get("name")
         if _is_cuda(request):
             registry.unregister_cuda(name)

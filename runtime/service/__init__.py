@@ -1,8 +1,9 @@
 """The inference service: validate, look up the cache, run the model off the event loop.
 
 Layer rule: used by ``http`` and ``grpc``; uses ``protocol``, ``cache`` and ``models``; knows
-nothing of either transport. Transport-neutral modules: ``inference`` (infer, metadata, index,
-flush), ``statistics`` (Triton's statistics extension), ``model_control`` (load/unload),
+nothing of either transport. Transport-neutral modules: ``inference`` (the one ``answer`` of
+every transport, metadata, index, flush), ``request_ledger`` (what every request is counted
+in), ``statistics`` (Triton's statistics extension), ``model_control`` (load/unload),
 ``shared_memory`` (system shared-memory regions), ``in_flight``.
 """
 
@@ -11,7 +12,6 @@ from cachefleet.runtime.service.inference import (
     Decoder,
     InferAnswer,
     InferenceService,
-    InferOutcome,
     Renderer,
 )
 from cachefleet.runtime.service.model_control import ModelControl
@@ -22,7 +22,6 @@ __all__ = [
     "Decoder",
     "InFlight",
     "InferAnswer",
-    "InferOutcome",
     "InferenceService",
     "ModelControl",
     "Renderer",

@@ -6,9 +6,7 @@ the model asks for dynamic batching), then render them as this client asked. The
 sees only the raw output tensors, never the rendering. Decoding and rendering are the
 transport's (HTTP bodies, gRPC messages); everything between them is shared, so the same tensors
 sent over either transport are one cache entry, one single-flight, one batch queue, one set of
-metrics and statistics. With a local tier, a byte-identical repeat of an HTTP request is
-answered from a memo of rendered responses (see ``memo`` and ``memo_answers``) before any of
-that, for as long as the local entry it was rendered from lives.
+metrics and statistics, counted in one request ledger.
 """
 
 from __future__ import annotations
@@ -20,39 +18,30 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from blake3 import blake3
-
 from cachefleet.runtime.cache.api import (
     CacheDirectives,
     CacheRequest,
     CacheStatus,
     Compute,
+    LocalEntryToken,
     ResponseCache,
 )
 from cachefleet.runtime.cache.errors import CacheTierError
-from cachefleet.runtime.cache.key import CacheKey, compute_key
 from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.errors import NotReadyError, ServingError
 from cachefleet.runtime.metrics import RuntimeMetrics
-from cachefleet.runtime.metrics import TritonInferenceCounters as TRITON
 from cachefleet.runtime.models.heap import release_freed_memory
 from cachefleet.runtime.models.types import Model, ModelConfig, ModelRepository
 from cachefleet.runtime.protocol import (
     InferRequest,
-    decode_request,
-    encode_response,
     model_metadata,
     repository_index,
 )
 from cachefleet.runtime.service import rows
-from cachefleet.runtime.service.in_flight import InFlight
-from cachefleet.runtime.service.memo import Memoized, ResponseMemo
-from cachefleet.runtime.service.memo_answers import MemoAnswers
-from cachefleet.runtime.service.request_series import RequestSeries
+from cachefleet.runtime.service.request_ledger import Passage, RequestLedger
 from cachefleet.runtime.service.row_cache import answer_by_rows
 from cachefleet.runtime.service.scheduler import ModelScheduler, OnWait, Schedulers
 from cachefleet.runtime.service.shared_memory import SharedMemoryRegistry
-from cachefleet.runtime.service.statistics import ModelStatistics, StatisticsRegistry
 from cachefleet.runtime.tensor import Tensor
 
 _NO_CACHE = CacheDirectives(lookup=False, store=False)
@@ -64,30 +53,6 @@ Decoder = Callable[[ModelConfig], InferRequest]
 
 
 @dataclass(frozen=True, slots=True)
-class InferOutcome:
-    """A rendered response and how the cache answered it."""
-
-    body: bytes
-    #: JSON header length when binary outputs follow the header, else None.
-    header_length: int | None
-    cache_status: CacheStatus
-
-
-class _RecordingReader:
-    """The shared-memory registry as the decoder sees it, noting whether it was read: a
-    request whose inputs come from shared memory is never memoized (its body does not hold
-    its inputs)."""
-
-    def __init__(self, registry: SharedMemoryRegistry) -> None:
-        self._registry = registry
-        self.used = False
-
-    def read(self, name: str, offset: int, byte_size: int) -> bytes:
-        self.used = True
-        return self._registry.read(name, offset, byte_size)
-
-
-@dataclass(frozen=True, slots=True)
 class InferAnswer:
     """The computed outputs of one request, before the transport renders them."""
 
@@ -96,8 +61,8 @@ class InferAnswer:
     #: Every output the model computed (or the cache held), whatever the request selected.
     outputs: list[Tensor]
     cache_status: CacheStatus
-    #: The request's cache key when it was computed before the lookup (for the HTTP memo).
-    key: CacheKey | None = None
+    #: For a local hit, the liveness token of the entry it came from (see ``cache.api``).
+    local_entry: LocalEntryToken | None = None
 
 
 #: Renders an answer in the transport's form; may raise ServingError (e.g. non-UTF-8 JSON).
@@ -114,13 +79,12 @@ class InferenceService:
         metrics: RuntimeMetrics,
         settings: RuntimeSettings,
         executor: Executor,
-        statistics: StatisticsRegistry | None = None,
-        in_flight: InFlight | None = None,
-        shared_memory: SharedMemoryRegistry | None = None,
+        ledger: RequestLedger,
+        shared_memory: SharedMemoryRegistry,
     ) -> None:
-        """``statistics`` and ``in_flight`` are shared with :class:`ModelControl` (which forgets
-        an unloaded model's statistics and waits for its requests), ``shared_memory`` with the
-        shared-memory endpoints; each is made here when not given."""
+        """``ledger`` (its statistics and in-flight counts) is shared with
+        :class:`ModelControl`, which forgets an unloaded model's statistics and waits for its
+        requests; ``shared_memory`` with the shared-memory endpoints."""
         self._repository = repository
         self._cache = cache
         self._metrics = metrics
@@ -128,25 +92,9 @@ class InferenceService:
         self._cache_all = settings.models.cache_all_models
         self._row_cache_models = frozenset(settings.models.row_cache_models)
         self._default_ttl_s = settings.cache.ttl_s
-        self._series = RequestSeries(metrics)
-        self._statistics = statistics if statistics is not None else StatisticsRegistry()
-        #: Rendered responses, only where a local tier can vouch for them (``local``, ``tiered``);
-        #: an eighth of the local tier's bound, on top of it.
-        self._memo = (
-            MemoAnswers(
-                ResponseMemo(settings.cache.local_size_bytes // 8),
-                repository,
-                cache,
-                metrics,
-                self._series,
-                self._statistics,
-                cache_all=self._cache_all,
-            )
-            if settings.cache.mode in ("local", "tiered")
-            else None
-        )
-        self._in_flight = in_flight if in_flight is not None else InFlight()
-        self._shared_memory = shared_memory if shared_memory is not None else SharedMemoryRegistry()
+        self._ledger = ledger
+        self._statistics = ledger.statistics
+        self._shared_memory = shared_memory
         self._schedulers = Schedulers(executor, metrics, self._statistics)
 
     async def close(self) -> None:
@@ -154,74 +102,11 @@ class InferenceService:
         await self._schedulers.close()
 
     async def release_model(self, name: str) -> None:
-        """Let go of everything kept for model ``name`` (its batchers and memoized responses),
+        """Let go of everything kept for model ``name`` (its batchers),
         once it is unloaded or loaded again: its old sessions are then freed, and the memory
         they held goes back to the system."""
         await self._schedulers.release(name)
-        if self._memo is not None:
-            self._memo.memo.discard_model(name)
         await asyncio.to_thread(release_freed_memory)
-
-    def memo_hasher(
-        self,
-        model_name: str,
-        version: str | None,
-        header_length: int | None,
-        directives: CacheDirectives,
-    ) -> blake3 | None:
-        """A hasher to feed an HTTP request's body to, for :meth:`memo_answer` and then
-        :meth:`infer`'s ``digest``; None when no memoized answer can serve the request."""
-        if self._memo is None:
-            return None
-        return self._memo.hasher(model_name, version, header_length, directives)
-
-    def memo_answer(
-        self, model_name: str, version: str | None, digest: bytes, started_ns: int
-    ) -> Memoized | None:
-        """The memoized response of a byte-identical repeat, answered and counted (a local
-        hit, in the metrics and the statistics), or None with nothing counted: :meth:`infer`
-        then answers it. Synchronous: nothing runs between the lookup and the counting."""
-        if self._memo is None:
-            return None
-        return self._memo.answer(model_name, version, digest, started_ns)
-
-    async def infer(
-        self,
-        model_name: str,
-        version: str | None,
-        body: bytes,
-        header_length: int | None,
-        directives: CacheDirectives,
-        on_wait: OnWait | None = None,
-        *,
-        digest: bytes | None = None,
-        memo_asked: bool = False,
-    ) -> InferOutcome:
-        """Answer one HTTP inference request; raises ServingError subclasses for the client.
-
-        ``memo_asked``: the caller already hashed the body and asked :meth:`memo_answer`
-        (``digest``: the request's digest, None when the memo cannot serve it); by default
-        both happen here. A live memoized response answers a byte-identical repeat; anything
-        else goes the shared way of :meth:`answer`. ``on_wait`` is called when the request
-        starts waiting for a model execution: the transport may then watch for its client
-        going away and cancel the call.
-        """
-        if not memo_asked:
-            started_ns = time.perf_counter_ns()
-            hasher = self.memo_hasher(model_name, version, header_length, directives)
-            if hasher is not None:
-                hasher.update(body)
-                digest = hasher.digest()
-                found = self.memo_answer(model_name, version, digest, started_ns)
-                if found is not None:
-                    return InferOutcome(found.body, found.header_length, CacheStatus.HIT_LOCAL)
-
-        async def work(model: Model, stats: ModelStatistics, started_ns: int) -> InferOutcome:
-            return await self._infer_http(
-                model, stats, body, header_length, directives, on_wait, digest
-            )
-
-        return await self._accounted(model_name, version, work)
 
     async def answer(
         self,
@@ -231,106 +116,54 @@ class InferenceService:
         render: Renderer[Rendered],
         directives: CacheDirectives,
         on_wait: OnWait | None = None,
+        *,
+        transport: str,
     ) -> Rendered:
         """Answer one request of any transport: ``decode`` it, compute or look up its outputs,
         ``render`` them. Raises ServingError subclasses for the client; success and failure
-        are counted here (metrics and statistics), so every transport reports the same."""
+        are counted in the request ledger, so every transport reports the same."""
 
-        async def work(model: Model, stats: ModelStatistics, started_ns: int) -> Rendered:
-            return await self._answer(model, stats, decode, render, directives, on_wait)
+        async def work(model: Model, passage: Passage) -> Rendered:
+            return await self._answer(model, passage, decode, render, directives, on_wait)
 
-        return await self._accounted(model_name, version, work)
+        return await self._accounted(model_name, version, transport, work)
 
     async def _accounted(
         self,
         model_name: str,
         version: str | None,
-        work: Callable[[Model, ModelStatistics, int], Awaitable[Rendered]],
+        transport: str,
+        work: Callable[[Model, Passage], Awaitable[Rendered]],
     ) -> Rendered:
-        """Run ``work`` for the resolved model, counting its success or failure (metrics and
-        statistics) and holding the model loaded while it runs."""
+        """Run ``work`` for the resolved model in a passage of the request ledger, which counts
+        its success or failure and holds the model loaded while it runs."""
         started = time.perf_counter_ns()
         model = self._repository.get(model_name, version)
-        series = self._series.of(model)
-        stats = self._statistics.for_version(model.name, model.version)
-        self._in_flight.enter(model.name)  # no await since get(): an unload cannot slip between
+        passage = self._ledger.open(model, transport, started)  # no await since get()
         try:
-            outcome = await work(model, stats, started)
+            outcome = await work(model, passage)
         except ServingError as error:
-            elapsed_ns = time.perf_counter_ns() - started
-            self._metrics.requests.labels(model.name, model.version, str(error.status_code)).inc()
-            self._metrics.inference.add(TRITON.FAILURE, model.name, model.version)
-            series.request_seconds.observe(elapsed_ns / 1e9)
-            stats.record_failure(elapsed_ns)
+            self._ledger.failed(passage, error)
             raise
-        finally:
-            self._in_flight.leave(model.name)
-        elapsed_ns = time.perf_counter_ns() - started
-        series.ok.inc()
-        self._metrics.inference.add(TRITON.SUCCESS, model.name, model.version)
-        series.request_seconds.observe(elapsed_ns / 1e9)
-        stats.record_success(elapsed_ns)
+        except BaseException:
+            self._ledger.abandoned(passage)
+            raise
+        self._ledger.succeeded(passage)
         return outcome
-
-    async def _infer_http(
-        self,
-        model: Model,
-        stats: ModelStatistics,
-        body: bytes,
-        header_length: int | None,
-        directives: CacheDirectives,
-        on_wait: OnWait | None,
-        digest: bytes | None,
-    ) -> InferOutcome:
-        """The shared path of :meth:`_answer`, with a renderer that memoizes (under
-        ``digest``) what it rendered from a local hit."""
-        cached = model.config.response_cache or self._cache_all
-        memo = self._memo if digest is not None and cached and directives.lookup else None
-        reader = _RecordingReader(self._shared_memory)
-
-        def decode(config: ModelConfig) -> InferRequest:
-            return decode_request(body, header_length, config, reader)
-
-        if memo is None or digest is None:
-            return await self._answer(model, stats, decode, _render_http, directives, on_wait)
-        memo_digest = digest
-
-        def render(answer: InferAnswer) -> InferOutcome:
-            outcome = _render_http(answer)
-            key, request = answer.key, answer.request
-            if key is not None and answer.cache_status is CacheStatus.HIT_LOCAL:
-                # From the second sighting on (a one-off request costs nothing more), and never
-                # for shared memory: its inputs are not in the body, its outputs go to a region.
-                shared = reader.used or any(o.shared_memory is not None for o in request.outputs)
-                if not shared:
-                    memo.keep(memo_digest, model, key, outcome.body, outcome.header_length)
-            return outcome
-
-        return await self._answer(
-            model, stats, decode, render, directives, on_wait, precompute_key=True
-        )
 
     async def _answer(
         self,
         model: Model,
-        stats: ModelStatistics,
+        passage: Passage,
         decode: Decoder,
         render: Renderer[Rendered],
         directives: CacheDirectives,
         on_wait: OnWait | None,
-        *,
-        precompute_key: bool = False,
     ) -> Rendered:
-        """Decode, look up or compute, render. ``precompute_key``: compute the cache key here
-        and hand it to the renderer (the memo keeps it) instead of leaving it to the cache."""
+        """Decode, look up or compute, render; the cache's outcome goes into ``passage``."""
         config = model.config
         request = decode(config)
         parameters = request.keyed_parameters()
-        key: CacheKey | None = None
-        if precompute_key and request.use_cache:
-            key = compute_key(
-                model.name, model.version, model.fingerprint, request.inputs, parameters
-            )
         scheduler = self._schedulers.of(model)
         scheduler.check_priority(_priority(request.parameters))
         directives = directives if request.use_cache else _NO_CACHE
@@ -350,20 +183,21 @@ class InferenceService:
             enabled=enabled,
             ttl_s=self._default_ttl_s if config.cache_ttl_s is None else config.cache_ttl_s,
             fingerprint=model.fingerprint,
-            key=key,
             # An inline run cannot be interrupted once started; row lookups can be.
             quick=scheduler.inline and not by_rows,
         )
         miss = _Miss()
         compute = self._compute(scheduler, request, cache_request, by_rows, on_wait, miss)
         cache_started = time.perf_counter_ns()
-        outputs, status = await self._cache.get_or_compute(cache_request, directives, compute)
+        outputs, status, local_entry = await self._cache.get_or_compute(
+            cache_request, directives, compute
+        )
         cache_ns = time.perf_counter_ns() - cache_started
         if miss.row_status is not None and status is CacheStatus.MISS:
             status = miss.row_status  # the whole request missed; its rows may not have
         self._write_shared_memory(request, outputs)
-        rendered = render(InferAnswer(model, request, outputs, status, key))
-        _record(stats, status, cache_ns, miss.waited_ns)
+        rendered = render(InferAnswer(model, request, outputs, status, local_entry))
+        passage.cache_status, passage.cache_ns, passage.model_ns = status, cache_ns, miss.waited_ns
         return rendered
 
     def _compute(
@@ -405,6 +239,14 @@ class InferenceService:
                 self._shared_memory.write(
                     window.region, window.offset, window.byte_size, tensor.data
                 )
+
+    def model(self, name: str, version: str | None) -> Model:
+        """The loaded model ``name`` (at ``version``); raises ModelNotFoundError."""
+        return self._repository.get(name, version)
+
+    def caches(self, model: Model) -> bool:
+        """Whether ``model``'s answers are cached (its config, or ``--cache-all-models``)."""
+        return model.config.response_cache or self._cache_all
 
     def model_metadata(self, name: str, version: str | None) -> dict[str, Any]:
         model = self._repository.get(name, version)
@@ -474,25 +316,3 @@ class _Miss:
 
     waited_ns: int = 0
     row_status: CacheStatus | None = None
-
-
-def _record(stats: ModelStatistics, status: CacheStatus, cache_ns: int, waited_ns: int) -> None:
-    """Add one answered request's cache outcome to the model's statistics (its executions are
-    recorded by the model's scheduler, once per execution, batched or not)."""
-    if status is CacheStatus.HIT_LOCAL or status is CacheStatus.HIT_REDIS:
-        stats.record_cache_hit(cache_ns)
-    elif status is CacheStatus.MISS or status is CacheStatus.PARTIAL:
-        stats.record_cache_miss(cache_ns - waited_ns)
-
-
-def _render_http(answer: InferAnswer) -> InferOutcome:
-    model = answer.model
-    encoded = encode_response(
-        answer.request,
-        answer.outputs,
-        model_name=model.name,
-        model_version=model.version,
-        labels=model.labels,
-        batched=model.config.max_batch_size > 0,
-    )
-    return InferOutcome(encoded.body, encoded.header_length, answer.cache_status)

@@ -41,6 +41,8 @@ logger = logging.getLogger(__name__)
 ControlMode = Literal["none", "explicit"]
 #: The load parameter that carries a JSON ModelConfig (as tritonclient's ``load_model(config=)``).
 CONFIG_PARAMETER = "config"
+#: What a model's unload or reload is announced to.
+Release = Callable[[str], Awaitable[None]]
 
 
 class ModelControl:
@@ -52,14 +54,12 @@ class ModelControl:
         statistics: StatisticsRegistry,
         in_flight: InFlight,
         mode: ControlMode,
-        release: Callable[[str], Awaitable[None]] | None = None,
         *,
         max_file_bytes: int = 64 * 2**20,
     ) -> None:
-        """``release``: lets go of what the service keeps of a model (its batchers, memoized
-        responses), called once a model is unloaded or loaded again."""
         self._repository = repository
-        self._release = release
+        #: Called once a model is unloaded or loaded again (see :meth:`on_release`).
+        self._releases: list[Release] = []
         #: Bound of the model files one load request may send (``--max-request-size``).
         self._max_file_bytes = max_file_bytes
         self._statistics = statistics
@@ -117,9 +117,15 @@ class ModelControl:
             await self._released(name)
         logger.info("model %r unloaded", name)
 
+    def on_release(self, release: Release) -> None:
+        """Call ``release(name)`` once a model is unloaded or loaded again, so that whoever
+        keeps something of it (the service its batchers, HTTP its memoized responses) lets
+        go of it."""
+        self._releases.append(release)
+
     async def _released(self, name: str) -> None:
-        if self._release is not None:
-            await self._release(name)
+        for release in self._releases:
+            await release(name)
 
     def _check_mode(self, action: str) -> None:
         if self._mode != "explicit":

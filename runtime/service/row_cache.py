@@ -36,8 +36,8 @@ class RowAnswer:
 async def answer_by_rows(cache: ResponseCache, request: CacheRequest, run: Run) -> RowAnswer:
     """The outputs of a batched ``request``, each row from the cache when it holds it."""
     row_inputs = rows.rows_of(request.inputs)
-    # Each row is its own request: its key is computed from its own inputs, never the whole one.
-    row_requests = [replace(request, inputs=inputs, key=None) for inputs in row_inputs]
+    # Each row is its own request: its key is computed from its own inputs.
+    row_requests = [replace(request, inputs=inputs) for inputs in row_inputs]
 
     async def run_missing(missing: Sequence[int]) -> list[list[Tensor]]:
         if len(missing) == len(row_inputs):

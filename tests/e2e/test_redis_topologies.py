@@ -10,10 +10,10 @@ from collections.abc import Callable
 import httpx
 import pytest
 from support.processes import CACHEFLEET, ServerProcess
+from support.redis_nodes import MASTER_NAME, ClusterProcesses, SentinelProcesses, info
 from support.redis_topology import LoadLoop
 
 from cachefleet.bench.chaos.answers import redis_key, served_fingerprint
-from cachefleet.bench.redis_topology import MASTER_NAME, ClusterProcesses, SentinelProcesses, info
 
 pytest_plugins = ("support.redis_topology",)
 MakeServer = Callable[..., ServerProcess]

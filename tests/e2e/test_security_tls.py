@@ -18,10 +18,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from support.certificates import Authority, Issued, make_authority
-from support.processes import CACHEFLEET, ServerProcess
+from support.processes import CACHEFLEET, ManagedProcess, ServerProcess
 from tritonclient.utils import InferenceServerException
-
-from cachefleet.bench.processes import ManagedProcess
 
 
 @pytest.fixture(scope="module")

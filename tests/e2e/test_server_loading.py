@@ -7,13 +7,13 @@ from pathlib import Path
 import httpx
 
 from cachefleet.runtime.config import RuntimeSettings
-from cachefleet.runtime.http import create_app
+from cachefleet.runtime.server import create_server
 
 
 async def test_not_ready_until_loaded(tmp_path: Path) -> None:
     settings = RuntimeSettings.model_validate({"models": {"repository": str(tmp_path)}})
     # Without running the lifespan, the app is exactly as it is while models load.
-    transport = httpx.ASGITransport(app=create_app(settings))
+    transport = httpx.ASGITransport(app=create_server(settings))
     async with httpx.AsyncClient(transport=transport, base_url="http://server") as client:
         assert (await client.get("/v2/health/live")).status_code == 200
         ready = await client.get("/v2/health/ready")

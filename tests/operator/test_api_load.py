@@ -3,7 +3,7 @@ few services at a time and leave a failing Redis alone for a while, busy caches'
 written once per interval, the figures pass reads no Secret, failed reconciles back off.
 
 Counted on the emulator's request log, with a real Redis, and a socket that never answers for
-an unreachable Redis. ``python -m cachefleet.bench.operator_scale`` measures the same at scale.
+an unreachable Redis. ``python -m harness.operator_scale`` measures the same at scale.
 """
 
 from __future__ import annotations

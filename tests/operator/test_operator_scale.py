@@ -1,6 +1,6 @@
 """Many objects at once: every one converges, on create and again after every spec changes.
 
-The scale benchmark's mix and its definition of converged (``cachefleet.bench.operator_scale``:
+The scale benchmark's mix and its definition of converged (``harness/operator_scale.py``:
 every child the shape asks for exists, the status describes the current generation with
 Stalled=False, and after the change the Deployment has the new replica count), with fewer
 objects and the operator in a thread. Timings and memory are the benchmark's job, not asserted.
@@ -14,7 +14,7 @@ import pytest
 from support.kube.cluster import Cluster
 from support.kube.fixtures import Api, OperatorThreads, eventually
 
-from cachefleet.bench.operator_scale import NAMESPACE, lookup, pending, services
+from harness.operator_scale import NAMESPACE, lookup, pending, services
 
 pytest_plugins = ("support.kube.fixtures",)
 pytestmark = pytest.mark.timeout(150)

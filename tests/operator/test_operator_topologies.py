@@ -10,8 +10,7 @@ import pytest
 import yaml
 from support.kube.cluster import Cluster
 from support.kube.fixtures import CIS_PATH, Api, cis, eventually, live, service
-
-from cachefleet.bench.redis_topology import (
+from support.redis_nodes import (
     MASTER_NAME,
     ClusterProcesses,
     SentinelProcesses,

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from support.kube.cluster import Cluster
 from support.kube.fixtures import CIS_PATH, NS, Api, cis, eventually, live, must, service
+from support.processes import free_port
 
 from cachefleet.bench.chaos.answers import served_fingerprint
-from cachefleet.bench.processes import free_port
 from cachefleet.operator.manifests.meta import Owner, selector_labels
 from cachefleet.operator.reconcile.kube import Kube
 from cachefleet.operator.reconcile.locks import KeyedLocks

@@ -4,14 +4,14 @@ Sentinel's current primary, read from real processes."""
 from __future__ import annotations
 
 import pytest
-
-from cachefleet.bench.redis_topology import (
+from support.redis_nodes import (
     MASTER_NAME,
     ClusterProcesses,
     SentinelProcesses,
     command,
     info,
 )
+
 from cachefleet.operator.reconcile.redis_live import RedisLiveError
 from cachefleet.operator.reconcile.redis_topology import ExternalRedis, read_topology_figures
 

@@ -9,11 +9,11 @@ from collections.abc import Callable
 
 import pytest
 from support.processes import ServerProcess
+from support.redis_nodes import ClusterProcesses
 
 from cachefleet.bench.chaos.control import ChaosOptions
 from cachefleet.bench.chaos.report import render_table
 from cachefleet.bench.chaos.run import run_cluster_chaos
-from cachefleet.bench.redis_topology import ClusterProcesses
 
 pytest_plugins = ("support.redis_topology",)
 

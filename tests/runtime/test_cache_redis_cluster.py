@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 from support.cache_doubles import Model, ask, metric, request
+from support.redis_nodes import ClusterProcesses, command
 
-from cachefleet.bench.redis_topology import ClusterProcesses, command
 from cachefleet.runtime.cache.api import CacheStatus
 from cachefleet.runtime.cache.errors import CacheTierError
 from cachefleet.runtime.cache.factory import build_cache

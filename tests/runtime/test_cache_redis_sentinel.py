@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 from support.cache_doubles import Model, ask, request
+from support.redis_nodes import MASTER_NAME, SentinelProcesses, command
 
-from cachefleet.bench.redis_topology import MASTER_NAME, SentinelProcesses, command
 from cachefleet.runtime.cache.api import CacheStatus
 from cachefleet.runtime.cache.factory import build_cache
 from cachefleet.runtime.cache.read_through import ReadThroughCache

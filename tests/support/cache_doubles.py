@@ -71,7 +71,8 @@ class Model:
 async def ask(
     cache: ReadThroughCache, req: CacheRequest, model: Model, directives: CacheDirectives = DEFAULT
 ) -> tuple[list[Tensor], CacheStatus]:
-    return await cache.get_or_compute(req, directives, model.for_request(req))
+    outputs, status, _ = await cache.get_or_compute(req, directives, model.for_request(req))
+    return outputs, status
 
 
 def metric(metrics: RuntimeMetrics, name: str, **labels: str) -> float:

@@ -1,7 +1,8 @@
 """Real processes for the tests: ``redis-server`` and ``cachefleet serve`` on free loopback ports.
 
-Both are started by the helpers the benchmarks use (``cachefleet.bench.processes``), so there is
-one way to start each and wait for it.
+Both are started by the helpers ``cachefleet bench`` and ``cachefleet demo`` use
+(``cachefleet.bench.processes``), so there is one way to start each and wait for it; test modules
+take them from here, never from the package.
 """
 
 from __future__ import annotations
@@ -12,13 +13,33 @@ from typing import Any
 
 import redis
 
-from cachefleet.bench.processes import CACHEFLEET, RedisServer, ServerProcess, free_port
+from cachefleet.bench import processes
+from cachefleet.bench.processes import CACHEFLEET, ManagedProcess, free_port
 
-__all__ = ["CACHEFLEET", "RedisProcess", "ServerProcess", "free_port", "openssl"]
+__all__ = [
+    "CACHEFLEET",
+    "ManagedProcess",
+    "RedisProcess",
+    "ServerProcess",
+    "free_port",
+    "openssl",
+]
 
 
-class RedisProcess(RedisServer):
+class ServerProcess(processes.ServerProcess):
+    """``cachefleet serve`` on a free loopback port; ``restart`` keeps the port."""
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+
+class RedisProcess(processes.RedisServer):
     """A real redis-server on loopback. ``kill``/``restart`` keep the same port."""
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
 
     def client(self) -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=self.port, password=self.password)

@@ -1,8 +1,8 @@
 """Fixtures for Redis past one node: a real Redis Cluster and a real Sentinel, plus a load loop.
 
 Loaded by the modules that need them with ``pytest_plugins = ("support.redis_topology",)``.
-The processes come from :mod:`cachefleet.bench.redis_topology` (the bench and the chaos run
-start the same ones); every one is stopped at teardown and lives in a pytest temp folder.
+The processes come from :mod:`support.redis_nodes` (the cluster is the one the bench and the
+chaos run start); every one is stopped at teardown and lives in a pytest temp folder.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from cachefleet.bench.chaos.answers import MODEL, answer_is_right, decode_outputs, request_body
-from cachefleet.bench.redis_topology import ClusterProcesses, SentinelProcesses
+from support.redis_nodes import ClusterProcesses, SentinelProcesses
 
 
 def _cluster(tmp_path_factory: pytest.TempPathFactory, replicas: int) -> Iterator[ClusterProcesses]:

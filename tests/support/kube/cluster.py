@@ -1,6 +1,6 @@
-"""The emulator the operator tests run against: it lives in the bench package, shared with
-``python -m cachefleet.bench.operator_scale``."""
+"""The emulator the operator tests run against: it lives in the repository's harness (not in the
+wheel), shared with ``python -m harness.operator_scale``."""
 
-from cachefleet.bench.kube_emulator import APPLY, CIS, RESOURCES, VERBS, Cluster, InvalidError
+from harness.kube_emulator import APPLY, CIS, RESOURCES, VERBS, Cluster, InvalidError
 
 __all__ = ["APPLY", "CIS", "RESOURCES", "VERBS", "Cluster", "InvalidError"]

@@ -7,14 +7,15 @@ import tracemalloc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from cachefleet.runtime.cache.api import LocalEntryToken
 from cachefleet.runtime.cache.key import CacheKey
 from cachefleet.runtime.cache.local import LocalTier
-from cachefleet.runtime.models.types import ModelConfig
-from cachefleet.runtime.service.memo import (
+from cachefleet.runtime.http.response_memo import (
     ENTRY_OVERHEAD_BYTES,
     ResponseMemo,
     digest_hasher,
 )
+from cachefleet.runtime.models.types import ModelConfig
 from cachefleet.runtime.tensor import Tensor
 
 
@@ -46,6 +47,11 @@ def request_digest(model: FakeModel, body: bytes, header_length: int | None) -> 
 KEY = CacheKey("m", "1", bytes(32))
 
 
+def token(key: CacheKey = KEY, identity: object | None = None) -> LocalEntryToken:
+    """A liveness token that nothing confirms: the memo only keeps it."""
+    return LocalEntryToken(key, identity or object(), lambda key, identity, started: None)
+
+
 def test_digests_separate_models_versions_header_lengths_and_bodies() -> None:
     m1, m2, v2 = FakeModel("m"), FakeModel("n"), FakeModel("m", "2")
     body = b'{"inputs": []}'
@@ -71,9 +77,9 @@ def test_the_memo_is_an_lru_bounded_by_bytes() -> None:
     memo = ResponseMemo(3 * size)
     model = FakeModel("m")
     for index in range(3):
-        memo.put(bytes([index]), model, KEY, object(), response, None)
+        memo.put(bytes([index]), model, token(), response, None)
     assert memo.get(bytes([0])) is not None  # 0 is now the most recently used
-    memo.put(bytes([3]), model, KEY, object(), response, 10)
+    memo.put(bytes([3]), model, token(), response, 10)
 
     assert memo.get(bytes([1])) is None
     assert [memo.get(bytes([i])) is not None for i in (0, 2, 3)] == [True, True, True]
@@ -82,7 +88,7 @@ def test_the_memo_is_an_lru_bounded_by_bytes() -> None:
     assert found is not None
     assert (found.body, found.header_length) == (response, 10)
 
-    memo.put(b"big", model, KEY, object(), b"y" * (3 * size), None)  # can never fit
+    memo.put(b"big", model, token(), b"y" * (3 * size), None)  # can never fit
     assert memo.get(b"big") is None
     assert len(memo) == 3
     memo.discard(bytes([0]))
@@ -117,7 +123,7 @@ def test_memo_and_local_tier_together_stay_within_their_bounds() -> None:
             local.put(key, [output], ttl_s=0)
             entry = local.entry(key)
             assert entry is not None
-            memo.put(index.to_bytes(32, "little"), model, key, entry, b"r" * 200, None)
+            memo.put(index.to_bytes(32, "little"), model, token(key, entry), b"r" * 200, None)
         held, _ = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -127,8 +133,8 @@ def test_memo_and_local_tier_together_stay_within_their_bounds() -> None:
 
 def test_discarding_a_model_forgets_its_responses() -> None:
     memo = ResponseMemo(max_bytes=10_000)
-    memo.put(b"a" * 32, FakeModel("m"), KEY, object(), b"x", None)
-    memo.put(b"b" * 32, FakeModel("n"), KEY, object(), b"y", None)
+    memo.put(b"a" * 32, FakeModel("m"), token(), b"x", None)
+    memo.put(b"b" * 32, FakeModel("n"), token(), b"y", None)
     memo.discard_model("m")
     assert memo.get(b"a" * 32) is None
     assert memo.get(b"b" * 32) is not None

@@ -5,8 +5,8 @@ creationTimestamp and generateName names, takes the namespace from the URL, crea
 a server-side apply to a missing name, answers 422 when a JSON-patch ``test`` fails, and treats
 a merge or apply that changes nothing as a no-op (same resourceVersion, no watch event). This
 subclass adds exactly that (the operator is not changed for the emulator). The operator tests and
-``python -m cachefleet.bench.operator_scale`` run the operator against it; kmock is a development
-dependency, so this module is only imported by them.
+``python -m harness.operator_scale`` run the operator against it; kmock is a development
+dependency, so this module is only imported by them (and is not part of the wheel).
 """
 
 from __future__ import annotations

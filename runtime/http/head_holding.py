@@ -24,7 +24,7 @@ _HEAD_START = b"HTTP/1.1 "
 _HEAD_END = b"\r\n\r\n"
 
 
-class OneWriteHttpToolsProtocol(HttpToolsProtocol):
+class HeadHoldingHttpToolsProtocol(HttpToolsProtocol):
     """:class:`HttpToolsProtocol` over a :class:`HeadHoldingTransport`."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]

@@ -1,7 +1,8 @@
 """The operator at scale: many CachedInferenceServices, one operator process, the kmock emulator.
 
-``python -m cachefleet.bench.operator_scale [--count 100]`` starts the emulator (a real HTTP
-API server on loopback, see :mod:`cachefleet.bench.kube_emulator`), runs ``cachefleet operator
+``python -m harness.operator_scale [--count 100]`` (from the repository root, or ``bash
+scripts/harness operator_scale --count 100``) starts the emulator (a real HTTP API server on
+loopback, see :mod:`harness.kube_emulator`), runs ``cachefleet operator
 --standalone --all-namespaces`` as its own process against it, creates ``count`` objects at once
 (half with a managed Redis, a quarter local-only, a quarter external Redis with an HPA), waits
 until every one has converged, then changes every spec and waits again. It prints a Markdown
@@ -254,7 +255,7 @@ async def run(
     import aiohttp
     import kmock
 
-    from cachefleet.bench.kube_emulator import Cluster
+    from harness.kube_emulator import Cluster
 
     result = Result(count)
     async with Cluster(forget_requests=True) as cluster, kmock.Server(cluster):
@@ -457,7 +458,7 @@ def report(result: Result) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cachefleet.bench.operator_scale")
+    parser = argparse.ArgumentParser(prog="python -m harness.operator_scale")
     parser.add_argument("--count", type=int, default=100, help="objects to create (100)")
     parser.add_argument("--settle", type=float, default=10.0, help="seconds before the last RSS")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per phase (600)")

@@ -13,15 +13,16 @@ arrive and never join them when the answer is memoized; the entry keeps the mode
 was rendered for, and a request is served from it only while its names resolve to that object.
 
 A memoized response lives no longer than the local-tier entry it was rendered from: each
-memo entry keeps that entry's identity, and the service serves it only while the cache
-confirms the identity is still live, so a flush, an expiry, an eviction or a replacement of
-the entry ends the memoized response with it. A reloaded model is a new model object, which
-the memo entry also has to match. The memo is an LRU bounded by bytes, and used only from the
-event loop's thread, so it needs no lock.
+memo entry keeps that entry's liveness token (``cache.api.LocalEntryToken``), and is served
+only while the token confirms the entry is still live, so a flush, an expiry, an eviction or a
+replacement of the entry ends the memoized response with it. A reloaded model is a new model
+object, which the memo entry also has to match. The memo is an LRU bounded by bytes, and used
+only from the event loop's thread, so it needs no lock.
 
-It holds nothing outside its count: the local entry's identity is a bare token (not the
-entry's tensors, which an eviction must free), and the model object is shared with the
-repository while the model is loaded; unloading or reloading a model discards its responses.
+It holds nothing outside its count: the token names the local entry by key and a bare
+identity (not the entry's tensors, which an eviction must free), and the model object is
+shared with the repository while the model is loaded; unloading or reloading a model
+discards its responses.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 
 from blake3 import blake3
 
-from cachefleet.runtime.cache.key import CacheKey
+from cachefleet.runtime.cache.api import LocalEntryToken
 from cachefleet.runtime.models.types import Model
 
 #: Bytes charged per memo entry for the objects around the response bytes.
@@ -46,9 +47,8 @@ class Memoized:
     """One rendered response and what it was rendered from."""
 
     model: Model
-    key: CacheKey
-    #: The local tier's entry identity (see ``ResponseCache.local_entry``).
-    entry: object
+    #: Confirms (and counts) a hit while the local entry it was rendered from lives.
+    token: LocalEntryToken
     body: bytes
     header_length: int | None
     size: int
@@ -97,8 +97,7 @@ class ResponseMemo:
         self,
         digest: bytes,
         model: Model,
-        key: CacheKey,
-        entry: object,
+        token: LocalEntryToken,
         body: bytes,
         header_length: int | None,
     ) -> None:
@@ -108,7 +107,7 @@ class ResponseMemo:
         self.discard(digest)
         while self._bytes + size > self.max_bytes:
             self.discard(next(iter(self._entries)))
-        self._entries[digest] = Memoized(model, key, entry, body, header_length, size)
+        self._entries[digest] = Memoized(model, token, body, header_length, size)
         self._bytes += size
 
     def discard_model(self, name: str) -> None:

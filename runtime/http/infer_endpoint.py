@@ -1,13 +1,12 @@
-"""The infer route as a plain ASGI callable in front of the FastAPI application.
+"""The one infer endpoint: ``POST /v2/models/{m}[/versions/{v}]/infer`` as a plain ASGI app.
 
-A cache hit on a small model costs a few tens of microseconds of real work; Starlette's
-routing, middleware stack, ``Request`` object and exception machinery cost more than that.
-So ``POST /v2/models/{m}[/versions/{v}]/infer`` is answered here, straight from the ASGI
-scope, and every other request (and the lifespan) falls through to the application
-unchanged. The behaviour is the route's: the same body limit and decompression, the same
-service call, the same ``{"error": ...}`` answers and headers.
+It reads the ASGI scope and messages itself (no ``Request`` object, no exception machinery):
+the body within the limit, decompressed, admitted against the budget of requests and bytes in
+flight; the service's answer rendered for HTTP; refusals through the one error mapping
+(``errors``). The router reaches it through its routes, and ``infer_shortcut`` straight from
+the scope.
 
-The cheapest answer, a memoized response (see ``service.memo_answers``), is found before any
+The cheapest answer, a memoized response (see ``infer_answers``), is found before any
 of the service's asynchronous path: the body is hashed piece by piece as it arrives (never
 joined), the memo answers and counts in one synchronous call, and the response goes out as
 one message pair whose headers were built when the response was memoized. No task lookup,
@@ -20,12 +19,12 @@ import asyncio
 import logging
 import time
 
-import orjson
 from starlette.requests import Request
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from cachefleet.runtime.cache.api import CacheDirectives
-from cachefleet.runtime.errors import BadRequestError, OverloadedError, ServingError
+from cachefleet.runtime.composition import Runtime, RuntimeSlot
+from cachefleet.runtime.errors import BadRequestError, NotReadyError, ServingError
 from cachefleet.runtime.http.body import (
     ClientGoneError,
     joined,
@@ -34,10 +33,11 @@ from cachefleet.runtime.http.body import (
 )
 from cachefleet.runtime.http.client_watch import ClientWatch
 from cachefleet.runtime.http.compression import compress_for
-from cachefleet.runtime.http.restricted import FORBIDDEN, ApiGuard, refusal_message
-from cachefleet.runtime.http.state import ServerState
+from cachefleet.runtime.http.errors import error_answer
+from cachefleet.runtime.http.infer_answers import ServiceAnswers, answers_for
+from cachefleet.runtime.http.response_memo import Memoized
+from cachefleet.runtime.http.restricted import ApiGuard, RestrictedApiError, refusal_message
 from cachefleet.runtime.protocol.cache_control import directives_from
-from cachefleet.runtime.service.memo import Memoized
 from cachefleet.runtime.service.request_budget import body_cost
 
 log = logging.getLogger(__name__)
@@ -49,64 +49,59 @@ INFLATION = 8
 _BINARY = b"application/octet-stream"
 
 
-def infer_route(path: str) -> tuple[str, str | None] | None:
-    """``(model, version)`` of an infer path, None for any other path.
+class InferEndpoint:
+    """``POST /v2/models/{m}[/versions/{v}]/infer``: the server's one infer handler.
 
-    Matches what the Starlette routes match: ``/v2/models/{m}/infer`` and
-    ``/v2/models/{m}/versions/{v}/infer``, each segment non-empty and free of ``/``.
+    An ASGI application: the router reaches it through its routes, and
+    :class:`~cachefleet.runtime.http.infer_shortcut.InferShortcut` straight from the ASGI
+    scope through :meth:`serve`, without the router's cost.
     """
-    if not path.startswith("/v2/models/") or not path.endswith("/infer"):
-        return None
-    parts = path[11:-6].split("/")
-    if len(parts) == 1 and parts[0]:
-        return parts[0], None
-    if len(parts) == 3 and parts[1] == "versions" and parts[0] and parts[2]:
-        return parts[0], parts[2]
-    return None
 
-
-class InferFrontDoor:
-    """Answers infer requests itself; hands everything else to ``app``."""
-
-    def __init__(self, app: ASGIApp, state: ServerState) -> None:
-        self.app = app
-        self._state = state
-        self._limit = state.settings.server.max_request_bytes
-        #: Read by the HTTP protocol's connection guard (see ``connection_guard``).
-        self.limits = state.settings.limits
+    def __init__(self, slot: RuntimeSlot) -> None:
+        self._slot = slot
+        settings = slot.settings
+        self._limit = settings.server.max_request_bytes
         #: ``--http-restricted-api``'s restriction of the inference group, if any.
-        self._restriction = ApiGuard(state.settings.security.http_restricted_api).restriction(
-            "inference"
-        )
+        self._restriction = ApiGuard(settings.security.http_restricted_api).restriction("inference")
+        #: The runtime the answers below were made for, and those answers.
+        self._answers: tuple[Runtime, ServiceAnswers] | None = None
         self._restricted_header = (
             self._restriction.header.lower().encode() if self._restriction is not None else b""
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
-            route = infer_route(scope["path"])
-            if route is not None:
-                await self._infer(scope, receive, send, *route)
-                return
-        await self.app(scope, receive, send)
+        """As a route's endpoint: the router matched the path and the method."""
+        params = scope["path_params"]
+        await self.serve(scope, receive, send, params["model"], params.get("version") or None)
 
-    async def _infer(
+    async def serve(
         self, scope: Scope, receive: Receive, send: Send, model: str, version: str | None
     ) -> None:
-        """Admit the request (a count and an estimate of its bytes against the budget) before a
+        """Answer the infer request for ``model`` (at ``version``) that ``scope`` carries.
+
+        Admit the request (a count and an estimate of its bytes against the budget) before a
         byte of its body is read, answer it, and give its share back."""
-        budget = self._state.budget
         cost = self._cost(scope)
         try:
+            runtime = self._slot.ready()
+            budget = runtime.budget
             if not budget.try_enter(cost):
                 await budget.wait(cost)
-        except OverloadedError as error:
+        except NotReadyError as error:  # not loaded yet, or over the budget
             await _refuse(send, scope, error)
             return
         try:
-            await self._admitted(scope, receive, send, model, version)
+            await self._admitted(scope, receive, send, model, version, self._answers_of(runtime))
         finally:
             budget.leave(cost)
+
+    def _answers_of(self, runtime: Runtime) -> ServiceAnswers:
+        """The answers for ``runtime``, made the first time it serves a request (a server
+        opens one runtime; a test's app may open several in turn)."""
+        made = self._answers
+        if made is None or made[0] is not runtime:
+            made = self._answers = (runtime, answers_for(runtime))
+        return made[1]
 
     def _cost(self, scope: Scope) -> int:
         """What the request may hold, from its declared length (the limit when it declares
@@ -125,7 +120,13 @@ class InferFrontDoor:
         return body_cost(size, header_length)
 
     async def _admitted(
-        self, scope: Scope, receive: Receive, send: Send, model: str, version: str | None
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        model: str,
+        version: str | None,
+        answers: ServiceAnswers,
     ) -> None:
         declared = encoding = header_text = cache_control = accept = presented = None
         for name, value in scope["headers"]:
@@ -141,29 +142,34 @@ class InferFrontDoor:
                 accept = value
             elif name == self._restricted_header:
                 presented = value
-        if self._restriction is not None and not self._restriction.admits(presented):
-            await _error(send, FORBIDDEN, refusal_message(self._restriction))
-            return
         try:
-            service = self._state.ready_service()
+            if self._restriction is not None and not self._restriction.admits(presented):
+                raise RestrictedApiError(refusal_message(self._restriction))
             directives = directives_from(_text(cache_control))
             header_length, bad_header = _header_length(header_text)
-            # A compressed body is hashed by the service once inflated (its digest is the
-            # plain body's); a bad header length is refused after the body, by the service.
-            asked = bad_header is None and (encoding is None or encoding == b"identity")
+            # A bad header length is refused once the body is in (as the body limit comes first).
             hasher = None
-            if asked:
-                hasher = service.memo_hasher(model, version, header_length, directives)
-            parts = await receive_parts(receive, _text(declared), self._limit, hasher)
+            if bad_header is None:
+                hasher = answers.hasher(model, version, header_length, directives)
+            # A plain body is hashed piece by piece as it comes; a compressed one once inflated
+            # (its digest is the plain body's).
+            plain = encoding is None or encoding == b"identity"
+            parts = await receive_parts(
+                receive, _text(declared), self._limit, hasher if plain else None
+            )
+            body = None if plain else joined(parts, _text(encoding), self._limit)
             digest = None
             if hasher is not None:
+                if body is not None:
+                    hasher.update(body)
                 started_ns = time.perf_counter_ns()
                 digest = hasher.digest()
-                found = service.memo_answer(model, version, digest, started_ns)
+                found = answers.memoized(model, version, digest, started_ns)
                 if found is not None:
                     await _send_memoized(send, found, accept)
                     return
-            body = joined(parts, _text(encoding), self._limit)
+            if body is None:
+                body = joined(parts, None, self._limit)
             if bad_header is not None:
                 raise bad_header
         except ClientGoneError:
@@ -171,21 +177,19 @@ class InferFrontDoor:
         except ServingError as error:
             await _refuse(send, scope, error)
             return
-        memo = (digest, asked)
         await self._answer(
-            scope, receive, send, (model, version), body, header_length, directives, memo, accept
-        )
+            scope, receive, send, answers, (model, version, body, header_length, directives),
+            digest, accept,
+        )  # fmt: skip
 
     async def _answer(
         self,
         scope: Scope,
         receive: Receive,
         send: Send,
-        route: tuple[str, str | None],
-        body: bytes,
-        header_length: int | None,
-        directives: CacheDirectives,
-        memo: tuple[bytes | None, bool],
+        answers: ServiceAnswers,
+        request: tuple[str, str | None, bytes, int | None, CacheDirectives],
+        digest: bytes | None,
         accept: bytes | None,
     ) -> None:
         """Everything but a memoized answer: the service's whole path, with a watch for the
@@ -202,15 +206,7 @@ class InferFrontDoor:
             watch.start()
 
         try:
-            outcome = await self._state.ready_service().infer(
-                *route,
-                body,
-                header_length,
-                directives,
-                on_wait=on_wait,
-                digest=memo[0],
-                memo_asked=memo[1],
-            )
+            outcome = await answers.answer(*request, on_wait, digest)
         except asyncio.CancelledError:
             if watch is None or not watch.absorb():
                 raise
@@ -218,9 +214,8 @@ class InferFrontDoor:
         except ServingError as error:
             await _refuse(send, scope, error)
             return
-        except Exception as error:  # a bug: answer as the app's last-resort handler does
-            log.exception("unexpected error on POST %s", scope["path"])
-            await _error(send, 500, f"internal server error: {type(error).__name__}")
+        except Exception as error:  # a bug: answered as the app's last-resort handler does
+            await _refuse(send, scope, error)
             return
         finally:
             if watch is not None:
@@ -282,26 +277,13 @@ def _text(value: bytes | None) -> str | None:
     return None if value is None else value.decode("latin-1")
 
 
-async def _refuse(send: Send, scope: Scope, error: ServingError) -> None:
-    if error.status_code >= 500:
-        log.warning("POST %s: %s", scope["path"], error.message)
-    extra = None
-    if isinstance(error, OverloadedError):
-        extra = [(b"retry-after", b"%d" % error.retry_after_s)]
-    await _error(send, error.status_code, error.message, extra)
-
-
-async def _error(
-    send: Send, status: int, message: str, extra: list[tuple[bytes, bytes]] | None = None
-) -> None:
-    # Every infer response says how the cache answered; a refused request never used it.
-    body = orjson.dumps({"error": message})
-    await _respond(send, status, _JSON, body, [(b"x-cache", b"bypass"), *(extra or ())])
-
-
-async def _respond(
-    send: Send, status: int, media: bytes, body: bytes, extra: list[tuple[bytes, bytes]]
-) -> None:
-    headers = [(b"content-length", b"%d" % len(body)), (b"content-type", media), *extra]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+async def _refuse(send: Send, scope: Scope, error: Exception) -> None:
+    """Answer ``error`` as every endpoint does (see ``errors``)."""
+    answer = error_answer(error, "POST", scope["path"])
+    headers = [
+        (b"content-length", b"%d" % len(answer.body)),
+        (b"content-type", _JSON),
+        *answer.headers,
+    ]
+    await send({"type": "http.response.start", "status": answer.status, "headers": headers})
+    await send({"type": "http.response.body", "body": answer.body})

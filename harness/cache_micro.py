@@ -6,7 +6,8 @@ and the latency of ``get_or_compute`` for a local hit, a Redis hit and a miss (w
 that returns at once, so the figure is pure cache overhead: key, lookups, local insert,
 write-behind enqueue). With ``--model-folder``, also the time a load spends fingerprinting that
 model's version 1 (its files and config, hashed twice: before and after the session opens).
-Run ``python -m cachefleet.bench.cache_micro``; it starts its own ``redis-server`` on a free
+Run ``python -m harness.cache_micro`` from the repository root (``bash scripts/harness
+cache_micro``); it starts its own ``redis-server`` on a free
 loopback port unless ``--redis-url`` is given.
 """
 
@@ -24,89 +25,26 @@ from pathlib import Path
 
 import numpy as np
 
+from cachefleet.bench.identity import (
+    fingerprint_ms,
+    image_request,
+    key_throughput,
+    simple_key_us,
+    simple_request,
+)
 from cachefleet.bench.processes import RedisServer
 from cachefleet.runtime.cache.api import CacheDirectives, CacheRequest, CacheStatus
 from cachefleet.runtime.cache.factory import build_cache
-from cachefleet.runtime.cache.key import compute_key
 from cachefleet.runtime.cache.read_through import ReadThroughCache
 from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.metrics import RuntimeMetrics
-from cachefleet.runtime.models.fingerprint import files_digest, fingerprint
 from cachefleet.runtime.tensor import Tensor
 
-IMAGE_SHAPE = (3, 224, 224)
-#: A model fingerprint as the repository makes them (hex BLAKE3); its value does not matter here.
-FINGERPRINT = "f" * 64
 OUTPUT = Tensor.from_numpy("fc6_1", np.linspace(0, 1, 1000, dtype=np.float32).reshape(1000, 1, 1))
-
-
-def image_request(seed: int) -> CacheRequest:
-    image = np.random.default_rng(seed).random(IMAGE_SHAPE, dtype=np.float32)
-    tensor = Tensor.from_numpy("data_0", image)
-    return CacheRequest(
-        "densenet_onnx", "1", [tensor], {}, enabled=True, ttl_s=600, fingerprint=FINGERPRINT
-    )
-
-
-def simple_request(seed: int) -> CacheRequest:
-    first = Tensor.from_numpy("INPUT0", np.full((1, 16), seed, dtype=np.int32))
-    second = Tensor.from_numpy("INPUT1", np.ones((1, 16), dtype=np.int32))
-    return CacheRequest(
-        "simple", "1", [first, second], {}, enabled=True, ttl_s=600, fingerprint=FINGERPRINT
-    )
 
 
 async def compute() -> list[Tensor]:
     return [OUTPUT]
-
-
-def key_throughput(rounds: int) -> tuple[float, float, float]:
-    """(GB/s at the median, median and mean microseconds per key) on the densenet input.
-
-    The median is the figure to quote: on a shared machine the mean mostly measures the
-    scheduler taking the CPU away.
-    """
-    request = image_request(0)
-    nbytes = request.inputs[0].nbytes
-    samples = _key_seconds(request, rounds)
-    median = statistics.median(samples)
-    return nbytes / median / 1e9, median * 1e6, statistics.mean(samples) * 1e6
-
-
-def simple_key_us(rounds: int) -> float:
-    """Median microseconds per key of a ``simple`` request (small inputs: the fixed cost)."""
-    return statistics.median(_key_seconds(simple_request(0), rounds)) * 1e6
-
-
-def _key_seconds(request: CacheRequest, rounds: int) -> list[float]:
-    """Seconds each of ``rounds`` key computations of ``request`` took."""
-    samples = []
-    for _ in range(rounds):
-        started = time.perf_counter()
-        compute_key(
-            request.model,
-            request.version,
-            request.fingerprint,
-            request.inputs,
-            request.parameters,
-        )
-        samples.append(time.perf_counter() - started)
-    return samples
-
-
-def fingerprint_ms(model_folder: Path, rounds: int) -> tuple[float, int]:
-    """(median milliseconds, bytes hashed) to fingerprint version 1 of the model in
-    ``model_folder`` as a load does: every file hashed twice, around the session's opening."""
-    version = model_folder / "1"
-    size = sum(path.stat().st_size for path in version.rglob("*") if path.is_file())
-    samples = []
-    for _ in range(rounds):
-        started = time.perf_counter()
-        files = files_digest(model_folder, 1, [])
-        files_digest(model_folder, 1, [])
-        fingerprint(b"config", files)
-        samples.append(time.perf_counter() - started)
-    return statistics.median(samples) * 1e3, size
 
 
 async def latencies(
@@ -198,7 +136,7 @@ def redis_server(url: str | None) -> Iterator[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cachefleet.bench.cache_micro")
+    parser = argparse.ArgumentParser(prog="python -m harness.cache_micro")
     parser.add_argument("--rounds", type=int, default=2000, help="samples per figure")
     parser.add_argument("--redis-url", help="use this Redis instead of starting one")
     parser.add_argument(

@@ -1,0 +1,13 @@
+"""The repository's own harness: runs that are not user commands, kept out of the wheel.
+
+- :mod:`harness.operator_scale`: the operator at scale against the Kubernetes emulator.
+- :mod:`harness.kube_emulator`: kmock with a real API server's bookkeeping; the operator tests
+  run against it too (``tests/support/kube``).
+- :mod:`harness.cache_micro`: the response cache's costs at its API (keys, hits, misses).
+
+Run a module from the repository root with ``bash scripts/harness <module> [options]`` (it puts
+the repository on the path, which ``PYTHONSAFEPATH=1`` otherwise keeps off), or with
+``python -m harness.<module>`` there without ``PYTHONSAFEPATH``. It needs the development install
+(``bash scripts/setup-dev``: kmock and the rest of ``.[dev]``). The harness may import the
+package; the package never imports the harness (import-linter checks).
+"""

@@ -1,0 +1,153 @@
+"""The composition root: the one place the runtime's parts are built and closed.
+
+``async with Runtime.open(settings) as runtime`` loads the repository (off the event loop),
+builds the metrics registry, the model threads, the cache, the request ledger, the service,
+model control and the shared-memory registry, and closes all of it when the block ends. The
+transports (the HTTP app, the gRPC server) are siblings that receive the frozen
+:class:`Runtime`; neither builds anything, and neither knows the other. Until the parts are in,
+:class:`RuntimeSlot` answers for them with NotReadyError (a 503), which is what a client sees
+while the models load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import os
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+
+from cachefleet.runtime.cache.api import ResponseCache
+from cachefleet.runtime.cache.factory import build_cache
+from cachefleet.runtime.config import RuntimeSettings
+from cachefleet.runtime.errors import NotReadyError
+from cachefleet.runtime.metrics import RuntimeMetrics
+from cachefleet.runtime.models.errors import ModelLoadError
+from cachefleet.runtime.models.repository import load_repository
+from cachefleet.runtime.models.types import ModelRepository
+from cachefleet.runtime.service import (
+    InferenceService,
+    InFlight,
+    ModelControl,
+    SharedMemoryRegistry,
+    StatisticsRegistry,
+)
+from cachefleet.runtime.service.model_info import ModelInfo
+from cachefleet.runtime.service.request_budget import RequestBudget
+from cachefleet.runtime.service.request_ledger import RequestLedger
+
+log = logging.getLogger(__name__)
+
+
+def package_version() -> str:
+    """The installed distribution's version (``0.0.0`` from a bare source tree)."""
+    try:
+        return version("cachefleet")
+    except PackageNotFoundError:
+        return "0.0.0"
+
+
+@dataclass(frozen=True, slots=True)
+class Runtime:
+    """The parts of a running server, built by :meth:`open` and shared by every transport."""
+
+    settings: RuntimeSettings
+    metrics: RuntimeMetrics
+    repository: ModelRepository
+    cache: ResponseCache
+    ledger: RequestLedger
+    service: InferenceService
+    control: ModelControl
+    shared_memory: SharedMemoryRegistry
+    #: Requests and request bytes in flight, shared by HTTP and gRPC (see its module).
+    budget: RequestBudget
+
+    @classmethod
+    @asynccontextmanager
+    async def open(cls, settings: RuntimeSettings) -> AsyncIterator[Runtime]:
+        """Build every part for ``settings``, yield them, close them in reverse order.
+
+        Loading blocks on purpose: with several workers on one port a worker must not accept
+        requests before its models are in, or clients would see 503s from a half-loaded fleet.
+        """
+        if settings.models.repository is None:
+            raise ModelLoadError("no model repository configured (--model-repository)")
+        metrics = RuntimeMetrics()
+        repository = await asyncio.to_thread(
+            load_repository, settings.models.repository, settings.models, _models_to_load(settings)
+        )
+        async with AsyncExitStack() as stack:
+            stack.callback(repository.close)
+            executor = ThreadPoolExecutor(
+                max_workers=_model_threads(), thread_name_prefix="cachefleet-model"
+            )
+            stack.callback(executor.shutdown, wait=True, cancel_futures=True)
+            cache = build_cache(settings, metrics)
+            stack.push_async_callback(cache.close)
+            await cache.start()
+            shared_memory = SharedMemoryRegistry()
+            stack.callback(shared_memory.close)
+            ledger = RequestLedger(metrics, StatisticsRegistry(), InFlight())
+            service = InferenceService(
+                repository, cache, metrics, settings, executor, ledger, shared_memory
+            )
+            stack.push_async_callback(service.close)
+            metrics.registry.register(ModelInfo(repository))
+            control = ModelControl(
+                repository,
+                ledger.statistics,
+                ledger.in_flight,
+                settings.models.control_mode,
+                max_file_bytes=settings.server.max_request_bytes,
+            )
+            control.on_release(service.release_model)
+            limits = settings.limits
+            budget = RequestBudget(limits.max_requests_in_flight, limits.max_inflight_bytes)
+            runtime = cls(
+                settings, metrics, repository, cache, ledger, service, control, shared_memory,
+                budget,
+            )  # fmt: skip
+            # Everything made so far (modules, models, sessions) lives as long as the server:
+            # out of the collector's sight, a full collection walks only what requests and the
+            # cache made.
+            gc.freeze()
+            log.info(
+                "serving %d model version(s) from %s, cache %s",
+                sum(entry.state == "READY" for entry in repository.index()),
+                settings.models.repository,
+                settings.cache.mode,
+            )
+            yield runtime
+
+
+@dataclass
+class RuntimeSlot:
+    """Where a transport finds the runtime: empty until :meth:`Runtime.open` has built it."""
+
+    settings: RuntimeSettings
+    runtime: Runtime | None = None
+    version: str = field(default_factory=package_version)
+
+    def ready(self) -> Runtime:
+        """The runtime, or NotReadyError (503) while the models load."""
+        if self.runtime is None:
+            raise NotReadyError("the server is still loading its models")
+        return self.runtime
+
+
+def _models_to_load(settings: RuntimeSettings) -> frozenset[str] | None:
+    """The models to load at start: all (None) unless explicit mode names some ('*': all)."""
+    if settings.models.control_mode == "none" or "*" in settings.models.load_models:
+        return None
+    return frozenset(settings.models.load_models)
+
+
+def _model_threads() -> int:
+    """Concurrent model runs: one per usable core (at least 2, at most 8), so that inference
+    never blocks the event loop and ONNX Runtime's own thread pools are not oversubscribed."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(2, min(8, cores or 1))

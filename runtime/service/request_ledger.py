@@ -1,0 +1,126 @@
+"""The request ledger: the one place a request's passage through the server is written down.
+
+Every way a request is answered (a transport's call of the service, a memoized HTTP answer)
+opens a :class:`Passage` when its model is resolved and closes it with :meth:`succeeded` or
+:meth:`failed`; the ledger alone counts, so every path reports the same:
+
+- in flight: the model's count (``in_flight``), which an unload waits on;
+- metrics: ``cachefleet_requests_total{code}``, ``cachefleet_request_seconds`` and Triton's
+  ``nv_inference_request_success`` / ``_failure``;
+- statistics (Triton's extension, see ``statistics``): ``success`` (and ``queue.count``, cache
+  hits included) or ``fail`` with the request's duration, and ``cache_hit`` (the lookup's time)
+  or ``cache_miss`` (the cache's time minus the model's) from the passage's cache outcome. Model
+  executions are recorded by the scheduler, once per execution, as ``compute_*``.
+
+A passage knows the model, version, transport, cache outcome, and its time in the cache and in
+(or waiting for) model executions: what anything that follows requests (a tracer) needs, at the
+two calls every request makes. The labelled metric children are bound once per model version,
+so a request pays plain increments, not ``labels()`` lookups.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from prometheus_client import Counter, Histogram
+
+from cachefleet.runtime.cache.api import CacheStatus
+from cachefleet.runtime.errors import ServingError
+from cachefleet.runtime.metrics import RuntimeMetrics
+from cachefleet.runtime.metrics import TritonInferenceCounters as TRITON
+from cachefleet.runtime.models.types import Model
+from cachefleet.runtime.service.in_flight import InFlight
+from cachefleet.runtime.service.statistics import StatisticsRegistry
+
+_HITS = (CacheStatus.HIT_LOCAL, CacheStatus.HIT_REDIS)
+_MISSES = (CacheStatus.MISS, CacheStatus.PARTIAL)
+
+
+@dataclass(slots=True)
+class Passage:
+    """One request from its model's resolution to its answer."""
+
+    model: Model
+    #: ``"http"`` or ``"grpc"``.
+    transport: str
+    #: ``time.perf_counter_ns()`` when the request started (its body in).
+    started_ns: int
+    #: How the cache answered; None until it did (or when the request failed before).
+    cache_status: CacheStatus | None = None
+    #: Nanoseconds in the cache's ``get_or_compute`` (the model's run included).
+    cache_ns: int = 0
+    #: Nanoseconds waiting for and in model executions (0 for a hit).
+    model_ns: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Series:
+    """The request metric children of one model version."""
+
+    request_seconds: Histogram
+    ok: Counter
+
+
+class RequestLedger:
+    """Opens and closes every request's :class:`Passage` (see the module)."""
+
+    def __init__(
+        self, metrics: RuntimeMetrics, statistics: StatisticsRegistry, in_flight: InFlight
+    ) -> None:
+        self._metrics = metrics
+        self.statistics = statistics
+        self.in_flight = in_flight
+        self._series: dict[tuple[str, str], _Series] = {}
+
+    def open(self, model: Model, transport: str, started_ns: int) -> Passage:
+        """Start a request's passage: it is in flight until closed. No await may come between
+        the model's resolution and this call, or an unload could slip between them."""
+        self.in_flight.enter(model.name)
+        return Passage(model, transport, started_ns)
+
+    def succeeded(self, passage: Passage) -> int:
+        """Close an answered request; returns the ``perf_counter_ns()`` it closed at."""
+        now_ns = time.perf_counter_ns()
+        model = passage.model
+        self.in_flight.leave(model.name)
+        elapsed_ns = now_ns - passage.started_ns
+        series = self._of(model)
+        series.ok.inc()
+        series.request_seconds.observe(elapsed_ns / 1e9)
+        self._metrics.inference.add(TRITON.SUCCESS, model.name, model.version)
+        stats = self.statistics.for_version(model.name, model.version)
+        stats.record_success(elapsed_ns)
+        status = passage.cache_status
+        if status in _HITS:
+            stats.record_cache_hit(passage.cache_ns)
+        elif status in _MISSES:
+            stats.record_cache_miss(passage.cache_ns - passage.model_ns)
+        return now_ns
+
+    def failed(self, passage: Passage, error: ServingError) -> None:
+        """Close a refused or failed request."""
+        model = passage.model
+        self.in_flight.leave(model.name)
+        elapsed_ns = time.perf_counter_ns() - passage.started_ns
+        code = str(error.status_code)
+        self._metrics.requests.labels(model.name, model.version, code).inc()
+        self._metrics.inference.add(TRITON.FAILURE, model.name, model.version)
+        self._of(model).request_seconds.observe(elapsed_ns / 1e9)
+        self.statistics.for_version(model.name, model.version).record_failure(elapsed_ns)
+
+    def abandoned(self, passage: Passage) -> None:
+        """Close a request that neither succeeded nor was refused (cancelled, or a bug, which
+        the transport reports): no longer in flight, counted nowhere."""
+        self.in_flight.leave(passage.model.name)
+
+    def _of(self, model: Model) -> _Series:
+        key = (model.name, model.version)
+        series = self._series.get(key)
+        if series is None:
+            metrics = self._metrics
+            series = _Series(
+                metrics.request_seconds.labels(*key), metrics.requests.labels(*key, "200")
+            )
+            self._series[key] = series
+        return series
