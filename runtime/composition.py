@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 
 from cachefleet.runtime.cache.api import ResponseCache
-from cachefleet.runtime.cache.factory import build_cache
+from cachefleet.runtime.cache.factory import build_admission, build_cache
 from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.errors import NotReadyError
 from cachefleet.runtime.metrics import RuntimeMetrics
@@ -86,12 +86,13 @@ class Runtime:
                 max_workers=_model_threads(), thread_name_prefix="cachefleet-model"
             )
             stack.callback(executor.shutdown, wait=True, cancel_futures=True)
-            cache = build_cache(settings, metrics)
+            admission = build_admission(settings)
+            cache = build_cache(settings, metrics, admission)
             stack.push_async_callback(cache.close)
             await cache.start()
             shared_memory = SharedMemoryRegistry()
             stack.callback(shared_memory.close)
-            ledger = RequestLedger(metrics, StatisticsRegistry(), InFlight())
+            ledger = RequestLedger(metrics, StatisticsRegistry(admission), InFlight())
             service = InferenceService(
                 repository, cache, metrics, settings, executor, ledger, shared_memory
             )

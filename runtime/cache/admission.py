@@ -274,24 +274,26 @@ class AdmissionPolicy:
         return True if chosen is None else chosen.tier(tier).admitted
 
     def figures(self, model: str, version: str | None = None) -> list[AdmissionFigures]:
-        """Every tier's figures of ``model`` (every measured version when ``version`` is None)."""
-        return [
-            each
-            for each in self.snapshot()
-            if each.model == model and (version is None or each.version == version)
-        ]
+        """Every tier's figures of ``model``: of ``version`` (a version not yet served is
+        reported admitted, unmeasured), or of every served version when None."""
+        if version is not None:
+            found = self._models.get((model, version))
+            if found is None:
+                found = ModelAdmission(model, version, self._tuning, decides=False)
+            return list(self._figures([found]))
+        return [each for each in self.snapshot() if each.model == model]
 
     def snapshot(self) -> list[AdmissionFigures]:
-        """Every measured model version and tier of this server."""
-        return list(self._figures())
+        """Every served model version and tier of this server."""
+        return list(self._figures(list(self._models.values())))
 
-    def _figures(self) -> Iterator[AdmissionFigures]:
-        for (model, version), found in list(self._models.items()):
+    def _figures(self, models: list[ModelAdmission]) -> Iterator[AdmissionFigures]:
+        for found in models:
             for tier in self.tiers:
                 each = found.tier(tier)
                 yield AdmissionFigures(
-                    model=model,
-                    version=version,
+                    model=found.model,
+                    version=found.version,
                     tier=tier,
                     admitted=each.admitted,
                     expected_saving_s=each.expected_saving(),
