@@ -34,6 +34,11 @@ and the decision flips back when traffic or hardware changes:
   back within a few requests), a cheap one rarely. At least one in ``probe_floor`` requests
   probes whatever the credit.
 
+The other way round, a model whose requests all hit would never be computed again, and keep
+the compute time of its first (cold, slow) runs: so a request now and then is computed although
+a tier may hold it (``ModelAdmission.recomputes``), paid for by the same 2 % of the time its
+lookups take.
+
 Budget probes of requests that repeat rarely underestimate the hit ratio (the first sighting
 was probably not inserted); the key sample is what keeps such traffic measured correctly.
 
@@ -178,7 +183,16 @@ class ModelAdmission:
     """The figures and decisions of one model version, bound once per version (the hot path
     pays one dictionary lookup to find them)."""
 
-    __slots__ = ("compute_s", "local", "model", "redis", "version")
+    __slots__ = (
+        "_credit",
+        "_decides",
+        "_tuning",
+        "compute_s",
+        "local",
+        "model",
+        "redis",
+        "version",
+    )
 
     def __init__(self, model: str, version: str, tuning: AdmissionTuning, *, decides: bool) -> None:
         self.model = model
@@ -186,6 +200,30 @@ class ModelAdmission:
         self.compute_s = MovingAverage(tuning.weight)
         self.local = TierAdmission("local", self, tuning, decides=decides)
         self.redis = TierAdmission("redis", self, tuning, decides=decides)
+        self._credit = 0.0
+        self._tuning = tuning
+        self._decides = decides
+
+    def recomputes(self) -> bool:
+        """Whether this request is computed although a tier may hold its answer: the compute
+        time is measured only when something computes, and a model whose requests all hit
+        would keep the figure of its first (cold, slow) runs for ever. Each request earns
+        ``probe_budget`` of the lookups it would make; when that covers a computation, the
+        request computes. An expensive model behind cheap lookups is thus almost never
+        recomputed, a cheap one behind a slow Redis every few dozen requests."""
+        local, redis = self.local, self.redis
+        if not self._decides or self.compute_s.count == 0:
+            return False  # nothing to refresh yet: the first miss measures it
+        if max(local.lookup_s.count, redis.lookup_s.count) < self._tuning.min_lookups:
+            return False  # undecided: a fresh model caches as before
+        spent = (local.lookup_s.value if local.admitted else 0.0) + (
+            redis.lookup_s.value if redis.admitted else 0.0
+        )
+        self._credit += self._tuning.probe_budget * spent
+        if spent > 0.0 and self._credit >= self.compute_s.value:
+            self._credit -= self.compute_s.value
+            return True
+        return False
 
     def computed(self, seconds: float) -> None:
         """One answer took ``seconds`` to compute."""

@@ -143,6 +143,9 @@ class ReadThroughCache:
             if request.enabled and directives.store:
                 self._store(self._key(request), outputs, request.ttl_s, started)
             return CacheAnswer(outputs, CacheStatus.BYPASS)
+        if admission.recomputes():  # refreshes what a hit saves (see ``admission.py``)
+            series.bypass.inc()
+            return CacheAnswer(await _timed(compute, admission), CacheStatus.BYPASS)
         started = time.perf_counter()
         key = self._key(request)
         # Admission (``admission.py``): a tier that costs this model more than it saves is

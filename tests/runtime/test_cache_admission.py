@@ -121,6 +121,19 @@ def test_the_decision_flips_back_when_the_tier_starts_saving() -> None:
     assert model.local.admitted
 
 
+def test_a_model_whose_requests_all_hit_is_recomputed_now_and_then() -> None:
+    """Its compute time is refreshed, paid for by 2 % of its lookup time."""
+    policy = AdmissionPolicy("auto", ("local", "redis"), TUNING)
+    model = policy.of("simple", "1")
+    assert not model.recomputes(), "nothing measured yet: a fresh model caches as before"
+    observe(model, model.local, compute_s=100 * US, lookup_s=50 * US, insert_s=5 * US,
+            hit=True, times=10)  # fmt: skip
+    # 2 % of a 50 us lookup is 1 us a request: a 100 us computation every 100 requests.
+    recomputed = sum(model.recomputes() for _ in range(1_000))
+    assert 9 <= recomputed <= 10
+    assert not AdmissionPolicy("always", ("local",), TUNING).of("simple", "1").recomputes()
+
+
 def test_a_model_at_the_boundary_does_not_flap() -> None:
     policy = AdmissionPolicy("auto", ("local",), TUNING)
     model = policy.of("simple", "1")
