@@ -1,4 +1,5 @@
-"""The runtime fleet: Deployment, Service, ConfigMap with the runtime settings, optional HPA."""
+"""The runtime fleet: Deployment, Service, ConfigMap with the runtime settings (its scaler is in
+:mod:`~cachefleet.operator.manifests.autoscaling`)."""
 
 from __future__ import annotations
 
@@ -216,33 +217,6 @@ def build_runtime_service(spec: ServiceSpec, *, owner: Owner) -> dict[str, Any]:
     }
 
 
-def build_runtime_hpa(spec: ServiceSpec, *, owner: Owner) -> dict[str, Any]:
-    assert spec.autoscaling is not None
-    scaling = spec.autoscaling
-    return {
-        "apiVersion": "autoscaling/v2",
-        "kind": "HorizontalPodAutoscaler",
-        "metadata": meta.metadata(owner, owner.name, COMPONENT),
-        "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": owner.name},
-            "minReplicas": scaling.min_replicas,
-            "maxReplicas": scaling.max_replicas,
-            "metrics": [
-                {
-                    "type": "Resource",
-                    "resource": {
-                        "name": "cpu",
-                        "target": {
-                            "type": "Utilization",
-                            "averageUtilization": scaling.target_cpu_utilization_percentage,
-                        },
-                    },
-                }
-            ],
-        },
-    }
-
-
 def build_runtime_deployment(
     spec: ServiceSpec,
     *,
@@ -260,7 +234,7 @@ def build_runtime_deployment(
         "selector": {"matchLabels": meta.selector_labels(owner, COMPONENT)},
         "template": {"metadata": _pod_metadata(spec, owner, pod, password_digest), "spec": pod},
     }
-    if spec.autoscaling is None:  # with an HPA, the HPA owns the replica count
+    if spec.autoscaling is None:  # else the scaler (an HPA, or KEDA's) owns the count
         deployment_spec["replicas"] = spec.replicas
     if spec.runtime.gpus:
         # A surge pod would need a GPU beyond the replicas' own, and on a full GPU pool it stays

@@ -343,18 +343,83 @@ class Cache(_Spec):
         return self.uses_redis and self.redis.external is None
 
 
+ScalingMetric = Literal["cpu", "misses", "queue"]
+ScalingEngine = Literal["hpa", "keda"]
+
+
+class Prometheus(_Spec):
+    """Where KEDA reads the metrics the runtime exports (and what it asks)."""
+
+    server_address: str = Field(min_length=1)
+    #: Replaces the rendered scaling query (its value is divided by ``target`` per pod).
+    query: str | None = Field(None, min_length=1)
+    #: The service's request rate measured in front of the pods: what wakes a fleet at zero
+    #: (at zero pods the runtime reports nothing). Required with ``minReplicas: 0``.
+    activation_query: str | None = Field(None, min_length=1)
+    #: The activation query's value above which the fleet leaves zero.
+    activation_threshold: float = Field(0, ge=0)
+
+
 class Autoscaling(_Spec):
-    min_replicas: int = Field(1, ge=1)
+    min_replicas: int = Field(1, ge=0)
     max_replicas: int = Field(ge=1)
+    #: cpu: utilisation of the CPU request; misses: cache misses per second per pod (what the
+    #: model actually runs); queue: requests in flight per pod.
+    metric: ScalingMetric = "cpu"
+    #: The value per pod to keep misses or queue at (not for cpu).
+    target: float | None = Field(None, ge=0.001)
     target_cpu_utilization_percentage: int = Field(
         70, ge=1, le=100, alias="targetCPUUtilizationPercentage"
     )
+    #: hpa: a HorizontalPodAutoscaler (Pods metrics from a metrics adapter for misses and
+    #: queue); keda: a KEDA ScaledObject reading Prometheus (the only way to scale to zero).
+    engine: ScalingEngine = "hpa"
+    prometheus: Prometheus | None = None
 
     @model_validator(mode="after")
-    def _ordered(self) -> Autoscaling:
-        if self.min_replicas > self.max_replicas:
-            raise ValueError("autoscaling.minReplicas must not exceed autoscaling.maxReplicas")
+    def _consistent(self) -> Autoscaling:
+        problems = autoscaling_problems(self)
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
+
+
+def autoscaling_problems(scaling: Autoscaling) -> list[str]:
+    """What makes an autoscaling spec unusable (the CRD's CEL rules say the same)."""
+    problems = []
+    if scaling.min_replicas > scaling.max_replicas:
+        problems.append("autoscaling.minReplicas must not exceed autoscaling.maxReplicas")
+    if scaling.metric == "cpu" and scaling.target is not None:
+        problems.append(
+            "autoscaling.target is for metric misses or queue; cpu uses "
+            "targetCPUUtilizationPercentage"
+        )
+    if scaling.metric != "cpu" and scaling.target is None:
+        problems.append("autoscaling.metric misses or queue needs autoscaling.target (per pod)")
+    if scaling.engine == "hpa":
+        if scaling.min_replicas == 0:
+            problems.append("autoscaling.minReplicas 0 needs autoscaling.engine keda")
+        if scaling.prometheus is not None:
+            problems.append(
+                "autoscaling.prometheus is read by engine keda only (an HPA reads a metrics "
+                "adapter)"
+            )
+        return problems
+    needs_prometheus = scaling.metric != "cpu" or scaling.min_replicas == 0
+    if needs_prometheus and scaling.prometheus is None:
+        problems.append(
+            "autoscaling with engine keda needs autoscaling.prometheus.serverAddress for metric "
+            "misses or queue and for minReplicas 0"
+        )
+    if scaling.min_replicas == 0 and (
+        scaling.prometheus is None or scaling.prometheus.activation_query is None
+    ):
+        problems.append(
+            "autoscaling.minReplicas 0 needs autoscaling.prometheus.activationQuery: the "
+            "service's request rate measured in front of the pods (at zero pods they report "
+            "nothing)"
+        )
+    return problems
 
 
 class ServiceSpec(_Spec):
@@ -372,9 +437,17 @@ class ServiceSpec(_Spec):
 
     @model_validator(mode="after")
     def _cpu_request_for_autoscaling(self) -> ServiceSpec:
-        if self.autoscaling is not None and "cpu" not in self.runtime.resources.requests:
+        scaling = self.autoscaling
+        if scaling is None:
+            return self
+        if scaling.metric == "cpu" and "cpu" not in self.runtime.resources.requests:
             raise ValueError(
                 "autoscaling scales on CPU utilisation, so it needs runtime.resources.requests.cpu"
+            )
+        if scaling.metric != "cpu" and self.runtime.workers > 1:
+            raise ValueError(
+                f"autoscaling.metric {scaling.metric} needs runtime.workers 1: each worker "
+                "process has its own metrics, and a scrape sees only the one that answers"
             )
         return self
 

@@ -27,7 +27,6 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-import kubernetes_validate
 import pytest
 from hypothesis import HealthCheck, Phase, example, find, given, settings
 from support.kube.cluster import Cluster
@@ -42,6 +41,7 @@ from support.kube.fixtures import (
     service,
 )
 from support.kube.spec_strategies import Case, breakages, cases, schema_specs
+from support.kube.validation import validate_child
 
 from cachefleet.operator.manifests.children import build_children, needs_generated_password
 from cachefleet.operator.manifests.errors import SpecError
@@ -51,7 +51,6 @@ from cachefleet.operator.manifests.spec import parse_spec
 pytest_plugins = ("support.kube.fixtures",)
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
-KUBERNETES_VERSION = "1.32"
 OWNER = Owner("fuzz", "ml", "6a1f0c8e-4f7e-4b5e-9d7b-2f0a3c9e8b10")
 RESOURCE_OF = {
     "Secret": "v1/secrets",
@@ -62,6 +61,7 @@ RESOURCE_OF = {
     "PodDisruptionBudget": "policy/v1/poddisruptionbudgets",
     "NetworkPolicy": "networking.k8s.io/v1/networkpolicies",
     "HorizontalPodAutoscaler": "autoscaling/v2/horizontalpodautoscalers",
+    "ScaledObject": "keda.sh/v1alpha1/scaledobjects",
 }
 
 # A derandomized profile: the same examples on every run and machine, no example database.
@@ -115,7 +115,7 @@ def check_outcome(case: Case, result: list[dict[str, Any]] | SpecError) -> None:
     assert not case.says, f"an invalid spec ({case.says!r}) was rendered: {case.spec}"
     assert any(child["kind"] == "Deployment" for child in result)
     for child in result:
-        kubernetes_validate.validate(child, KUBERNETES_VERSION, strict=True)
+        validate_child(child)  # a ScaledObject against KEDA's schema
 
 
 VALID = {"model": {"name": "simple", "repository": {"pvc": {"claimName": "models"}}}}

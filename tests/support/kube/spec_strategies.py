@@ -103,7 +103,9 @@ OVERRIDES: dict[str, st.SearchStrategy[Any]] = {
     "cache.redis.persistence.storageClassName": st.one_of(st.none(), names),
     "cache.redis.persistence.save": st.sampled_from(["3600 1 300 100", "60 1000", ""]),
     "cache.redis.networkPolicy.operatorNamespace": names,
-    "autoscaling.minReplicas": st.integers(1, 6),
+    "autoscaling.minReplicas": st.integers(0, 6),
+    "autoscaling.target": st.sampled_from([0.001, 0.5, 4, 40.25]),
+    "autoscaling.prometheus.activationThreshold": st.sampled_from([0, 0.5, 10]),
     "autoscaling.maxReplicas": st.integers(1, 6),
     "autoscaling.targetCPUUtilizationPercentage": st.integers(1, 100),
 }
