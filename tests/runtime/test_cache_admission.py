@@ -54,10 +54,10 @@ def test_a_fresh_model_is_admitted_and_undecided_until_enough_lookups() -> None:
     model = policy.of("simple", "1")
     observe(model, model.redis, compute_s=10 * US, lookup_s=200 * US, insert_s=20 * US,
             hit=False, times=TUNING.min_lookups - 1)  # fmt: skip
-    assert model.redis.admitted, "no decision before min_lookups"
+    assert policy.admitted("simple", "redis", "1"), "no decision before min_lookups"
     observe(model, model.redis, compute_s=10 * US, lookup_s=200 * US, insert_s=20 * US,
             hit=False, times=1)  # fmt: skip
-    assert not model.redis.admitted
+    assert not policy.admitted("simple", "redis", "1")
     assert model.local.admitted, "tiers are decided apart"
     assert policy.expected_saving("simple", "redis") == -220 * US
 
