@@ -23,7 +23,14 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from cachefleet.operator.manifests.errors import SpecError
-from cachefleet.runtime.config import NAMESPACE_PATTERN, ApiGroup, split_password
+from cachefleet.runtime.config import (
+    NAMESPACE_PATTERN,
+    ApiGroup,
+    StorageUri,
+    StorageUriError,
+    parse_storage_uri,
+    split_password,
+)
 
 PullPolicy = Literal["Always", "IfNotPresent", "Never"]
 MaxmemoryPolicy = Literal[
@@ -116,7 +123,56 @@ class Model(_Spec):
     cache_all_models: bool = False
     #: Cache each row of a batched request on its own (the model's rows must be independent).
     row_cache: bool = False
-    repository: Repository
+    repository: Repository | None = None
+    #: s3://, gs://, https:// (downloaded by an init container) or pvc:// (mounted); exactly one
+    #: of it and ``repository``.
+    storage_uri: str | None = None
+    #: A Secret with the store's credentials, under the keys KServe's storage initializer reads.
+    storage_secret_name: str | None = Field(None, min_length=1)
+    #: The most the downloaded repository may take on the node (the model emptyDir's sizeLimit).
+    storage_size_limit: KubeQuantity = DEFAULT_MODEL_SIZE_LIMIT
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Model:
+        if (self.repository is None) == (self.storage_uri is None):
+            raise ValueError("set exactly one of model.storageUri or model.repository")
+        if self.storage_uri is None:
+            if self.storage_secret_name is not None:
+                raise ValueError("model.storageSecretName is read only with model.storageUri")
+            return self
+        try:
+            uri = parse_storage_uri(self.storage_uri)
+        except StorageUriError as error:
+            raise ValueError(f"model.storageUri {error}") from None
+        if not uri.downloaded and self.storage_secret_name is not None:
+            raise ValueError(
+                "model.storageSecretName is not read for a pvc:// storageUri (the claim is "
+                "mounted): remove it"
+            )
+        return self
+
+    @property
+    def download(self) -> StorageUri | None:
+        """The URI an init container downloads; None for a claim or an image."""
+        if self.storage_uri is None:
+            return None
+        uri = parse_storage_uri(self.storage_uri)
+        return uri if uri.downloaded else None
+
+    @property
+    def pvc(self) -> PvcSource | None:
+        """The claim the repository is mounted from: ``repository.pvc`` or a pvc:// URI."""
+        if self.repository is not None:
+            return self.repository.pvc
+        assert self.storage_uri is not None
+        uri = parse_storage_uri(self.storage_uri)
+        if uri.downloaded:
+            return None
+        return PvcSource(claim_name=uri.location, sub_path=uri.path)
+
+    @property
+    def image(self) -> ImageSource | None:
+        return self.repository.image if self.repository is not None else None
 
 
 class Resources(_Spec):
@@ -155,6 +211,52 @@ class LocalObjectReference(_Spec):
     name: str = Field(min_length=1)
 
 
+TraceSampler = Literal[
+    "always_on",
+    "always_off",
+    "traceidratio",
+    "parentbased_always_on",
+    "parentbased_always_off",
+    "parentbased_traceidratio",
+]
+# A resource attribute key as OTEL_RESOURCE_ATTRIBUTES carries it unencoded.
+_RESOURCE_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")
+
+
+class HeadersSecretRef(SecretKeyRef):
+    key: str = "headers"
+
+
+class Tracing(_Spec):
+    """OpenTelemetry tracing of the runtime pods, given to them as the standard OTEL_* variables."""
+
+    #: The collector's OTLP/HTTP base URL (the exporter adds /v1/traces).
+    endpoint: str = Field(pattern=r"^https?://[^\s]+$")
+    sampler: TraceSampler = "parentbased_always_on"
+    #: The sampled share of traces, for the ratio samplers only.
+    ratio: float | None = Field(None, ge=0, le=1)
+    #: service.name of the spans; None: the service's own name.
+    service_name: str | None = Field(None, min_length=1)
+    resource_attributes: dict[str, str] = {}
+    #: A Secret key holding OTLP headers (``name=value,...``, e.g. an API key) for the collector.
+    headers_secret_ref: HeadersSecretRef | None = None
+
+    @model_validator(mode="after")
+    def _ratio_for_ratio_samplers(self) -> Tracing:
+        if self.ratio is not None and not self.sampler.endswith("traceidratio"):
+            raise ValueError(
+                "runtime.tracing.ratio is read only by the samplers traceidratio and "
+                "parentbased_traceidratio"
+            )
+        bad = sorted(k for k in self.resource_attributes if not _RESOURCE_KEY.fullmatch(k))
+        if bad:
+            raise ValueError(
+                f"runtime.tracing.resourceAttributes keys {bad}: use letters, digits, "
+                "'.', '_', '/' and '-'"
+            )
+        return self
+
+
 class Runtime(_Spec):
     #: None: the runtime image of the operator's own release (see ``release.py``). No default is
     #: stored: an API server stores a default once, at create, and the image would never follow
@@ -176,6 +278,7 @@ class Runtime(_Spec):
     topology_spread_constraints: list[dict[str, Any]] = []
     pod_annotations: dict[str, str] = {}
     pod_labels: dict[str, str] = {}
+    tracing: Tracing | None = None
 
     @model_validator(mode="after")
     def _own_keys_stay_own(self) -> Runtime:

@@ -25,7 +25,7 @@ from cachefleet.operator.manifests.redis import password_ref
 from cachefleet.operator.manifests.redis_memory import maxmemory_bytes
 from cachefleet.operator.manifests.runtime import redis_password_ref, redis_url
 from cachefleet.operator.manifests.spec import ServiceSpec, parse_spec
-from cachefleet.operator.reconcile import observe
+from cachefleet.operator.reconcile import init_failures, observe
 from cachefleet.operator.reconcile.applied import AppliedVersions
 from cachefleet.operator.reconcile.children import Applied, apply_children, prune_children
 from cachefleet.operator.reconcile.conditions import (
@@ -198,7 +198,10 @@ class Reconciler:
         deployment = self._live(applied, "apps/v1", "Deployment", owner.name, owner)
         runtime = observe.runtime_condition(deployment)
         refused = observe.deployment_refusal(deployment)
-        if refused is not None and not runtime.status:
+        download = None if runtime.status else self._download_failure(spec, owner)
+        if download is not None:  # before a progress deadline it also causes
+            runtime = download
+        elif refused is not None and not runtime.status:
             runtime = refused.condition("RuntimeReady")
             refusals.append(refused)
         replicas, ready = observe.replica_counts(deployment)
@@ -221,6 +224,15 @@ class Reconciler:
             redisUrl=redis_url(spec, owner=owner) or "",
         )
         return Outcome(status, events, retry=problem)
+
+    def _download_failure(self, spec: ServiceSpec, owner: Owner) -> Condition | None:
+        """RuntimeReady from a runtime pod whose model download failed, if the model is
+        downloaded and one did."""
+        if spec.model.download is None:
+            return None
+        labels = meta.selector_labels(owner, "runtime")
+        pods = self.kube.list_labelled("v1", "Pod", owner.namespace, labels)
+        return init_failures.download_failure(pods)
 
     def _live(
         self, applied: Applied, api_version: str, kind: str, name: str, owner: Owner

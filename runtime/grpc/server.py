@@ -21,6 +21,7 @@ from cachefleet.runtime.errors import ServingError
 from cachefleet.runtime.grpc.handlers import add_service
 from cachefleet.runtime.grpc.restricted import RestrictedProtocols
 from cachefleet.runtime.grpc.servicer import InferenceServicer
+from cachefleet.runtime.grpc.traced import TraceContextInterceptor
 
 log = logging.getLogger(__name__)
 #: Seconds in-flight calls get to finish when the server stops.
@@ -34,7 +35,8 @@ class GrpcStartError(ServingError):
 async def start_grpc_server(runtime: Runtime) -> grpc.aio.Server:
     """Bind ``--grpc-port`` on ``--host`` and serve ``runtime``; call in the event loop.
 
-    With ``--grpc-restricted-protocol`` an interceptor checks each call's group first.
+    With ``--grpc-restricted-protocol`` an interceptor checks each call's group first; when
+    the runtime traces, another traces each inference call.
     """
     settings, security = runtime.settings.server, runtime.settings.security
     limit = settings.max_request_bytes
@@ -43,9 +45,11 @@ async def start_grpc_server(runtime: Runtime) -> grpc.aio.Server:
         ("grpc.max_send_message_length", -1),
         ("grpc.so_reuseport", 1 if settings.workers > 1 else 0),
     ]
-    interceptors = []
+    interceptors: list[grpc.aio.ServerInterceptor] = []
     if security.grpc_restricted_protocol:
         interceptors.append(RestrictedProtocols(security.grpc_restricted_protocol))
+    if runtime.tracing is not None:  # after the restriction: a refused call is not answered
+        interceptors.append(TraceContextInterceptor(runtime.tracing.tracer))
     server = grpc.aio.server(options=options, interceptors=interceptors)
     add_service(InferenceServicer(runtime), server)
     address = _address(settings.host, settings.grpc_port)

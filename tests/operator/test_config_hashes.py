@@ -27,6 +27,7 @@ GOLDEN = {
     "autoscaling-keda-misses.yaml": "6576d5b7f2dac033",
     "autoscaling.yaml": "6576d5b7f2dac033",
     "densenet-gpu-aof.yaml": "230d9161985c413d",
+    "tracing.yaml": "6576d5b7f2dac033",  # the default Redis, as autoscaling.yaml's
 }
 PASSWORD = "golden-password"
 CACHE_SECRET = "golden-cache-secret"

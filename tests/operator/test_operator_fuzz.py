@@ -24,7 +24,7 @@ import copy
 import itertools
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -40,7 +40,7 @@ from support.kube.fixtures import (
     live,
     service,
 )
-from support.kube.spec_strategies import Case, breakages, cases, schema_specs
+from support.kube.spec_strategies import Case, breakages, cases, schema_specs, valid_specs
 from support.kube.validation import validate_child
 
 from cachefleet.operator.manifests.children import build_children, needs_generated_password
@@ -142,12 +142,21 @@ def test_every_spec_renders_valid_objects_or_a_spec_error_that_names_the_field(c
 @pytest.mark.parametrize(
     "kind",
     ["maxmemory>limit", "persistence", "min>max", "autoscaling", "both", "no", "external+managed",
-     "unknown", "wrong", "not", "spec", "bad"],
+     "unknown", "wrong", "not", "spec", "bad", "tracing", "storageUri"],
 )  # fmt: skip
 def test_the_strategies_reach_every_breakage(kind: str) -> None:
     """The generators are not stuck on some branches: each breakage can be drawn."""
     found = find(breakages, lambda b: b.name.split(" ")[0] == kind, settings=SEARCH)
     assert found.says
+
+
+def test_valid_specs_take_the_model_from_storage_too() -> None:
+    def from_storage(scheme: str) -> Callable[[dict[str, Any]], bool]:
+        return lambda spec: str(spec["model"].get("storageUri", "")).startswith(f"{scheme}://")
+
+    for scheme in ("s3", "gs", "https", "pvc"):
+        found = find(valid_specs, from_storage(scheme), settings=SEARCH)
+        assert "repository" not in found["model"]
 
 
 def test_schema_specs_include_valid_and_invalid_ones() -> None:
