@@ -83,11 +83,6 @@ class FleetTurn:
         self._token = token
         self._write: Write | None = None
 
-    def measured(self, compute_s: float) -> None:
-        """The computation took ``compute_s`` (what the policy learns from)."""
-        if self._fleet is not None:
-            self._fleet.policy.record(self.key.model, self.key.version, compute_s)
-
     def hand_over(self, write: Write) -> bool:
         """Whether this turn writes the answer to Redis itself (the holder does, at once, and
         only then tells the fleet); if not, the caller writes it behind as usual."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from cachefleet.runtime.cache.fleet import FleetCoalescing, FleetMetrics
 from cachefleet.runtime.cache.fleet_fills import FillListener
 from cachefleet.runtime.cache.fleet_lease import FleetLeases
-from cachefleet.runtime.cache.fleet_policy import MeasuredCompute
+from cachefleet.runtime.cache.fleet_policy import AdmittedCompute
 from cachefleet.runtime.cache.read_through import ReadThroughCache
 from cachefleet.runtime.cache.redis_tier import RedisTier, error_kind
 from cachefleet.runtime.config import RuntimeSettings
@@ -30,7 +30,8 @@ def build_fleet(
         retry_s=settings.redis.breaker_reset_s,
         on_fault=subscription_lost,
     )
-    policy = MeasuredCompute(
+    policy = AdmittedCompute(
+        cache.admission,
         min_compute_s=settings.cache.fleet_min_compute_s,
         max_wait_s=settings.cache.fleet_max_wait_s,
     )

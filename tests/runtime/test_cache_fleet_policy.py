@@ -1,35 +1,34 @@
-"""Which models the fleet coalesces, and for how long: from the compute times measured."""
+"""Which models the fleet coalesces, and for how long: from the compute time admission measures."""
 
 from __future__ import annotations
 
 import pytest
 
-from cachefleet.runtime.cache.fleet_policy import MeasuredCompute
+from cachefleet.runtime.cache.admission import AdmissionPolicy
+from cachefleet.runtime.cache.fleet_policy import AdmittedCompute
+
+
+def policy() -> tuple[AdmittedCompute, AdmissionPolicy]:
+    admission = AdmissionPolicy("always", ("redis",))
+    return AdmittedCompute(admission, min_compute_s=0.005, max_wait_s=2.0), admission
 
 
 def test_a_model_not_measured_yet_gets_the_longest_window() -> None:
-    policy = MeasuredCompute(min_compute_s=0.005, max_wait_s=2.0)
-    assert policy.window_s("densenet_onnx", "1") == 2.0
+    fleet, _ = policy()
+    assert fleet.window_s("densenet_onnx", "1") == 2.0
 
 
 def test_a_cheap_model_is_not_coalesced_once_measured() -> None:
-    policy = MeasuredCompute(min_compute_s=0.005, max_wait_s=2.0)
-    policy.record("simple", "1", 0.0004)
-    assert policy.window_s("simple", "1") is None
-    assert policy.window_s("simple", "2") == 2.0  # each version on its own
+    fleet, admission = policy()
+    admission.of("simple", "1").computed(0.0004)
+    assert fleet.window_s("simple", "1") is None
+    assert fleet.window_s("simple", "2") == 2.0  # each version on its own
 
 
 def test_the_window_follows_the_compute_time_within_the_bound() -> None:
-    policy = MeasuredCompute(min_compute_s=0.005, max_wait_s=2.0)
-    policy.record("densenet_onnx", "1", 0.2)
-    assert policy.window_s("densenet_onnx", "1") == pytest.approx(0.45)
+    fleet, admission = policy()
+    admission.of("densenet_onnx", "1").computed(0.2)
+    assert fleet.window_s("densenet_onnx", "1") == pytest.approx(0.45)
     for _ in range(50):
-        policy.record("densenet_onnx", "1", 5.0)  # a loaded replica: slower and slower
-    assert policy.window_s("densenet_onnx", "1") == 2.0
-
-
-def test_one_slow_run_moves_the_average_only_partly() -> None:
-    policy = MeasuredCompute(min_compute_s=0.005, max_wait_s=10.0)
-    policy.record("m", "1", 0.1)
-    policy.record("m", "1", 1.1)
-    assert policy.window_s("m", "1") == pytest.approx(2 * 0.3 + 0.05)
+        admission.of("densenet_onnx", "1").computed(5.0)  # a loaded replica: slower and slower
+    assert fleet.window_s("densenet_onnx", "1") == 2.0
