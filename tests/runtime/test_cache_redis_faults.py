@@ -21,10 +21,10 @@ from cachefleet.runtime.tensor import Tensor
 
 
 async def started(
-    mode: str, redis: RedisProcess, *, cache: dict[str, Any] | None = None, **redis_settings: Any
+    mode: str, redis: RedisProcess, *, caching: dict[str, Any] | None = None, **redis_settings: Any
 ) -> tuple[ReadThroughCache, RuntimeMetrics]:
     metrics = RuntimeMetrics()
-    config = settings(mode, redis.url, **(cache or {}))
+    config = settings(mode, redis.url, **(caching or {}))
     config = config.model_copy(update={"redis": config.redis.model_copy(update=redis_settings)})
     cache = build_cache(config, metrics)
     assert isinstance(cache, ReadThroughCache)
@@ -43,7 +43,7 @@ async def test_killed_redis_opens_the_breaker_and_restart_closes_it(
     # Admission never recomputes a request here (a recompute is a bypass, not stored): the
     # last request's insert must reach Redis whatever the lookups before it cost.
     always = {"admission": "always"}
-    cache, metrics = await started("tiered", redis_server, cache=always)
+    cache, metrics = await started("tiered", redis_server, caching=always)
     try:
         await ask(cache, request(0), Model())
         await cache.writes.join()
