@@ -60,7 +60,11 @@ class LoopBridge:
     def wait(self, work: Awaitable[Any], context: grpc.ServicerContext) -> Any:
         """``work``'s result, run on the loop; cancelled with the call."""
         future = asyncio.run_coroutine_threadsafe(_awaited(work), self.loop)
-        context.add_callback(lambda: None if future.cancel() else None)
+
+        def cancel() -> None:
+            future.cancel()
+
+        context.add_callback(cancel)
         try:
             return future.result()
         except CancelledError:
