@@ -82,15 +82,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="sample the server with py-spy during each load; the report says where time goes",
     )  # fmt: skip
     parser.add_argument(
-        "--redis-mode", choices=("standalone", "cluster"), default="standalone",
-        help="with --chaos: one Redis (default) or a Redis Cluster of three primaries with a "
-        "replica each, struck one shard at a time; written to chaos-cluster-<date>.md",
-    )  # fmt: skip
-    parser.add_argument(
-        "--chaos", action="store_true",
-        help="instead: the reliability run (Redis faults under load; --duration is its length, "
-        "default 120 s), written to bench/results/chaos-<date>.md",
-    )  # fmt: skip
+        "--chaos", action=_MovedChaos, nargs=0, help=argparse.SUPPRESS
+    )  # the chaos run left this command: say where it is rather than "unrecognized"
     parser.add_argument(
         "--batching", action="store_true",
         help="instead: dynamic batching and the row cache under load (densenet_batch, simple), "
@@ -105,6 +98,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--execution-provider", choices=("auto", "cpu", "cuda", "tensorrt"), default="auto",
         help="the server's ONNX Runtime provider in the --batching run (auto)",
     )  # fmt: skip
+
+
+class _MovedChaos(argparse.Action):
+    """``--chaos``, which ``cachefleet bench`` no longer has: an error that says where it went."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        parser.error(
+            "the chaos run is not part of cachefleet bench any more: from a checkout of the "
+            "repository, run `bash scripts/harness chaos [--duration S] [--redis-mode cluster]`"
+        )
 
 
 def _ratio(text: str) -> float:
@@ -129,10 +138,6 @@ def _docs_page(args: argparse.Namespace) -> Path | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.chaos:
-        from cachefleet.bench.chaos import command as chaos
-
-        return chaos.run_command(args)
     if args.batching:
         from cachefleet.bench import batching
 

@@ -34,7 +34,9 @@ def start(
     python = python or default_python()
     if not python.exists():
         raise BenchError(
-            f"the KServe peer is not installed ({python} is missing): run scripts/setup-bench-peer"
+            f"the KServe peer is not installed ({python} is missing): bash "
+            "scripts/setup-bench-peer installs it from a checkout, or --peer-python names "
+            "the python of a venv that has it"
         )
     port = free_port()
     script = resources.files("cachefleet.bench").joinpath("kserve_peer_model.py")

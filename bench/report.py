@@ -117,7 +117,7 @@ def docs_page(report: str, source: str) -> str:
         f"is in `{source}`, and earlier runs, with what each one showed, are kept beside it in "
         "`bench/results/` (`bench/results/history.md` tells their story). How the harness "
         "measures, its peers (KServe's Python server, Triton with its local response cache) and "
-        "its other runs (`--batching`, `--chaos`, `--identity`, perf_analyzer) are in "
+        "its other runs (`--batching`, `--identity`, perf_analyzer, and the chaos run) are in "
         "[The benchmark harness](development/benchmarking.md).",
         "",
         "Read server CPU ms/req first: req/s and latency move with whatever else the machine "

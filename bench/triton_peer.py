@@ -40,7 +40,9 @@ def start(
     python = python or default_python()
     if not python.exists():
         raise BenchError(
-            f"the Triton peer is not installed ({python} is missing): run scripts/setup-bench-peer"
+            f"the Triton peer is not installed ({python} is missing): bash "
+            "scripts/setup-bench-peer installs it from a checkout, or --triton-python names "
+            "the python of a venv that has it"
         )
     http, grpc, metrics = free_port(), free_port(), free_port()
     script = resources.files("cachefleet.bench").joinpath("triton_peer_model.py")

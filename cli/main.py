@@ -14,12 +14,13 @@ from types import ModuleType
 
 from cachefleet.bench import bench_command, demo_command
 from cachefleet.operator import operator_command, render_command
-from cachefleet.runtime import flush_command, samples_command, serve_command
+from cachefleet.runtime import fetch_command, flush_command, samples_command, serve_command
 
 COMMANDS: dict[str, ModuleType] = {
     "serve": serve_command,
     "samples": samples_command,
     "flush": flush_command,
+    "fetch-model": fetch_command,
     "render": render_command,
     "operator": operator_command,
     "demo": demo_command,

@@ -4,6 +4,9 @@
 - :mod:`harness.kube_emulator`: kmock with a real API server's bookkeeping; the operator tests
   run against it too (``tests/support/kube``).
 - :mod:`harness.cache_micro`: the response cache's costs at its API (keys, hits, misses).
+- :mod:`harness.chaos`: the reliability run, Redis faults under load with every answer checked
+  (``tests/reliability`` runs it short; ``answers``, what a correct answer is, serves the
+  end-to-end tests too).
 
 Run a module from the repository root with ``bash scripts/harness <module> [options]`` (it puts
 the repository on the path, which ``PYTHONSAFEPATH=1`` otherwise keeps off), or with

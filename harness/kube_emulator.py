@@ -38,6 +38,8 @@ RESOURCES: dict[str, dict[str, Any]] = {
     "policy/v1/poddisruptionbudgets": {"kind": "PodDisruptionBudget"},
     "networking.k8s.io/v1/networkpolicies": {"kind": "NetworkPolicy"},
     "autoscaling/v2/horizontalpodautoscalers": {"kind": "HorizontalPodAutoscaler"},
+    # KEDA's CRD (a cluster without KEDA: drop it from ``resources`` after construction).
+    "keda.sh/v1alpha1/scaledobjects": {"kind": "ScaledObject", "subresources": {"status"}},
 }
 VERBS = {"get", "list", "watch", "create", "patch", "delete"}
 

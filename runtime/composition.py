@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING
 
 from cachefleet.runtime.cache.api import ResponseCache
 from cachefleet.runtime.cache.factory import build_cache
@@ -39,6 +40,11 @@ from cachefleet.runtime.service import (
 from cachefleet.runtime.service.model_info import ModelInfo
 from cachefleet.runtime.service.request_budget import RequestBudget
 from cachefleet.runtime.service.request_ledger import RequestLedger
+from cachefleet.runtime.service.traced_ledger import TracedLedger
+from cachefleet.runtime.tracing.switch import Exporter
+
+if TYPE_CHECKING:  # the SDK is imported only by a server that traces
+    from cachefleet.runtime.tracing.pipeline import TracingPipeline
 
 log = logging.getLogger(__name__)
 
@@ -65,14 +71,21 @@ class Runtime:
     shared_memory: SharedMemoryRegistry
     #: Requests and request bytes in flight, shared by HTTP and gRPC (see its module).
     budget: RequestBudget
+    #: The span pipeline when the server traces (``OTEL_*``), else None.
+    tracing: TracingPipeline | None = None
 
     @classmethod
     @asynccontextmanager
-    async def open(cls, settings: RuntimeSettings) -> AsyncIterator[Runtime]:
+    async def open(
+        cls, settings: RuntimeSettings, *, trace_exporter: Exporter | None = None
+    ) -> AsyncIterator[Runtime]:
         """Build every part for ``settings``, yield them, close them in reverse order.
 
         Loading blocks on purpose: with several workers on one port a worker must not accept
         requests before its models are in, or clients would see 503s from a half-loaded fleet.
+        With a ``trace_exporter`` (what ``OTEL_*`` asked for, see ``tracing.switch``) the span
+        pipeline is built first and shut down last, flushing every span; the ledger is then the
+        traced one.
         """
         if settings.models.repository is None:
             raise ModelLoadError("no model repository configured (--model-repository)")
@@ -81,6 +94,12 @@ class Runtime:
             load_repository, settings.models.repository, settings.models, _models_to_load(settings)
         )
         async with AsyncExitStack() as stack:
+            tracing = None
+            if trace_exporter is not None:
+                from cachefleet.runtime.tracing.pipeline import TracingPipeline
+
+                tracing = TracingPipeline(trace_exporter, package_version())
+                stack.push_async_callback(asyncio.to_thread, tracing.shutdown)
             stack.callback(repository.close)
             executor = ThreadPoolExecutor(
                 max_workers=_model_threads(), thread_name_prefix="cachefleet-model"
@@ -91,7 +110,8 @@ class Runtime:
             await cache.start()
             shared_memory = SharedMemoryRegistry()
             stack.callback(shared_memory.close)
-            ledger = RequestLedger(metrics, StatisticsRegistry(), InFlight())
+            ledger_type = RequestLedger if tracing is None else TracedLedger
+            ledger = ledger_type(metrics, StatisticsRegistry(), InFlight())
             service = InferenceService(
                 repository, cache, metrics, settings, executor, ledger, shared_memory
             )
@@ -109,7 +129,7 @@ class Runtime:
             budget = RequestBudget(limits.max_requests_in_flight, limits.max_inflight_bytes)
             runtime = cls(
                 settings, metrics, repository, cache, ledger, service, control, shared_memory,
-                budget,
+                budget, tracing,
             )  # fmt: skip
             # Everything made so far (modules, models, sessions) lives as long as the server:
             # out of the collector's sight, a full collection walks only what requests and the

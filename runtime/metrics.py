@@ -180,6 +180,12 @@ class RuntimeMetrics:
             "Requests waiting in the dynamic batcher's queue (Triton's name).",
             _MODEL, registry=r,
         )  # fmt: skip
+        self.queue_pending = Gauge(
+            "cachefleet_queue_pending",
+            "Inference requests accepted and not yet answered (in a cache lookup, waiting for"
+            " the model or a batch, or running), by model: what autoscaling on queue reads.",
+            _MODEL, registry=r,
+        )  # fmt: skip
         self.triton = TritonCacheCounters()
         r.register(self.triton)
         self.inference = TritonInferenceCounters()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cachefleet.operator.manifests import redis, runtime
+from cachefleet.operator.manifests import autoscaling, redis, runtime
 from cachefleet.operator.manifests.meta import DEFAULT_OPERATOR_NAMESPACE, Owner, config_hash
 from cachefleet.operator.manifests.names import check_name
 from cachefleet.operator.manifests.release import RELEASE_RUNTIME_IMAGE
@@ -19,7 +19,7 @@ CHILD_KINDS: tuple[tuple[str, str], ...] = (
     ("apps/v1", "Deployment"),
     ("policy/v1", "PodDisruptionBudget"),
     ("networking.k8s.io/v1", "NetworkPolicy"),
-    ("autoscaling/v2", "HorizontalPodAutoscaler"),
+    *autoscaling.SCALER_KINDS,
 )
 
 
@@ -88,7 +88,7 @@ def build_children(
         )
     )
     if spec.autoscaling is not None:
-        children.append(runtime.build_runtime_hpa(spec, owner=owner))
+        children.append(autoscaling.build_scaler(spec, owner=owner))
     return children
 
 

@@ -1,4 +1,5 @@
-"""The runtime fleet: Deployment, Service, ConfigMap with the runtime settings, optional HPA."""
+"""The runtime fleet: Deployment, Service, ConfigMap with the runtime settings (its scaler is in
+:mod:`~cachefleet.operator.manifests.autoscaling`)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ from typing import Any
 
 import yaml
 
-from cachefleet.operator.manifests import meta
+from cachefleet.operator.manifests import meta, model_fetch
 from cachefleet.operator.manifests.errors import SpecError
 from cachefleet.operator.manifests.meta import RUNTIME_GRPC_PORT, RUNTIME_PORT, Owner
 from cachefleet.operator.manifests.redis import password_ref
 from cachefleet.operator.manifests.release import RELEASE_RUNTIME_IMAGE
 from cachefleet.operator.manifests.security import container_security, pod_security
 from cachefleet.operator.manifests.spec import ImageSource, SecretKeyRef, ServiceSpec
+from cachefleet.operator.manifests.tracing import tracing_env
 from cachefleet.runtime.config import (
     CacheSettings,
     LimitSettings,
@@ -34,7 +36,7 @@ CONFIG_DIR = "/etc/cachefleet"
 MODEL_DIR = "/models"
 # Where the init container sees the shared emptyDir: never the image's own repository path
 # (by default also /models), or the copy would read from the empty volume mounted over it.
-COPY_DESTINATION = "/cachefleet-model-repository"
+COPY_DESTINATION = model_fetch.REPOSITORY_MOUNT
 PASSWORD_ENV = "CACHEFLEET_REDIS_PASSWORD"
 #: The admin token's key in the fleet's Secret, the variable the pods read it into, and the
 #: header it goes in.
@@ -215,33 +217,6 @@ def build_runtime_service(spec: ServiceSpec, *, owner: Owner) -> dict[str, Any]:
     }
 
 
-def build_runtime_hpa(spec: ServiceSpec, *, owner: Owner) -> dict[str, Any]:
-    assert spec.autoscaling is not None
-    scaling = spec.autoscaling
-    return {
-        "apiVersion": "autoscaling/v2",
-        "kind": "HorizontalPodAutoscaler",
-        "metadata": meta.metadata(owner, owner.name, COMPONENT),
-        "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": owner.name},
-            "minReplicas": scaling.min_replicas,
-            "maxReplicas": scaling.max_replicas,
-            "metrics": [
-                {
-                    "type": "Resource",
-                    "resource": {
-                        "name": "cpu",
-                        "target": {
-                            "type": "Utilization",
-                            "averageUtilization": scaling.target_cpu_utilization_percentage,
-                        },
-                    },
-                }
-            ],
-        },
-    }
-
-
 def build_runtime_deployment(
     spec: ServiceSpec,
     *,
@@ -259,7 +234,7 @@ def build_runtime_deployment(
         "selector": {"matchLabels": meta.selector_labels(owner, COMPONENT)},
         "template": {"metadata": _pod_metadata(spec, owner, pod, password_digest), "spec": pod},
     }
-    if spec.autoscaling is None:  # with an HPA, the HPA owns the replica count
+    if spec.autoscaling is None:  # else the scaler (an HPA, or KEDA's) owns the count
         deployment_spec["replicas"] = spec.replicas
     if spec.runtime.gpus:
         # A surge pod would need a GPU beyond the replicas' own, and on a full GPU pool it stays
@@ -301,14 +276,18 @@ def _pod_spec(spec: ServiceSpec, owner: Owner, runtime_image: str) -> dict[str, 
         pod["serviceAccountName"] = runtime.service_account_name
     pod["automountServiceAccountToken"] = False
     pod.update(meta.pull_secrets(spec))
-    image_source = spec.model.repository.image
+    image_source = spec.model.image
     if image_source is not None:
         pod["initContainers"] = [_copy_container(image_source, server["resources"])]
+    if spec.model.download is not None:
+        resources = copy_resources(server["resources"])
+        pod["initContainers"] = [model_fetch.fetch_container(spec, server["image"], resources)]
     pod["containers"] = [server]
     pod["volumes"] = [
         {"name": "config", "configMap": {"name": f"{owner.name}-config"}},
         {"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE_LIMIT}},
         _model_volume(spec),
+        *model_fetch.credential_volumes(spec),
     ]
     if runtime.tls is not None:
         pod["volumes"].append(
@@ -356,14 +335,14 @@ def copy_resources(server: dict[str, Any]) -> dict[str, Any]:
 
 
 def _model_volume(spec: ServiceSpec) -> dict[str, Any]:
-    repository = spec.model.repository
-    if repository.pvc is not None:
+    model = spec.model
+    if model.pvc is not None:
         return {
             "name": "models",
-            "persistentVolumeClaim": {"claimName": repository.pvc.claim_name, "readOnly": True},
+            "persistentVolumeClaim": {"claimName": model.pvc.claim_name, "readOnly": True},
         }
-    assert repository.image is not None
-    return {"name": "models", "emptyDir": {"sizeLimit": str(repository.image.size_limit)}}
+    size = model.image.size_limit if model.image is not None else model.storage_size_limit
+    return {"name": "models", "emptyDir": {"sizeLimit": str(size)}}
 
 
 def _server_container(spec: ServiceSpec, owner: Owner, runtime_image: str) -> dict[str, Any]:
@@ -372,7 +351,7 @@ def _server_container(spec: ServiceSpec, owner: Owner, runtime_image: str) -> di
     if runtime.gpus:
         resources.setdefault("limits", {})[GPU_RESOURCE] = runtime.gpus
     models_mount: dict[str, Any] = {"name": "models", "mountPath": MODEL_DIR}
-    pvc = spec.model.repository.pvc
+    pvc = spec.model.pvc
     if pvc is not None:
         models_mount["readOnly"] = True
         if pvc.sub_path:
@@ -387,6 +366,7 @@ def _server_container(spec: ServiceSpec, owner: Owner, runtime_image: str) -> di
                 {"name": name, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
             )
     env += _restriction_env(spec, owner)
+    env += tracing_env(runtime.tracing, owner=owner)
     https = runtime.tls is not None
     mounts: list[dict[str, Any]] = [
         {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},

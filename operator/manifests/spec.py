@@ -23,7 +23,14 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from cachefleet.operator.manifests.errors import SpecError
-from cachefleet.runtime.config import NAMESPACE_PATTERN, ApiGroup, split_password
+from cachefleet.runtime.config import (
+    NAMESPACE_PATTERN,
+    ApiGroup,
+    StorageUri,
+    StorageUriError,
+    parse_storage_uri,
+    split_password,
+)
 
 PullPolicy = Literal["Always", "IfNotPresent", "Never"]
 MaxmemoryPolicy = Literal[
@@ -116,7 +123,56 @@ class Model(_Spec):
     cache_all_models: bool = False
     #: Cache each row of a batched request on its own (the model's rows must be independent).
     row_cache: bool = False
-    repository: Repository
+    repository: Repository | None = None
+    #: s3://, gs://, https:// (downloaded by an init container) or pvc:// (mounted); exactly one
+    #: of it and ``repository``.
+    storage_uri: str | None = None
+    #: A Secret with the store's credentials, under the keys KServe's storage initializer reads.
+    storage_secret_name: str | None = Field(None, min_length=1)
+    #: The most the downloaded repository may take on the node (the model emptyDir's sizeLimit).
+    storage_size_limit: KubeQuantity = DEFAULT_MODEL_SIZE_LIMIT
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Model:
+        if (self.repository is None) == (self.storage_uri is None):
+            raise ValueError("set exactly one of model.storageUri or model.repository")
+        if self.storage_uri is None:
+            if self.storage_secret_name is not None:
+                raise ValueError("model.storageSecretName is read only with model.storageUri")
+            return self
+        try:
+            uri = parse_storage_uri(self.storage_uri)
+        except StorageUriError as error:
+            raise ValueError(f"model.storageUri {error}") from None
+        if not uri.downloaded and self.storage_secret_name is not None:
+            raise ValueError(
+                "model.storageSecretName is not read for a pvc:// storageUri (the claim is "
+                "mounted): remove it"
+            )
+        return self
+
+    @property
+    def download(self) -> StorageUri | None:
+        """The URI an init container downloads; None for a claim or an image."""
+        if self.storage_uri is None:
+            return None
+        uri = parse_storage_uri(self.storage_uri)
+        return uri if uri.downloaded else None
+
+    @property
+    def pvc(self) -> PvcSource | None:
+        """The claim the repository is mounted from: ``repository.pvc`` or a pvc:// URI."""
+        if self.repository is not None:
+            return self.repository.pvc
+        assert self.storage_uri is not None
+        uri = parse_storage_uri(self.storage_uri)
+        if uri.downloaded:
+            return None
+        return PvcSource(claim_name=uri.location, sub_path=uri.path)
+
+    @property
+    def image(self) -> ImageSource | None:
+        return self.repository.image if self.repository is not None else None
 
 
 class Resources(_Spec):
@@ -155,6 +211,52 @@ class LocalObjectReference(_Spec):
     name: str = Field(min_length=1)
 
 
+TraceSampler = Literal[
+    "always_on",
+    "always_off",
+    "traceidratio",
+    "parentbased_always_on",
+    "parentbased_always_off",
+    "parentbased_traceidratio",
+]
+# A resource attribute key as OTEL_RESOURCE_ATTRIBUTES carries it unencoded.
+_RESOURCE_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")
+
+
+class HeadersSecretRef(SecretKeyRef):
+    key: str = "headers"
+
+
+class Tracing(_Spec):
+    """OpenTelemetry tracing of the runtime pods, given to them as the standard OTEL_* variables."""
+
+    #: The collector's OTLP/HTTP base URL (the exporter adds /v1/traces).
+    endpoint: str = Field(pattern=r"^https?://[^\s]+$")
+    sampler: TraceSampler = "parentbased_always_on"
+    #: The sampled share of traces, for the ratio samplers only.
+    ratio: float | None = Field(None, ge=0, le=1)
+    #: service.name of the spans; None: the service's own name.
+    service_name: str | None = Field(None, min_length=1)
+    resource_attributes: dict[str, str] = {}
+    #: A Secret key holding OTLP headers (``name=value,...``, e.g. an API key) for the collector.
+    headers_secret_ref: HeadersSecretRef | None = None
+
+    @model_validator(mode="after")
+    def _ratio_for_ratio_samplers(self) -> Tracing:
+        if self.ratio is not None and not self.sampler.endswith("traceidratio"):
+            raise ValueError(
+                "runtime.tracing.ratio is read only by the samplers traceidratio and "
+                "parentbased_traceidratio"
+            )
+        bad = sorted(k for k in self.resource_attributes if not _RESOURCE_KEY.fullmatch(k))
+        if bad:
+            raise ValueError(
+                f"runtime.tracing.resourceAttributes keys {bad}: use letters, digits, "
+                "'.', '_', '/' and '-'"
+            )
+        return self
+
+
 class Runtime(_Spec):
     #: None: the runtime image of the operator's own release (see ``release.py``). No default is
     #: stored: an API server stores a default once, at create, and the image would never follow
@@ -176,6 +278,7 @@ class Runtime(_Spec):
     topology_spread_constraints: list[dict[str, Any]] = []
     pod_annotations: dict[str, str] = {}
     pod_labels: dict[str, str] = {}
+    tracing: Tracing | None = None
 
     @model_validator(mode="after")
     def _own_keys_stay_own(self) -> Runtime:
@@ -342,18 +445,83 @@ class Cache(_Spec):
         return self.uses_redis and self.redis.external is None
 
 
+ScalingMetric = Literal["cpu", "misses", "queue"]
+ScalingEngine = Literal["hpa", "keda"]
+
+
+class Prometheus(_Spec):
+    """Where KEDA reads the metrics the runtime exports (and what it asks)."""
+
+    server_address: str = Field(min_length=1)
+    #: Replaces the rendered scaling query (its value is divided by ``target`` per pod).
+    query: str | None = Field(None, min_length=1)
+    #: The service's request rate measured in front of the pods: what wakes a fleet at zero
+    #: (at zero pods the runtime reports nothing). Required with ``minReplicas: 0``.
+    activation_query: str | None = Field(None, min_length=1)
+    #: The activation query's value above which the fleet leaves zero.
+    activation_threshold: float = Field(0, ge=0)
+
+
 class Autoscaling(_Spec):
-    min_replicas: int = Field(1, ge=1)
+    min_replicas: int = Field(1, ge=0)
     max_replicas: int = Field(ge=1)
+    #: cpu: utilisation of the CPU request; misses: cache misses per second per pod (what the
+    #: model actually runs); queue: requests in flight per pod.
+    metric: ScalingMetric = "cpu"
+    #: The value per pod to keep misses or queue at (not for cpu).
+    target: float | None = Field(None, ge=0.001)
     target_cpu_utilization_percentage: int = Field(
         70, ge=1, le=100, alias="targetCPUUtilizationPercentage"
     )
+    #: hpa: a HorizontalPodAutoscaler (Pods metrics from a metrics adapter for misses and
+    #: queue); keda: a KEDA ScaledObject reading Prometheus (the only way to scale to zero).
+    engine: ScalingEngine = "hpa"
+    prometheus: Prometheus | None = None
 
     @model_validator(mode="after")
-    def _ordered(self) -> Autoscaling:
-        if self.min_replicas > self.max_replicas:
-            raise ValueError("autoscaling.minReplicas must not exceed autoscaling.maxReplicas")
+    def _consistent(self) -> Autoscaling:
+        problems = autoscaling_problems(self)
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
+
+
+def autoscaling_problems(scaling: Autoscaling) -> list[str]:
+    """What makes an autoscaling spec unusable (the CRD's CEL rules say the same)."""
+    problems = []
+    if scaling.min_replicas > scaling.max_replicas:
+        problems.append("autoscaling.minReplicas must not exceed autoscaling.maxReplicas")
+    if scaling.metric == "cpu" and scaling.target is not None:
+        problems.append(
+            "autoscaling.target is for metric misses or queue; cpu uses "
+            "targetCPUUtilizationPercentage"
+        )
+    if scaling.metric != "cpu" and scaling.target is None:
+        problems.append("autoscaling.metric misses or queue needs autoscaling.target (per pod)")
+    if scaling.engine == "hpa":
+        if scaling.min_replicas == 0:
+            problems.append("autoscaling.minReplicas 0 needs autoscaling.engine keda")
+        if scaling.prometheus is not None:
+            problems.append(
+                "autoscaling.prometheus is read by engine keda only (an HPA reads a metrics "
+                "adapter)"
+            )
+        return problems
+    needs_prometheus = scaling.metric != "cpu" or scaling.min_replicas == 0
+    if needs_prometheus and scaling.prometheus is None:
+        problems.append(
+            "autoscaling with engine keda needs autoscaling.prometheus.serverAddress for metric "
+            "misses or queue and for minReplicas 0"
+        )
+    if scaling.min_replicas == 0 and (
+        scaling.prometheus is None or scaling.prometheus.activation_query is None
+    ):
+        problems.append(
+            "autoscaling.minReplicas 0 needs autoscaling.prometheus.activationQuery: the "
+            "service's request rate measured in front of the pods (at zero pods they report "
+            "nothing)"
+        )
+    return problems
 
 
 class ServiceSpec(_Spec):
@@ -371,9 +539,17 @@ class ServiceSpec(_Spec):
 
     @model_validator(mode="after")
     def _cpu_request_for_autoscaling(self) -> ServiceSpec:
-        if self.autoscaling is not None and "cpu" not in self.runtime.resources.requests:
+        scaling = self.autoscaling
+        if scaling is None:
+            return self
+        if scaling.metric == "cpu" and "cpu" not in self.runtime.resources.requests:
             raise ValueError(
                 "autoscaling scales on CPU utilisation, so it needs runtime.resources.requests.cpu"
+            )
+        if scaling.metric != "cpu" and self.runtime.workers > 1:
+            raise ValueError(
+                f"autoscaling.metric {scaling.metric} needs runtime.workers 1: each worker "
+                "process has its own metrics, and a scrape sees only the one that answers"
             )
         return self
 

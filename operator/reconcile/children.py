@@ -27,6 +27,14 @@ from cachefleet.operator.reconcile.kube import Kube, KubeError
 # The field manager that takes the Deployment's replicas over from the operator when an HPA is
 # switched on, so that the operator's next apply (without replicas) does not reset them.
 HANDOVER_MANAGER = "cachefleet-handover-to-hpa"
+#: Child APIs a cluster may not serve (an add-on's CRD), and what to tell the user when one is
+#: missing. A server-side apply creates a missing object, so its 404 means the API is absent.
+OPTIONAL_APIS: dict[str, str] = {
+    "keda.sh/v1alpha1": (
+        "KEDA is not installed: the cluster serves no keda.sh/v1alpha1 ScaledObject; install "
+        "KEDA (keda.sh), or set spec.autoscaling.engine: hpa"
+    ),
+}
 
 
 def describe(obj: Mapping[str, Any]) -> str:
@@ -36,11 +44,13 @@ def describe(obj: Mapping[str, Any]) -> str:
 @dataclass
 class Applied:
     """What applying the children did: written (changed) children, the server's answers, and
-    immutable-field changes that need the user (the service is Stalled with these messages)."""
+    what needs the user (the service is Stalled with these messages): immutable-field changes,
+    and children of an API the cluster does not serve (KEDA not installed)."""
 
     written: list[str] = field(default_factory=list)
     live: dict[str, dict[str, Any]] = field(default_factory=dict)
     blocked: list[str] = field(default_factory=list)
+    unserved: list[str] = field(default_factory=list)
 
 
 def apply_children(
@@ -103,6 +113,10 @@ def _apply(kube: Kube, child: Mapping[str, Any], result: Applied) -> dict[str, A
     try:
         return kube.apply(child)
     except KubeError as error:
+        missing_api = OPTIONAL_APIS.get(child["apiVersion"])
+        if error.not_found and missing_api is not None:
+            result.unserved.append(missing_api)
+            return None
         if not (
             error.invalid and child["kind"] == "StatefulSet" and only_immutable_fields(error.causes)
         ):
@@ -197,13 +211,25 @@ def _wait_until_gone(kube: Kube, obj: Mapping[str, Any], timeout_s: float = 30.0
         time.sleep(0.2)
 
 
-def prune_children(kube: Kube, owner: Owner, children: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Delete owned children the spec no longer asks for (e.g. Redis after mode: local)."""
+def prune_children(
+    kube: Kube,
+    owner: Owner,
+    children: Sequence[Mapping[str, Any]],
+    kinds: Sequence[tuple[str, str]] = CHILD_KINDS,
+) -> list[str]:
+    """Delete owned children of ``kinds`` the spec no longer asks for (e.g. Redis after mode:
+    local)."""
     wanted = {describe(child) for child in children}
     selector = {"app.kubernetes.io/instance": owner.name, "app.kubernetes.io/managed-by": MANAGER}
     deleted = []
-    for api_version, kind in CHILD_KINDS:
-        for live in kube.list_labelled(api_version, kind, owner.namespace, selector):
+    for api_version, kind in kinds:
+        try:
+            found = kube.list_labelled(api_version, kind, owner.namespace, selector)
+        except KubeError as error:
+            if error.not_found and api_version in OPTIONAL_APIS:
+                continue  # not served here: there is nothing of that kind to prune
+            raise
+        for live in found:
             live.setdefault("apiVersion", api_version)
             live.setdefault("kind", kind)
             live["metadata"].setdefault("namespace", owner.namespace)

@@ -46,7 +46,7 @@ def render_conditions(
 
 
 #: Component reasons the summary passes on, so that Ready says why rather than "Progressing".
-SURFACED_REASONS = ("PodsRefused",)
+SURFACED_REASONS = ("PodsRefused", "ModelDownloadFailed")
 
 
 def summary_conditions(

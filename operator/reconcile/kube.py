@@ -26,6 +26,7 @@ PLURALS: dict[str, str] = {
     "PodDisruptionBudget": "poddisruptionbudgets",
     "NetworkPolicy": "networkpolicies",
     "HorizontalPodAutoscaler": "horizontalpodautoscalers",
+    "ScaledObject": "scaledobjects",
     "CachedInferenceService": "cachedinferenceservices",
     "PersistentVolumeClaim": "persistentvolumeclaims",
     "Pod": "pods",

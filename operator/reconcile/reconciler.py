@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cachefleet.operator.manifests import meta
+from cachefleet.operator.manifests.autoscaling import SCALER_KINDS
 from cachefleet.operator.manifests.children import (
+    CHILD_KINDS,
     build_children,
     needs_generated_cache_secret,
     needs_generated_password,
@@ -23,7 +25,7 @@ from cachefleet.operator.manifests.redis import password_ref
 from cachefleet.operator.manifests.redis_memory import maxmemory_bytes
 from cachefleet.operator.manifests.runtime import redis_password_ref, redis_url
 from cachefleet.operator.manifests.spec import ServiceSpec, parse_spec
-from cachefleet.operator.reconcile import observe
+from cachefleet.operator.reconcile import init_failures, observe
 from cachefleet.operator.reconcile.applied import AppliedVersions
 from cachefleet.operator.reconcile.children import Applied, apply_children, prune_children
 from cachefleet.operator.reconcile.conditions import (
@@ -48,6 +50,9 @@ from cachefleet.operator.reconcile.redis_live import (
 from cachefleet.operator.reconcile.redis_topology import ExternalRedis, read_topology_figures
 from cachefleet.operator.reconcile.served import read_served
 from cachefleet.operator.reconcile.settings import OperatorSettings
+
+#: The reason of a service whose children need an API the cluster does not serve (KEDA).
+NOT_INSTALLED = "NotInstalled"
 
 
 @dataclass(frozen=True)
@@ -113,15 +118,21 @@ class Reconciler:
             message = f"invalid spec: {error}"
             status = self._status(body, stalled_conditions(message))
             return Outcome(status, [Event(True, "InvalidSpec", message)])
+        pruned = []
+        if prune:
+            # A scaler the spec replaces goes first: KEDA refuses a ScaledObject for a
+            # Deployment that another HPA scales, and two scalers would fight over the count.
+            pruned += prune_children(self.kube, owner, children, SCALER_KINDS)
         applied = apply_children(self.kube, children, self.versions)
         events = [Event(False, "Applied", f"applied {x}") for x in applied.written]
         if prune:
-            events += [
-                Event(False, "Pruned", f"deleted {x}")
-                for x in prune_children(self.kube, owner, children)
-            ]
+            others = [kind for kind in CHILD_KINDS if kind not in SCALER_KINDS]
+            pruned += prune_children(self.kube, owner, children, others)
+        events += [Event(False, "Pruned", f"deleted {x}") for x in pruned]
         for message in applied.blocked:
             events.append(Event(True, "ImmutableField", message))
+        for message in applied.unserved:
+            events.append(Event(True, NOT_INSTALLED, message))
         return self._observe(body, spec, owner, password, applied, events)
 
     def build(
@@ -187,13 +198,20 @@ class Reconciler:
         deployment = self._live(applied, "apps/v1", "Deployment", owner.name, owner)
         runtime = observe.runtime_condition(deployment)
         refused = observe.deployment_refusal(deployment)
-        if refused is not None and not runtime.status:
+        download = None if runtime.status else self._download_failure(spec, owner)
+        if download is not None:  # before a progress deadline it also causes
+            runtime = download
+        elif refused is not None and not runtime.status:
             runtime = refused.condition("RuntimeReady")
             refusals.append(refused)
         replicas, ready = observe.replica_counts(deployment)
         lasting = [f"pods are refused: {r.message}" for r in refusals if r.lasting]
-        stalled = "; ".join([*applied.blocked, *lasting]) or None
-        reason = observe.REFUSED if lasting and not applied.blocked else "ReconcileFailed"
+        stalled = "; ".join([*applied.blocked, *applied.unserved, *lasting]) or None
+        reason = "ReconcileFailed"
+        if applied.unserved and not applied.blocked:
+            reason = NOT_INSTALLED
+        elif lasting and not applied.blocked:
+            reason = observe.REFUSED
         conditions = summary_conditions(
             redis, runtime, problem=problem, stalled=stalled, stalled_reason=reason
         )
@@ -206,6 +224,15 @@ class Reconciler:
             redisUrl=redis_url(spec, owner=owner) or "",
         )
         return Outcome(status, events, retry=problem)
+
+    def _download_failure(self, spec: ServiceSpec, owner: Owner) -> Condition | None:
+        """RuntimeReady from a runtime pod whose model download failed, if the model is
+        downloaded and one did."""
+        if spec.model.download is None:
+            return None
+        labels = meta.selector_labels(owner, "runtime")
+        pods = self.kube.list_labelled("v1", "Pod", owner.namespace, labels)
+        return init_failures.download_failure(pods)
 
     def _live(
         self, applied: Applied, api_version: str, kind: str, name: str, owner: Owner

@@ -31,6 +31,11 @@ from cachefleet.runtime.config.settings import (
     SecuritySettings,
     ServerSettings,
 )
+from cachefleet.runtime.config.storage_uri import (
+    StorageUri,
+    StorageUriError,
+    parse_storage_uri,
+)
 
 __all__ = [
     "API_GROUPS",
@@ -52,6 +57,8 @@ __all__ = [
     "SecuritySettings",
     "ServerSettings",
     "SettingsError",
+    "StorageUri",
+    "StorageUriError",
     "add_flags",
     "by_group",
     "format_bytes",
@@ -59,6 +66,7 @@ __all__ = [
     "parse_bytes",
     "parse_duration_s",
     "parse_restriction",
+    "parse_storage_uri",
     "redact",
     "split_password",
 ]

@@ -52,14 +52,19 @@ def translated(method: Method) -> Method:
             return await method(self, request, context)
         except grpc.aio.AbortError:
             raise
-        except ServingError as error:
-            if error.status_code >= 500:
-                log.warning("gRPC %s: %s", method.__name__, error.message)
-            await context.abort(status_code(error), error.message)
         except Exception as error:
-            log.exception("unexpected error in gRPC %s", method.__name__)
-            await context.abort(
-                grpc.StatusCode.INTERNAL, f"internal server error: {type(error).__name__}"
-            )
+            await context.abort(*error_status(error, method.__name__))
 
     return cast(Method, call)
+
+
+def error_status(error: Exception, method: str) -> tuple[grpc.StatusCode, str]:
+    """The status and message that end a call of ``method`` failed with ``error`` (a streamed
+    request sends the message in band instead): runtime errors keep their own message, anything
+    else is a bug, logged with its traceback."""
+    if isinstance(error, ServingError):
+        if error.status_code >= 500:
+            log.warning("gRPC %s: %s", method, error.message)
+        return status_code(error), error.message
+    log.exception("unexpected error in gRPC %s", method, exc_info=error)
+    return grpc.StatusCode.INTERNAL, f"internal server error: {type(error).__name__}"

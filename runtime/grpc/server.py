@@ -27,6 +27,7 @@ from cachefleet.runtime.grpc import threaded_server
 from cachefleet.runtime.grpc.handlers import add_service
 from cachefleet.runtime.grpc.restricted import RestrictedProtocols, ThreadedRestrictedProtocols
 from cachefleet.runtime.grpc.servicer import InferenceServicer
+from cachefleet.runtime.grpc.traced import TraceContextInterceptor
 
 log = logging.getLogger(__name__)
 #: grpcio's asyncio server, or its synchronous one (``threaded_server``, with a local tier).
@@ -42,7 +43,8 @@ class GrpcStartError(ServingError):
 async def start_grpc_server(runtime: Runtime) -> Server:
     """Bind ``--grpc-port`` on ``--host`` and serve ``runtime``; call in the event loop.
 
-    With ``--grpc-restricted-protocol`` an interceptor checks each call's group first.
+    With ``--grpc-restricted-protocol`` an interceptor checks each call's group first; when
+    the runtime traces, another traces each inference call.
     """
     settings, security = runtime.settings.server, runtime.settings.security
     limit = settings.max_request_bytes
@@ -54,10 +56,14 @@ async def start_grpc_server(runtime: Runtime) -> Server:
     restricted = security.grpc_restricted_protocol
     server: Server
     if threaded_server.serves(runtime):
-        interceptors: list[Any] = [ThreadedRestrictedProtocols(restricted)] if restricted else []
-        server = await threaded_server.threaded_server(runtime, options, interceptors)
+        threaded: list[Any] = [ThreadedRestrictedProtocols(restricted)] if restricted else []
+        server = await threaded_server.threaded_server(runtime, options, threaded)
     else:
-        interceptors = [RestrictedProtocols(restricted)] if restricted else []
+        interceptors: list[grpc.aio.ServerInterceptor] = []
+        if restricted:
+            interceptors.append(RestrictedProtocols(restricted))
+        if runtime.tracing is not None:  # after the restriction: a refused call is not answered
+            interceptors.append(TraceContextInterceptor(runtime.tracing.tracer))
         server = grpc.aio.server(options=options, interceptors=interceptors)
         add_service(InferenceServicer(runtime), server)
     address = _address(settings.host, settings.grpc_port)

@@ -10,7 +10,6 @@ request metadata opts out as the header does.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -22,7 +21,7 @@ from cachefleet.runtime.errors import BadRequestError, ServingError
 from cachefleet.runtime.grpc import documents
 from cachefleet.runtime.grpc.decode import decode_infer_request, parameters, request_cost
 from cachefleet.runtime.grpc.encode import encode_infer_response
-from cachefleet.runtime.grpc.errors import translated
+from cachefleet.runtime.grpc.errors import error_status, translated
 from cachefleet.runtime.grpc.handlers import Malformed
 from cachefleet.runtime.grpc.messages import service_pb2, service_pb2_grpc
 from cachefleet.runtime.models.types import ModelConfig
@@ -30,7 +29,6 @@ from cachefleet.runtime.protocol import directives_from, server_metadata
 from cachefleet.runtime.protocol.request import InferRequest
 from cachefleet.runtime.service import InferAnswer
 
-log = logging.getLogger(__name__)
 Context = grpc.aio.ServicerContext[Any, Any]
 #: Unload parameters Triton's clients may send that change nothing here (no ensembles).
 _IGNORED_UNLOAD_PARAMETERS = frozenset({"unload_dependents"})
@@ -123,12 +121,8 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
                 continue
             try:
                 response, _ = await self._infer(request, directives)
-            except ServingError as error:
-                yield service_pb2.ModelStreamInferResponse(error_message=error.message)
-                continue
-            except Exception as error:  # a bug: say so in band, keep the stream for the others
-                log.exception("unexpected error in gRPC ModelStreamInfer")
-                message = f"internal server error: {type(error).__name__}"
+            except Exception as error:  # said in band: the stream goes on for the other requests
+                _, message = error_status(error, "ModelStreamInfer")
                 yield service_pb2.ModelStreamInferResponse(error_message=message)
                 continue
             yield service_pb2.ModelStreamInferResponse(infer_response=response)

@@ -52,8 +52,9 @@ _SHARED = "shared_memory_region"
 
 
 def serves(runtime: Runtime) -> bool:
-    """Whether this server serves ``runtime``'s gRPC: where a local tier vouches for answers."""
-    return runtime.settings.cache.mode in ("local", "tiered")
+    """Whether this server serves ``runtime``'s gRPC: where a local tier vouches for answers,
+    and the runtime does not trace (the tracing interceptor is the asyncio server's)."""
+    return runtime.settings.cache.mode in ("local", "tiered") and runtime.tracing is None
 
 
 class _Pending(NamedTuple):

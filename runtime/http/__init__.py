@@ -1,5 +1,7 @@
-"""HTTP: the FastAPI app, the infer fast path in front of it, routes, and the one mapping of
-errors to responses. Top layer."""
+"""HTTP, one of the two sibling transports: the FastAPI app over a runtime slot, the one infer
+endpoint (with its shortcut in front of the router and the memo of rendered responses around
+the service's answer), the routes, and the one mapping of errors to responses. It receives the
+runtime from the composition root and never imports ``grpc``."""
 
 from cachefleet.runtime.http.app import create_app
 

@@ -4,7 +4,8 @@ Every way a request is answered (a transport's call of the service, a memoized H
 opens a :class:`Passage` when its model is resolved and closes it with :meth:`succeeded` or
 :meth:`failed`; the ledger alone counts, so every path reports the same:
 
-- in flight: the model's count (``in_flight``), which an unload waits on;
+- in flight: the model's count (``in_flight``), which an unload waits on, and the gauge
+  ``cachefleet_queue_pending`` (what autoscaling on ``queue`` reads);
 - metrics: ``cachefleet_requests_total{code}``, ``cachefleet_request_seconds`` and Triton's
   ``nv_inference_request_success`` / ``_failure``;
 - statistics (Triton's extension, see ``statistics``): ``success`` (and ``queue.count``, cache
@@ -23,7 +24,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from cachefleet.runtime.cache.api import CacheStatus
 from cachefleet.runtime.errors import ServingError
@@ -60,6 +61,7 @@ class _Series:
 
     request_seconds: Histogram
     ok: Counter
+    pending: Gauge
 
 
 class RequestLedger:
@@ -77,6 +79,7 @@ class RequestLedger:
         """Start a request's passage: it is in flight until closed. No await may come between
         the model's resolution and this call, or an unload could slip between them."""
         self.in_flight.enter(model.name)
+        self._of(model).pending.inc()
         return Passage(model, transport, started_ns)
 
     def succeeded(self, passage: Passage) -> int:
@@ -86,6 +89,7 @@ class RequestLedger:
         self.in_flight.leave(model.name)
         elapsed_ns = now_ns - passage.started_ns
         series = self._of(model)
+        series.pending.dec()
         series.ok.inc()
         series.request_seconds.observe(elapsed_ns / 1e9)
         self._metrics.inference.add(TRITON.SUCCESS, model.name, model.version)
@@ -106,13 +110,16 @@ class RequestLedger:
         code = str(error.status_code)
         self._metrics.requests.labels(model.name, model.version, code).inc()
         self._metrics.inference.add(TRITON.FAILURE, model.name, model.version)
-        self._of(model).request_seconds.observe(elapsed_ns / 1e9)
+        series = self._of(model)
+        series.pending.dec()
+        series.request_seconds.observe(elapsed_ns / 1e9)
         self.statistics.for_version(model.name, model.version).record_failure(elapsed_ns)
 
     def abandoned(self, passage: Passage) -> None:
         """Close a request that neither succeeded nor was refused (cancelled, or a bug, which
         the transport reports): no longer in flight, counted nowhere."""
         self.in_flight.leave(passage.model.name)
+        self._of(passage.model).pending.dec()
 
     def _of(self, model: Model) -> _Series:
         key = (model.name, model.version)
@@ -120,7 +127,9 @@ class RequestLedger:
         if series is None:
             metrics = self._metrics
             series = _Series(
-                metrics.request_seconds.labels(*key), metrics.requests.labels(*key, "200")
+                metrics.request_seconds.labels(*key),
+                metrics.requests.labels(*key, "200"),
+                metrics.queue_pending.labels(*key),
             )
             self._series[key] = series
         return series

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -33,9 +34,10 @@ from cachefleet.runtime.service import rows
 from cachefleet.runtime.service.batch_queue import BatchQueue, Pending
 from cachefleet.runtime.service.statistics import ExecutionTimes, StatisticsRegistry
 from cachefleet.runtime.tensor import Tensor
+from cachefleet.runtime.tracing.current import note_execution
 
 logger = logging.getLogger(__name__)
-#: Called when a request starts waiting for an execution (see InferenceService.infer).
+#: Called when a request starts waiting for an execution (see InferenceService.answer).
 OnWait = Callable[[], None]
 
 
@@ -108,7 +110,10 @@ class ModelScheduler:
         self._pending.set(len(self._queue))
         self._arrived.set()
         if self._loop_task is None:
-            self._loop_task = asyncio.create_task(self._batch_loop(self._queue))
+            # In a context of its own: the batcher serves every request, not the first one.
+            self._loop_task = asyncio.create_task(
+                self._batch_loop(self._queue), context=contextvars.Context()
+            )
             self._loop_task.add_done_callback(self._loop_ended)
         timeout_s = queue_policy.timeout_s(timeout_us)
         timer = None
@@ -315,6 +320,12 @@ class ModelScheduler:
         self._counters.executed(self.model.name, self.model.version, rows)
         stats = self._statistics.for_version(self.model.name, self.model.version)
         stats.record_execution(rows, times, requests)
+        # The request's span, when it is traced and this ran in its own task (a batch runs in
+        # the batcher's, which belongs to no request).
+        note_execution(
+            times.queue_ns,
+            times.compute_input_ns + times.compute_infer_ns + times.compute_output_ns,
+        )
 
     def _execute_blocking(
         self, parts: Sequence[Sequence[Tensor]], sizes: Sequence[int], submitted_ns: int

@@ -22,12 +22,12 @@ import tritonclient.grpc as grpcclient
 from support.processes import RedisProcess, ServerProcess
 from support.waiting import wait_for
 
-from cachefleet.bench.chaos.answers import served_fingerprint
 from cachefleet.runtime.cache.entry import EntryMac, encode_entry
 from cachefleet.runtime.cache.key import KeySpace, compute_key
 from cachefleet.runtime.samples.arithmetic import build_simple
 from cachefleet.runtime.samples.onnx_build import make_model
 from cachefleet.runtime.tensor import Tensor
+from harness.chaos.answers import served_fingerprint
 
 MakeServer = Callable[..., ServerProcess]
 SECRET = "a fleet secret of enough length"

@@ -39,6 +39,7 @@ WAIT_FOR_THREE = (
 )
 EXECUTIONS = "nv_inference_exec_count"
 ROWS = "nv_inference_count"
+PENDING = "cachefleet_queue_pending"
 
 
 pytestmark = pytest.mark.slow
@@ -102,6 +103,18 @@ def test_concurrent_misses_run_as_one_execution(batching_server: ServerProcess) 
     assert metric(batching_server, ROWS, "picker") == 3
     assert metric(batching_server, "cachefleet_inference_batch_size_sum", "picker") == 3
     assert metric(batching_server, "nv_inference_request_success", "picker") == 2
+
+
+def test_requests_accepted_and_not_answered_are_pending(batching_server: ServerProcess) -> None:
+    """``cachefleet_queue_pending``, what autoscaling on ``queue`` reads, rises with every
+    request the server holds and falls back to 0 when they are answered."""
+    assert metric(batching_server, PENDING, "picker") == 0
+    waiting = [InFlight(batching_server, "picker", pick_body(index)) for index in (0, 1)]
+    wait_pending(batching_server, "picker", 2)
+    assert metric(batching_server, PENDING, "picker") == 2
+    waiting.append(InFlight(batching_server, "picker", pick_body(2)))  # completes the batch
+    assert [request.wait()[0] for request in waiting] == [200] * 3
+    assert metric(batching_server, PENDING, "picker") == 0
 
 
 def test_a_lone_request_waits_for_the_queue_delay(batching_server: ServerProcess) -> None:

@@ -13,7 +13,7 @@ from support.processes import CACHEFLEET, ServerProcess
 from support.redis_nodes import MASTER_NAME, ClusterProcesses, SentinelProcesses, info
 from support.redis_topology import LoadLoop
 
-from cachefleet.bench.chaos.answers import redis_key, served_fingerprint
+from harness.chaos.answers import redis_key, served_fingerprint
 
 pytest_plugins = ("support.redis_topology",)
 MakeServer = Callable[..., ServerProcess]

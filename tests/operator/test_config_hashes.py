@@ -23,8 +23,11 @@ from cachefleet.operator.manifests.spec import parse_spec
 #: Redis pod hashes of the managed-Redis examples, rendered with the password below. Change them
 #: only with a change that must restart every Redis, and say so in the release notes.
 GOLDEN = {
+    "autoscaling-hpa-queue.yaml": "6576d5b7f2dac033",
+    "autoscaling-keda-misses.yaml": "6576d5b7f2dac033",
     "autoscaling.yaml": "6576d5b7f2dac033",
     "densenet-gpu-aof.yaml": "230d9161985c413d",
+    "tracing.yaml": "6576d5b7f2dac033",  # the default Redis, as autoscaling.yaml's
 }
 PASSWORD = "golden-password"
 CACHE_SECRET = "golden-cache-secret"

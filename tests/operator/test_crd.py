@@ -126,6 +126,42 @@ INVALID = {
         {"model": {"name": "m", "repository": {}}},
         "exactly one of model.repository.pvc or model.repository.image",
     ),
+    "storageUri beside a repository": (
+        {
+            "model": {
+                "name": "m",
+                "storageUri": "s3://b/m",
+                "repository": {"pvc": {"claimName": "a"}},
+            }
+        },
+        "set exactly one of model.storageUri or model.repository",
+    ),
+    "neither storageUri nor a repository": (
+        {"model": {"name": "m"}},
+        "set exactly one of model.storageUri or model.repository",
+    ),
+    "a Secret for a claim": (
+        {"model": {"name": "m", "storageUri": "pvc://models/repo", "storageSecretName": "s"}},
+        "storageSecretName is read only with an s3://, gs:// or https://",
+    ),
+    "a Secret without a storageUri": (
+        {
+            "model": {
+                "name": "m",
+                "repository": {"pvc": {"claimName": "a"}},
+                "storageSecretName": "s",
+            }
+        },
+        "storageSecretName is read only with an s3://, gs:// or https://",
+    ),
+    "a storageUri climbing out": (
+        {"model": {"name": "m", "storageUri": "pvc://models/repo/../../etc"}},
+        "must not contain '.' or '..' path segments",
+    ),
+    "credentials in a storageUri": (
+        {"model": {"name": "m", "storageUri": "https://user:pw@example.com/m.onnx"}},
+        "carries credentials",
+    ),
     "absolute subPath": (
         {"model": {"name": "m", "repository": {"pvc": {"claimName": "a", "subPath": "/etc"}}}},
         "subPath must be a relative path",
@@ -160,6 +196,18 @@ INVALID = {
     "autoscaling without cpu request": (
         {"autoscaling": {"maxReplicas": 4}},
         "needs runtime.resources.requests.cpu",
+    ),
+    "tracing ratio without a ratio sampler": (
+        {"runtime": {"tracing": {"endpoint": "http://otel:4318", "ratio": 0.5}}},
+        "ratio is read only by the samplers traceidratio",
+    ),
+    "tracing resource attribute key with a comma": (
+        {
+            "runtime": {
+                "tracing": {"endpoint": "http://otel:4318", "resourceAttributes": {"a,b": "x"}}
+            }
+        },
+        "resourceAttributes keys",
     ),
 }
 
@@ -203,7 +251,25 @@ VALID = {
         "runtime": {"resources": {"requests": {"cpu": "500m"}}},
     },
     "image repository": {"model": {"name": "m", "repository": {"image": {"image": "x/y:1"}}}},
+    "s3 storage with a Secret": {
+        "model": {"name": "m", "storageUri": "s3://bucket/models", "storageSecretName": "s3"}
+    },
+    "gcs storage with a size limit": {
+        "model": {"name": "m", "storageUri": "gs://bucket/m", "storageSizeLimit": "20Gi"}
+    },
+    "https file": {"model": {"name": "m", "storageUri": "https://example.com/models/m.onnx"}},
+    "claim by URI": {"model": {"name": "m", "storageUri": "pvc://models/repo"}},
     "integer sizes": {"cache": {"ttl": 60, "local": {"size": 1048576}}},
+    "tracing with a ratio": {
+        "runtime": {
+            "tracing": {
+                "endpoint": "https://otel.example:4318",
+                "sampler": "parentbased_traceidratio",
+                "ratio": 0.25,
+                "headersSecretRef": {"name": "otlp"},
+            }
+        }
+    },
 }
 
 
@@ -223,6 +289,13 @@ def test_cel_rules_and_schema_accept_valid_specs(case: str) -> None:
         (("cache", "mode"), "disk"),
         (("cache", "redis", "maxmemoryPolicy"), "lru"),
         (("replicas",), -1),
+        (("runtime", "tracing"), {"endpoint": "otel:4318"}),
+        (("runtime", "tracing"), {"endpoint": "http://otel:4318", "ratio": 2}),
+        (("runtime", "tracing"), {"endpoint": "http://otel:4318", "sampler": "sometimes"}),
+        (("runtime", "tracing"), {"sampler": "always_on"}),
+        (("model", "storageUri"), "ftp://host/m.onnx"),
+        (("model", "storageUri"), "s3:/bucket"),
+        (("model", "storageSizeLimit"), "big"),
     ],
 )
 def test_schema_rejects_bad_values(field: tuple[str, ...], value: Any) -> None:

@@ -24,10 +24,9 @@ import copy
 import itertools
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
-import kubernetes_validate
 import pytest
 from hypothesis import HealthCheck, Phase, example, find, given, settings
 from support.kube.cluster import Cluster
@@ -41,7 +40,8 @@ from support.kube.fixtures import (
     live,
     service,
 )
-from support.kube.spec_strategies import Case, breakages, cases, schema_specs
+from support.kube.spec_strategies import Case, breakages, cases, schema_specs, valid_specs
+from support.kube.validation import validate_child
 
 from cachefleet.operator.manifests.children import build_children, needs_generated_password
 from cachefleet.operator.manifests.errors import SpecError
@@ -51,7 +51,6 @@ from cachefleet.operator.manifests.spec import parse_spec
 pytest_plugins = ("support.kube.fixtures",)
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
-KUBERNETES_VERSION = "1.32"
 OWNER = Owner("fuzz", "ml", "6a1f0c8e-4f7e-4b5e-9d7b-2f0a3c9e8b10")
 RESOURCE_OF = {
     "Secret": "v1/secrets",
@@ -62,6 +61,7 @@ RESOURCE_OF = {
     "PodDisruptionBudget": "policy/v1/poddisruptionbudgets",
     "NetworkPolicy": "networking.k8s.io/v1/networkpolicies",
     "HorizontalPodAutoscaler": "autoscaling/v2/horizontalpodautoscalers",
+    "ScaledObject": "keda.sh/v1alpha1/scaledobjects",
 }
 
 # A derandomized profile: the same examples on every run and machine, no example database.
@@ -115,7 +115,7 @@ def check_outcome(case: Case, result: list[dict[str, Any]] | SpecError) -> None:
     assert not case.says, f"an invalid spec ({case.says!r}) was rendered: {case.spec}"
     assert any(child["kind"] == "Deployment" for child in result)
     for child in result:
-        kubernetes_validate.validate(child, KUBERNETES_VERSION, strict=True)
+        validate_child(child)  # a ScaledObject against KEDA's schema
 
 
 VALID = {"model": {"name": "simple", "repository": {"pvc": {"claimName": "models"}}}}
@@ -142,12 +142,21 @@ def test_every_spec_renders_valid_objects_or_a_spec_error_that_names_the_field(c
 @pytest.mark.parametrize(
     "kind",
     ["maxmemory>limit", "persistence", "min>max", "autoscaling", "both", "no", "external+managed",
-     "unknown", "wrong", "not", "spec", "bad"],
+     "unknown", "wrong", "not", "spec", "bad", "tracing", "storageUri"],
 )  # fmt: skip
 def test_the_strategies_reach_every_breakage(kind: str) -> None:
     """The generators are not stuck on some branches: each breakage can be drawn."""
     found = find(breakages, lambda b: b.name.split(" ")[0] == kind, settings=SEARCH)
     assert found.says
+
+
+def test_valid_specs_take_the_model_from_storage_too() -> None:
+    def from_storage(scheme: str) -> Callable[[dict[str, Any]], bool]:
+        return lambda spec: str(spec["model"].get("storageUri", "")).startswith(f"{scheme}://")
+
+    for scheme in ("s3", "gs", "https", "pvc"):
+        found = find(valid_specs, from_storage(scheme), settings=SEARCH)
+        assert "repository" not in found["model"]
 
 
 def test_schema_specs_include_valid_and_invalid_ones() -> None:

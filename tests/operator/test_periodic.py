@@ -17,13 +17,13 @@ from support.kube.cluster import Cluster
 from support.kube.fixtures import CIS_PATH, NS, Api, cis, eventually, live, must, service
 from support.processes import free_port
 
-from cachefleet.bench.chaos.answers import served_fingerprint
 from cachefleet.operator.manifests.meta import Owner, selector_labels
 from cachefleet.operator.reconcile.kube import Kube
 from cachefleet.operator.reconcile.locks import KeyedLocks
 from cachefleet.operator.reconcile.periodic import Periodic
 from cachefleet.operator.reconcile.reconciler import Reconciler
 from cachefleet.operator.reconcile.settings import OperatorSettings
+from harness.chaos.answers import served_fingerprint
 
 pytest_plugins = ("support.kube.fixtures",)  # cluster, api, start_operator
 pytestmark = pytest.mark.timeout(120)

@@ -11,9 +11,9 @@ import pytest
 from support.processes import ServerProcess
 from support.redis_nodes import ClusterProcesses
 
-from cachefleet.bench.chaos.control import ChaosOptions
-from cachefleet.bench.chaos.report import render_table
-from cachefleet.bench.chaos.run import run_cluster_chaos
+from harness.chaos.control import ChaosOptions
+from harness.chaos.report import render_table
+from harness.chaos.run import run_cluster_chaos
 
 pytest_plugins = ("support.redis_topology",)
 

@@ -10,9 +10,9 @@ import httpx
 import pytest
 from support.processes import RedisProcess, ServerProcess
 
-from cachefleet.bench.chaos.control import ChaosOptions
-from cachefleet.bench.chaos.report import render_table
-from cachefleet.bench.chaos.run import run_chaos
+from harness.chaos.control import ChaosOptions
+from harness.chaos.report import render_table
+from harness.chaos.run import run_chaos
 
 pytestmark = pytest.mark.slow
 

@@ -16,15 +16,15 @@ import redis as redis_py
 from support.processes import RedisProcess, ServerProcess
 from support.waiting import wait_for
 
-from cachefleet.bench.chaos.answers import (
+from cachefleet.runtime.cache.key import KeySpace, compute_key
+from cachefleet.runtime.tensor import Tensor, encode_bytes_elements
+from harness.chaos.answers import (
     answer_is_right,
     decode_outputs,
     input_tensors,
     request_body,
     served_fingerprint,
 )
-from cachefleet.runtime.cache.key import KeySpace, compute_key
-from cachefleet.runtime.tensor import Tensor, encode_bytes_elements
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import redis as redis_py
 from support.processes import CACHEFLEET, RedisProcess, ServerProcess, free_port
 from support.waiting import wait_for
 
-from cachefleet.bench.chaos.answers import (
+from harness.chaos.answers import (
     answer_is_right,
     decode_outputs,
     redis_key,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from cachefleet.bench.chaos.answers import MODEL, answer_is_right, decode_outputs, request_body
+from harness.chaos.answers import MODEL, answer_is_right, decode_outputs, request_body
 from support.redis_nodes import ClusterProcesses, SentinelProcesses
 
 

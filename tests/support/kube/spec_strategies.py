@@ -58,6 +58,15 @@ affinity = st.sampled_from(
     ]
 )
 
+GOOD_STORAGE_URIS = (
+    "s3://models/team/repository",
+    "gs://models/simple",
+    "https://models.example.com/simple.onnx",
+    "pvc://model-store/repo",
+)
+#: Past the schema's pattern, refused by the operator (and CEL where it can).
+BAD_STORAGE_URIS = ("s3://Bad_Bucket/m", "pvc://claim/../up", "https://u:p@host/m.onnx")
+
 SPREAD = {
     "maxSkew": 1,
     "topologyKey": "kubernetes.io/hostname",
@@ -74,6 +83,9 @@ OVERRIDES: dict[str, st.SearchStrategy[Any]] = {
     "model.repository.image.image": st.sampled_from(["models:1", "registry.example.com/m:2"]),
     "model.repository.image.path": st.sampled_from(["/models", "/srv/repo"]),
     "model.repository.image.sizeLimit": sizes,
+    "model.storageUri": st.sampled_from([*GOOD_STORAGE_URIS, *BAD_STORAGE_URIS]),
+    "model.storageSecretName": names,
+    "model.storageSizeLimit": sizes,
     "imagePullSecrets": st.lists(st.fixed_dictionaries({"name": names}), max_size=2),
     "runtime.image": st.sampled_from(["ghcr.io/cachefleet/cachefleet:0.1.0", "runtime:dev"]),
     "runtime.topologySpreadConstraints": st.sampled_from([[], [SPREAD]]),
@@ -91,6 +103,19 @@ OVERRIDES: dict[str, st.SearchStrategy[Any]] = {
         max_size=3,
     ),
     "runtime.tls.secretName": names,
+    "runtime.tracing.endpoint": st.sampled_from(
+        [
+            "http://otel-collector.observability:4318",
+            "https://otlp.example.com",
+            "http://10.0.0.7:4318/",
+        ]
+    ),
+    "runtime.tracing.ratio": st.floats(0, 1),
+    "runtime.tracing.resourceAttributes": st.dictionaries(
+        st.sampled_from(["team", "deployment.environment.name", "k8s.cluster.name", "a,b"]),
+        names,
+        max_size=2,
+    ),
     "cache.ttl": durations,
     "cache.local.size": sizes,
     "cache.redis.external.url": st.sampled_from(
@@ -103,7 +128,9 @@ OVERRIDES: dict[str, st.SearchStrategy[Any]] = {
     "cache.redis.persistence.storageClassName": st.one_of(st.none(), names),
     "cache.redis.persistence.save": st.sampled_from(["3600 1 300 100", "60 1000", ""]),
     "cache.redis.networkPolicy.operatorNamespace": names,
-    "autoscaling.minReplicas": st.integers(1, 6),
+    "autoscaling.minReplicas": st.integers(0, 6),
+    "autoscaling.target": st.sampled_from([0.001, 0.5, 4, 40.25]),
+    "autoscaling.prometheus.activationThreshold": st.sampled_from([0, 0.5, 10]),
     "autoscaling.maxReplicas": st.integers(1, 6),
     "autoscaling.targetCPUUtilizationPercentage": st.integers(1, 100),
 }
@@ -182,6 +209,19 @@ def _both_sources(spec: dict[str, Any]) -> None:
     spec["model"]["repository"] = {"pvc": {"claimName": "m"}, "image": {"image": "models:1"}}
 
 
+def _both_model_sources(spec: dict[str, Any]) -> None:
+    spec["model"]["repository"] = {"pvc": {"claimName": "m"}}
+    spec["model"]["storageUri"] = "s3://models/m"
+
+
+def _storage_uri(uri: str) -> Callable[[dict[str, Any]], None]:
+    def apply(spec: dict[str, Any]) -> None:
+        spec["model"].pop("repository", None)
+        spec["model"]["storageUri"] = uri
+
+    return apply
+
+
 def _external_and_managed(spec: dict[str, Any]) -> None:
     spec.setdefault("cache", {})["mode"] = "redis"
     spec["cache"]["redis"] = {"external": {"url": "redis://x:6379"}, "maxmemory": "1Gi"}
@@ -234,7 +274,29 @@ breakages = st.one_of(
         )
     ),
     st.just(Breakage("both sources", _both_sources, "exactly one of model.repository")),
+    st.builds(
+        lambda sampler: Breakage(
+            "tracing ratio without its sampler",
+            _set(
+                "runtime.tracing",
+                {"endpoint": "http://otel:4318", "sampler": sampler, "ratio": 0.5},
+            ),
+            "runtime.tracing.ratio",
+        ),
+        st.sampled_from(["always_on", "parentbased_always_off"]),
+    ),
     st.just(Breakage("no source", _set("model.repository", {}), "exactly one of")),
+    st.just(
+        Breakage(
+            "storageUri and repository",
+            _both_model_sources,
+            "exactly one of model.storageUri or model.repository",
+        )
+    ),
+    st.builds(
+        lambda uri: Breakage("bad storageUri", _storage_uri(uri), "model.storageUri"),
+        st.sampled_from(BAD_STORAGE_URIS),
+    ),
     st.just(Breakage("external+managed", _external_and_managed, "cannot be combined")),
     st.builds(
         lambda where: Breakage("unknown field", _set(f"{where}.bogusField", 1), "bogusField"),
@@ -276,11 +338,27 @@ def _base(spec: dict[str, Any]) -> dict[str, Any]:
     """A schema-generated spec made valid where CEL or the operator's rules would refuse it."""
     spec = copy.deepcopy(spec)
     spec.pop("autoscaling", None)
-    spec["model"]["repository"] = {"pvc": {"claimName": "models"}}
+    model = spec["model"]
+    uri = model.pop("storageUri", None)
+    secret = model.pop("storageSecretName", None)
+    size = model.pop("storageSizeLimit", None)
+    if uri in GOOD_STORAGE_URIS:  # the model from storage instead of a repository
+        model.pop("repository", None)
+        model["storageUri"], model["storageSizeLimit"] = uri, "1Gi" if size else "10Gi"
+        if secret is not None and not uri.startswith("pvc://"):
+            model["storageSecretName"] = secret
+    else:
+        model["repository"] = {"pvc": {"claimName": "models"}}
     cache = spec.setdefault("cache", {})
     cache["ttl"], cache["local"] = "1h", {"size": "256Mi"}
     cache["redis"] = {"maxmemoryPolicy": "allkeys-lfu"}
     spec.setdefault("runtime", {}).pop("resources", None)
+    tracing = spec["runtime"].get("tracing")
+    if tracing is not None:
+        if not tracing.get("sampler", "").endswith("traceidratio"):
+            tracing.pop("ratio", None)
+        attributes = tracing.get("resourceAttributes", {})
+        tracing["resourceAttributes"] = {k: v for k, v in attributes.items() if "," not in k}
     return spec
 
 

@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from cachefleet.bench.chaos.control import STEADY, ChaosOptions, Log, connect
 from cachefleet.bench.processes import RedisServer
+from harness.chaos.control import STEADY, ChaosOptions, Log, connect
 
 
 @dataclass

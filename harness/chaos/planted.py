@@ -12,7 +12,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from cachefleet.bench.chaos.answers import (
+from cachefleet.bench.processes import RedisServer
+from cachefleet.runtime.cache.entry import encode_entry
+from cachefleet.runtime.cache.key import compute_key
+from cachefleet.runtime.tensor import Tensor
+from harness.chaos.answers import (
     MODEL,
     PLANTED_BASE,
     PLANTED_COUNT,
@@ -21,12 +25,8 @@ from cachefleet.bench.chaos.answers import (
     input_tensors,
     redis_key,
 )
-from cachefleet.bench.chaos.control import connect
-from cachefleet.bench.chaos.faults import FaultLog
-from cachefleet.bench.processes import RedisServer
-from cachefleet.runtime.cache.entry import encode_entry
-from cachefleet.runtime.cache.key import compute_key
-from cachefleet.runtime.tensor import Tensor
+from harness.chaos.control import connect
+from harness.chaos.faults import FaultLog
 
 
 class Planter:

@@ -9,8 +9,9 @@ input, model or version) at the keys the clients are about to ask for. Every ans
 against numpy's: a cache may be slow or cold, never wrong.
 
 The same ``run.run_chaos`` (and ``run.run_cluster_chaos``, its Redis Cluster variant) drives
-the reliability tests (short) and ``cachefleet bench --chaos``
-(``command``: longer, with a Markdown report in ``bench/results/chaos-<date>.md``). Modules:
-``answers`` (requests and the answers numpy says they must get), ``clients`` (the load
-processes), ``faults`` (the conductor), ``planted`` (corrupt and foreign entries), ``report``.
+the reliability tests (short) and ``bash scripts/harness chaos`` (``__main__``: longer, with a
+Markdown report in ``bench/results/chaos-<date>.md``). Modules: ``answers`` (requests and the
+answers numpy says they must get; the end-to-end tests use it too), ``clients`` (the load
+processes), ``faults`` and ``cluster_faults`` (the conductor), ``planted`` (corrupt and foreign
+entries), ``control`` (what they share), ``run``, ``report``.
 """

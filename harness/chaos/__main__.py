@@ -1,5 +1,5 @@
-"""``cachefleet bench --chaos``: its own Redis (or Redis Cluster) and two tiered servers, then the
-report file."""
+"""``bash scripts/harness chaos``: its own Redis (or Redis Cluster) and two tiered servers, then
+the report file."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cachefleet.bench.chaos.control import ChaosOptions
-from cachefleet.bench.chaos.report import render_table
-from cachefleet.bench.chaos.run import run_chaos, run_cluster_chaos
 from cachefleet.bench.redis_topology import ClusterProcesses
+from harness.chaos.control import ChaosOptions
+from harness.chaos.report import render_table
+from harness.chaos.run import run_chaos, run_cluster_chaos
 
 if TYPE_CHECKING:
     from cachefleet.bench.processes import RedisServer
@@ -67,15 +67,42 @@ def _cluster_fleet(workdir: Path) -> Iterator[tuple[list[str], ClusterProcesses]
         cluster.stop()
 
 
-def run_command(args: argparse.Namespace) -> int:
-    """``cachefleet bench --chaos [--redis-mode cluster] [--duration S] [--output DIR]
-    [--name STEM]``."""
-    duration = args.duration if args.duration is not None else 120.0
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="bash scripts/harness chaos",
+        description="The reliability run: load from client processes on two tiered servers "
+        "sharing one Redis (or a Redis Cluster) while Redis is killed, paused, filled and "
+        "planted with corrupt and foreign entries; every answer is checked against numpy's.",
+    )  # fmt: skip
+    parser.add_argument(
+        "--duration", type=float, default=120.0, help="seconds of load and faults (120)"
+    )
+    parser.add_argument(
+        "--redis-mode", choices=("standalone", "cluster"), default="standalone",
+        help="one Redis (default) or a Redis Cluster of three primaries with a replica each, "
+        "struck one shard at a time; written to chaos-cluster-<date>.md",
+    )  # fmt: skip
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=Path("bench/results"),
+        help="folder for the report (bench/results)",
+    )
+    parser.add_argument(
+        "--name", help="file name stem (default chaos-<date>, chaos-cluster-<date> in cluster mode)"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run, write ``<output>/<name>.md``; 0 when no request failed and no answer was wrong."""
+    args = parse(argv)
+    duration = args.duration
     options = ChaosOptions(duration_s=duration, clients=4, cycle_s=min(30.0, duration))
-    cluster = getattr(args, "redis_mode", "standalone") == "cluster"
+    cluster = args.redis_mode == "cluster"
     load_before = os.getloadavg()[0]
     redis_text = "a Redis Cluster (3 primaries, 1 replica each)" if cluster else "1 Redis"
-    print(f"cachefleet bench --chaos: {duration:g} s, {options.clients} client processes, "
+    print(f"chaos run: {duration:g} s, {options.clients} client processes, "
           f"2 tiered servers, {redis_text}", flush=True)  # fmt: skip
     log = lambda line: print(line, flush=True)  # noqa: E731
     with tempfile.TemporaryDirectory(prefix="cachefleet-chaos-") as folder:
@@ -86,7 +113,7 @@ def run_command(args: argparse.Namespace) -> int:
             with _fleet(Path(folder)) as (urls, redis):
                 report = run_chaos(urls, redis, options, log)
     table = render_table(report)
-    command = "cachefleet bench " + shlex.join(sys.argv[2:] if len(sys.argv) > 1 else [])
+    command = "bash scripts/harness chaos " + shlex.join(sys.argv[1:] if argv is None else argv)
     suffix = "-cluster" if cluster else ""
     name = args.name or f"chaos{suffix}-{datetime.now(UTC):%Y-%m-%d}"
     args.output.mkdir(parents=True, exist_ok=True)
@@ -101,3 +128,7 @@ def run_command(args: argparse.Namespace) -> int:
     print(table)
     print(f"wrote {path}")
     return 0 if report.failed == 0 and report.wrong == 0 else 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -6,8 +6,8 @@ import collections
 import statistics
 from dataclasses import dataclass
 
-from cachefleet.bench.chaos.control import STEADY
-from cachefleet.bench.chaos.faults import FaultLog
+from harness.chaos.control import STEADY
+from harness.chaos.faults import FaultLog
 
 
 @dataclass

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from cachefleet.bench.chaos.answers import (
+from harness.chaos.answers import (
     MODEL,
     PLANTED_BASE,
     PLANTED_COUNT,

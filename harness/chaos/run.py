@@ -1,7 +1,7 @@
 """One chaos run: client processes, the fault schedule and the planter, then the figures.
 
-The same :func:`run_chaos` drives the reliability test (short) and ``cachefleet bench --chaos``;
-:func:`run_cluster_chaos` is its Redis Cluster variant (``--chaos --redis-mode cluster``).
+The same :func:`run_chaos` drives the reliability test (short) and ``bash scripts/harness chaos``;
+:func:`run_cluster_chaos` is its Redis Cluster variant (``--redis-mode cluster``).
 """
 
 from __future__ import annotations
@@ -13,15 +13,15 @@ import time
 from typing import Any
 
 from cachefleet.bench import server_metrics
-from cachefleet.bench.chaos.answers import MODEL, redis_key, served_fingerprint
-from cachefleet.bench.chaos.clients import ClientResult, client_main
-from cachefleet.bench.chaos.cluster_faults import ClusterConductor
-from cachefleet.bench.chaos.control import ChaosOptions, Log
-from cachefleet.bench.chaos.faults import Conductor, FaultLog
-from cachefleet.bench.chaos.planted import Planter
-from cachefleet.bench.chaos.report import ChaosReport
 from cachefleet.bench.processes import RedisServer
 from cachefleet.bench.redis_topology import ClusterProcesses
+from harness.chaos.answers import MODEL, redis_key, served_fingerprint
+from harness.chaos.clients import ClientResult, client_main
+from harness.chaos.cluster_faults import ClusterConductor
+from harness.chaos.control import ChaosOptions, Log
+from harness.chaos.faults import Conductor, FaultLog
+from harness.chaos.planted import Planter
+from harness.chaos.report import ChaosReport
 
 
 def run_chaos(

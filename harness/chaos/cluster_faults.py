@@ -13,9 +13,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from cachefleet.bench.chaos.control import STEADY, ChaosOptions, Log
-from cachefleet.bench.chaos.faults import FaultLog, run_schedule
 from cachefleet.bench.redis_topology import ClusterProcesses, command
+from harness.chaos.control import STEADY, ChaosOptions, Log
+from harness.chaos.faults import FaultLog, run_schedule
 
 
 def slot_ranges(cluster: ClusterProcesses, port: int) -> list[tuple[int, int]]:

@@ -1,0 +1,67 @@
+"""Fetch a model repository: choose the store, download into a staging folder beside the
+target, arrange it (``layout``), then move it into place.
+
+Staging in the target's own volume means a download that fails half-way leaves the repository as
+it was, and a re-run (the kubelet restarts a failed init container) starts afresh: nothing is
+resumed by hand; the stores' clients retry what they can.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from cachefleet.runtime.config import StorageUri, StorageUriError, parse_storage_uri
+from cachefleet.runtime.storage.archives import is_archive, unpack
+from cachefleet.runtime.storage.credentials import Credentials
+from cachefleet.runtime.storage.errors import FetchError
+from cachefleet.runtime.storage.layout import LayoutError, arrange, move_into
+from cachefleet.runtime.storage.paths import UnsafeKeyError
+
+Fetcher = Callable[[StorageUri, Path, Credentials], list[Path]]
+STAGING = ".cachefleet-fetching"
+
+
+def fetch_model(
+    uri_text: str, destination: Path, *, model_name: str, credentials: Credentials
+) -> Path:
+    """Download ``uri_text`` into the repository ``destination``; the model's folder there."""
+    try:
+        uri = parse_storage_uri(uri_text)
+    except StorageUriError as error:
+        raise FetchError(uri_text, str(error)) from None
+    if not uri.downloaded:
+        raise FetchError(uri_text, "a pvc:// URI is mounted, not fetched")
+    destination.mkdir(parents=True, exist_ok=True)
+    staging = destination / STAGING
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    try:
+        files = _fetcher(uri)(uri, staging, credentials)
+        if len(files) == 1 and is_archive(files[0]):  # only a URI naming one archive: a
+            unpack(files[0], staging)  # repository's own .zip or .tar files stay as they are
+        arrange(staging, model_name)
+        move_into(staging, destination)
+    except (LayoutError, UnsafeKeyError, ValueError) as error:
+        raise FetchError(uri_text, str(error)) from None
+    except OSError as error:  # the volume full, a file that cannot be written
+        raise FetchError(uri_text, f"writing {destination}: {error}") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return destination / model_name
+
+
+def _fetcher(uri: StorageUri) -> Fetcher:
+    """The store's module, imported only when asked for (each pulls in its own client)."""
+    if uri.scheme == "s3":
+        from cachefleet.runtime.storage.s3 import fetch_s3
+
+        return fetch_s3
+    if uri.scheme == "gs":
+        from cachefleet.runtime.storage.gcs import fetch_gcs
+
+        return fetch_gcs
+    from cachefleet.runtime.storage.https import fetch_https
+
+    return fetch_https

@@ -1,0 +1,42 @@
+"""``https://host/path``: one file (an ONNX model, or an archive of a repository), through the
+standard library's client, verifying the server against the system's CAs and the Secret's
+``cabundle.crt``."""
+
+from __future__ import annotations
+
+import shutil
+import ssl
+import urllib.error
+import urllib.request
+from pathlib import Path, PurePosixPath
+
+from cachefleet.runtime.config import StorageUri
+from cachefleet.runtime.storage.credentials import Credentials
+from cachefleet.runtime.storage.errors import FetchError
+from cachefleet.runtime.storage.paths import UnsafeKeyError, inside, relative_key
+
+TIMEOUT_S = 60.0
+
+
+def fetch_https(uri: StorageUri, destination: Path, credentials: Credentials) -> list[Path]:
+    """Download the file the URI names into ``destination``, under its own name."""
+    try:
+        target = inside(destination, relative_key(PurePosixPath(uri.path).name, ""))
+    except UnsafeKeyError as error:
+        raise FetchError(uri.text, str(error)) from None
+    context = ssl.create_default_context()
+    if credentials.ca_bundle is not None:
+        context.load_verify_locations(cafile=str(credentials.ca_bundle))
+    try:
+        with (
+            urllib.request.urlopen(uri.text, timeout=TIMEOUT_S, context=context) as response,
+            target.open("wb") as out,
+        ):
+            shutil.copyfileobj(response, out, length=1 << 20)
+    except urllib.error.HTTPError as error:
+        raise FetchError(uri.text, f"HTTP {error.code} {error.reason}") from None
+    except urllib.error.URLError as error:
+        raise FetchError(uri.text, str(error.reason)) from None
+    except OSError as error:  # reset, timed out, a TLS failure after the handshake
+        raise FetchError(uri.text, str(error)) from None
+    return [target]
