@@ -31,7 +31,7 @@ import grpc
 
 from cachefleet.bench import perf_analyzer
 from cachefleet.bench.pinning import pinned
-from cachefleet.bench.processes import CACHEFLEET, ServerProcess, free_port
+from cachefleet.bench.processes import CACHEFLEET, free_port, http_ok
 from cachefleet.runtime.grpc.messages import service_pb2
 
 SERVICE = "inference.GRPCInferenceService"
@@ -150,6 +150,28 @@ def _measure(address: str, seconds: float) -> float:
     return result.requests / result.duration_s if result.duration_s else 0.0
 
 
+def _started(command: list[str], log: Path) -> subprocess.Popen[bytes]:
+    """``command`` on CPU 0, in this session: with the kernel's autogroup scheduling a session
+    is one scheduling group, and on a busy machine a server in a session of its own (as
+    ``ServerProcess`` starts one) gets a very different share of its CPU. Every server here
+    starts the same way, so their figures compare."""
+    with log.open("ab") as out:
+        return subprocess.Popen(pinned(command, "0"), stdout=out, stderr=subprocess.STDOUT)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    process.wait(timeout=30)
+
+
+def _wait_until(ready: Callable[[], bool], process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 180
+    while not ready():
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("cachefleet serve did not start (see serve.log)")
+        time.sleep(0.2)
+
+
 def _wait_for(address: str, timeout_s: float = 30) -> None:
     with grpc.insecure_channel(address) as channel:
         grpc.channel_ready_future(channel).result(timeout=timeout_s)
@@ -171,30 +193,30 @@ def run(only: list[str], seconds: float, serve_args: list[str]) -> dict[str, flo
         args = ["--model-repository", str(work / "models"), "--cache", "local",
                 "--model-control-mode", "explicit", "--load-model", "simple",
                 "--log-level", "warning", *serve_args]  # fmt: skip
-        server = ServerProcess(args, work, cpus="0")
-        server.start()
+        http_port, grpc_port = free_port(), free_port()
+        address = f"127.0.0.1:{grpc_port}"
+        command = [*CACHEFLEET, "serve", "--host", "127.0.0.1", "--port", str(http_port),
+                   "--grpc-port", str(grpc_port), *args]  # fmt: skip
+        server = _started(command, work / "serve.log")
         try:
+            _wait_until(http_ok(f"http://127.0.0.1:{http_port}/v2/health/ready"), server)
             if "cachefleet" in only:
-                figures["cachefleet"] = _measure(server.grpc_url, seconds)
-            _write(capture(server.grpc_url), work / "canned")
+                figures["cachefleet"] = _measure(address, seconds)
+            _write(capture(address), work / "canned")
         finally:
-            server.stop()
+            _stop(server)
         for kind in only:
             if kind == "cachefleet":
                 continue
             port = free_port()
             command = [sys.executable, "-m", "harness.grpc_floor", "--serve", kind,
                        "--port", str(port), "--canned", str(work / "canned")]  # fmt: skip
-            # In a session of its own, as ServerProcess starts `cachefleet serve`: with the
-            # kernel's autogroup scheduling a session is one group, and a server in a group of
-            # its own gets a very different share of a busy CPU than one in the caller's.
-            process = subprocess.Popen(pinned(command, "0"), start_new_session=True)
+            process = _started(command, work / f"{kind}.log")
             try:
                 _wait_for(f"127.0.0.1:{port}")
                 figures[kind] = _measure(f"127.0.0.1:{port}", seconds)
             finally:
-                process.terminate()
-                process.wait(timeout=10)
+                _stop(process)
     return figures
 
 
