@@ -23,7 +23,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING
 
 from cachefleet.runtime.cache.api import ResponseCache
-from cachefleet.runtime.cache.factory import build_cache
+from cachefleet.runtime.cache.factory import build_admission, build_cache
 from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.errors import NotReadyError
 from cachefleet.runtime.metrics import RuntimeMetrics
@@ -105,13 +105,14 @@ class Runtime:
                 max_workers=_model_threads(), thread_name_prefix="cachefleet-model"
             )
             stack.callback(executor.shutdown, wait=True, cancel_futures=True)
-            cache = build_cache(settings, metrics)
+            admission = build_admission(settings)
+            cache = build_cache(settings, metrics, admission)
             stack.push_async_callback(cache.close)
             await cache.start()
             shared_memory = SharedMemoryRegistry()
             stack.callback(shared_memory.close)
             ledger_type = RequestLedger if tracing is None else TracedLedger
-            ledger = ledger_type(metrics, StatisticsRegistry(), InFlight())
+            ledger = ledger_type(metrics, StatisticsRegistry(admission), InFlight())
             service = InferenceService(
                 repository, cache, metrics, settings, executor, ledger, shared_memory
             )

@@ -66,6 +66,7 @@ def runtime_settings(spec: ServiceSpec, *, owner: Owner) -> RuntimeSettings:
     try:
         cache_settings = CacheSettings(
             mode=cache.mode,
+            admission=cache.admission,
             local_size_bytes=parse_bytes(cache.local.size),
             ttl_s=parse_duration_s(cache.ttl),
             namespace=cache_namespace(spec, owner=owner),

@@ -417,6 +417,7 @@ class LocalCache(_Spec):
 
 class Cache(_Spec):
     mode: Literal["none", "local", "redis", "tiered"] = "tiered"
+    admission: Literal["auto", "always"] = "auto"
     ttl: Quantity = "1h"
     local: LocalCache = LocalCache()
     redis: Redis = Redis()

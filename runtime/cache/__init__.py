@@ -9,5 +9,7 @@ knows nothing of HTTP or of ONNX Runtime.
 - ``breaker``, ``singleflight``, ``writebehind``: the small mechanisms ``read_through`` composes.
 - ``invalidation``: the pub/sub channel that carries flushes to every replica.
 - ``metrics``: the cache's metric children, bound once per model version.
+- ``admission``: which tiers each model uses, from measured costs; ``admission_metrics``: its
+  decisions in ``/metrics``.
 - ``read_through``: the cache itself, over zero to two tiers; ``factory``: settings in, cache out.
 """

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from cachefleet.runtime.cache.admission import AdmissionPolicy, Tier
+from cachefleet.runtime.cache.admission_metrics import AdmissionCollector
 from cachefleet.runtime.cache.api import NullCache, ResponseCache
 from cachefleet.runtime.cache.breakers import ShardBreakers
 from cachefleet.runtime.cache.entry import EntryMac
@@ -15,8 +17,23 @@ from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.metrics import RuntimeMetrics
 
 
-def build_cache(settings: RuntimeSettings, metrics: RuntimeMetrics) -> ResponseCache:
-    """The cache for ``settings.cache.mode``. Nothing connects here: ``start()`` does."""
+def build_admission(settings: RuntimeSettings) -> AdmissionPolicy:
+    """The admission policy over the tiers of ``settings.cache.mode`` (``--cache-admission``)."""
+    mode = settings.cache.mode
+    tiers: tuple[Tier, ...] = (
+        *(("local",) if mode in ("local", "tiered") else ()),
+        *(("redis",) if mode in ("redis", "tiered") else ()),
+    )
+    return AdmissionPolicy(settings.cache.admission, tiers)
+
+
+def build_cache(
+    settings: RuntimeSettings, metrics: RuntimeMetrics, admission: AdmissionPolicy | None = None
+) -> ResponseCache:
+    """The cache for ``settings.cache.mode``. Nothing connects here: ``start()`` does.
+
+    ``admission``: the policy the statistics report too (made here when not given); its
+    figures are exported in ``metrics``."""
     mode = settings.cache.mode
     if mode == "none":
         return NullCache()
@@ -34,6 +51,8 @@ def build_cache(settings: RuntimeSettings, metrics: RuntimeMetrics) -> ResponseC
         on_any_open=lambda is_open: metrics.redis_circuit_open.set(1 if is_open else 0),
     )
     secret = settings.cache.secret
+    admission = admission if admission is not None else build_admission(settings)
+    metrics.registry.register(AdmissionCollector(admission))
     cache = ReadThroughCache(
         metrics,
         local=local,
@@ -43,6 +62,7 @@ def build_cache(settings: RuntimeSettings, metrics: RuntimeMetrics) -> ResponseC
         insert_queue_bytes=settings.cache.insert_queue_bytes,
         keys=KeySpace(settings.cache.namespace),
         mac=None if secret is None else EntryMac(secret.get_secret_value()),
+        admission=admission,
     )
     if local is not None and redis is not None:
         cache.listener = InvalidationListener(

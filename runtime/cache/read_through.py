@@ -33,8 +33,10 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from cachefleet.runtime.cache.admission import AdmissionPolicy, ModelAdmission, Tier
 from cachefleet.runtime.cache.api import (
     CacheAnswer,
     CacheDirectives,
@@ -85,9 +87,11 @@ class ReadThroughCache:
         wall_clock: Callable[[], float] = time.time,
         keys: KeySpace | None = None,
         mac: EntryMac | None = None,
+        admission: AdmissionPolicy | None = None,
     ) -> None:
         """``keys``: the fleet's namespace in Redis; ``mac``: seals and checks Redis entries
-        (the fleet's secret), None to trust them as they are."""
+        (the fleet's secret), None to trust them as they are; ``admission``: which tiers each
+        model uses (by default every tier, always)."""
         self.metrics = metrics
         self.keys = keys if keys is not None else KeySpace()
         self._mac = mac
@@ -101,6 +105,7 @@ class ReadThroughCache:
         self.breakers = breakers or ShardBreakers(3, 1.0)
         self.writes = WriteBehind(insert_queue_size, insert_queue_bytes)
         self.listener = listener
+        self.admission = admission or AdmissionPolicy("always", _tiers_of(local, redis))
         self._flight: SingleFlight[_Outcome] = SingleFlight()
         #: model -> monotonic time of its last flush; writes of answers computed before are void.
         self._flushed_at: dict[str, float] = {}
@@ -130,18 +135,31 @@ class ReadThroughCache:
         self, request: CacheRequest, directives: CacheDirectives, compute: Compute
     ) -> CacheAnswer:
         series = self.model_metrics.of(request.model, request.version)
+        admission = self.admission.of(request.model, request.version)
         if not request.enabled or not directives.lookup:
             series.bypass.inc()
             started = time.monotonic()
-            outputs = await compute()
+            outputs = await _timed(compute, admission)
             if request.enabled and directives.store:
                 self._store(self._key(request), outputs, request.ttl_s, started)
             return CacheAnswer(outputs, CacheStatus.BYPASS)
+        if admission.recomputes():  # refreshes what a hit saves (see ``admission.py``)
+            series.bypass.inc()
+            return CacheAnswer(await _timed(compute, admission), CacheStatus.BYPASS)
         started = time.perf_counter()
         key = self._key(request)
-        if self.local is not None:
+        # Admission (``admission.py``): a tier that costs this model more than it saves is
+        # skipped, but for a sample that keeps it measured.
+        use_local = self.local is not None and admission.local.wants(key)
+        use_redis = self.redis is not None and admission.redis.wants(key)
+        if not (use_local or use_redis):
+            series.bypass.inc()
+            return CacheAnswer(await _timed(compute, admission), CacheStatus.BYPASS)
+        if use_local and self.local is not None:
             hit = self.local.lookup(key)
-            self._looked_up_local(key, time.perf_counter() - started, hit=hit is not None)
+            elapsed = time.perf_counter() - started
+            self._looked_up_local(key, elapsed, hit=hit is not None)
+            admission.local.looked_up(elapsed, hit is not None)
             if hit is not None:
                 token = LocalEntryToken(key, hit[1], self._confirm_local)
                 return CacheAnswer(hit[0], CacheStatus.HIT_LOCAL, token)
@@ -150,8 +168,11 @@ class ReadThroughCache:
             # Counted apart from hits and misses: those count what the tiers and the model did,
             # once per key, and this request made neither do anything.
             series.coalesced.inc()
+        tiers = _Tiers(admission, use_local, use_redis)
         outputs, status = await self._flight.do(
-            key, lambda: self._fill(key, request, store, compute, started), inline=request.quick
+            key,
+            lambda: self._fill(key, request, store, compute, started, tiers),
+            inline=request.quick,
         )
         return CacheAnswer(list(outputs), status)
 
@@ -207,26 +228,34 @@ class ReadThroughCache:
         )
 
     async def _fill(
-        self, key: CacheKey, request: CacheRequest, store: bool, compute: Compute, started: float
+        self,
+        key: CacheKey,
+        request: CacheRequest,
+        store: bool,
+        compute: Compute,
+        started: float,
+        tiers: _Tiers,
     ) -> _Outcome:
         labels = (request.model, request.version)
         series = self.model_metrics.of(*labels)
-        found = await self._redis_lookup(key, request)
+        found = await self._redis_lookup(key, request, tiers) if tiers.redis else None
         if found is not None:
             self.metrics.triton.record(*labels, hit=True, duration_s=time.perf_counter() - started)
             return found, CacheStatus.HIT_REDIS
         lookup_s = time.perf_counter() - started
         series.misses.inc()
         computed_at = time.monotonic()
-        outputs = await compute()
+        outputs = await _timed(compute, tiers.admission)
         insert_started = time.perf_counter()
         if store:
-            self._store(key, outputs, request.ttl_s, computed_at)
+            self._store(key, outputs, request.ttl_s, computed_at, tiers)
         insert_s = time.perf_counter() - insert_started
         self.metrics.triton.record(*labels, hit=False, duration_s=lookup_s + insert_s)
         return outputs, CacheStatus.MISS
 
-    async def _redis_lookup(self, key: CacheKey, request: CacheRequest) -> list[Tensor] | None:
+    async def _redis_lookup(
+        self, key: CacheKey, request: CacheRequest, tiers: _Tiers
+    ) -> list[Tensor] | None:
         if self.redis is None:
             return None
         breaker = self._breaker(key)
@@ -244,7 +273,10 @@ class ReadThroughCache:
             elapsed = time.perf_counter() - started
             series.lookup_redis.observe(elapsed)
         breaker.record_success()
-        outputs = None if blob is None else self._accept(key, blob, request.ttl_s, since)
+        outputs = (
+            None if blob is None else self._accept(key, blob, request.ttl_s, since, tiers.local)
+        )
+        tiers.admission.redis.looked_up(elapsed, outputs is not None)
         if outputs is not None:
             series.hits_redis.inc()
         return outputs
@@ -326,7 +358,7 @@ class ReadThroughCache:
         return values
 
     def _accept(
-        self, key: CacheKey, blob: bytes, ttl_s: float, since: float
+        self, key: CacheKey, blob: bytes, ttl_s: float, since: float, promote: bool = True
     ) -> list[Tensor] | None:
         """The outputs of a Redis entry read by a lookup that started at ``since`` (monotonic),
         promoted to the local tier unless a flush of the model began since; None (and the
@@ -345,17 +377,35 @@ class ReadThroughCache:
         if entry.expires_at is not None:
             ttl_s = entry.expires_at - self._wall_clock()
         fresh = entry.expires_at is None or ttl_s > 0
-        if self.local is not None and fresh and self.local.put(key, entry.outputs, ttl_s):
+        if (
+            promote
+            and self.local is not None
+            and fresh
+            and self.local.put(key, entry.outputs, ttl_s)
+        ):
             self.model_metrics.of(key.model, key.version).inserts_local.inc()
         return entry.outputs
 
-    def _store(self, key: CacheKey, outputs: Sequence[Tensor], ttl_s: float, since: float) -> None:
-        """Insert a fresh answer: local at once (cheap), Redis behind the response."""
+    def _store(
+        self,
+        key: CacheKey,
+        outputs: Sequence[Tensor],
+        ttl_s: float,
+        since: float,
+        tiers: _Tiers | None = None,
+    ) -> None:
+        """Insert a fresh answer: local at once (cheap), Redis behind the response; only into
+        the tiers admission lets this request use (``tiers``; every tier when None)."""
         if self._flushed_at.get(key.model, -1.0) >= since:
             return  # computed before a flush of its model: it may be stale
-        if self.local is not None and self.local.put(key, outputs, ttl_s):
-            self.model_metrics.of(key.model, key.version).inserts_local.inc()
-        if self.redis is not None:
+        if self.local is not None and (tiers is None or tiers.local):
+            started = time.perf_counter()
+            kept = self.local.put(key, outputs, ttl_s)
+            if tiers is not None:
+                tiers.admission.local.inserted(time.perf_counter() - started)
+            if kept:
+                self.model_metrics.of(key.model, key.version).inserts_local.inc()
+        if self.redis is not None and (tiers is None or tiers.redis):
             job = self._insert_job(key, tuple(outputs), ttl_s, since)
             self._submit(key, job, entry_size(outputs))
 
@@ -378,9 +428,12 @@ class ReadThroughCache:
             if not breaker.allow():
                 done.set_result(None)
                 return done
+            started = time.perf_counter()
             expires_at = self._wall_clock() + ttl_s if ttl_s > 0 else None
             blob = encode_entry(key.digest, outputs, expires_at, self._mac)
             sent = self.redis.set_soon(self.keys.redis_key(key), blob, ttl_s)
+            admission = self.admission.of(key.model, key.version)
+            admission.redis.inserted(time.perf_counter() - started)
             sent.add_done_callback(functools.partial(self._inserted, key, breaker, done))
             return done
 
@@ -451,3 +504,25 @@ class ReadThroughCache:
             if kind not in self._reported:
                 self._reported.add(kind)
                 logger.warning("cache: %s (logged once until an insert succeeds)", str(error))
+
+
+@dataclass(frozen=True, slots=True)
+class _Tiers:
+    """The tiers one request uses, as admission decided when it was looked up."""
+
+    admission: ModelAdmission
+    local: bool
+    redis: bool
+
+
+def _tiers_of(local: LocalTier | None, redis: RedisTier | None) -> tuple[Tier, ...]:
+    """The tiers a cache has, as admission reports them."""
+    return (*(("local",) if local is not None else ()), *(("redis",) if redis is not None else ()))
+
+
+async def _timed(compute: Compute, admission: ModelAdmission) -> list[Tensor]:
+    """Compute, and tell admission how long it took (what a hit would save)."""
+    started = time.perf_counter()
+    outputs = await compute()
+    admission.computed(time.perf_counter() - started)
+    return outputs

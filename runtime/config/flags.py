@@ -75,6 +75,13 @@ FLAGS: tuple[Flag, ...] = (
         "Request bytes held at once, e.g. 1Gi (default); over it, wait briefly, then 503.",
     ),
     Flag("cache", "cache", "mode", "Response cache mode.", ("none", "local", "redis", "tiered")),
+    Flag(
+        "cache-admission",
+        "cache",
+        "admission",
+        "auto (default): skip a tier for a model while it costs more than it saves; always: never.",
+        ("auto", "always"),
+    ),
     Flag("local-cache-size", "cache", "local_size_bytes", "In-process cache bound, e.g. 256Mi."),
     Flag("cache-ttl", "cache", "ttl_s", "Entry lifetime: seconds or 30m, 1h (default 3600)."),
     Flag("cache-insert-queue", "cache", "insert_queue_size", "Write-behind queue length."),

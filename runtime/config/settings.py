@@ -28,6 +28,8 @@ from cachefleet.runtime.config.restrictions import Restrictions
 Bytes = Annotated[int, BeforeValidator(parse_bytes), Field(ge=0)]
 Seconds = Annotated[float, BeforeValidator(parse_duration_s), Field(ge=0)]
 CacheMode = Literal["none", "local", "redis", "tiered"]
+#: auto: a tier that costs a model more than it saves is skipped for it; always: never skipped.
+CacheAdmission = Literal["auto", "always"]
 #: How the shared tier is deployed: one server, a Redis Cluster (sharded), or a primary with
 #: replicas behind Sentinel.
 RedisMode = Literal["standalone", "cluster", "sentinel"]
@@ -135,6 +137,11 @@ class CacheSettings(_Group):
     """The response cache: which tiers, how big, how long entries live."""
 
     mode: CacheMode = "local"
+    admission: CacheAdmission = Field(
+        "auto",
+        description="auto: skip a tier for a model while it costs more than it saves; "
+        "always: use every tier for every cached model.",
+    )
     local_size_bytes: Bytes = Field(256 * 2**20, description="Bound of the in-process tier.")
     ttl_s: Seconds = Field(3600.0, description="Entry lifetime; a model's config may override it.")
     insert_queue_size: int = Field(1024, ge=1, description="Write-behind queue; drops when full.")

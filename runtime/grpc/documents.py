@@ -30,8 +30,11 @@ def repository_index(rows: Sequence[Mapping[str, Any]]) -> Any:
 
 
 def model_statistics(document: Mapping[str, Any]) -> Any:
-    """``ModelStatisticsResponse`` from the service's document (already in its field names)."""
-    return json_format.ParseDict(dict(document), service_pb2.ModelStatisticsResponse())
+    """``ModelStatisticsResponse`` from the service's document (already in its field names);
+    the fields Triton's message has no place for (``cache_admission``) are HTTP's only."""
+    return json_format.ParseDict(
+        dict(document), service_pb2.ModelStatisticsResponse(), ignore_unknown_fields=True
+    )
 
 
 def system_shared_memory_status(regions: Sequence[Mapping[str, Any]]) -> Any:

@@ -35,6 +35,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from cachefleet.runtime.cache.admission import AdmissionPolicy
 from cachefleet.runtime.errors import ModelNotFoundError
 
 
@@ -158,11 +159,15 @@ class StatisticsRegistry:
     """Statistics for every loaded model version, kept by the inference service.
 
     A version's statistics start when it is first served and are dropped when it is unloaded
-    (:meth:`forget`), so a reloaded model starts from zero, as in Triton.
+    (:meth:`forget`), so a reloaded model starts from zero, as in Triton. With an admission
+    policy, each version's document also says, per cache tier, whether the tier is used and the
+    figures that decided it (``cache_admission``, a field Triton's clients ignore), and a
+    reloaded model is measured afresh.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, admission: AdmissionPolicy | None = None) -> None:
         self._models: dict[tuple[str, str], ModelStatistics] = {}
+        self._admission = admission
 
     def for_version(self, name: str, version: str) -> ModelStatistics:
         """The statistics object of one model version, made on first use."""
@@ -176,6 +181,8 @@ class StatisticsRegistry:
         """Drop every version of ``name`` (it was unloaded)."""
         for key in [key for key in self._models if key[0] == name]:
             del self._models[key]
+        if self._admission is not None:
+            self._admission.forget(name)
 
     def report(
         self, loaded: list[tuple[str, str]], name: str | None = None, version: str | None = None
@@ -193,4 +200,11 @@ class StatisticsRegistry:
         if name is not None and not chosen:
             what = f"model '{name}'" if version is None else f"model '{name}' version {version}"
             raise ModelNotFoundError(f"requested statistics of {what}, which is not loaded")
-        return {"model_stats": [self.for_version(*key).document() for key in sorted(chosen)]}
+        return {"model_stats": [self._document(*key) for key in sorted(chosen)]}
+
+    def _document(self, name: str, version: str) -> dict[str, Any]:
+        document = self.for_version(name, version).document()
+        if self._admission is not None:
+            figures = self._admission.figures(name, version)
+            document["cache_admission"] = [each.document() for each in figures]
+        return document

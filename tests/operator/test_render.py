@@ -453,3 +453,13 @@ def test_each_service_gets_its_own_cache_namespace_and_secret_unless_it_names_th
 def test_a_cache_namespace_that_would_make_ambiguous_keys_stalls() -> None:
     with pytest.raises(SpecError, match=r"cache\.namespace"):
         parse_spec({**copy.deepcopy(BASE), "cache": {"namespace": "a:b"}})
+
+
+def test_cache_admission_reaches_the_runtime_only_when_not_the_default() -> None:
+    """``spec.cache.admission: always`` turns the runtime's per-model admission off; ``auto``
+    (the default) leaves the runtime's own default in place."""
+    default = by_kind(render({}), "ConfigMap", "svc-config")["data"]["config.yaml"]
+    assert "admission" not in default
+    always = render({"cache": {"admission": "always"}})
+    config = yaml.safe_load(by_kind(always, "ConfigMap", "svc-config")["data"]["config.yaml"])
+    assert config["cache"]["admission"] == "always"
