@@ -20,6 +20,12 @@ Stub = service_pb2_grpc.GRPCInferenceServiceStub
 MakeServer = Callable[..., ServerProcess]
 
 
+def _server(make_server: MakeServer) -> ServerProcess:
+    """A server whose local tier answers every cached model: admission (``auto``) may skip a
+    tier for a model as cheap as ``simple``, which would answer ``bypass`` here."""
+    return make_server("--cache-admission", "always")
+
+
 def _request(first: int, second: int, request_id: str = "r1") -> Any:
     request = service_pb2.ModelInferRequest(model_name="simple", id=request_id)
     for name, value in (("INPUT0", first), ("INPUT1", second)):
@@ -42,7 +48,10 @@ def _flush(server: ServerProcess) -> None:
     assert answer.status_code == 200, answer.text
 
 
-def test_repeats_answer_with_the_same_bytes_trailers_and_statistics(server: ServerProcess) -> None:
+def test_repeats_answer_with_the_same_bytes_trailers_and_statistics(
+    make_server: MakeServer,
+) -> None:
+    server = _server(make_server)
     with grpc.insecure_channel(server.grpc_url) as channel:
         stub = Stub(channel)
         answers = [_infer(stub, _request(2, 5)) for _ in range(5)]
@@ -63,7 +72,8 @@ def test_repeats_answer_with_the_same_bytes_trailers_and_statistics(server: Serv
     assert metric(server, "nv_cache_num_hits_per_model", "simple") == 4
 
 
-def test_a_flush_ends_the_repeated_answer(server: ServerProcess) -> None:
+def test_a_flush_ends_the_repeated_answer(make_server: MakeServer) -> None:
+    server = _server(make_server)
     with grpc.insecure_channel(server.grpc_url) as channel:
         stub = Stub(channel)
         request = _request(1, 1)
@@ -72,7 +82,8 @@ def test_a_flush_ends_the_repeated_answer(server: ServerProcess) -> None:
         assert [_infer(stub, request)[1] for _ in range(2)] == ["miss", "hit-local"]
 
 
-def test_cache_control_metadata_skips_the_repeated_answer(server: ServerProcess) -> None:
+def test_cache_control_metadata_skips_the_repeated_answer(make_server: MakeServer) -> None:
+    server = _server(make_server)
     with grpc.insecure_channel(server.grpc_url) as channel:
         stub = Stub(channel)
         request = _request(3, 4)
@@ -83,7 +94,8 @@ def test_cache_control_metadata_skips_the_repeated_answer(server: ServerProcess)
     assert (_sums(response) == 7).all()
 
 
-def test_concurrent_hits_misses_and_flushes_never_answer_wrongly(server: ServerProcess) -> None:
+def test_concurrent_hits_misses_and_flushes_never_answer_wrongly(make_server: MakeServer) -> None:
+    server = _server(make_server)
     """Eight clients repeat eight requests while the cache is flushed under them: every answer
     is its own request's, and once they stop, a flush makes the next request a miss."""
     failures: list[str] = []
