@@ -55,6 +55,11 @@ class CircuitBreaker:
             self._change(BreakerState.HALF_OPEN, "probing")
         return True
 
+    @property
+    def healthy(self) -> bool:
+        """Closed, and no failure since the last success: worth a call that is optional."""
+        return self.state is BreakerState.CLOSED and self._failures == 0
+
     def record_success(self) -> None:
         self._failures = 0
         if self.state is not BreakerState.CLOSED:

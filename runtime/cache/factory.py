@@ -8,6 +8,7 @@ from cachefleet.runtime.cache.api import NullCache, ResponseCache
 from cachefleet.runtime.cache.breakers import ShardBreakers
 from cachefleet.runtime.cache.entry import EntryMac
 from cachefleet.runtime.cache.errors import CacheConfigError
+from cachefleet.runtime.cache.fleet_setup import build_fleet
 from cachefleet.runtime.cache.invalidation import InvalidationListener
 from cachefleet.runtime.cache.key import KeySpace
 from cachefleet.runtime.cache.local import LocalTier
@@ -71,4 +72,6 @@ def build_cache(
             cache.drop_local,
             settings.redis.breaker_reset_s,
         )
+    if redis is not None and settings.cache.fleet_coalescing == "auto":
+        cache.fleet = build_fleet(cache, redis, settings)
     return cache

@@ -56,6 +56,7 @@ from cachefleet.runtime.cache.errors import (
     ErrorKind,
     ForgedEntryError,
 )
+from cachefleet.runtime.cache.fleet import FleetCoalescing, FleetTurn
 from cachefleet.runtime.cache.invalidation import InvalidationListener
 from cachefleet.runtime.cache.key import CacheKey, KeySpace, compute_key
 from cachefleet.runtime.cache.local import LocalTier, entry_size
@@ -105,6 +106,8 @@ class ReadThroughCache:
         self.breakers = breakers or ShardBreakers(3, 1.0)
         self.writes = WriteBehind(insert_queue_size, insert_queue_bytes)
         self.listener = listener
+        #: One computation per fleet for expensive misses (``fleet``); set by the factory.
+        self.fleet: FleetCoalescing | None = None
         self.admission = admission or AdmissionPolicy("always", _tiers_of(local, redis))
         self._flight: SingleFlight[_Outcome] = SingleFlight()
         #: model -> monotonic time of its last flush; writes of answers computed before are void.
@@ -123,8 +126,12 @@ class ReadThroughCache:
         await self.writes.start()
         if self.listener is not None:
             await self.listener.start()
+        if self.fleet is not None:
+            await self.fleet.start()
 
     async def close(self) -> None:
+        if self.fleet is not None:
+            await self.fleet.close()
         if self.listener is not None:
             await self.listener.close()
         await self.writes.close()
@@ -243,15 +250,33 @@ class ReadThroughCache:
             self.metrics.triton.record(*labels, hit=True, duration_s=time.perf_counter() - started)
             return found, CacheStatus.HIT_REDIS
         lookup_s = time.perf_counter() - started
+        turn = await self._fleet_turn(key, request, tiers)
+        if turn.filled is not None:  # another replica computed it meanwhile
+            series.hits_redis.inc()
+            self.metrics.triton.record(*labels, hit=True, duration_s=time.perf_counter() - started)
+            return turn.filled, CacheStatus.HIT_REDIS
         series.misses.inc()
         computed_at = time.monotonic()
-        outputs = await _timed(compute, tiers.admission)
-        insert_started = time.perf_counter()
-        if store:
-            self._store(key, outputs, request.ttl_s, computed_at, tiers)
+        try:
+            outputs = await _timed(compute, tiers.admission)
+            insert_started = time.perf_counter()
+            if store:
+                self._store(key, outputs, request.ttl_s, computed_at, tiers, turn)
+        finally:
+            turn.finish()
         insert_s = time.perf_counter() - insert_started
         self.metrics.triton.record(*labels, hit=False, duration_s=lookup_s + insert_s)
         return outputs, CacheStatus.MISS
+
+    async def _fleet_turn(self, key: CacheKey, request: CacheRequest, tiers: _Tiers) -> FleetTurn:
+        """Where this process's one computation of ``key`` is about to start: the fleet may
+        answer it, or let this replica compute (``fleet``)."""
+        if self.fleet is None or self.redis is None or not tiers.redis:
+            return FleetTurn(key)
+        since = time.monotonic()
+        return await self.fleet.turn(
+            key, lambda blob: self._accept(key, blob, request.ttl_s, since, tiers.local)
+        )
 
     async def _redis_lookup(
         self, key: CacheKey, request: CacheRequest, tiers: _Tiers
@@ -393,9 +418,11 @@ class ReadThroughCache:
         ttl_s: float,
         since: float,
         tiers: _Tiers | None = None,
+        turn: FleetTurn | None = None,
     ) -> None:
-        """Insert a fresh answer: local at once (cheap), Redis behind the response; only into
-        the tiers admission lets this request use (``tiers``; every tier when None)."""
+        """Insert a fresh answer: local at once (cheap), Redis behind the response (or, for
+        a fleet lease's holder, at once and then announced: ``turn``); only into the tiers
+        admission lets this request use (``tiers``; every tier when None)."""
         if self._flushed_at.get(key.model, -1.0) >= since:
             return  # computed before a flush of its model: it may be stale
         if self.local is not None and (tiers is None or tiers.local):
@@ -407,7 +434,8 @@ class ReadThroughCache:
                 self.model_metrics.of(key.model, key.version).inserts_local.inc()
         if self.redis is not None and (tiers is None or tiers.redis):
             job = self._insert_job(key, tuple(outputs), ttl_s, since)
-            self._submit(key, job, entry_size(outputs))
+            if turn is None or not turn.hand_over(job):
+                self._submit(key, job, entry_size(outputs))
 
     def _submit(self, key: CacheKey, job: WriteJob, size_bytes: int = 0) -> None:
         if not self.writes.submit(job, size_bytes):
@@ -483,6 +511,14 @@ class ReadThroughCache:
             return done
 
         return delete
+
+    def redis_breaker(self, key: CacheKey) -> CircuitBreaker:
+        """The breaker of ``key``'s Redis shard, for the fleet's commands on that key."""
+        return self._breaker(key)
+
+    def redis_fault(self, error: CacheTierError, breaker: CircuitBreaker) -> None:
+        """Count a Redis fault of the fleet's commands and tell ``breaker``, as for a lookup."""
+        self._fault("redis", error, breaker)
 
     def _breaker(self, key: CacheKey) -> CircuitBreaker:
         """The breaker of the shard that serves ``key`` (the only one outside cluster mode)."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from contextlib import asynccontextmanager
@@ -68,6 +69,12 @@ def error_kind(error: BaseException) -> ErrorKind:
 def _round_trip(commands: list[tuple[Any, ...]]) -> str:
     """What a round trip sent, for messages: ``GET``, or ``GET+pipeline`` for a batch."""
     return str(commands[0][0]) if len(commands) == 1 else f"{commands[0][0]}+pipeline"
+
+
+@functools.cache
+def _sha1(source: str) -> str:
+    """The name Redis gives a script (its SHA-1), for ``EVALSHA``."""
+    return hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest()
 
 
 def is_outage(kind: ErrorKind) -> bool:
@@ -209,6 +216,18 @@ class RedisTier:
             self._error(command[0], command[1], reply) if isinstance(reply, Exception) else reply
             for command, reply in zip(commands, replies, strict=True)
         ]
+
+    async def evaluate(self, source: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """The reply of the Lua script ``source`` run on the shard of ``keys`` (which share one
+        slot in cluster mode), batched with that shard's other commands: ``EVALSHA``, then
+        ``EVAL`` where Redis does not hold the script yet (a restarted Redis, another node)."""
+        batch = self._batch(keys[0])
+        try:
+            return await batch.run(("EVALSHA", _sha1(source), len(keys), *keys, *args))
+        except CacheTierError as error:
+            if "NOSCRIPT" not in str(error) and "No matching script" not in str(error):
+                raise  # (redis-py's clients drop the NOSCRIPT code from the message)
+        return await batch.run(("EVAL", source, len(keys), *keys, *args))
 
     async def delete(self, key: str) -> None:
         await self.delete_soon(key)

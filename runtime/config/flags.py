@@ -103,6 +103,26 @@ FLAGS: tuple[Flag, ...] = (
         "secret",
         "Key of the entries' MAC: entries without a valid one are forged (prefer the environment).",
     ),
+    Flag(
+        "cache-fleet-coalescing",
+        "cache",
+        "fleet_coalescing",
+        "auto: a miss of an expensive model runs once per fleet, the other replicas wait for"
+        " its answer in Redis (redis and tiered modes); off: once per replica.",
+        ("auto", "off"),
+    ),
+    Flag(
+        "cache-fleet-min-compute",
+        "cache",
+        "fleet_min_compute_s",
+        "Measured compute time below which a model never waits for the fleet (0.005 s).",
+    ),
+    Flag(
+        "cache-fleet-max-wait",
+        "cache",
+        "fleet_max_wait_s",
+        "Bound of a fleet lease and of a wait for another replica's answer (2 s).",
+    ),
     Flag("cache-all-models", "models", "cache_all_models", "Cache every model.", is_switch=True),
     Flag(
         "row-cache-models",

@@ -28,6 +28,9 @@ from cachefleet.runtime.config.restrictions import Restrictions
 Bytes = Annotated[int, BeforeValidator(parse_bytes), Field(ge=0)]
 Seconds = Annotated[float, BeforeValidator(parse_duration_s), Field(ge=0)]
 CacheMode = Literal["none", "local", "redis", "tiered"]
+#: Fleet-wide coalescing of identical misses through a Redis lease: ``auto`` for the models
+#: whose measured compute time makes waiting for another replica worth it, ``off`` never.
+FleetCoalescing = Literal["auto", "off"]
 #: auto: a tier that costs a model more than it saves is skipped for it; always: never skipped.
 CacheAdmission = Literal["auto", "always"]
 #: How the shared tier is deployed: one server, a Redis Cluster (sharded), or a primary with
@@ -154,6 +157,19 @@ class CacheSettings(_Group):
     )
     secret: SecretStr | None = Field(
         None, exclude=True, description="Key of the entries' MAC; entries failing it are forged."
+    )
+    fleet_coalescing: FleetCoalescing = Field(
+        "auto",
+        description="One computation per fleet for a miss of an expensive model (Redis tiers).",
+    )
+    fleet_min_compute_s: Seconds = Field(
+        0.005,
+        description="Models whose measured compute time is below this never wait for the fleet.",
+    )
+    fleet_max_wait_s: Seconds = Field(
+        2.0,
+        gt=0,
+        description="Bound of a fleet lease and of a replica's wait for another's answer.",
     )
 
     @field_validator("namespace")

@@ -21,10 +21,10 @@ from cachefleet.runtime.tensor import Tensor
 
 
 async def started(
-    mode: str, redis: RedisProcess, **redis_settings: Any
+    mode: str, redis: RedisProcess, *, caching: dict[str, Any] | None = None, **redis_settings: Any
 ) -> tuple[ReadThroughCache, RuntimeMetrics]:
     metrics = RuntimeMetrics()
-    config = settings(mode, redis.url)
+    config = settings(mode, redis.url, **(caching or {}))
     config = config.model_copy(update={"redis": config.redis.model_copy(update=redis_settings)})
     cache = build_cache(config, metrics)
     assert isinstance(cache, ReadThroughCache)
@@ -40,7 +40,10 @@ def expected(value: int) -> list[Tensor]:
 async def test_killed_redis_opens_the_breaker_and_restart_closes_it(
     redis_server: RedisProcess,
 ) -> None:
-    cache, metrics = await started("tiered", redis_server)
+    # Admission never recomputes a request here (a recompute is a bypass, not stored): the
+    # last request's insert must reach Redis whatever the lookups before it cost.
+    always = {"admission": "always"}
+    cache, metrics = await started("tiered", redis_server, caching=always)
     try:
         await ask(cache, request(0), Model())
         await cache.writes.join()
@@ -109,7 +112,9 @@ async def test_redis_out_of_memory_fails_inserts_not_requests(make_redis: Any) -
             outputs, status = await ask(cache, request(value), Model())
             assert (outputs, status) == (expected(value), CacheStatus.MISS)
         await cache.writes.join()
-        assert metric(metrics, "cachefleet_cache_errors_total", tier="redis", kind="oom") == 5
+        # Five inserts, and the fleet lease the first miss asked for (a write too; the model
+        # then measures too cheap for the fleet, so the other misses ask for none).
+        assert metric(metrics, "cachefleet_cache_errors_total", tier="redis", kind="oom") == 6
         assert metric(metrics, "cachefleet_redis_circuit_open") == 0  # Redis is up: keep reading
         client.config_set("maxmemory", "100mb")  # the operator raises maxmemory live
         await ask(cache, request(9), Model())
