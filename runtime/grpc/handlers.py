@@ -63,7 +63,11 @@ def method_handlers(servicer: Any) -> dict[str, Any]:
 
 def add_service(servicer: Any, server: grpc.aio.Server) -> None:
     """Serve ``servicer`` on ``server`` (as the generated ``add_..._to_server`` does)."""
-    handlers = method_handlers(servicer)
+    add_handlers(method_handlers(servicer), server)
+
+
+def add_handlers(handlers: dict[str, Any], server: grpc.Server | grpc.aio.Server) -> None:
+    """Serve the method ``handlers`` (by method name) on ``server``, of either kind."""
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
     register = getattr(server, "add_registered_method_handlers", None)
     if register is not None:  # grpcio >= 1.63: a faster lookup for known methods

@@ -50,8 +50,8 @@ def refusal_message(restriction: Restriction) -> str:
     return f"This protocol is restricted, expecting header '{restriction.grpc_key}'"
 
 
-class RestrictedProtocols(grpc.aio.ServerInterceptor):
-    """Refuses calls to a restricted group that lack its metadata."""
+class _Checks:
+    """Which restriction, if any, refuses a call."""
 
     def __init__(self, restrictions: Iterable[Restriction]) -> None:
         groups = by_group(restrictions)
@@ -59,33 +59,64 @@ class RestrictedProtocols(grpc.aio.ServerInterceptor):
             _SERVICE + method: groups[group] for method, group in GROUPS.items() if group in groups
         }
 
+    def refusal(self, details: grpc.HandlerCallDetails) -> str | None:
+        """The refusal message for the call ``details`` describes, None when admitted."""
+        restriction = self._by_method.get(details.method)
+        if restriction is None:
+            return None
+        key = restriction.grpc_key
+        presented = next(
+            (value for name, value in details.invocation_metadata or () if name == key), None
+        )
+        return None if restriction.admits(presented) else refusal_message(restriction)
+
+
+class RestrictedProtocols(grpc.aio.ServerInterceptor):
+    """Refuses calls to a restricted group that lack its metadata (asyncio server)."""
+
+    def __init__(self, restrictions: Iterable[Restriction]) -> None:
+        self._checks = _Checks(restrictions)
+
     async def intercept_service(
         self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
     ) -> Handler | None:
         handler = await continuation(handler_call_details)
-        restriction = self._by_method.get(handler_call_details.method)
-        if restriction is None or handler is None:
+        refusal = None if handler is None else self._checks.refusal(handler_call_details)
+        if refusal is None:
             return handler
-        key = restriction.grpc_key
-        presented = next(
-            (
-                value
-                for name, value in handler_call_details.invocation_metadata or ()
-                if name == key
-            ),
-            None,
-        )
-        if restriction.admits(presented):
+        assert handler is not None
+
+        async def refuse(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, refusal)
+
+        return _refusing(handler, refuse)
+
+
+class ThreadedRestrictedProtocols(grpc.ServerInterceptor):
+    """The same refusals on grpcio's synchronous server."""
+
+    def __init__(self, restrictions: Iterable[Restriction]) -> None:
+        self._checks = _Checks(restrictions)
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Handler | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> Handler | None:
+        handler = continuation(handler_call_details)
+        refusal = None if handler is None else self._checks.refusal(handler_call_details)
+        if refusal is None:
             return handler
-        return _refusing(handler, refusal_message(restriction))
+        assert handler is not None
+
+        def refuse(request: Any, context: grpc.ServicerContext) -> None:
+            context.abort(grpc.StatusCode.UNAVAILABLE, refusal)
+
+        return _refusing(handler, refuse)
 
 
-def _refusing(handler: Handler, message: str) -> Handler:
-    """A handler of ``handler``'s kind that ends the call with UNAVAILABLE and ``message``."""
-
-    async def refuse(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
-        await context.abort(grpc.StatusCode.UNAVAILABLE, message)
-
+def _refusing(handler: Handler, refuse: Callable[..., Any]) -> Handler:
+    """A handler of ``handler``'s kind whose behaviour is ``refuse``."""
     codec = {
         "request_deserializer": handler.request_deserializer,
         "response_serializer": handler.response_serializer,

@@ -1,5 +1,9 @@
 """The gRPC server's life: started once the runtime is open, stopped before it closes.
 
+With a local tier (``--cache local`` or ``tiered``) it is grpcio's synchronous server, which
+answers repeated local hits on its own threads (``threaded_server``); otherwise grpcio's asyncio
+server. Either way every call but those hits is the asyncio servicer's.
+
 It runs in the same event loop as HTTP and receives the same runtime, so both transports share
 one service.
 With ``--workers N`` every worker process binds the same gRPC port with ``SO_REUSEPORT`` and the
@@ -10,6 +14,7 @@ of a silent share.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -18,12 +23,15 @@ import grpc
 from cachefleet.runtime.composition import Runtime
 from cachefleet.runtime.config import SecuritySettings
 from cachefleet.runtime.errors import ServingError
+from cachefleet.runtime.grpc import threaded_server
 from cachefleet.runtime.grpc.handlers import add_service
-from cachefleet.runtime.grpc.restricted import RestrictedProtocols
+from cachefleet.runtime.grpc.restricted import RestrictedProtocols, ThreadedRestrictedProtocols
 from cachefleet.runtime.grpc.servicer import InferenceServicer
 from cachefleet.runtime.grpc.traced import TraceContextInterceptor
 
 log = logging.getLogger(__name__)
+#: grpcio's asyncio server, or its synchronous one (``threaded_server``, with a local tier).
+Server = grpc.aio.Server | grpc.Server
 #: Seconds in-flight calls get to finish when the server stops.
 STOP_GRACE_S = 5.0
 
@@ -32,7 +40,7 @@ class GrpcStartError(ServingError):
     """The gRPC port cannot be bound."""
 
 
-async def start_grpc_server(runtime: Runtime) -> grpc.aio.Server:
+async def start_grpc_server(runtime: Runtime) -> Server:
     """Bind ``--grpc-port`` on ``--host`` and serve ``runtime``; call in the event loop.
 
     With ``--grpc-restricted-protocol`` an interceptor checks each call's group first; when
@@ -45,13 +53,19 @@ async def start_grpc_server(runtime: Runtime) -> grpc.aio.Server:
         ("grpc.max_send_message_length", -1),
         ("grpc.so_reuseport", 1 if settings.workers > 1 else 0),
     ]
-    interceptors: list[grpc.aio.ServerInterceptor] = []
-    if security.grpc_restricted_protocol:
-        interceptors.append(RestrictedProtocols(security.grpc_restricted_protocol))
-    if runtime.tracing is not None:  # after the restriction: a refused call is not answered
-        interceptors.append(TraceContextInterceptor(runtime.tracing.tracer))
-    server = grpc.aio.server(options=options, interceptors=interceptors)
-    add_service(InferenceServicer(runtime), server)
+    restricted = security.grpc_restricted_protocol
+    server: Server
+    if threaded_server.serves(runtime):
+        threaded: list[Any] = [ThreadedRestrictedProtocols(restricted)] if restricted else []
+        server = await threaded_server.threaded_server(runtime, options, threaded)
+    else:
+        interceptors: list[grpc.aio.ServerInterceptor] = []
+        if restricted:
+            interceptors.append(RestrictedProtocols(restricted))
+        if runtime.tracing is not None:  # after the restriction: a refused call is not answered
+            interceptors.append(TraceContextInterceptor(runtime.tracing.tracer))
+        server = grpc.aio.server(options=options, interceptors=interceptors)
+        add_service(InferenceServicer(runtime), server)
     address = _address(settings.host, settings.grpc_port)
     credentials = _credentials(security) if security.grpc_use_ssl else None
     try:
@@ -63,7 +77,10 @@ async def start_grpc_server(runtime: Runtime) -> grpc.aio.Server:
         raise GrpcStartError(
             f"cannot listen for gRPC on {address} (--grpc-port; in use?): {error}"
         ) from None
-    await server.start()
+    if isinstance(server, grpc.aio.Server):
+        await server.start()
+    else:
+        server.start()
     tls = ""
     if credentials is not None:
         mutual = security.grpc_use_ssl_mutual
@@ -96,9 +113,13 @@ def _credentials(security: SecuritySettings) -> grpc.ServerCredentials:
     )
 
 
-async def stop_grpc_server(server: grpc.aio.Server) -> None:
-    """Refuse new calls, let in-flight ones finish for up to :data:`STOP_GRACE_S`."""
-    await server.stop(STOP_GRACE_S)
+async def stop_grpc_server(server: Server) -> None:
+    """Refuse new calls, let in-flight ones finish for up to :data:`STOP_GRACE_S` (the event
+    loop keeps running meanwhile: the threaded server's calls may be waiting for it)."""
+    if isinstance(server, grpc.aio.Server):
+        await server.stop(STOP_GRACE_S)
+    else:
+        await asyncio.to_thread(server.stop(STOP_GRACE_S).wait)
 
 
 def _address(host: str, port: int) -> str:

@@ -104,7 +104,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
 
     @translated
     async def ModelInfer(self, request: Any, context: Context) -> Any:
-        response, status = await self._infer(request, _directives(context))
+        response, status = await self._infer(request, directives_of(context))
         context.set_trailing_metadata((("x-cache", status),))
         return response
 
@@ -113,7 +113,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
     ) -> AsyncIterator[Any]:
         """One response per request, in order; a failed request answers with its error message
         and the stream goes on, as Triton's stream does for models that are not decoupled."""
-        directives = _directives(context)
+        directives = directives_of(context)
         async for request in requests:
             if isinstance(request, Malformed):
                 message = f"malformed request message: {request.reason}"
@@ -200,7 +200,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "log settings are not supported")
 
 
-def _directives(context: Context) -> CacheDirectives:
+def directives_of(context: Context) -> CacheDirectives:
     for key, value in context.invocation_metadata() or ():
         if key == "cache-control":
             return directives_from(value if isinstance(value, str) else value.decode())

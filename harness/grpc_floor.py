@@ -1,0 +1,246 @@
+"""The floors of serving gRPC from Python: grpcio servers that answer with canned bytes.
+
+Each floor server answers every ``inference.GRPCInferenceService`` call perf_analyzer makes
+with the bytes ``cachefleet serve`` answered the same call with (captured first, over a raw
+channel), and does nothing else: no decoding, no cache, no encoding. What one measures is what
+that way of serving gRPC costs by itself, the most a server built on it can reach. Measured back
+to back under the same conditions, server pinned to one CPU and perf_analyzer to another:
+
+- ``cachefleet``: ``cachefleet serve --cache local`` itself, ``simple``, every request a hit;
+- ``aio``, ``aio-uvloop``: grpcio's asyncio server (with uvloop's loop);
+- ``sync-4``, ``sync-8``: grpcio's synchronous server with 4 or 8 threads.
+
+Run ``bash scripts/harness grpc_floor`` (``--only aio,sync-4`` for some, ``--seconds``).
+The figures on a shared machine move; compare ratios of one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from cachefleet.bench import perf_analyzer
+from cachefleet.bench.pinning import pinned
+from cachefleet.bench.processes import CACHEFLEET, free_port, http_ok
+from cachefleet.runtime.grpc.messages import service_pb2
+
+SERVICE = "inference.GRPCInferenceService"
+#: The calls perf_analyzer makes, each with the request it is captured with.
+CALLS: dict[str, Callable[[], Any]] = {
+    "ServerLive": service_pb2.ServerLiveRequest,
+    "ServerReady": service_pb2.ServerReadyRequest,
+    "ModelReady": lambda: service_pb2.ModelReadyRequest(name="simple"),
+    "ServerMetadata": service_pb2.ServerMetadataRequest,
+    "ModelMetadata": lambda: service_pb2.ModelMetadataRequest(name="simple"),
+    "ModelConfig": lambda: service_pb2.ModelConfigRequest(name="simple"),
+    "ModelStatistics": lambda: service_pb2.ModelStatisticsRequest(name="simple"),
+    "ModelInfer": lambda: _infer_request(),
+}
+FLOORS = ("cachefleet", "aio", "aio-uvloop", "sync-4", "sync-8")
+
+
+def _infer_request() -> Any:
+    request = service_pb2.ModelInferRequest(model_name="simple")
+    for name in ("INPUT0", "INPUT1"):
+        request.inputs.add(name=name, datatype="INT32", shape=[1, 16])
+        request.raw_input_contents.append(bytes(64))
+    return request
+
+
+def _identity(data: bytes) -> bytes:
+    return data
+
+
+def capture(address: str) -> dict[str, bytes]:
+    """Each call's response bytes from the server at ``address``."""
+    canned = {}
+    with grpc.insecure_channel(address) as channel:
+        for method, request in CALLS.items():
+            call = channel.unary_unary(
+                f"/{SERVICE}/{method}",
+                request_serializer=_identity,
+                response_deserializer=_identity,
+            )
+            canned[method] = call(request().SerializeToString(), timeout=10)
+    return canned
+
+
+def _handlers(canned: dict[str, bytes], asynchronous: bool) -> grpc.GenericRpcHandler:
+    def sync_answer(body: bytes) -> Callable[[bytes, Any], bytes]:
+        return lambda request, context: body
+
+    def async_answer(body: bytes) -> Callable[[bytes, Any], Any]:
+        async def answer(request: bytes, context: Any) -> bytes:
+            return body
+
+        return answer
+
+    make = async_answer if asynchronous else sync_answer
+    handlers = {
+        method: grpc.unary_unary_rpc_method_handler(
+            make(body), request_deserializer=_identity, response_serializer=_identity
+        )
+        for method, body in canned.items()
+    }
+    return grpc.method_handlers_generic_handler(SERVICE, handlers)
+
+
+def serve(kind: str, port: int, canned_path: Path) -> None:
+    """Serve the canned answers in ``canned_path`` on ``port`` the ``kind`` way, until killed."""
+    canned = _read(canned_path)
+    address = f"127.0.0.1:{port}"
+    if kind.startswith("sync-"):
+        pool = futures.ThreadPoolExecutor(max_workers=int(kind.split("-")[1]))
+        server = grpc.server(pool)
+        server.add_generic_rpc_handlers((_handlers(canned, asynchronous=False),))
+        server.add_insecure_port(address)
+        server.start()
+        server.wait_for_termination()
+        return
+
+    async def main() -> None:
+        aio = grpc.aio.server()
+        aio.add_generic_rpc_handlers((_handlers(canned, asynchronous=True),))
+        aio.add_insecure_port(address)
+        await aio.start()
+        await aio.wait_for_termination()
+
+    if kind == "aio-uvloop":
+        import uvloop
+
+        uvloop.run(main())
+    else:
+        asyncio.run(main())
+
+
+def _write(canned: dict[str, bytes], path: Path) -> None:
+    with path.open("wb") as out:
+        for method, body in canned.items():
+            name = method.encode()
+            out.write(len(name).to_bytes(4, "little") + name)
+            out.write(len(body).to_bytes(4, "little") + body)
+
+
+def _read(path: Path) -> dict[str, bytes]:
+    data, canned, at = path.read_bytes(), {}, 0
+    while at < len(data):
+        parts = []
+        for _ in range(2):
+            size = int.from_bytes(data[at : at + 4], "little")
+            parts.append(data[at + 4 : at + 4 + size])
+            at += 4 + size
+        canned[parts[0].decode()] = parts[1]
+    return canned
+
+
+def _measure(address: str, seconds: float) -> float:
+    window_ms = max(500, round(seconds * 1000 / 3))
+    arguments = perf_analyzer.command("simple", address, "grpc", 8, window_ms)
+    result = perf_analyzer.run_command(arguments, "1", timeout_s=seconds * 10 + 120)
+    return result.requests / result.duration_s if result.duration_s else 0.0
+
+
+def _started(command: list[str], log: Path) -> subprocess.Popen[bytes]:
+    """``command`` on CPU 0, in this session: with the kernel's autogroup scheduling a session
+    is one scheduling group, and on a busy machine a server in a session of its own (as
+    ``ServerProcess`` starts one) gets a very different share of its CPU. Every server here
+    starts the same way, so their figures compare."""
+    with log.open("ab") as out:
+        return subprocess.Popen(pinned(command, "0"), stdout=out, stderr=subprocess.STDOUT)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    process.wait(timeout=30)
+
+
+def _wait_until(ready: Callable[[], bool], process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 180
+    while not ready():
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("cachefleet serve did not start (see serve.log)")
+        time.sleep(0.2)
+
+
+def _wait_for(address: str, timeout_s: float = 30) -> None:
+    with grpc.insecure_channel(address) as channel:
+        grpc.channel_ready_future(channel).result(timeout=timeout_s)
+
+
+def run(only: list[str], seconds: float, serve_args: list[str]) -> dict[str, float]:
+    """Each floor's req/s, in ``only``'s order (``cachefleet`` is always measured first: the
+    canned answers come from it)."""
+    figures: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="grpc-floor-") as folder:
+        work = Path(folder)
+        subprocess.run(
+            [*CACHEFLEET, "samples", str(work / "models")],
+            check=True,
+            capture_output=True,
+        )
+        # Only `simple`: the others (densenet) would still be warming ONNX Runtime on the
+        # server's CPU when it first answers ready.
+        args = ["--model-repository", str(work / "models"), "--cache", "local",
+                "--model-control-mode", "explicit", "--load-model", "simple",
+                "--log-level", "warning", *serve_args]  # fmt: skip
+        http_port, grpc_port = free_port(), free_port()
+        address = f"127.0.0.1:{grpc_port}"
+        command = [*CACHEFLEET, "serve", "--host", "127.0.0.1", "--port", str(http_port),
+                   "--grpc-port", str(grpc_port), *args]  # fmt: skip
+        server = _started(command, work / "serve.log")
+        try:
+            _wait_until(http_ok(f"http://127.0.0.1:{http_port}/v2/health/ready"), server)
+            if "cachefleet" in only:
+                figures["cachefleet"] = _measure(address, seconds)
+            _write(capture(address), work / "canned")
+        finally:
+            _stop(server)
+        for kind in only:
+            if kind == "cachefleet":
+                continue
+            port = free_port()
+            command = [sys.executable, "-m", "harness.grpc_floor", "--serve", kind,
+                       "--port", str(port), "--canned", str(work / "canned")]  # fmt: skip
+            process = _started(command, work / f"{kind}.log")
+            try:
+                _wait_for(f"127.0.0.1:{port}")
+                figures[kind] = _measure(f"127.0.0.1:{port}", seconds)
+            finally:
+                _stop(process)
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default=",".join(FLOORS), help="comma-separated floors")
+    parser.add_argument("--seconds", type=float, default=9.0, help="perf_analyzer's windows")
+    parser.add_argument("--serve-arg", action="append", default=[],
+                        help="an extra `cachefleet serve` argument (repeat)")  # fmt: skip
+    parser.add_argument("--serve", help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--canned", type=Path, help=argparse.SUPPRESS)
+    options = parser.parse_args()
+    if options.serve:
+        serve(options.serve, options.port, options.canned)
+        return
+    started = time.monotonic()
+    figures = run(options.only.split(","), options.seconds, options.serve_arg)
+    base = figures.get("cachefleet")
+    for kind, rate in figures.items():
+        ratio = f"  {rate / base:.2f}x cachefleet" if base else ""
+        print(f"{kind:12s} {rate:9.0f} req/s{ratio}")
+    print(f"({time.monotonic() - started:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
