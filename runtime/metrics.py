@@ -186,6 +186,18 @@ class RuntimeMetrics:
             " the model or a batch, or running), by model: what autoscaling on queue reads.",
             _MODEL, registry=r,
         )  # fmt: skip
+        self.cache_fleet_waits = Counter(
+            "cachefleet_cache_fleet_waits",
+            "Misses that waited for another replica's answer, by how the wait ended: filled"
+            " (answered from Redis), lead (the lease came free: computed here), deadline or"
+            " error (computed here).",
+            (*_MODEL, "result"), registry=r,
+        )  # fmt: skip
+        self.cache_fleet_leases = Counter(
+            "cachefleet_cache_fleet_leases",
+            "Fleet leases taken: misses computed here while other replicas waited.",
+            _MODEL, registry=r,
+        )  # fmt: skip
         self.triton = TritonCacheCounters()
         r.register(self.triton)
         self.inference = TritonInferenceCounters()

@@ -11,6 +11,7 @@ Under ``CI=true`` any skipped test fails, except those marked ``gpu`` (``support
 from __future__ import annotations
 
 import functools
+import os
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,6 +30,14 @@ from support.processes import (  # noqa: E402  (after the assert-rewrite registr
     ServerProcess,
     openssl,
 )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Servers the tests start (and the commands they run) use every cache tier they are given:
+    with ``auto``, admission may skip a tier for the cheap sample models once it has measured
+    them, which would turn the hits that tests of the tiers expect into bypasses. Admission's own
+    tests ask for ``--cache-admission auto``."""
+    os.environ.setdefault("CACHEFLEET_CACHE_ADMISSION", "always")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

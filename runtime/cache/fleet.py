@@ -26,14 +26,13 @@ import secrets
 from collections.abc import Awaitable, Callable
 from typing import Literal
 
-from prometheus_client import CollectorRegistry, Counter
-
 from cachefleet.runtime.cache.breaker import CircuitBreaker
 from cachefleet.runtime.cache.errors import CacheTierError
 from cachefleet.runtime.cache.fleet_fills import FillListener
 from cachefleet.runtime.cache.fleet_lease import FleetLeases, coalescible
 from cachefleet.runtime.cache.fleet_policy import FleetPolicy
 from cachefleet.runtime.cache.key import CacheKey
+from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.tensor import Tensor
 
 logger = logging.getLogger(__name__)
@@ -45,24 +44,6 @@ Accept = Callable[[bytes], list[Tensor] | None]
 Write = Callable[[], Awaitable[None]]
 #: Told of a Redis fault: count it, feed the breaker.
 OnFault = Callable[[CacheTierError, CircuitBreaker], None]
-
-
-class FleetMetrics:
-    """``cachefleet_cache_fleet_waits_total`` and ``cachefleet_cache_fleet_leases_total``."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.waits = Counter(
-            "cachefleet_cache_fleet_waits",
-            "Misses that waited for another replica's answer, by how the wait ended: filled"
-            " (answered from Redis), lead (the lease came free: computed here), deadline or"
-            " error (computed here).",
-            ("model", "version", "result"), registry=registry,
-        )  # fmt: skip
-        self.leases = Counter(
-            "cachefleet_cache_fleet_leases",
-            "Fleet leases taken: misses computed here while other replicas waited.",
-            ("model", "version"), registry=registry,
-        )  # fmt: skip
 
 
 class FleetTurn:
@@ -108,7 +89,7 @@ class FleetCoalescing:
         leases: FleetLeases,
         listener: FillListener,
         policy: FleetPolicy,
-        metrics: FleetMetrics,
+        metrics: RuntimeMetrics,
         *,
         breaker_of: Callable[[CacheKey], CircuitBreaker],
         on_fault: OnFault,
@@ -168,7 +149,7 @@ class FleetCoalescing:
     ) -> FleetTurn | None:
         """The turn a lease request decides, or None to wait on (the lease is held)."""
         if taken is True:
-            self.metrics.leases.labels(key.model, key.version).inc()
+            self.metrics.cache_fleet_leases.labels(key.model, key.version).inc()
             if waited:
                 self._count(key, "lead")
             return FleetTurn(key, fleet=self, token=token)
@@ -194,7 +175,7 @@ class FleetCoalescing:
         return FleetTurn(key, fleet=self)
 
     def _count(self, key: CacheKey, result: WaitResult) -> None:
-        self.metrics.waits.labels(key.model, key.version, result).inc()
+        self.metrics.cache_fleet_waits.labels(key.model, key.version, result).inc()
 
     def release_soon(self, key: CacheKey, token: str, write: Write | None) -> None:
         task = asyncio.ensure_future(self._release(key, token, write))

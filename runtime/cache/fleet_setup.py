@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cachefleet.runtime.cache.fleet import FleetCoalescing, FleetMetrics
+from cachefleet.runtime.cache.fleet import FleetCoalescing
 from cachefleet.runtime.cache.fleet_fills import FillListener
 from cachefleet.runtime.cache.fleet_lease import FleetLeases
 from cachefleet.runtime.cache.fleet_policy import AdmittedCompute
@@ -39,7 +39,7 @@ def build_fleet(
         leases,
         listener,
         policy,
-        FleetMetrics(cache.metrics.registry),
+        cache.metrics,
         breaker_of=cache.redis_breaker,
         on_fault=cache.redis_fault,
     )

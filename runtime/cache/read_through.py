@@ -69,6 +69,8 @@ from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.tensor import Tensor
 
 logger = logging.getLogger(__name__)
+#: A Redis lookup that found nothing (or could not ask): no outputs, nothing refused.
+_ABSENT: tuple[None, bool] = (None, False)
 _Outcome = tuple[list[Tensor], CacheStatus]
 
 
@@ -245,12 +247,14 @@ class ReadThroughCache:
     ) -> _Outcome:
         labels = (request.model, request.version)
         series = self.model_metrics.of(*labels)
-        found = await self._redis_lookup(key, request, tiers) if tiers.redis else None
+        found, refused = await self._redis_lookup(key, request, tiers) if tiers.redis else _ABSENT
         if found is not None:
             self.metrics.triton.record(*labels, hit=True, duration_s=time.perf_counter() - started)
             return found, CacheStatus.HIT_REDIS
         lookup_s = time.perf_counter() - started
-        turn = await self._fleet_turn(key, request, tiers)
+        # An entry just refused (corrupt or forged) is being replaced by this computation: no
+        # lease, whose script would read the same bad entry again before its delete lands.
+        turn = FleetTurn(key) if refused else await self._fleet_turn(key, request, tiers)
         if turn.filled is not None:  # another replica computed it meanwhile
             series.hits_redis.inc()
             self.metrics.triton.record(*labels, hit=True, duration_s=time.perf_counter() - started)
@@ -280,12 +284,14 @@ class ReadThroughCache:
 
     async def _redis_lookup(
         self, key: CacheKey, request: CacheRequest, tiers: _Tiers
-    ) -> list[Tensor] | None:
+    ) -> tuple[list[Tensor] | None, bool]:
+        """The outputs of ``key``'s Redis entry, or None; and whether an entry was there but
+        refused (corrupt or forged)."""
         if self.redis is None:
-            return None
+            return _ABSENT
         breaker = self._breaker(key)
         if not breaker.allow():
-            return None
+            return _ABSENT
         series = self.model_metrics.of(request.model, request.version)
         since = time.monotonic()
         started = time.perf_counter()
@@ -293,7 +299,7 @@ class ReadThroughCache:
             blob = await self.redis.get(self.keys.redis_key(key))
         except CacheTierError as error:
             self._fault("redis", error, breaker)
-            return None
+            return _ABSENT
         finally:
             elapsed = time.perf_counter() - started
             series.lookup_redis.observe(elapsed)
@@ -304,7 +310,7 @@ class ReadThroughCache:
         tiers.admission.redis.looked_up(elapsed, outputs is not None)
         if outputs is not None:
             series.hits_redis.inc()
-        return outputs
+        return outputs, blob is not None and outputs is None
 
     async def get_rows_or_compute(
         self, rows: Sequence[CacheRequest], compute: RowsCompute

@@ -59,7 +59,9 @@ def test_auto_stops_sending_a_cheap_model_to_redis_but_for_probes(
     redis_server: RedisProcess,
     statistics_of: Callable[[ServerProcess], dict[str, object]],
 ) -> None:
-    server = make_server("--cache", "redis", "--redis-url", redis_server.url)
+    server = make_server(
+        "--cache", "redis", "--redis-url", redis_server.url, "--cache-admission", "auto"
+    )  # fmt: skip
     assert admitted_gauge(server, "redis") is None, "nothing measured before a request"
     send(server, range(DECIDING))
     assert admitted_gauge(server, "redis") == 0.0

@@ -29,7 +29,8 @@ async def started(mode: str, url: str, **redis: Any) -> tuple[ReadThroughCache, 
     metrics = RuntimeMetrics()
     config = RuntimeSettings.model_validate(
         {
-            "cache": {"mode": mode},
+            # The tier's own behaviour, whatever admission would decide for a cheap model.
+            "cache": {"mode": mode, "admission": "always"},
             "redis": {
                 "url": url,
                 "mode": "cluster",

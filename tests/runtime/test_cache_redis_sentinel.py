@@ -24,7 +24,8 @@ pytest_plugins = ("support.redis_topology",)
 async def started(mode: str, sentinel: SentinelProcesses, **redis: Any) -> ReadThroughCache:
     config = RuntimeSettings.model_validate(
         {
-            "cache": {"mode": mode},
+            # The tier's own behaviour, whatever admission would decide for a cheap model.
+            "cache": {"mode": mode, "admission": "always"},
             "redis": {
                 "url": sentinel.url,
                 "mode": "sentinel",
