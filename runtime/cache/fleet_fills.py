@@ -12,19 +12,19 @@ The subscription reconnects by itself, to any node of a cluster or to Sentinel's
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 
-from cachefleet.runtime.cache.redis_clients import SubscriberSource
+from cachefleet.runtime.cache.channel_listener import ChannelListener
 from cachefleet.runtime.config import RedisSettings
 
 logger = logging.getLogger(__name__)
-_POLL_S = 1.0
 
 
-class FillListener:
+class FillListener(ChannelListener):
     """Futures per hex digest, resolved when the digest is published on ``channel``."""
+
+    task_name = "cache-fleet-fills"
 
     def __init__(
         self,
@@ -35,26 +35,9 @@ class FillListener:
         on_fault: Callable[[BaseException], None],
     ) -> None:
         """``on_fault``: told of each lost subscription (counted once per loss)."""
-        self._channel = channel
-        self._retry_s = max(retry_s, 0.1)
+        super().__init__(settings, channel, retry_s)
         self._on_fault = on_fault
-        self._source = SubscriberSource(settings)
-        self._task: asyncio.Task[None] | None = None
         self._waiting: dict[str, set[asyncio.Future[None]]] = {}
-        #: Set while subscribed; tests wait on it before publishing.
-        self.subscribed = asyncio.Event()
-
-    async def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="cache-fleet-fills")
-
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-        await self._source.close()
 
     def watch(self, digest: str) -> asyncio.Future[None]:
         """A future resolved when ``digest`` is announced; hand it back to :meth:`unwatch`."""
@@ -69,39 +52,18 @@ class FillListener:
             if not waiting:
                 del self._waiting[digest]
 
-    def _announced(self, digest: str) -> None:
+    def _heard(self, digest: str) -> None:
         for future in self._waiting.pop(digest, ()):
             if not future.done():
                 future.set_result(None)
 
-    def _wake_all(self) -> None:
+    def _down(self) -> None:
         """Redis went away under the subscription: every waiter looks again now (and, finding
         Redis gone, computes) instead of waiting for a message that cannot come."""
         for digest in list(self._waiting):
-            self._announced(digest)
+            self._heard(digest)
 
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self._listen()
-            except Exception as error:  # any client fault: reconnect (never end the task)
-                if self.subscribed.is_set():
-                    logger.warning("cache fills channel lost, reconnecting: %s", error)
-                    self._on_fault(error)
-            self.subscribed.clear()
-            self._wake_all()
-            await asyncio.sleep(self._retry_s)
-
-    async def _listen(self) -> None:
-        client = await self._source.connect()
-        try:
-            async with client.pubsub(ignore_subscribe_messages=True) as pubsub:
-                await pubsub.subscribe(self._channel)
-                self.subscribed.set()
-                while True:
-                    message = await pubsub.get_message(timeout=_POLL_S)
-                    if message is not None and message.get("type") == "message":
-                        data = message["data"]
-                        self._announced(data.decode() if isinstance(data, bytes) else str(data))
-        finally:
-            await client.aclose()
+    def _lost(self, error: Exception) -> None:
+        if self.subscribed.is_set():
+            logger.warning("cache fills channel lost, reconnecting: %s", error)
+            self._on_fault(error)

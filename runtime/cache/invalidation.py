@@ -12,20 +12,19 @@ live out their TTL).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 
-from cachefleet.runtime.cache.redis_clients import SubscriberSource
+from cachefleet.runtime.cache.channel_listener import ChannelListener
 from cachefleet.runtime.config import RedisSettings
 
 logger = logging.getLogger(__name__)
-_POLL_S = 1.0
 
 
-class InvalidationListener:
+class InvalidationListener(ChannelListener):
     """Calls ``on_flush(model)`` for every flush published on ``channel``."""
+
+    task_name = "cache-invalidation"
 
     def __init__(
         self,
@@ -34,52 +33,19 @@ class InvalidationListener:
         on_flush: Callable[[str], None],
         retry_s: float,
     ) -> None:
-        self._settings = settings
-        self._channel = channel
+        super().__init__(settings, channel, retry_s)
         self._on_flush = on_flush
-        self._retry_s = max(retry_s, 0.1)
-        self._task: asyncio.Task[None] | None = None
-        #: Set while subscribed; tests wait on it before publishing.
-        self.subscribed = asyncio.Event()
         self._healthy = True
-        self._source = SubscriberSource(settings)
 
-    async def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="cache-invalidation")
+    def _heard(self, text: str) -> None:
+        self._on_flush(text)
 
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-        await self._source.close()
+    def _lost(self, error: Exception) -> None:
+        if self._healthy:
+            logger.warning("cache flush channel lost, reconnecting: %s", error)
+        self._healthy = False
 
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self._listen()
-            except Exception as error:  # any client fault: reconnect (never end the task)
-                if self._healthy:
-                    logger.warning("cache flush channel lost, reconnecting: %s", error)
-                self._healthy = False
-            self.subscribed.clear()
-            await asyncio.sleep(self._retry_s)
-
-    async def _listen(self) -> None:
-        client = await self._source.connect()
-        try:
-            async with client.pubsub(ignore_subscribe_messages=True) as pubsub:
-                await pubsub.subscribe(self._channel)
-                self.subscribed.set()
-                if not self._healthy:
-                    logger.info("cache flush channel restored")
-                    self._healthy = True
-                while True:
-                    message = await pubsub.get_message(timeout=_POLL_S)
-                    if message is not None and message.get("type") == "message":
-                        model = message["data"]
-                        self._on_flush(model.decode() if isinstance(model, bytes) else str(model))
-        finally:
-            await client.aclose()
+    def _up(self) -> None:
+        if not self._healthy:
+            logger.info("cache flush channel restored")
+            self._healthy = True
