@@ -255,8 +255,11 @@ async def test_an_unreachable_redis_is_a_condition_and_an_event_not_a_crash(
     assert redis_ready["status"] == "False"
     assert "CONFIG SET on Redis at 127.0.0.1" in redis_ready["message"]
     assert must(condition(cis(cluster, "svc"), "Ready"))["status"] == "False"
-    events = [e for e in cluster.objects.values() if e.get("reason") == "ConfigSetFailed"]
-    assert events
+    # kopf posts events from its own queue, so the event may land after the status patch.
+    events = await eventually(
+        lambda: [e for e in cluster.objects.values() if e.get("reason") == "ConfigSetFailed"],
+        "a ConfigSetFailed event",
+    )
     assert events[0]["type"] == "Warning"
     # The operator is still serving: a new object is reconciled.
     await api.send("POST", CIS_PATH, service("other", cache={"mode": "local"}))
