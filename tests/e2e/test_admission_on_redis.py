@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-import httpx
 import pytest
 import tritonclient.http as httpclient
+from support import loopback
 from support.processes import RedisProcess, ServerProcess
 from support.sample_requests import x_cache
 
@@ -31,7 +31,7 @@ def send(server: ServerProcess, seeds: range) -> list[str]:
 
 
 def admitted_gauge(server: ServerProcess, tier: str) -> float | None:
-    text = httpx.get(f"{server.base_url}/metrics", timeout=10).text
+    text = loopback.get(f"{server.base_url}/metrics", timeout=10).text
     wanted = f'cachefleet_cache_admitted{{model="simple",tier="{tier}",version="1"}} '
     for line in text.splitlines():
         if line.startswith(wanted):

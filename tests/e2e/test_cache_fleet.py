@@ -9,7 +9,7 @@ import sys
 import urllib.request
 from collections.abc import Callable
 
-import httpx
+from support import loopback
 from support.processes import RedisProcess, ServerProcess
 from support.sample_requests import infer, x_cache
 
@@ -95,7 +95,7 @@ def test_cache_metrics_are_exported(make_server: MakeServer, redis_server: Redis
     server = tiered(make_server, redis_server)
     x_cache(server, "simple", 0)
     x_cache(server, "simple", 0)
-    text = httpx.get(f"{server.base_url}/metrics").text
+    text = loopback.get(f"{server.base_url}/metrics").text
     assert 'cachefleet_cache_hits_total{model="simple",tier="local",version="1"} 1.0' in text
     assert 'cachefleet_cache_misses_total{model="simple",version="1"} 1.0' in text
     assert 'nv_cache_num_hits_per_model{model="simple",version="1"} 1.0' in text

@@ -15,10 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from support import loopback
 from support.processes import RedisProcess, ServerProcess
 from support.waiting import wait_for
 
@@ -68,7 +68,7 @@ def ask(server: ServerProcess, value: int) -> tuple[str, list[int]]:
         ],
         "outputs": [{"name": "OUTPUT0"}],
     }
-    response = httpx.post(f"{server.base_url}/v2/models/simple/infer", json=document, timeout=30)
+    response = loopback.post(f"{server.base_url}/v2/models/simple/infer", json=document, timeout=30)
     assert response.status_code == 200, response.text
     return response.headers["X-Cache"], response.json()["outputs"][0]["data"]
 
@@ -86,7 +86,7 @@ def written(server: ServerProcess) -> None:
     wait_for(
         lambda: (
             'cachefleet_cache_inserts_total{model="simple",tier="redis",version="1"}'
-            in httpx.get(f"{server.base_url}/metrics").text
+            in loopback.get(f"{server.base_url}/metrics").text
         ),
         "the insert to reach Redis",
     )
@@ -152,7 +152,7 @@ def test_a_reload_under_load_never_serves_the_old_answers(
     try:
         time.sleep(0.5)
         (adds / "simple" / "1" / "model.onnx").write_bytes(swapped_simple())
-        response = httpx.post(f"{server.base_url}/v2/repository/models/simple/load", timeout=60)
+        response = loopback.post(f"{server.base_url}/v2/repository/models/simple/load", timeout=60)
         assert response.status_code == 200, response.text
         reloaded_at.append(time.monotonic())
         time.sleep(0.5)
@@ -182,7 +182,7 @@ def test_a_flush_in_one_namespace_leaves_the_others_entries_and_local_tiers(
     written(other)
     client = redis_server.client()
     wait_for(lambda: len(client.keys("cachefleet:v2:team-b/fleet:simple:*")) == 3, "b's inserts")
-    flushed = httpx.post(f"{first.base_url}/v2/models/simple/cache/flush", timeout=30)
+    flushed = loopback.post(f"{first.base_url}/v2/models/simple/cache/flush", timeout=30)
     assert flushed.json() == {"model": "simple", "removed": 6}
     assert client.keys("cachefleet:v2:team-a/fleet:simple:*") == []
     assert len(client.keys("cachefleet:v2:team-b/fleet:simple:*")) == 3
@@ -194,7 +194,7 @@ def test_a_flush_in_one_namespace_leaves_the_others_entries_and_local_tiers(
 
 def errors(server: ServerProcess, kind: str) -> float:
     line = f'cachefleet_cache_errors_total{{kind="{kind}",tier="redis"}} '
-    text = httpx.get(f"{server.base_url}/metrics", timeout=10).text
+    text = loopback.get(f"{server.base_url}/metrics", timeout=10).text
     return sum(float(row.split()[-1]) for row in text.splitlines() if row.startswith(line))
 
 
@@ -243,10 +243,10 @@ def test_the_fingerprint_is_visible_in_config_metrics_and_log(
     finally:
         client.close()
     info = f'cachefleet_model_info{{fingerprint="{fingerprint}",model="simple",version="1"}} 1.0'
-    assert info in httpx.get(f"{server.base_url}/metrics").text
+    assert info in loopback.get(f"{server.base_url}/metrics").text
     assert "model 'simple' version 1: READY on" in server.log()
     assert f"fingerprint {fingerprint}" in server.log()
     # Other files, another fingerprint, in both places.
     other = make_server("--cache", "local", repository=subtracts)
     assert served_fingerprint(other.base_url) != fingerprint
-    assert fingerprint not in httpx.get(f"{other.base_url}/metrics").text
+    assert fingerprint not in loopback.get(f"{other.base_url}/metrics").text

@@ -6,6 +6,7 @@ import random
 import threading
 from collections.abc import Callable
 
+from support import loopback
 from support.processes import RedisProcess, ServerProcess
 from support.sample_requests import x_cache
 from support.waiting import wait_for
@@ -73,6 +74,5 @@ def test_redis_killed_and_restarted_while_requests_flow(
 
 
 def server_metrics(server: ServerProcess) -> str:
-    import httpx
 
-    return httpx.get(f"{server.base_url}/metrics", timeout=10).text
+    return loopback.get(f"{server.base_url}/metrics", timeout=10).text

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
-import httpx
 import numpy as np
+from support import loopback
 from support.batching import metric
 from support.processes import ServerProcess
 from tritonclient.grpc import service_pb2, service_pb2_grpc
@@ -44,7 +44,7 @@ def _sums(response: Any) -> np.ndarray:
 
 
 def _flush(server: ServerProcess) -> None:
-    answer = httpx.post(f"{server.base_url}/v2/models/simple/cache/flush", timeout=30)
+    answer = loopback.post(f"{server.base_url}/v2/models/simple/cache/flush", timeout=30)
     assert answer.status_code == 200, answer.text
 
 

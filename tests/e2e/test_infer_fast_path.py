@@ -19,6 +19,7 @@ import httpx
 import numpy as np
 import tritonclient.http as httpclient
 from prometheus_client.parser import text_string_to_metric_families
+from support import loopback
 from support.processes import ServerProcess
 from support.waiting import wait_for
 
@@ -53,7 +54,7 @@ def post(
     headers: dict[str, str],
     model: str = "simple",
 ) -> httpx.Response:
-    return httpx.post(
+    return loopback.post(
         f"{server.base_url}/v2/models/{model}/infer", content=body, headers=headers, timeout=60
     )
 
@@ -143,7 +144,7 @@ def test_a_flush_ends_the_memoized_answer(server: ServerProcess) -> None:
     assert [post(server, body, headers).headers["X-Cache"] for _ in range(3)] == [
         "miss", "hit-local", "hit-local",
     ]  # fmt: skip
-    flushed = httpx.post(f"{server.base_url}/v2/models/simple/cache/flush", timeout=10)
+    flushed = loopback.post(f"{server.base_url}/v2/models/simple/cache/flush", timeout=10)
     assert flushed.json()["removed"] >= 1
 
     assert post(server, body, headers).headers["X-Cache"] == "miss"
@@ -208,13 +209,13 @@ def test_errors_keep_their_shape_on_the_fast_path(make_server: MakeServer) -> No
 
 
 def test_everything_else_still_reaches_the_application(server: ServerProcess) -> None:
-    assert httpx.get(f"{server.base_url}/v2", timeout=10).json()["name"]
-    assert httpx.get(f"{server.base_url}/v2/models/simple/infer", timeout=10).status_code == 405
-    missing = httpx.post(f"{server.base_url}/v2/models/simple/infer/more", timeout=10)
+    assert loopback.get(f"{server.base_url}/v2", timeout=10).json()["name"]
+    assert loopback.get(f"{server.base_url}/v2/models/simple/infer", timeout=10).status_code == 405
+    missing = loopback.post(f"{server.base_url}/v2/models/simple/infer/more", timeout=10)
     assert missing.status_code == 404
     assert set(missing.json()) == {"error"}
     body, headers = simple_body()
-    versioned = httpx.post(
+    versioned = loopback.post(
         f"{server.base_url}/v2/models/simple/versions/1/infer",
         content=body,
         headers=headers,
@@ -239,7 +240,7 @@ def test_a_memoized_answer_is_counted_once_everywhere(server: ServerProcess) -> 
     assert seen["nv_inference_request_success"] == 5
     assert seen["nv_cache_num_hits_per_model"] == 4
     assert seen["nv_cache_num_misses_per_model"] == 1
-    stats = httpx.get(f"{server.base_url}/v2/models/simple/stats", timeout=10).json()
+    stats = loopback.get(f"{server.base_url}/v2/models/simple/stats", timeout=10).json()
     (model,) = stats["model_stats"]
     phases = model["inference_stats"]
     assert phases["success"]["count"] == 5
@@ -262,11 +263,11 @@ def test_a_body_in_many_pieces_is_answered_from_the_memo(server: ServerProcess) 
             yield data[start : start + 7]
 
     url = f"{server.base_url}/v2/models/simple/infer"
-    chunked = httpx.post(url, content=pieces(body), headers=headers, timeout=60)
+    chunked = loopback.post(url, content=pieces(body), headers=headers, timeout=60)
     assert chunked.headers["X-Cache"] == "hit-local"
     assert chunked.content == plain.content
     other, other_headers = simple_body(request_id="r2")  # same tensors, another id
-    renamed = httpx.post(url, content=pieces(other), headers=other_headers, timeout=60)
+    renamed = loopback.post(url, content=pieces(other), headers=other_headers, timeout=60)
     assert renamed.headers["X-Cache"] == "hit-local"
     assert parse(renamed)[0]["id"] == "r2"
     assert counters(server)["cachefleet_requests_total:200"] == 4
@@ -281,12 +282,12 @@ def test_a_reloaded_model_ends_its_memoized_answers(make_server: MakeServer) -> 
         "miss", "hit-local",
     ]  # fmt: skip
     control = f"{server.base_url}/v2/repository/models/simple"
-    assert httpx.post(f"{control}/unload", timeout=30).status_code == 200
+    assert loopback.post(f"{control}/unload", timeout=30).status_code == 200
     gone = post(server, body, headers)
     assert gone.status_code == 404
-    assert httpx.post(f"{control}/load", timeout=60).status_code == 200
+    assert loopback.post(f"{control}/load", timeout=60).status_code == 200
     again = post(server, body, headers)
     assert again.status_code == 200
     assert again.headers["X-Cache"] in ("hit-local", "miss")  # same files: entries may stay
-    stats = httpx.get(f"{server.base_url}/v2/models/simple/stats", timeout=10).json()
+    stats = loopback.get(f"{server.base_url}/v2/models/simple/stats", timeout=10).json()
     assert stats["model_stats"][0]["inference_stats"]["success"]["count"] == 1

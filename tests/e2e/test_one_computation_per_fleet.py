@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import httpx
 import pytest
+from support import loopback
 from support.processes import RedisProcess, ServerProcess
 from support.sample_requests import infer
 
@@ -58,7 +58,7 @@ def fleet(
 
 
 def executions(server: ServerProcess) -> int:
-    text = httpx.get(f"{server.base_url}/metrics", timeout=30).text
+    text = loopback.get(f"{server.base_url}/metrics", timeout=30).text
     series = rf'^nv_inference_exec_count{{model="{MODEL}",version="1"}} (\S+)$'
     found = re.search(series, text, re.MULTILINE)
     return int(float(found.group(1))) if found else 0
@@ -102,7 +102,7 @@ def test_a_burst_on_four_replicas_runs_the_model_once(
     assert all(body == expected for body, _, _ in answers)
     assert {status for _, status, _ in answers} <= {"miss", "hit-redis"}
     assert sum(1 for _, status, _ in answers if status == "hit-redis") >= (REPLICAS - 1)
-    metrics = "".join(httpx.get(f"{s.base_url}/metrics", timeout=30).text for s in servers)
+    metrics = "".join(loopback.get(f"{s.base_url}/metrics", timeout=30).text for s in servers)
     leases = r'cachefleet_cache_fleet_leases_total\{model="densenet_onnx".*\} 1\.0'
     assert re.search(leases, metrics)
     assert 'result="filled"' in metrics

@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx
 import numpy as np
 import onnx
 import pytest
 import tritonclient.grpc as grpcclient
 from onnx import TensorProto, helper
+from support import loopback
 from support.processes import RedisProcess, ServerProcess
 from support.waiting import wait_for
 
@@ -60,7 +60,7 @@ def http(server: ServerProcess, rows: list[int]) -> tuple[str, list[str]]:
     data = [[row, row + 1] for row in rows]
     document = {"inputs": [{"name": "X", "datatype": "INT32", "shape": [len(rows), 2],
                             "data": data}]}  # fmt: skip
-    response = httpx.post(f"{server.base_url}/v2/models/za/infer", json=document, timeout=30)
+    response = loopback.post(f"{server.base_url}/v2/models/za/infer", json=document, timeout=30)
     assert response.status_code == 200, response.text
     outputs = response.json()["outputs"]
     by_name = {output["name"]: output["data"] for output in outputs}

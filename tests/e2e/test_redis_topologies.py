@@ -7,8 +7,8 @@ import subprocess
 import time
 from collections.abc import Callable
 
-import httpx
 import pytest
+from support import loopback
 from support.processes import CACHEFLEET, ServerProcess
 from support.redis_nodes import MASTER_NAME, ClusterProcesses, SentinelProcesses, info
 from support.redis_topology import LoadLoop
@@ -43,7 +43,7 @@ def test_two_servers_share_a_cluster_and_flush_empties_every_primary(
     assert sum(held.values()) == len(SEEDS)
     assert len([count for count in held.values() if count]) >= 2, held
 
-    flushed = httpx.post(f"{servers[0].base_url}/v2/models/simple/cache/flush", timeout=30)
+    flushed = loopback.post(f"{servers[0].base_url}/v2/models/simple/cache/flush", timeout=30)
     assert flushed.status_code == 200, flushed.text
     assert flushed.json()["removed"] == len(SEEDS)
     assert redis_cluster.keys_per_node("cachefleet:v2:default:simple:*") == dict.fromkeys(held, 0)
@@ -82,7 +82,7 @@ def test_a_primary_killed_under_load_fails_nothing_and_the_other_shards_keep_hit
     on_dead = [a for a in after if home[a.seed] == dead]
     assert on_dead
     assert {a.cache for a in on_dead} == {"miss"}
-    metrics = httpx.get(f"{servers[0].base_url}/metrics", timeout=10).text
+    metrics = loopback.get(f"{servers[0].base_url}/metrics", timeout=10).text
     assert "cachefleet_redis_circuit_open 1.0" in metrics
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+from support import loopback
 from support.batching import write_variant
 from support.processes import RedisProcess, ServerProcess
 
@@ -23,7 +24,7 @@ def post(server: ServerProcess, priority: int) -> httpx.Response:
         ],
         "parameters": {"priority": priority},
     }
-    return httpx.post(
+    return loopback.post(
         f"{server.base_url}/v2/models/simple_priorities/infer", json=document, timeout=30
     )
 

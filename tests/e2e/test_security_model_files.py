@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from support import loopback
 from support.processes import ServerProcess
 from tritonclient.utils import InferenceServerException
 
@@ -38,14 +39,14 @@ def explicit(make_server: Callable[..., ServerProcess], temporary: Path) -> Serv
 
 
 def _config(server: ServerProcess, name: str, **changes: Any) -> str:
-    config = httpx.get(f"{server.base_url}/v2/models/simple/config", timeout=30).json()
+    config = loopback.get(f"{server.base_url}/v2/models/simple/config", timeout=30).json()
     config["name"] = name
     config.update(changes)
     return json.dumps(config)
 
 
 def _load(server: ServerProcess, name: str, parameters: dict[str, Any]) -> httpx.Response:
-    return httpx.post(
+    return loopback.post(
         f"{server.base_url}/v2/repository/models/{name}/load",
         json={"parameters": parameters},
         timeout=60,
@@ -112,7 +113,9 @@ def test_a_file_path_out_of_the_folder_is_refused_naming_the_parameter(
     assert answer.status_code == 400
     assert f"parameter 'file:{path}'" in answer.json()["error"]
     assert not Path("/tmp/escape.onnx").exists()
-    assert httpx.get(f"{explicit.base_url}/v2/models/simple/ready", timeout=10).status_code == 200
+    assert (
+        loopback.get(f"{explicit.base_url}/v2/models/simple/ready", timeout=10).status_code == 200
+    )
 
 
 def test_bad_file_loads_are_refused_and_the_old_model_serves(explicit: ServerProcess) -> None:
@@ -130,7 +133,9 @@ def test_bad_file_loads_are_refused_and_the_old_model_serves(explicit: ServerPro
     })  # fmt: skip
     assert garbage.status_code == 400
     assert garbage.json()["error"].startswith("failed to load 'simple'")
-    assert httpx.get(f"{explicit.base_url}/v2/models/simple/ready", timeout=10).status_code == 200
+    assert (
+        loopback.get(f"{explicit.base_url}/v2/models/simple/ready", timeout=10).status_code == 200
+    )
 
 
 def test_file_loads_are_model_repository_calls_and_restricted_as_such(

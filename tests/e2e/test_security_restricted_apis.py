@@ -14,11 +14,11 @@ import subprocess
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from support import loopback
 from support.processes import CACHEFLEET, ServerProcess
 from tritonclient.utils import InferenceServerException
 
@@ -100,7 +100,9 @@ def _inputs(module: Any) -> list[Any]:
 
 
 def _call(server: ServerProcess, method: str, path: str, body: Any, **headers: str) -> Any:
-    return httpx.request(method, f"{server.base_url}{path}", json=body, headers=headers, timeout=30)
+    return loopback.request(
+        method, f"{server.base_url}{path}", json=body, headers=headers, timeout=30
+    )
 
 
 def test_every_admin_endpoint_over_http_needs_the_header(admin_restricted: ServerProcess) -> None:

@@ -17,6 +17,7 @@ import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from support import loopback
 from support.certificates import Authority, Issued, make_authority
 from support.processes import CACHEFLEET, ManagedProcess, ServerProcess
 from tritonclient.utils import InferenceServerException
@@ -156,7 +157,7 @@ def test_http_over_tls(https_server: ServerProcess, pki: dict[str, Any]) -> None
     with pytest.raises(httpx.ConnectError):
         httpx.get(_https(https_server, "/v2/health/ready"), verify=rogue)
     with pytest.raises(httpx.HTTPError):  # plain text to the TLS port is not served
-        httpx.get(f"http://127.0.0.1:{https_server.port}/v2/health/ready", timeout=5)
+        loopback.get(f"http://127.0.0.1:{https_server.port}/v2/health/ready", timeout=5)
     flush = [*CACHEFLEET, "flush", "--model", "simple", "--server", _https(https_server, "")]
     untrusted = subprocess.run(flush, capture_output=True, text=True, timeout=60)
     assert untrusted.returncode == 1

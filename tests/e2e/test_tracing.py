@@ -11,11 +11,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from support import loopback
 from support.otlp_receiver import OtlpReceiver, ReceivedSpan, otlp_receiver
 from support.processes import ServerProcess
 from support.waiting import wait_for
@@ -203,13 +203,13 @@ def test_failures_end_in_error_status_with_the_message(
     traced_server: ServerProcess, receiver: OtlpReceiver
 ) -> None:
     caller = Caller()
-    response = httpx.post(
+    response = loopback.post(
         f"{traced_server.base_url}/v2/models/nonexistent/infer",
         json={"inputs": []},
         headers=caller.headers,
     )
     assert response.status_code == 404
-    bad = httpx.post(
+    bad = loopback.post(
         f"{traced_server.base_url}/v2/models/simple/infer",
         content=b"{not json",
         headers=caller.headers,

@@ -10,11 +10,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import kubernetes_validate
 import pytest
 import tritonclient.grpc as grpcclient
 import yaml
+from support import loopback
 from support.processes import ServerProcess
 from tritonclient.utils import InferenceServerException
 
@@ -138,19 +138,21 @@ def test_a_server_run_as_the_pod_says_restricts_as_the_operator_meant(
     config.write_text(one(children, "ConfigMap")["data"]["config.yaml"])
     server = make_server("--config", str(config), env=pod_environment(children))
     flush = f"{server.base_url}/v2/models/simple/cache/flush"
-    refused = httpx.post(flush, timeout=30)
+    refused = loopback.post(flush, timeout=30)
     assert refused.status_code == 403
     assert refused.json() == {
         "error": "This API is restricted, expecting header 'cachefleet-admin-token'"
     }
-    assert httpx.post(flush, headers={"cachefleet-admin-token": TOKEN}, timeout=30).is_success
+    assert loopback.post(flush, headers={"cachefleet-admin-token": TOKEN}, timeout=30).is_success
     body = {
         "inputs": [
             {"name": name, "datatype": "INT32", "shape": [1, 16], "data": list(range(16))}
             for name in ("INPUT0", "INPUT1")
         ]
     }
-    assert httpx.post(f"{server.base_url}/v2/models/simple/infer", json=body, timeout=30).is_success
+    assert loopback.post(
+        f"{server.base_url}/v2/models/simple/infer", json=body, timeout=30
+    ).is_success
     with grpcclient.InferenceServerClient(server.grpc_url) as client:
         with pytest.raises(InferenceServerException, match="triton-grpc-protocol-cachefleet"):
             client.get_system_shared_memory_status()

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import httpx
 import pytest
+from support import loopback
 from support.processes import RedisProcess, ServerProcess
 
 from harness.chaos.control import ChaosOptions
@@ -42,4 +42,4 @@ def test_two_servers_one_redis_under_faults_never_fail_or_lie(
     assert report.resume_s
     assert None not in report.resume_s
     for server in servers:
-        assert httpx.get(f"{server.base_url}/v2/health/ready", timeout=10).status_code == 200
+        assert loopback.get(f"{server.base_url}/v2/health/ready", timeout=10).status_code == 200

@@ -9,10 +9,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import orjson
 import pytest
 import redis as redis_py
+from support import loopback
 from support.processes import RedisProcess, ServerProcess
 from support.waiting import wait_for
 
@@ -52,7 +52,7 @@ def post(
         body = encoded + body[size:]
         headers["Inference-Header-Content-Length"] = str(len(encoded))
     url = f"{server.base_url}/v2/models/simple/versions/{version}/infer"
-    response = httpx.post(url, content=body, headers=headers, timeout=30)
+    response = loopback.post(url, content=body, headers=headers, timeout=30)
     assert response.status_code == 200, response.text
     outputs = decode_outputs(response.content, response.headers["Inference-Header-Content-Length"])
     return response.headers["X-Cache"], answer_is_right(seed, outputs)
@@ -65,7 +65,7 @@ def post_strings(server: ServerProcess) -> str:
         {"name": name, "datatype": "BYTES", "shape": [1, 16], "data": data}
         for name, data in zip(("INPUT0", "INPUT1"), values, strict=True)
     ]}  # fmt: skip
-    response = httpx.post(
+    response = loopback.post(
         f"{server.base_url}/v2/models/simple_string/infer", json=document, timeout=30
     )
     assert response.status_code == 200, response.text
@@ -86,7 +86,7 @@ def stored(redis: RedisProcess, key: str) -> bytes:
 
 
 def refused(server: ServerProcess) -> float:
-    text = httpx.get(f"{server.base_url}/metrics", timeout=10).text
+    text = loopback.get(f"{server.base_url}/metrics", timeout=10).text
     line = 'cachefleet_cache_errors_total{kind="corrupt",tier="redis"} '
     return sum(float(row.split()[-1]) for row in text.splitlines() if row.startswith(line))
 

@@ -8,9 +8,9 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx
 import pytest
 import redis as redis_py
+from support import loopback
 from support.processes import CACHEFLEET, RedisProcess, ServerProcess, free_port
 from support.waiting import wait_for
 
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.slow
 
 def x_cache(server: ServerProcess, seed: int) -> str:
     body, headers = request_body(seed, binary=True)
-    response = httpx.post(
+    response = loopback.post(
         f"{server.base_url}/v2/models/simple/infer", content=body, headers=headers, timeout=30
     )
     assert response.status_code == 200, response.text
@@ -101,11 +101,11 @@ def test_the_redis_password_never_leaks(
     for server in servers:
         for seed in range(20, 26):  # connection errors, logged and counted
             assert x_cache(server, seed) in ("miss", "hit-local")
-        flush = httpx.post(f"{server.base_url}/v2/models/simple/cache/flush", timeout=30)
+        flush = loopback.post(f"{server.base_url}/v2/models/simple/cache/flush", timeout=30)
         assert flush.status_code == 503
         seen.append(flush.text)
-        seen.append(httpx.get(f"{server.base_url}/metrics", timeout=10).text)
-        seen.append(httpx.get(f"{server.base_url}/v2/models/simple/config", timeout=10).text)
+        seen.append(loopback.get(f"{server.base_url}/metrics", timeout=10).text)
+        seen.append(loopback.get(f"{server.base_url}/v2/models/simple/config", timeout=10).text)
     flush_command = subprocess.run(
         [*CACHEFLEET, "flush", "--model", "simple", "--redis-url", redis.url],
         capture_output=True, text=True, timeout=60,
@@ -171,11 +171,11 @@ def test_a_password_in_the_url_query_or_user_info_never_leaks(
     for server in servers:
         for seed in range(40, 44):
             assert x_cache(server, seed) in ("miss", "hit-local")
-        flush = httpx.post(f"{server.base_url}/v2/models/simple/cache/flush", timeout=30)
+        flush = loopback.post(f"{server.base_url}/v2/models/simple/cache/flush", timeout=30)
         assert flush.status_code == 503
         assert "redis://" in flush.text  # it says where, without the secret
-        seen += [flush.text, httpx.get(f"{server.base_url}/metrics", timeout=10).text]
-        seen.append(httpx.get(f"{server.base_url}/v2/models/simple/config", timeout=10).text)
+        seen += [flush.text, loopback.get(f"{server.base_url}/metrics", timeout=10).text]
+        seen.append(loopback.get(f"{server.base_url}/v2/models/simple/config", timeout=10).text)
     for url in (in_query, with_user):
         flush_command = subprocess.run(
             [*CACHEFLEET, "flush", "--model", "simple", "--redis-url", url],

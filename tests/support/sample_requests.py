@@ -9,6 +9,7 @@ import numpy as np
 import tritonclient.http as httpclient
 from tritonclient.grpc import service_pb2
 
+from support import loopback
 from support.processes import ServerProcess
 
 
@@ -48,7 +49,7 @@ def infer(
     sent = {"Content-Type": "application/octet-stream", **(headers or {})}
     if json_size is not None:
         sent["Inference-Header-Content-Length"] = str(json_size)
-    response = httpx.post(
+    response = loopback.post(
         f"{server.base_url}/v2/models/{model}/infer", content=body, headers=sent, timeout=60
     )
     assert response.status_code == 200, response.text
