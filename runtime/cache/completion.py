@@ -31,6 +31,7 @@ class RunsToCompletion(Generic[T]):
 def passed_on(
     compute: Callable[[], Awaitable[object]], work: Callable[[], Awaitable[T]]
 ) -> Callable[[], Awaitable[T]]:
-    """``work``, which awaits ``compute`` last, marked as ``compute`` is: what runs after
-    ``compute`` starts can then be interrupted no more than ``compute`` itself."""
+    """``work``, whose last await is ``compute``, marked as ``compute`` is: once ``compute``
+    starts, ``work`` can be interrupted no more than ``compute`` itself. The one place a
+    wrapper around a compute keeps its mark."""
     return RunsToCompletion(work) if isinstance(compute, RunsToCompletion) else work

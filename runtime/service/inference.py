@@ -230,7 +230,8 @@ class InferenceService:
             miss.row_status = answer.status
             return answer.outputs
 
-        # Row lookups await the tiers between runs: never handed on as one run.
+        # Its row lookups await the tiers and can be interrupted: ordinary work, whatever the
+        # scheduler.
         return compute_by_rows
 
     def _write_shared_memory(self, request: InferRequest, outputs: Sequence[Tensor]) -> None:
