@@ -7,6 +7,8 @@ knows nothing of HTTP or of ONNX Runtime.
 - ``key`` / ``entry``: pure data, no I/O: the BLAKE3 request key and the checked entry format.
 - ``local``: the byte-bounded in-process LRU. ``redis_tier``: Redis, with its errors translated.
 - ``breaker``, ``singleflight``, ``writebehind``: the small mechanisms ``read_through`` composes.
+- ``completion``: the type that marks a compute as running to completion once started, so
+  that ``singleflight`` may lead it in the caller's task.
 - ``invalidation``: the pub/sub channel that carries flushes to every replica.
 - ``metrics``: the cache's metric children, bound once per model version.
 - ``admission``: which tiers each model uses, from measured costs; ``admission_metrics``: its

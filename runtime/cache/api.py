@@ -14,6 +14,9 @@ from typing import Any, NamedTuple, Protocol
 from cachefleet.runtime.cache.key import CacheKey
 from cachefleet.runtime.tensor import Tensor
 
+#: Computes a request's outputs. One that cannot be interrupted once started (a model run on
+#: the event loop) comes as a :class:`~cachefleet.runtime.cache.completion.RunsToCompletion`:
+#: a miss is then computed in the caller's own task instead of a task of its own.
 Compute = Callable[[], Awaitable[list[Tensor]]]
 #: A row's outputs and how it was answered (HIT_LOCAL, HIT_REDIS or MISS).
 RowHit = tuple[list[Tensor], "CacheStatus"]
@@ -54,9 +57,6 @@ class CacheRequest:
     ttl_s: float
     #: The model version's fingerprint (its effective config and files): keyed with the rest.
     fingerprint: str
-    #: Compute runs to completion once started (a model run on the event loop): a miss may
-    #: then be computed in the caller's own task instead of a task of its own.
-    quick: bool = False
 
 
 #: Checks that a local entry (key, identity) still lives and counts its hit (see below).

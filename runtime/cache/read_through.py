@@ -49,6 +49,7 @@ from cachefleet.runtime.cache.api import (
 )
 from cachefleet.runtime.cache.breaker import CircuitBreaker
 from cachefleet.runtime.cache.breakers import ShardBreakers
+from cachefleet.runtime.cache.completion import passed_on
 from cachefleet.runtime.cache.entry import EntryMac, encode_entry, read_entry
 from cachefleet.runtime.cache.errors import (
     CacheTierError,
@@ -178,11 +179,10 @@ class ReadThroughCache:
             # once per key, and this request made neither do anything.
             series.coalesced.inc()
         tiers = _Tiers(admission, use_local, use_redis)
-        outputs, status = await self._flight.do(
-            key,
-            lambda: self._fill(key, request, store, compute, started, tiers),
-            inline=request.quick,
-        )
+        # The fill's last await is ``compute``: if that runs to completion once started (the
+        # single-flight then leads it in this task), so does the fill.
+        fill = passed_on(compute, lambda: self._fill(key, request, store, compute, started, tiers))
+        outputs, status = await self._flight.do(key, fill)
         return CacheAnswer(list(outputs), status)
 
     async def flush(self, model: str) -> int:

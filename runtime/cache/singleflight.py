@@ -6,11 +6,11 @@ gone is the work cancelled too: nobody waits for it, and a model execution it qu
 then be dropped before it runs. Everyone gets the same result, or the same exception.
 
 A task per miss costs the event loop more than a quick model takes to run, and is only needed
-when the work can be interrupted midway. :meth:`SingleFlight.do` with ``inline=True`` runs
-the work in the caller's own task instead, still registered so that identical calls join it.
-Use it for work whose costly part cannot be cancelled once started (a model run on the event
-loop): if such a caller is cancelled at an earlier await, the callers that joined it simply
-start the work again themselves.
+when the work can be interrupted midway. Work whose costly part cannot be cancelled once
+started (a model run on the event loop) says so by its type,
+:class:`~cachefleet.runtime.cache.completion.RunsToCompletion`: it runs in the caller's own task
+instead, still registered so that identical calls join it. If such a caller is cancelled at an
+earlier await, the callers that joined it simply start the work again themselves.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
+
+from cachefleet.runtime.cache.completion import RunsToCompletion
 
 T = TypeVar("T")
 
@@ -37,11 +39,9 @@ class SingleFlight(Generic[T]):
         """Whether a call for ``key`` is in flight: a ``do`` now would join it."""
         return key in self._calls
 
-    async def do(
-        self, key: Hashable, work: Callable[[], Awaitable[T]], *, inline: bool = False
-    ) -> T:
+    async def do(self, key: Hashable, work: Callable[[], Awaitable[T]]) -> T:
         flight = self._calls.get(key)
-        if flight is None and inline:
+        if flight is None and isinstance(work, RunsToCompletion):
             return await self._lead(key, work)
         if flight is None:
             task = asyncio.ensure_future(work())
@@ -49,7 +49,7 @@ class SingleFlight(Generic[T]):
             task.add_done_callback(lambda done: self._finished(key, done))
             flight = task
         if not isinstance(flight, asyncio.Task):
-            return await self._join(key, flight, work, inline)
+            return await self._join(key, flight, work)
         return await self._wait(flight)
 
     async def _wait(self, task: asyncio.Future[T]) -> T:
@@ -87,16 +87,15 @@ class SingleFlight(Generic[T]):
         return result
 
     async def _join(
-        self, key: Hashable, flight: asyncio.Future[T], work: Callable[[], Awaitable[T]],
-        inline: bool,
-    ) -> T:  # fmt: skip
+        self, key: Hashable, flight: asyncio.Future[T], work: Callable[[], Awaitable[T]]
+    ) -> T:
         try:
             return await asyncio.shield(flight)
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if not flight.cancelled() or (task is not None and task.cancelling()):
                 raise  # this caller was cancelled, not the leader
-        return await self.do(key, work, inline=inline)
+        return await self.do(key, work)
 
     def _finished(self, key: Hashable, task: asyncio.Future[T]) -> None:
         if self._calls.get(key) is task:

@@ -12,6 +12,7 @@ metrics and statistics, counted in one request ledger.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import Executor
@@ -40,7 +41,8 @@ from cachefleet.runtime.protocol import (
 from cachefleet.runtime.service import rows
 from cachefleet.runtime.service.request_ledger import Passage, RequestLedger
 from cachefleet.runtime.service.row_cache import answer_by_rows
-from cachefleet.runtime.service.scheduler import ModelScheduler, OnWait, Schedulers
+from cachefleet.runtime.service.scheduler import ModelScheduler, OnWait
+from cachefleet.runtime.service.schedulers import Schedulers
 from cachefleet.runtime.service.shared_memory import SharedMemoryRegistry
 from cachefleet.runtime.tensor import Tensor
 
@@ -183,8 +185,6 @@ class InferenceService:
             enabled=enabled,
             ttl_s=self._default_ttl_s if config.cache_ttl_s is None else config.cache_ttl_s,
             fingerprint=model.fingerprint,
-            # An inline run cannot be interrupted once started; row lookups can be.
-            quick=scheduler.inline and not by_rows,
         )
         miss = _Miss()
         compute = self._compute(scheduler, request, cache_request, by_rows, on_wait, miss)
@@ -221,14 +221,18 @@ class InferenceService:
             finally:
                 miss.waited_ns += time.perf_counter_ns() - started
 
-        async def compute() -> list[Tensor]:
-            if not by_rows:
-                return await run(request.inputs)
+        if not by_rows:
+            # One run and nothing else: the scheduler says how the cache may treat it.
+            return scheduler.compute(functools.partial(run, request.inputs))
+
+        async def compute_by_rows() -> list[Tensor]:
             answer = await answer_by_rows(self._cache, cache_request, run)
             miss.row_status = answer.status
             return answer.outputs
 
-        return compute
+        # Its row lookups await the tiers and can be interrupted: ordinary work, whatever the
+        # scheduler.
+        return compute_by_rows
 
     def _write_shared_memory(self, request: InferRequest, outputs: Sequence[Tensor]) -> None:
         """Write the outputs the client asked for in shared memory into their regions."""

@@ -1,13 +1,13 @@
 """Runs one model version's executions: at most ``instances`` at once, misses merged into
 batches when the model asks for dynamic batching.
 
-Executions run in the server's thread pool, off the event loop, except those of a ``quick``
-model without dynamic batching (see ``models.placement``): they run on the event loop itself,
-at once, since the thread hand-off would cost more than the run. Every execution runs in its own
-task, so a caller that goes away (a client disconnect cancels its request) never cancels an
-execution that other callers wait on; a caller that goes before its request left the queue is
-simply dropped from it. A batch that fails is run again one request at a time, so that a request
-the model cannot run fails alone, with the model's error, and the others still get answers.
+Executions run in the server's thread pool, off the event loop. (A ``quick`` model without
+dynamic batching gets a scheduler of another kind, which runs them on the loop itself: see
+``inline_scheduler``, chosen in ``schedulers``.) Every execution runs in its own task, so a
+caller that goes away (a client disconnect cancels its request) never cancels an execution that
+other callers wait on; a caller that goes before its request left the queue is simply dropped
+from it. A batch that fails is run again one request at a time, so that a request the model
+cannot run fails alone, with the model's error, and the others still get answers.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 
+from cachefleet.runtime.cache.api import Compute
 from cachefleet.runtime.errors import (
     BadRequestError,
     ModelExecutionError,
@@ -28,7 +29,7 @@ from cachefleet.runtime.errors import (
     ServingError,
 )
 from cachefleet.runtime.metrics import RuntimeMetrics
-from cachefleet.runtime.models.scheduling import SchedulingPolicy, scheduling_policy
+from cachefleet.runtime.models.scheduling import SchedulingPolicy
 from cachefleet.runtime.models.types import Model
 from cachefleet.runtime.service import rows
 from cachefleet.runtime.service.batch_queue import BatchQueue, Pending
@@ -69,8 +70,6 @@ class ModelScheduler:
         self._pending = metrics.pending_requests.labels(*labels)
         self._counters = metrics.inference
         self._preserve_ordering = policy.batching is not None and policy.batching.preserve_ordering
-        #: Runs on the event loop, in the caller's task: nothing to wait for, nothing to cancel.
-        self.inline = model.quick and policy.batching is None
 
     async def run(
         self,
@@ -84,8 +83,6 @@ class ModelScheduler:
         ``timeout_us``: the request's ``timeout`` parameter, which the queue policy of its
         priority level may let replace its default queue timeout (as in Triton)."""
         level = self._level(priority)
-        if self.inline:
-            return self._run_inline(inputs)
         if on_wait is not None:
             on_wait()
         if self._queue is None:
@@ -130,6 +127,12 @@ class ModelScheduler:
         finally:
             if timer is not None:
                 timer.cancel()
+
+    def compute(self, runs: Compute) -> Compute:
+        """How the cache gets ``runs``, a compute that awaits one :meth:`run` and nothing else:
+        as ordinary work, since a run here waits (for an instance, a thread, the queue) and
+        its caller may go while it does."""
+        return runs
 
     def _timed_out(self, pending: Pending, delay: bool) -> None:
         """A request's queue timeout passed while it waited: refused, or moved behind the
@@ -195,12 +198,6 @@ class ModelScheduler:
         task = asyncio.ensure_future(self._execute_one(inputs, submitted_ns))
         task.add_done_callback(lambda _: self._slots.release())
         return await asyncio.shield(task)
-
-    def _run_inline(self, inputs: Sequence[Tensor]) -> list[Tensor]:
-        size = self._rows(inputs)
-        (outputs,), times = self._execute_blocking([inputs], [size], time.perf_counter_ns())
-        self._record(size, times, 1)
-        return outputs
 
     async def _execute_one(self, inputs: Sequence[Tensor], submitted_ns: int) -> list[Tensor]:
         (outputs,) = await self._execute([inputs], submitted_ns)
@@ -350,46 +347,3 @@ class ModelScheduler:
             compute_output_ns=time.perf_counter_ns() - ran_at,
         )
         return pieces, times
-
-
-class Schedulers:
-    """One :class:`ModelScheduler` per model version, made on first use."""
-
-    def __init__(
-        self, executor: Executor, metrics: RuntimeMetrics, statistics: StatisticsRegistry
-    ) -> None:
-        self._executor = executor
-        self._metrics = metrics
-        self._statistics = statistics
-        self._schedulers: dict[tuple[str, str], ModelScheduler] = {}
-        self._retiring: set[asyncio.Future[None]] = set()
-
-    def of(self, model: Model) -> ModelScheduler:
-        key = (model.name, model.version)
-        scheduler = self._schedulers.get(key)
-        if scheduler is None or scheduler.model is not model:
-            if scheduler is not None:  # the model was loaded again: retire the old batcher
-                retiring = asyncio.ensure_future(scheduler.close())
-                self._retiring.add(retiring)
-                retiring.add_done_callback(self._retiring.discard)
-            policy = scheduling_policy(model.config)
-            scheduler = ModelScheduler(
-                model, policy, self._executor, self._metrics, self._statistics
-            )
-            self._schedulers[key] = scheduler
-        return scheduler
-
-    def get(self, name: str, version: str) -> ModelScheduler | None:
-        """The scheduler of a model version that has run at least once, else None."""
-        return self._schedulers.get((name, version))
-
-    async def release(self, name: str) -> None:
-        """Close and forget the schedulers of model ``name`` (unloaded, or loaded again), so
-        that nothing here keeps its sessions alive; a later request makes a new one."""
-        doomed = [key for key in self._schedulers if key[0] == name]
-        schedulers = [self._schedulers.pop(key) for key in doomed]
-        await asyncio.gather(*(scheduler.close() for scheduler in schedulers))
-
-    async def close(self) -> None:
-        schedulers, self._schedulers = list(self._schedulers.values()), {}
-        await asyncio.gather(*(scheduler.close() for scheduler in schedulers), *self._retiring)

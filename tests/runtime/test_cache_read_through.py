@@ -4,7 +4,7 @@ write-behind, and that only successful answers are stored."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -12,13 +12,15 @@ import pytest
 from support.cache_doubles import Model, ask, metric, redis_key, request, settings
 from support.processes import RedisProcess
 
-from cachefleet.runtime.cache.api import CacheDirectives, CacheStatus
+from cachefleet.runtime.cache.api import CacheDirectives, CacheRequest, CacheStatus
+from cachefleet.runtime.cache.completion import RunsToCompletion
 from cachefleet.runtime.cache.factory import build_cache
 from cachefleet.runtime.cache.local import LocalTier
 from cachefleet.runtime.cache.read_through import ReadThroughCache
 from cachefleet.runtime.cache.redis_tier import RedisTier
 from cachefleet.runtime.cache.writebehind import WriteBehind
 from cachefleet.runtime.metrics import RuntimeMetrics
+from cachefleet.runtime.tensor import Tensor
 
 
 @pytest.fixture
@@ -301,3 +303,26 @@ async def test_promoted_copy_expires_with_the_redis_entry(redis_server: RedisPro
     finally:
         await first.close()
         await second.close()
+
+
+async def test_a_compute_that_runs_to_completion_is_filled_in_the_callers_task() -> None:
+    """The fill around compute keeps its mark, so the single-flight leads it in this task."""
+    cache = ReadThroughCache(RuntimeMetrics(), local=LocalTier(max_bytes=1 << 20))
+    await cache.start()
+    ran_in: list[object] = []
+
+    def compute_for(req: CacheRequest) -> Callable[[], Awaitable[list[Tensor]]]:
+        async def compute() -> list[Tensor]:
+            ran_in.append(asyncio.current_task())
+            return list(req.inputs)
+
+        return compute
+
+    caller, directives = asyncio.current_task(), CacheDirectives()
+    marked = RunsToCompletion(compute_for(request(1)))
+    first = await cache.get_or_compute(request(1), directives, marked)
+    second = await cache.get_or_compute(request(2), directives, compute_for(request(2)))
+    await cache.close()
+    assert (first.status, second.status) == (CacheStatus.MISS, CacheStatus.MISS)
+    assert ran_in[0] is caller
+    assert ran_in[1] is not caller, "an ordinary compute runs in a task of its own"

@@ -13,11 +13,14 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
+from cachefleet.runtime.cache.completion import RunsToCompletion
 from cachefleet.runtime.errors import NotReadyError, OverloadedError
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.models.scheduling import BatchingPolicy, QueuePolicy, SchedulingPolicy
 from cachefleet.runtime.models.types import ModelConfig, TensorSpec
+from cachefleet.runtime.service.inline_scheduler import InlineScheduler
 from cachefleet.runtime.service.scheduler import ModelScheduler
+from cachefleet.runtime.service.schedulers import build_scheduler
 from cachefleet.runtime.service.statistics import StatisticsRegistry
 from cachefleet.runtime.tensor import Tensor
 
@@ -186,11 +189,17 @@ class QuickModel(HeldModel):
         return [Tensor.from_numpy("Y", inputs[0].to_numpy() * 2)]
 
 
+async def no_run() -> list[Tensor]:
+    """A compute that runs nothing: what a scheduler hands the cache is told by its type."""
+    return []
+
+
 async def test_a_quick_model_runs_on_the_event_loop_and_is_recorded(
     executor: ThreadPoolExecutor,
 ) -> None:
     model, statistics = QuickModel(), StatisticsRegistry()
-    scheduler = ModelScheduler(model, SchedulingPolicy(), executor, RuntimeMetrics(), statistics)
+    scheduler = build_scheduler(model, SchedulingPolicy(), executor, RuntimeMetrics(), statistics)
+    assert isinstance(scheduler.compute(no_run), RunsToCompletion), "the cache is told so"
     waited: list[bool] = []
     answer = await scheduler.run(request(4), on_wait=lambda: waited.append(True))
     assert int(answer[0].to_numpy()[0, 0]) == 8
@@ -205,8 +214,9 @@ async def test_a_quick_model_with_dynamic_batching_still_batches(
 ) -> None:
     model = QuickModel()
     policy = SchedulingPolicy(batching=BatchingPolicy(max_batch_size=8))
-    scheduler = ModelScheduler(model, policy, executor, RuntimeMetrics(), StatisticsRegistry())
-    assert not scheduler.inline
+    scheduler = build_scheduler(model, policy, executor, RuntimeMetrics(), StatisticsRegistry())
+    assert not isinstance(scheduler, InlineScheduler)
+    assert scheduler.compute(no_run) is no_run, "the cache gets it as ordinary work"
     answer = await scheduler.run(request(3))
     assert int(answer[0].to_numpy()[0, 0]) == 6
     assert model.threads != [threading.get_ident()], "batches run in the executor"
