@@ -153,10 +153,17 @@ class Periodic:
         """
         loop = asyncio.get_running_loop()
         workers = max(1, self.reconciler.settings.periodic_workers)
-        with ThreadPoolExecutor(workers, thread_name_prefix=f"periodic-{job.__name__}") as pool:
+        pool = ThreadPoolExecutor(workers, thread_name_prefix=f"periodic-{job.__name__}")
+        try:
             await asyncio.gather(
                 *(loop.run_in_executor(pool, self._guarded, job, body) for body in visited)
             )
+        finally:
+            # Not ``with``: its exit waits for the threads, and when the pass is cancelled (the
+            # operator stops) that would block the event loop until a service's API calls or
+            # Redis timeouts finish. Services not started yet are dropped; a running one ends
+            # on its own.
+            pool.shutdown(wait=False, cancel_futures=True)
 
     @staticmethod
     def _guarded(job: Callable[[Mapping[str, Any]], None], body: Mapping[str, Any]) -> None:

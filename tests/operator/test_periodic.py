@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -79,6 +80,27 @@ async def test_one_failing_service_does_not_stop_the_others(cluster: Cluster, ap
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+async def test_a_cancelled_pass_lets_the_event_loop_go_while_a_service_is_still_running() -> None:
+    """Cancelling the periodic task (the operator stops) must not block the event loop until the
+    passes' threads finish: a service's API calls may need that very loop (or time out)."""
+    running, release, finished = threading.Event(), threading.Event(), threading.Event()
+
+    def job(body: Any) -> None:
+        running.set()
+        release.wait(5)
+        finished.set()
+
+    passes = Periodic(Reconciler(Kube(), OperatorSettings(periodic_workers=1)), KeyedLocks())
+    task = asyncio.create_task(passes.run_pass(job, [{"metadata": {"name": n}} for n in "ab"]))
+    await asyncio.to_thread(running.wait, 10)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    waited = finished.is_set()
+    release.set()
+    assert not waited, "the cancel waited for the running service"
 
 
 async def test_cache_figures_are_written_when_they_change_and_not_while_idle(
