@@ -9,9 +9,12 @@ import sys
 import urllib.request
 from collections.abc import Callable
 
+import pytest
 from support import loopback
 from support.processes import RedisProcess, ServerProcess
 from support.sample_requests import infer, x_cache
+
+pytestmark = pytest.mark.slow
 
 MakeServer = Callable[..., ServerProcess]
 

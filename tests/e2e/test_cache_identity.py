@@ -29,6 +29,8 @@ from cachefleet.runtime.samples.onnx_build import make_model
 from cachefleet.runtime.tensor import Tensor
 from harness.chaos.answers import served_fingerprint
 
+pytestmark = pytest.mark.slow
+
 MakeServer = Callable[..., ServerProcess]
 SECRET = "a fleet secret of enough length"
 

@@ -21,6 +21,8 @@ from support.sample_requests import simple_grpc_request
 from support.slow_clients import dribble_until_closed
 from tritonclient.grpc import service_pb2_grpc
 
+pytestmark = pytest.mark.slow
+
 _HEAD = (
     b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\n"
     b"Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n"

@@ -17,11 +17,14 @@ from typing import Any
 
 import httpx
 import numpy as np
+import pytest
 import tritonclient.http as httpclient
 from prometheus_client.parser import text_string_to_metric_families
 from support import loopback
 from support.processes import ServerProcess
 from support.waiting import wait_for
+
+pytestmark = pytest.mark.slow
 
 MakeServer = Callable[..., ServerProcess]
 FIRST = np.arange(16, dtype=np.int32).reshape(1, 16)

@@ -17,6 +17,8 @@ from tritonclient.utils import InferenceServerException
 from cachefleet.runtime.samples.arithmetic import build_simple
 from cachefleet.runtime.samples.onnx_build import make_model
 
+pytestmark = pytest.mark.slow
+
 ALL_SAMPLES = {
     "densenet_batch",
     "densenet_onnx",

@@ -22,6 +22,8 @@ from support.certificates import Authority, Issued, make_authority
 from support.processes import CACHEFLEET, ManagedProcess, ServerProcess
 from tritonclient.utils import InferenceServerException
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:

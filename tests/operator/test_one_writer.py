@@ -31,7 +31,7 @@ from cachefleet.operator.reconcile.reconciler import Reconciler
 from cachefleet.operator.reconcile.settings import OperatorSettings
 
 pytest_plugins = ("support.kube.fixtures",)  # cluster, api
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 NOW = datetime.datetime(2026, 1, 1, 12, 0, tzinfo=datetime.UTC)
 DEPLOYMENT = f"/apis/apps/v1/namespaces/{NS}/deployments/svc"

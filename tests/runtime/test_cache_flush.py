@@ -167,6 +167,10 @@ async def test_a_redis_hit_read_while_a_flush_runs_is_answered_but_never_kept(
     await reader.start()
     try:
         await fill(writer, "simple", range(1))
+        # The reader's connections are open before the pause: a handshake queued behind it
+        # would let the flush's SCAN overtake the GET.
+        await ask(reader, request(0, model="other"), Model())
+        await reader.flush("other")
         redis_server.command("CLIENT", "PAUSE", "300", "ALL")
         lookup = asyncio.create_task(ask(reader, request(0), Model()))
         await asyncio.sleep(0.05)  # the GET is queued in Redis first
