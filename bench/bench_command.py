@@ -5,8 +5,9 @@ and ``densenet_onnx``; 100% hits, a hit-ratio sweep, 0% hits; HTTP against gRPC 
 model and hit ratio; our JSON path against KServe's Python server; our local cache against
 Triton's) with ``wrk`` as the load generator (Python senders in processes where HTTP and gRPC are
 compared), and writes ``bench/results/<date>-<machine>.md`` (tables and the targets) and
-``.png`` (throughput and p99 per scenario), and remakes the docs site's benchmark page,
-``docs/benchmarks.md``, from that report.
+``.png`` (throughput and p99 per scenario), with the HTTP floor (a bare uvicorn app answering
+``simple``'s request with canned bytes) beside the ``simple`` hits, and remakes the docs site's
+benchmark page, ``docs/benchmarks.md``, from that report.
 """
 
 from __future__ import annotations
@@ -54,6 +55,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--grpc", action=argparse.BooleanOptionalAction, default=True,
         help="compare HTTP and gRPC on each model at a 90%% hit ratio (default: on)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--floor", action=argparse.BooleanOptionalAction, default=True,
+        help="measure the HTTP floor, a bare uvicorn app (uvloop, httptools) answering simple's "
+        "request with the bytes our server answers it with, beside the simple 100%% hits, and "
+        "report each server's rate as a share of it (default: on wherever simple runs)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--cache-admission", choices=("auto", "always"),
+        help="--cache-admission of every cachefleet serve the run starts (default: the "
+        "server's own, auto); the report shows each tier's decision per scenario",
     )  # fmt: skip
     parser.add_argument(
         "--peer-python", type=Path,
@@ -161,6 +173,7 @@ def run(args: argparse.Namespace) -> int:
         cpus=pinning.plan(not args.no_pin),
         peer_python=args.peer_python,
         triton_python=args.triton_python,
+        cache_admission=args.cache_admission,
     )
     plan = scenarios.build_plan(
         models=args.models or (("simple",) if quick else scenarios.MODELS),
@@ -171,6 +184,7 @@ def run(args: argparse.Namespace) -> int:
         peer=args.peer if args.peer is not None else not quick,
         triton=args.triton if args.triton is not None else not quick,
         grpc=bool(args.grpc),
+        floor=bool(args.floor),
     )  # fmt: skip
     print(f"cachefleet bench: {len(plan)} scenarios, {options.duration_s:g} s each; "
           f"{options.cpus.description}", flush=True)  # fmt: skip
@@ -191,6 +205,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {png}")
     elif not chart.available():
         print("matplotlib is not installed: no chart (pip install 'cachefleet[bench]')")
+    floor = report.floor_rows(record.measurements)
+    if floor:
+        print(f"{report.FLOOR_TITLE}, {floor[0].throughput:.0f} req/s; simple 100% hits:")
+    for row in floor[1:]:
+        print(f"  {row.server} {row.cache}: {row.throughput:.0f} req/s, {row.share:.2f}x the "
+              f"floor (by CPU {row.cpu_share:.2f}x)")  # fmt: skip
     for target in targets.check(record.measurements):
         verdict = "n/a" if target.met is None else ("met" if target.met else "MISSED")
         by_cpu = "n/a" if target.met_by_cpu is None else ("met" if target.met_by_cpu else "MISSED")

@@ -21,6 +21,8 @@ _COLOURS = {
     "tiered-cluster": "#17becf",
 }
 _PEER_COLOUR = "#ff7f0e"
+#: The HTTP floor (a bare uvicorn app with a canned answer): not a cache mode.
+_FLOOR_COLOUR = "#000000"
 
 
 def available() -> bool:
@@ -36,7 +38,11 @@ def draw(measurements: Sequence[Measurement], path: Path, title: str) -> Path:
 
     labels = [m.scenario.label for m in measurements]
     colours = [
-        _PEER_COLOUR if m.scenario.server == "kserve" else _COLOURS.get(m.scenario.cache, "k")
+        _PEER_COLOUR
+        if m.scenario.server == "kserve"
+        else _FLOOR_COLOUR
+        if m.scenario.server == "floor"
+        else _COLOURS.get(m.scenario.cache, "k")
         for m in measurements
     ]
     positions = list(range(len(measurements)))[::-1]

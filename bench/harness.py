@@ -24,6 +24,7 @@ from pathlib import Path
 from cachefleet.bench import (
     grpc_bodies,
     grpcload,
+    http_floor,
     peer,
     perf_analyzer,
     processes,
@@ -60,6 +61,8 @@ class BenchOptions:
     peer_python: Path | None = None
     #: Python of the Triton peer's venv (None: the default under .cache/).
     triton_python: Path | None = None
+    #: ``--cache-admission`` of every ``cachefleet serve`` started (None: the server's default).
+    cache_admission: str | None = None
 
 
 @dataclass
@@ -144,10 +147,13 @@ def run_plan(plan: list[Scenario], options: BenchOptions, log: Log) -> RunRecord
             if key not in targets:
                 try:
                     url = cluster_url if scenario.cache in CLUSTER_CACHES else redis_url
-                    targets[key] = _start_target(
-                        *key, repository, url, workdir, options, stack, record, log,
-                        models=sorted({s.model for s in plan}),
-                    )  # fmt: skip
+                    if scenario.server == "floor":
+                        targets[key] = _start_floor(targets, options, workdir, stack, log)
+                    else:
+                        targets[key] = _start_target(
+                            *key, repository, url, workdir, options, stack, record, log,
+                            models=sorted({s.model for s in plan}),
+                        )  # fmt: skip
                 except BenchError as error:
                     log(f"  {scenario.server} {scenario.cache}: {str(error).splitlines()[0]}")
                     targets[key] = error
@@ -247,6 +253,8 @@ def _start_target(
         if cache in ("redis", "tiered", *CLUSTER_CACHES) and redis_url is None:
             raise BenchError("no Redis for this cache mode (redis-server is not installed)")
         extra = list(options.cpus.server_args)
+        if options.cache_admission is not None:
+            extra += ["--cache-admission", options.cache_admission]
         if cache in CLUSTER_CACHES:
             cache, extra = CLUSTER_CACHES[cache], [*extra, "--redis-mode", "cluster"]
         ours = processes.start_server(
@@ -258,6 +266,29 @@ def _start_target(
     stack.callback(stop)
     log(f"{name} at {base_url}")
     return Target(base_url, pid)
+
+
+def _start_floor(
+    targets: dict[tuple[str, str], Target | BenchError],
+    options: BenchOptions,
+    workdir: Path,
+    stack: contextlib.ExitStack,
+    log: Log,
+) -> Target:
+    """The HTTP floor, answering what one of our servers (the local cache's, if up) answers."""
+    ours = [
+        target
+        for (server, _), target in sorted(targets.items(), key=lambda kv: kv[0][1] != "local")
+        if server == "cachefleet" and isinstance(target, Target)
+    ]
+    if not ours:
+        raise BenchError("no cachefleet server is up to capture the floor's answer from")
+    source = Scenario("hits", http_floor.MODEL, "local", 1.0)
+    answers = http_floor.capture(ours[0].base_url, request_set(ours[0].base_url, source))
+    process, base_url = http_floor.start(answers, workdir, options.cpus.server)
+    stack.callback(process.stop)
+    log(f"{process.name} at {base_url}")
+    return Target(base_url, process.pid)
 
 
 def _run_scenario(

@@ -29,6 +29,14 @@ _WANTED_HIT = {
     "redis-cluster": "hit-redis",
     "tiered-cluster": "hit-local",
 }
+#: The tiers each cache mode has, whose admission decisions the report shows.
+_TIERS = {
+    "local": ("local",),
+    "redis": ("redis",),
+    "tiered": ("local", "redis"),
+    "redis-cluster": ("redis",),
+    "tiered-cluster": ("local", "redis"),
+}
 
 
 @dataclass(frozen=True)
@@ -47,6 +55,9 @@ class Measurement:
     single_connection_p50_ms: float | None = None
     #: Share of py-spy samples per layer during the measured window (``--profile`` only).
     profile: Mapping[str, float] = field(default_factory=dict)
+    #: The server's cache admission decision per tier for the scenario's model at the end of
+    #: the measured window (``admitted``, ``skipped``, ``not measured``); empty without tiers.
+    admission: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def cpu_ms_per_request(self) -> float:
@@ -138,7 +149,21 @@ def measure(
         warm_status=warm_status,
         single_connection_p50_ms=single.p50_ms if single else None,
         profile=profile,
+        admission=admission(scenario, counters.admission),
     )
+
+
+def admission(scenario: Scenario, read: Mapping[str, str]) -> dict[str, str]:
+    """The decisions read from the server, with every tier of the scenario's cache mode:
+    one the server reported nothing for has not been measured for the model."""
+    if scenario.server != "cachefleet":
+        return {}
+    decisions = {
+        tier: server_metrics.NOT_MEASURED
+        for tier in _TIERS.get(scenario.cache, ())
+        if not any(name == tier or name.startswith(f"{tier} ") for name in read)
+    }
+    return dict(sorted({**read, **decisions}.items()))
 
 
 def _finish(sampler: subprocess.Popen[bytes], raw: Path) -> dict[str, float]:

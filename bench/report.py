@@ -13,18 +13,23 @@ import os
 import platform
 import re
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from cachefleet.bench.harness import RunRecord
 from cachefleet.bench.measure import Measurement
-from cachefleet.bench.scenarios import GROUP_TITLES, Scenario
+from cachefleet.bench.scenarios import FLOOR_MODEL, GROUP_TITLES, Scenario
 from cachefleet.bench.targets import check
 
 _COLUMNS = (
     "model", "body", "server", "cache", "hit ratio asked", "measured", "req/s",
     "p50 ms", "p90 ms", "p99 ms", "p50 ms, 1 conn", "server CPU ms/req", "HTTP errors",
-    "cache errors",
+    "cache errors", "cache admission",
 )  # fmt: skip
+#: What the report calls the HTTP floor's server.
+FLOOR_NAME = "bare uvicorn"
+FLOOR_TITLE = f"HTTP floor: {FLOOR_NAME}"
 
 
 def render(record: RunRecord, command: str) -> str:
@@ -46,6 +51,14 @@ def render(record: RunRecord, command: str) -> str:
         "requests coalesced onto an identical one in flight, over those plus misses",
         f"- p50 ms, 1 conn: a {options.probe_s:g} s run with one connection after each "
         "100%-hit scenario, the latency of one request without queueing",
+        "- Cache admission: `--cache-admission "
+        f"{options.cache_admission or 'auto'}`"
+        f"{'' if options.cache_admission else ' (the server default)'}; the last column "
+        "is the server's decision per tier for the scenario's model at the end of the measured "
+        "window (cachefleet_cache_admitted in /metrics): admitted, skipped (neither looked up "
+        "nor inserted into, but for a small probe sample), or not measured (admitted by "
+        "default: no lookup of the tier, or no computed answer of the model, on this server "
+        "yet; e.g. answers another mode's server left in the shared Redis)",
         f"- Load average (1 min) at start / end: {record.load_average[0]:.2f} / "
         f"{record.load_average[1]:.2f}; other work on the machine lowers req/s far more than "
         "it changes server CPU ms/req",
@@ -70,6 +83,25 @@ def render(record: RunRecord, command: str) -> str:
         rows = [m for m in record.measurements if m.scenario.group == group]
         if rows:
             lines += ["", f"## {title}", "", _header(), _rule(), *(_row(m) for m in rows)]
+    floor = floor_rows(record.measurements)
+    if floor:
+        lines += [
+            "", f"## {FLOOR_TITLE}", "",
+            "A bare ASGI app on uvicorn (uvloop, httptools) that reads each request and answers "
+            f"`POST /v2/models/{FLOOR_MODEL}/infer` with the bytes our server answered the same "
+            "request with (captured in this run), and nothing else: the most any server on "
+            "uvicorn reaches for this request on the same core, under the same load. Each "
+            f"server's {FLOOR_MODEL} 100%-hit throughput as a share of it, and the floor's "
+            "server CPU per request as a share of the server's:",
+            "",
+            "| server | cache | req/s | of the floor | server CPU ms/req | of the floor, by CPU |",
+            "|---|---|---|---|---|---|",
+            *(
+                f"| {row.server} | {row.cache} | {row.throughput:.0f} | {row.share:.2f}x "
+                f"| {row.cpu_ms:.3f} | {row.cpu_share:.2f}x |"
+                for row in floor
+            ),
+        ]  # fmt: skip
     profiled = [m for m in record.measurements if m.profile]
     if profiled:
         lines += [
@@ -79,7 +111,10 @@ def render(record: RunRecord, command: str) -> str:
         for m in profiled:
             shares = ", ".join(f"{layer} {share:.0%}" for layer, share in m.profile.items())
             lines.append(f"| {m.scenario.label} | {shares} |")
-    reported = [m for m in record.measurements if m.load.server_report]
+    # The floor's statistics are canned: perf_analyzer sees them never move.
+    reported = [
+        m for m in record.measurements if m.load.server_report and m.scenario.server != "floor"
+    ]
     if reported:
         lines += [
             "",
@@ -124,6 +159,15 @@ def docs_page(report: str, source: str) -> str:
         "runs, the CPU time a request costs the server hardly does. Benchmarks are never timed "
         "tests: no test asserts a speed.",
         "",
+        "Reports made since the HTTP floor and the admission column were added also have a "
+        "section *HTTP floor: bare uvicorn* (a bare uvicorn app answering `simple`'s request "
+        "with the bytes our server answers it with: each server's `simple` 100%-hit rate as a "
+        "share of what any server on uvicorn reaches there) and, in every table, the column "
+        "*cache admission*: per tier of the scenario's cache mode, whether the server used it "
+        "for the model at the end of the measured window (admitted), skipped it as costing more "
+        "than it saves (skipped), or had not measured it yet (not measured); see "
+        "[the harness's page](development/benchmarking.md#cache-admission-in-the-report).",
+        "",
         body,
         "",
     ])  # fmt: skip
@@ -143,10 +187,57 @@ def page_source(page: str) -> str | None:
 
 
 def scenario_cells(scenario: Scenario) -> list[str]:
+    server = f"{FLOOR_NAME} (HTTP floor)" if scenario.server == "floor" else scenario.server
     return [
-        scenario.model, scenario.body, scenario.server,
-        scenario.cache if scenario.server != "kserve" else "-", f"{scenario.hit_ratio:.0%}",
+        scenario.model, scenario.body, server,
+        scenario.cache if scenario.server in ("cachefleet", "triton") else "-",
+        f"{scenario.hit_ratio:.0%}",
     ]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class FloorRow:
+    """One server's simple 100%-hit figures beside the HTTP floor's."""
+
+    server: str
+    cache: str
+    throughput: float
+    #: Throughput over the floor's.
+    share: float
+    cpu_ms: float
+    #: The floor's server CPU per request over this server's (1.0: as cheap as the floor).
+    cpu_share: float
+
+
+def floor_rows(measurements: Sequence[Measurement]) -> list[FloorRow]:
+    """The floor first, then each server's 100%-hit binary HTTP row of its model; empty when
+    the floor was not measured (or served nothing)."""
+    floor = next(
+        (m for m in measurements if m.scenario.server == "floor" and m.load.throughput > 0), None
+    )
+    if floor is None:
+        return []
+    rows = [
+        m
+        for m in measurements
+        if m.scenario.group == "hits"
+        and m.scenario.model == floor.scenario.model
+        and m.scenario.encoding == "binary"
+        and m.scenario.server != "floor"
+    ]
+    return [
+        FloorRow(
+            server=scenario_cells(m.scenario)[2],
+            cache=scenario_cells(m.scenario)[3],
+            throughput=m.load.throughput,
+            share=m.load.throughput / floor.load.throughput,
+            cpu_ms=m.cpu_ms_per_request,
+            cpu_share=(
+                floor.cpu_ms_per_request / m.cpu_ms_per_request if m.cpu_ms_per_request else 0.0
+            ),
+        )
+        for m in [floor, *rows]
+    ]
 
 
 def _verdict(met: bool | None) -> str:
@@ -173,6 +264,7 @@ def _row(measurement: Measurement) -> str:
         "-" if single is None else f"{single:.2f}",
         f"{measurement.cpu_ms_per_request:.3f}", str(load.errors),
         ", ".join(f"{k} {v:.0f}" for k, v in sorted(measurement.cache_errors.items())) or "-",
+        ", ".join(f"{tier} {state}" for tier, state in measurement.admission.items()) or "-",
     ]  # fmt: skip
     return "| " + " | ".join(cells) + " |"
 

@@ -21,7 +21,10 @@ PEER_MODEL = "simple"
 TRANSPORT_HIT_RATIO = 0.9
 TRANSPORT_CACHE = "local"
 
-Server = Literal["cachefleet", "kserve", "triton"]
+#: The model whose 100%-hit request the HTTP floor (bench/http_floor.py) answers, canned.
+FLOOR_MODEL = "simple"
+
+Server = Literal["cachefleet", "kserve", "triton", "floor"]
 Transport = Literal["http", "grpc"]
 Group = Literal["hits", "sweep", "misses", "transport", "peer"]
 GROUP_TITLES: dict[Group, str] = {
@@ -56,6 +59,8 @@ class Scenario:
     @property
     def label(self) -> str:
         who = self.cache if self.server == "cachefleet" else self.server
+        if self.server == "floor":
+            who = "HTTP floor"
         return f"{self.model} {self.body} {who} {self.hit_ratio:.0%}"
 
 
@@ -66,6 +71,7 @@ def build_plan(
     peer: bool = True,
     triton: bool = False,
     grpc: bool = True,
+    floor: bool = True,
 ) -> list[Scenario]:
     """Every scenario, comparable ones adjacent: per model and hit ratio, each cache mode;
     then, with ``grpc``, each model at :data:`TRANSPORT_HIT_RATIO` over HTTP and over gRPC.
@@ -73,6 +79,9 @@ def build_plan(
     With ``triton``, Triton's local response cache runs right after ours on the same model,
     once at 100% hits (the comparison) and once at 0% (reported, not compared: its model is a
     Python function there).
+
+    With ``floor``, the HTTP floor (a bare uvicorn app answering :data:`FLOOR_MODEL`'s request
+    with canned bytes) runs right after that model's 100%-hit scenarios, with the same load.
     """
     plan: list[Scenario] = []
     if peer and PEER_MODEL in models:
@@ -83,6 +92,8 @@ def build_plan(
         plan += [Scenario("hits", model, cache, 1.0) for cache in caches]
         if triton:
             plan.append(Scenario("hits", model, "local", 1.0, server="triton"))
+        if floor and model == FLOOR_MODEL:
+            plan.append(Scenario("hits", model, "none", 1.0, server="floor"))
         for ratio in sweep:
             plan += [Scenario("sweep", model, cache, ratio) for cache in cached]
         plan += [Scenario("misses", model, cache, 0.0) for cache in caches]

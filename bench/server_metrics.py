@@ -1,5 +1,9 @@
 """The server's own view of a run: cache hits by tier and misses, from ``/metrics``.
 
+It also reads the cache admission decisions (``cachefleet_cache_admitted``, with
+``cachefleet_cache_admission_saving_seconds`` saying whether the tier has been measured yet),
+which are a state at the time of reading, not counters.
+
 The load generator only knows what it sent; the server's counters say what the cache did, so
 the report shows the measured hit ratio next to the asked one. Triton exports no
 ``cachefleet_*`` counters; its own ``nv_cache_num_{hits,misses}_per_model`` stand in for them.
@@ -25,6 +29,9 @@ class CacheMetrics:
     errors: dict[str, float] = field(default_factory=dict)
     #: Requests answered by an identical one in flight: neither the model nor a tier was asked.
     coalesced: float = 0.0
+    #: The admission decision per tier (``local v1`` when versions differ): ``admitted``,
+    #: ``skipped``, or ``not measured`` (admitted by default, its saving not measured yet).
+    admission: dict[str, str] = field(default_factory=dict)
 
     def minus(self, before: CacheMetrics) -> CacheMetrics:
         return CacheMetrics(
@@ -33,6 +40,7 @@ class CacheMetrics:
             self.available and before.available,
             {k: v for k, v in _difference(self.errors, before.errors).items() if v},
             self.coalesced - before.coalesced,
+            self.admission,  # a state: the latest reading
         )
 
     @property
@@ -54,6 +62,8 @@ def read(metrics_url: str, model: str) -> CacheMetrics:
     misses = coalesced = 0.0
     found = False
     errors: dict[str, float] = {}
+    admitted: dict[tuple[str, str], bool] = {}
+    measured: set[tuple[str, str]] = set()
     for family in text_string_to_metric_families(text):
         found = found or family.name in ("cachefleet_cache_hits", "cachefleet_cache_misses")
         for sample in family.samples:
@@ -66,13 +76,39 @@ def read(metrics_url: str, model: str) -> CacheMetrics:
                 misses += sample.value
             elif sample.name == "cachefleet_cache_coalesced_total":
                 coalesced += sample.value
+            elif sample.name == "cachefleet_cache_admitted":
+                admitted[_tier_version(sample.labels)] = sample.value > 0
+            elif sample.name == "cachefleet_cache_admission_saving_seconds":
+                measured.add(_tier_version(sample.labels))
         for sample in family.samples:
             if sample.name == "cachefleet_cache_errors_total":
                 kind = f"{sample.labels.get('tier', '?')}/{sample.labels.get('kind', '?')}"
                 errors[kind] = errors.get(kind, 0.0) + sample.value
     if not found:
         return _triton(text, model)
-    return CacheMetrics(hits, misses, found, errors, coalesced)
+    return CacheMetrics(hits, misses, found, errors, coalesced, _admission(admitted, measured))
+
+
+ADMITTED, SKIPPED, NOT_MEASURED = "admitted", "skipped", "not measured"
+
+
+def _tier_version(labels: dict[str, str]) -> tuple[str, str]:
+    return labels.get("tier", "?"), labels.get("version", "?")
+
+
+def _admission(
+    admitted: dict[tuple[str, str], bool], measured: set[tuple[str, str]]
+) -> dict[str, str]:
+    """Each tier's decision; per version only where the model has more than one."""
+    versions = {version for _, version in admitted}
+    decisions = {}
+    for (tier, version), used in sorted(admitted.items()):
+        name = tier if len(versions) == 1 else f"{tier} v{version}"
+        if not used:
+            decisions[name] = SKIPPED
+        else:
+            decisions[name] = ADMITTED if (tier, version) in measured else NOT_MEASURED
+    return decisions
 
 
 def _triton(text: str, model: str) -> CacheMetrics:

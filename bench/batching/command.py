@@ -64,6 +64,8 @@ def run_command(args: argparse.Namespace) -> int:
     duration_s = args.duration if args.duration is not None else (3.0 if args.quick else 10.0)
     cpus = pinning.plan(not args.no_pin)
     extra = [*cpus.server_args, "--execution-provider", args.execution_provider]
+    if args.cache_admission is not None:
+        extra += ["--cache-admission", args.cache_admission]
     started = datetime.now(UTC)
     load_before = os.getloadavg()[0]
     rows: list[Row] = []

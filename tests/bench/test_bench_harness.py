@@ -5,6 +5,7 @@ Speed is never asserted: the run only has to complete and write what it promises
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +32,19 @@ def test_quick_run_writes_a_table_with_every_scenario_and_a_chart(tmp_path: Path
         row = "| " + " | ".join(scenario_cells(scenario)) + " |"
         assert row in table, f"no row for {scenario.label}"
     assert "## Targets" in table
+    # The HTTP floor ran beside the simple hits, and the report puts each server against it.
+    floor_row = "| simple | binary | bare uvicorn (HTTP floor) | - | 100% |"
+    assert floor_row in table
+    assert "## HTTP floor: bare uvicorn" in table
+    assert "| cachefleet | local |" in table.split("## HTTP floor: bare uvicorn")[1]
+    assert "HTTP floor: bare uvicorn, " in completed.stdout
+    # Each row ends with the server's admission decision per tier of the scenario's cache mode.
+    assert "| cache admission |" in table
+    for line in table.splitlines():
+        if line.startswith("| simple | binary | cachefleet | local |"):
+            assert re.search(r"\| local (admitted|skipped|not measured) \|$", line), line
+        if line.startswith("| simple | binary | cachefleet | tiered |"):
+            assert re.search(r"\| local [a-z ]+, redis [a-z ]+ \|$", line), line
     assert (tmp_path / "smoke.png").read_bytes().startswith(b"\x89PNG")
     assert "wrote" in completed.stdout
     # The docs site's benchmark page is remade from the run's report, every row included.

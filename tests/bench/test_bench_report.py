@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cachefleet.bench import report, server_metrics
 from cachefleet.bench.load import LoadResult
-from cachefleet.bench.measure import Measurement
+from cachefleet.bench.measure import Measurement, admission
 from cachefleet.bench.profiling import summarize
 from cachefleet.bench.scenarios import Group, Scenario
 from cachefleet.bench.targets import check
@@ -110,3 +111,47 @@ def test_triton_ratios_miss_cpu_and_redis_latency_targets() -> None:
     ]
     assert latency.met is True
     assert "+0.250 ms" in latency.measured
+
+
+def test_the_http_floor_section_puts_each_simple_hit_beside_the_floor() -> None:
+    floor = _peer_measurement("simple", 1.0, 10000.0, cpu_s=4.0, server="floor", cache="none")
+    local = _peer_measurement("simple", 1.0, 5500.0, cpu_s=4.0)
+    triton = _peer_measurement("simple", 1.0, 7000.0, cpu_s=3.5, server="triton")
+    densenet = _peer_measurement("densenet_onnx", 1.0, 300.0, cpu_s=4.0)
+    rows = report.floor_rows([local, triton, floor, densenet])
+    assert [(row.server, row.cache) for row in rows] == [
+        ("bare uvicorn (HTTP floor)", "-"), ("cachefleet", "local"), ("triton", "local"),
+    ]  # fmt: skip
+    assert [round(row.share, 2) for row in rows] == [1.0, 0.55, 0.7]
+    # By CPU: the floor's CPU per request over the server's (0.04 ms vs 0.0727 ms for ours).
+    assert round(rows[1].cpu_share, 2) == 0.55
+    assert report.floor_rows([local, triton]) == []
+
+
+def test_admission_decisions_are_read_per_tier_with_unmeasured_tiers_named(tmp_path: Path) -> None:
+    page = tmp_path / "metrics"
+    page.write_text(
+        "# TYPE cachefleet_cache_hits counter\n"
+        'cachefleet_cache_hits_total{model="simple",tier="local"} 90\n'
+        "# TYPE cachefleet_cache_admitted gauge\n"
+        'cachefleet_cache_admitted{model="simple",tier="local",version="1"} 1.0\n'
+        'cachefleet_cache_admitted{model="simple",tier="redis",version="1"} 0.0\n'
+        'cachefleet_cache_admitted{model="densenet_onnx",tier="local",version="1"} 1.0\n'
+        "# TYPE cachefleet_cache_admission_saving_seconds gauge\n"
+        'cachefleet_cache_admission_saving_seconds{model="simple",tier="local",version="1"} 2e-5\n'
+        'cachefleet_cache_admission_saving_seconds{model="simple",tier="redis",version="1"} -1e-4\n'
+    )
+    assert server_metrics.read(page.as_uri(), "simple").admission == {
+        "local": "admitted", "redis": "skipped",
+    }  # fmt: skip
+    # Admitted by default but without a measured saving: not measured.
+    assert server_metrics.read(page.as_uri(), "densenet_onnx").admission == {
+        "local": "not measured"
+    }
+    # A tier of the scenario's cache mode the server said nothing of, and no tiers without a cache.
+    tiered = Scenario("hits", "densenet_onnx", "tiered", 1.0)
+    assert admission(tiered, {"local": "admitted"}) == {
+        "local": "admitted", "redis": "not measured",
+    }  # fmt: skip
+    assert admission(Scenario("hits", "simple", "none", 1.0), {}) == {}
+    assert admission(Scenario("hits", "simple", "local", 1.0, server="triton"), {}) == {}
