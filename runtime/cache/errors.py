@@ -32,3 +32,9 @@ class CacheTierError(Exception):
 
 class CacheConfigError(ValueError):
     """Settings that cannot make a cache (for example ``--cache redis`` without a URL)."""
+
+
+def is_outage(kind: ErrorKind) -> bool:
+    """Faults that mean Redis is unreachable. An OOM reply means it is up (lookups still work);
+    a saturated pool means this process is busy, not that Redis is down."""
+    return kind in ("timeout", "connection")

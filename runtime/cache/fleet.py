@@ -24,16 +24,18 @@ import contextlib
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from cachefleet.runtime.cache.breaker import CircuitBreaker
 from cachefleet.runtime.cache.errors import CacheTierError
-from cachefleet.runtime.cache.fleet_fills import FillListener
 from cachefleet.runtime.cache.fleet_lease import FleetLeases, coalescible
 from cachefleet.runtime.cache.fleet_policy import FleetPolicy
 from cachefleet.runtime.cache.key import CacheKey
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.tensor import Tensor
+
+if TYPE_CHECKING:  # redis-py is imported only by servers that use Redis (see factory.py)
+    from cachefleet.runtime.cache.fleet_fills import FillListener
 
 logger = logging.getLogger(__name__)
 #: How a wait for another replica ended (the ``result`` label).

@@ -20,8 +20,12 @@ would change which part of the key Redis hashes, so those models are not coalesc
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from cachefleet.runtime.cache.key import REDIS_PREFIX, CacheKey, KeySpace
-from cachefleet.runtime.cache.redis_tier import RedisTier
+
+if TYPE_CHECKING:  # redis-py is imported only by servers that use Redis (see factory.py)
+    from cachefleet.runtime.cache.redis_tier import RedisTier
 
 #: KEYS: entry, lease. ARGV: token, lease milliseconds. The entry, else 1 (taken) or 0 (held).
 _TAKE = """

@@ -34,7 +34,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cachefleet.runtime.cache.admission import AdmissionPolicy, ModelAdmission, Tier
 from cachefleet.runtime.cache.api import (
@@ -56,18 +56,21 @@ from cachefleet.runtime.cache.errors import (
     CorruptEntryError,
     ErrorKind,
     ForgedEntryError,
+    is_outage,
 )
 from cachefleet.runtime.cache.fleet import FleetCoalescing, FleetTurn
-from cachefleet.runtime.cache.invalidation import InvalidationListener
 from cachefleet.runtime.cache.key import CacheKey, KeySpace, compute_key
 from cachefleet.runtime.cache.local import LocalTier, entry_size
 from cachefleet.runtime.cache.metrics import CacheMetrics, ModelCacheMetrics
-from cachefleet.runtime.cache.redis_tier import RedisTier, is_outage
 from cachefleet.runtime.cache.singleflight import SingleFlight
 from cachefleet.runtime.cache.writebehind import Job as WriteJob
 from cachefleet.runtime.cache.writebehind import WriteBehind
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.tensor import Tensor
+
+if TYPE_CHECKING:  # redis-py is imported only by servers that use Redis (see factory.py)
+    from cachefleet.runtime.cache.invalidation import InvalidationListener
+    from cachefleet.runtime.cache.redis_tier import RedisTier
 
 logger = logging.getLogger(__name__)
 #: A Redis lookup that found nothing (or could not ask): no outputs, nothing refused.

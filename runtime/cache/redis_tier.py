@@ -77,12 +77,6 @@ def _sha1(source: str) -> str:
     return hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest()
 
 
-def is_outage(kind: ErrorKind) -> bool:
-    """Faults that mean Redis is unreachable. An OOM reply means it is up (lookups still work);
-    a saturated pool means this process is busy, not that Redis is down."""
-    return kind in ("timeout", "connection")
-
-
 class RedisTier:
     """Connections to Redis (one server, a cluster or Sentinel's primary), made in :meth:`start`."""
 
