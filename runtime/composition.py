@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING
 
+from cachefleet.runtime.cache.admission import AdmissionPolicy
 from cachefleet.runtime.cache.api import ResponseCache
 from cachefleet.runtime.cache.factory import build_admission, build_cache
 from cachefleet.runtime.config import RuntimeSettings
@@ -65,6 +66,8 @@ class Runtime:
     metrics: RuntimeMetrics
     repository: ModelRepository
     cache: ResponseCache
+    #: Which cache tiers each model uses (read-only for the transports: the memo asks it).
+    admission: AdmissionPolicy
     ledger: RequestLedger
     service: InferenceService
     control: ModelControl
@@ -129,7 +132,8 @@ class Runtime:
             limits = settings.limits
             budget = RequestBudget(limits.max_requests_in_flight, limits.max_inflight_bytes)
             runtime = cls(
-                settings, metrics, repository, cache, ledger, service, control, shared_memory,
+                settings, metrics, repository, cache, admission, ledger, service, control,
+                shared_memory,
                 budget, tracing,
             )  # fmt: skip
             # Everything made so far (modules, models, sessions) lives as long as the server:

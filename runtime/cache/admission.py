@@ -210,16 +210,27 @@ class ModelAdmission:
         would keep the figure of its first (cold, slow) runs for ever. Each request earns
         ``probe_budget`` of the lookups it would make; when that covers a computation, the
         request computes. An expensive model behind cheap lookups is thus almost never
-        recomputed, a cheap one behind a slow Redis every few dozen requests."""
+        recomputed, a cheap one behind a slow Redis every few dozen requests.
+
+        A model never computed here although its tiers have been looked up enough to decide
+        (every answer so far came from entries another server left in Redis) has no compute
+        time at all, and so no decision: one request is computed to measure it, and charged
+        one lookup's time, so that at most one in ``1 / probe_budget`` requests does so until
+        the first measurement lands."""
         local, redis = self.local, self.redis
-        if not self._decides or self.compute_s.count == 0:
-            return False  # nothing to refresh yet: the first miss measures it
+        if not self._decides:
+            return False
         if max(local.lookup_s.count, redis.lookup_s.count) < self._tuning.min_lookups:
             return False  # undecided: a fresh model caches as before
         spent = (local.lookup_s.value if local.admitted else 0.0) + (
             redis.lookup_s.value if redis.admitted else 0.0
         )
         self._credit += self._tuning.probe_budget * spent
+        if self.compute_s.count == 0:  # never computed here: measure it (see above)
+            if spent > 0.0 and self._credit >= 0.0:
+                self._credit -= spent
+                return True
+            return False
         if spent > 0.0 and self._credit >= self.compute_s.value:
             self._credit -= self.compute_s.value
             return True

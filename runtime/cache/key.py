@@ -135,20 +135,30 @@ def compute_key(
     they are, so the stream hashed is exactly the documented encoding, without a copy of the
     payload and without one hasher call per field.
     """
-    hasher = blake3()
     frame = bytearray(_head(model, version, fingerprint, len(inputs)))
-    ordered = inputs if len(inputs) < 2 else sorted(inputs, key=_name)
+    hasher = None
+    if len(inputs) < 2:
+        ordered = inputs
+    elif len(inputs) == 2:  # the common case, without sorted()'s key calls
+        first, second = inputs
+        ordered = inputs if first.name <= second.name else (second, first)
+    else:
+        ordered = sorted(inputs, key=_name)
     for tensor in ordered:
-        frame += _tensor_head(tensor.name, tensor.datatype)
-        shape, data = tensor.shape, tensor.data
-        frame += _shape_struct(len(shape)).pack(len(shape), *shape, len(data))
+        data = tensor.data
+        frame += _tensor_frame(tensor.name, tensor.datatype, tensor.shape)
+        frame += _U64.pack(len(data))
         if len(data) <= _INLINE_BYTES:
             frame += data
         else:
+            if hasher is None:
+                hasher = blake3()
             hasher.update(frame)
             hasher.update(data)
             frame.clear()
-    frame += _framed(_parameters(parameters))
+    frame += _framed_parameters(parameters) if parameters else _NO_PARAMETERS
+    if hasher is None:
+        return CacheKey(model, version, blake3(frame).digest())
     hasher.update(frame)
     return CacheKey(model, version, hasher.digest())
 
@@ -171,10 +181,17 @@ def _tensor_head(name: str, datatype: str) -> bytes:
     return _framed(name.encode()) + _framed(datatype.encode())
 
 
-@functools.cache
-def _shape_struct(rank: int) -> struct.Struct:
-    """The rank, the dimensions and the data length of a tensor, as little-endian u64s."""
-    return struct.Struct(f"<{rank + 2}Q")
+@functools.lru_cache(maxsize=4096)
+def _tensor_frame(name: str, datatype: str, shape: tuple[int, ...]) -> bytes:
+    """A tensor's framing up to its data length: name, datatype, rank and dimensions (the
+    length follows as one more u64). Requests to a model repeat a few of these, so one cached
+    lookup replaces their framing; shapes are the client's, so the cache is bounded."""
+    rank = len(shape)
+    return _tensor_head(name, datatype) + struct.pack(f"<{rank + 1}Q", rank, *shape)
+
+
+def _framed_parameters(parameters: Mapping[str, Any]) -> bytes:
+    return _framed(_parameters(parameters))
 
 
 def _parameters(parameters: Mapping[str, Any]) -> bytes:
@@ -186,3 +203,7 @@ def _parameters(parameters: Mapping[str, Any]) -> bytes:
 
 def _framed(value: bytes) -> bytes:
     return _U64.pack(len(value)) + value
+
+
+#: The framed parameters of a request without any (most requests).
+_NO_PARAMETERS = _framed(b"{}")

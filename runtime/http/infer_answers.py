@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from blake3 import blake3
 
+from cachefleet.runtime.cache.admission import AdmissionPolicy
 from cachefleet.runtime.cache.api import CacheDirectives, CacheStatus
 from cachefleet.runtime.composition import Runtime
 from cachefleet.runtime.errors import ServingError
@@ -72,16 +73,21 @@ class MemoizedAnswers(ServiceAnswers):
         shared_memory: SharedMemoryRegistry,
         memo: ResponseMemo,
         ledger: RequestLedger,
+        admission: AdmissionPolicy,
     ) -> None:
         super().__init__(service, shared_memory)
         self.memo = memo
         self._ledger = ledger
+        self._admission = admission
 
     def hasher(
         self, name: str, version: str | None, header_length: int | None, directives: CacheDirectives
     ) -> blake3 | None:
         """None when the memo cannot answer: the cache is skipped, the model does not cache,
-        or it is not loaded (the request's own path then says so)."""
+        or it is not loaded (the request's own path then says so), or admission skips the
+        local tier for it. The memo only ever holds local hits, so a model whose local tier is
+        skipped (its requests rarely repeat) would pay for hashing every body and find
+        nothing; its few probes that hit are answered, and counted, by the cache itself."""
         if not directives.lookup:
             return None
         try:
@@ -89,6 +95,8 @@ class MemoizedAnswers(ServiceAnswers):
         except ServingError:
             return None
         if not self._service.caches(model):
+            return None
+        if not self._admission.admitted(model.name, "local", model.version):
             return None
         return digest_hasher(name, version, header_length)
 
@@ -158,4 +166,6 @@ def answers_for(runtime: Runtime) -> ServiceAnswers:
         memo.discard_model(name)
 
     runtime.control.on_release(forget)
-    return MemoizedAnswers(runtime.service, runtime.shared_memory, memo, runtime.ledger)
+    return MemoizedAnswers(
+        runtime.service, runtime.shared_memory, memo, runtime.ledger, runtime.admission
+    )
