@@ -15,6 +15,7 @@ import tritonclient.http as httpclient
 from support import loopback
 from support.processes import RedisProcess, ServerProcess
 from support.sample_requests import x_cache
+from support.waiting import wait_for
 
 MakeServer = Callable[..., ServerProcess]
 #: Enough lookups for the policy to decide (it needs 32), then the measured stretch.
@@ -102,3 +103,32 @@ def test_always_keeps_every_request_on_redis(
     assert isinstance(redis_figures, dict)
     assert redis_figures["admitted"] is True
     assert redis_figures["expected_saving_ns"] < 0, "measured all the same"
+
+
+def test_a_server_that_only_ever_hits_redis_measures_the_model_and_decides(
+    make_server: MakeServer,
+    redis_server: RedisProcess,
+    statistics_of: Callable[[ServerProcess], dict[str, object]],
+) -> None:
+    """Entries another server left in Redis answer every request, so nothing is computed on
+    this server: it still computes a request now and then, measures the model, and decides
+    (before, it stayed "not measured", Redis looked up for ever whatever it cost)."""
+    filler = make_server(
+        "--cache", "redis", "--redis-url", redis_server.url, "--cache-admission", "always"
+    )  # fmt: skip
+    assert set(send(filler, range(16))) == {"miss"}
+    wait_for(lambda: len(redis_server.client().keys("cachefleet:*")) >= 16, "the inserts")
+
+    server = make_server(
+        "--cache", "redis", "--redis-url", redis_server.url, "--cache-admission", "auto"
+    )  # fmt: skip
+    statuses = [x_cache(server, "simple", seed % 16) for seed in range(DECIDING + 64)]
+    assert statuses[:32] == ["hit-redis"] * 32, "a fresh model caches as before"
+    assert "bypass" in statuses, "computed to measure it"
+    assert set(statuses) <= {"hit-redis", "bypass"}
+    redis_figures = statistics_of(server)["redis"]
+    assert isinstance(redis_figures, dict)
+    assert isinstance(redis_figures["computes"], int)
+    assert redis_figures["computes"] >= 1
+    assert redis_figures["expected_saving_ns"] is not None
+    assert admitted_gauge(server, "redis") in (0.0, 1.0)

@@ -134,6 +134,24 @@ def test_a_model_whose_requests_all_hit_is_recomputed_now_and_then() -> None:
     assert not AdmissionPolicy("always", ("local",), TUNING).of("simple", "1").recomputes()
 
 
+def test_a_model_never_computed_here_is_computed_once_its_tiers_are_looked_up_enough() -> None:
+    """Answers that all come from entries another server left leave no compute time, and so
+    no decision: a request is computed to measure it, at most one in 1 / probe_budget."""
+    policy = AdmissionPolicy("auto", ("redis",), TUNING)
+    model = policy.of("simple", "1")
+    for _ in range(TUNING.min_lookups):
+        assert not model.recomputes(), "undecided: a fresh model caches as before"
+        model.redis.looked_up(100 * US, hit=True)
+    assert model.compute_s.count == 0
+    assert model.recomputes(), "measured lookups, never a computation: measure one"
+    # Until that computation lands, its lookup's worth of credit is paid back first.
+    later = [model.recomputes() for _ in range(round(1 / TUNING.probe_budget))]
+    assert later.count(True) <= 1
+    model.computed(20 * US)
+    model.redis.looked_up(100 * US, hit=True)
+    assert AdmissionPolicy("always", ("redis",), TUNING).of("simple", "1").recomputes() is False
+
+
 def test_a_model_at_the_boundary_does_not_flap() -> None:
     policy = AdmissionPolicy("auto", ("local",), TUNING)
     model = policy.of("simple", "1")
