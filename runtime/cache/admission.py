@@ -220,18 +220,20 @@ class ModelAdmission:
         local, redis = self.local, self.redis
         if not self._decides:
             return False
-        if max(local.lookup_s.count, redis.lookup_s.count) < self._tuning.min_lookups:
-            return False  # undecided: a fresh model caches as before
         spent = (local.lookup_s.value if local.admitted else 0.0) + (
             redis.lookup_s.value if redis.admitted else 0.0
         )
+        if spent == 0.0:
+            return False  # no admitted tier is looked up: nothing pays for, or needs, a recompute
+        if max(local.lookup_s.count, redis.lookup_s.count) < self._tuning.min_lookups:
+            return False  # undecided: a fresh model caches as before
         self._credit += self._tuning.probe_budget * spent
         if self.compute_s.count == 0:  # never computed here: measure it (see above)
-            if spent > 0.0 and self._credit >= 0.0:
+            if self._credit >= 0.0:
                 self._credit -= spent
                 return True
             return False
-        if spent > 0.0 and self._credit >= self.compute_s.value:
+        if self._credit >= self.compute_s.value:
             self._credit -= self.compute_s.value
             return True
         return False
