@@ -7,7 +7,9 @@ Triton's) with ``wrk`` as the load generator (Python senders in processes where 
 compared), and writes ``bench/results/<date>-<machine>.md`` (tables and the targets) and
 ``.png`` (throughput and p99 per scenario), with the HTTP floor (a bare uvicorn app answering
 ``simple``'s request with canned bytes) beside the ``simple`` hits, and remakes the docs site's
-benchmark page, ``docs/benchmarks.md``, from that report.
+benchmark page, ``docs/benchmarks.md``, from that report. With ``--judge`` (on by default where
+Triton is compared and perf_analyzer is installed), Triton's perf_analyzer measures the 100%
+hits again, over HTTP beside wrk and over gRPC, and the report sets each rate beside Triton's.
 """
 
 from __future__ import annotations
@@ -17,6 +19,10 @@ import shlex
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cachefleet.bench.scenarios import Transport
 
 HELP = "the benchmark harness: every cache mode side by side under wrk, written to bench/results/."
 
@@ -45,6 +51,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="load generator: wrk (default; the Python senders if wrk is missing), python, or "
         "perf_analyzer (Triton's; 100%% hit scenarios only, the Python senders for the rest; "
         "bash scripts/get-perf-analyzer installs it)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--judge", action=argparse.BooleanOptionalAction, default=None,
+        help="measure the 100%% hits again with perf_analyzer, Triton's own load generator, "
+        "right after wrk: our local and tiered caches, Triton and the HTTP floor over HTTP, "
+        "ours and Triton over gRPC (-i grpc), same concurrency, reported beside wrk's figures "
+        "with each of ours as a share of Triton's (default: on when perf_analyzer is installed "
+        "and Triton is compared, unless --quick; with --load perf_analyzer, gRPC only)",
     )  # fmt: skip
     parser.add_argument("--wrk-threads", type=int, default=2, help="wrk threads (2)")
     parser.add_argument("--no-pin", action="store_true", help="do not pin CPUs with taskset")
@@ -149,6 +163,20 @@ def _docs_page(args: argparse.Namespace) -> Path | None:
     return None
 
 
+def _judged_transports(args: argparse.Namespace, triton: bool) -> tuple[Transport, ...]:
+    """Over which transports perf_analyzer measures the 100% hits again (``--judge``): none
+    unless asked or, by default, unless perf_analyzer is here to judge us against Triton;
+    over gRPC only when it is already the generator (it measured the HTTP hits)."""
+    from cachefleet.bench import perf_analyzer
+
+    judge = args.judge
+    if judge is None:
+        judge = triton and not args.quick and perf_analyzer.available()
+    if not judge:
+        return ()
+    return ("grpc",) if args.generator == perf_analyzer.NAME else ("http", "grpc")
+
+
 def run(args: argparse.Namespace) -> int:
     if args.batching:
         from cachefleet.bench import batching
@@ -162,6 +190,7 @@ def run(args: argparse.Namespace) -> int:
     from cachefleet.bench.errors import BenchError
 
     quick = bool(args.quick)
+    triton = args.triton if args.triton is not None else not quick
     options = harness.BenchOptions(
         connections=args.connections,
         duration_s=args.duration if args.duration is not None else (2.0 if quick else 5.0),
@@ -182,9 +211,10 @@ def run(args: argparse.Namespace) -> int:
             scenarios.QUICK_SWEEP if quick else scenarios.SWEEP
         ),
         peer=args.peer if args.peer is not None else not quick,
-        triton=args.triton if args.triton is not None else not quick,
+        triton=triton,
         grpc=bool(args.grpc),
         floor=bool(args.floor),
+        judge=_judged_transports(args, triton),
     )  # fmt: skip
     print(f"cachefleet bench: {len(plan)} scenarios, {options.duration_s:g} s each; "
           f"{options.cpus.description}", flush=True)  # fmt: skip
@@ -211,6 +241,11 @@ def run(args: argparse.Namespace) -> int:
     for row in floor[1:]:
         print(f"  {row.server} {row.cache}: {row.throughput:.0f} req/s, {row.share:.2f}x the "
               f"floor (by CPU {row.cpu_share:.2f}x)")  # fmt: skip
+    judge = report.judge_rows(record.measurements)
+    if judge:
+        print(f"{report.JUDGE_TITLE}, as shares of Triton's:")
+    for line in report.render_judge_rows(judge)[2:]:
+        print(f"  {line}")
     for target in targets.check(record.measurements):
         verdict = "n/a" if target.met is None else ("met" if target.met else "MISSED")
         by_cpu = "n/a" if target.met_by_cpu is None else ("met" if target.met_by_cpu else "MISSED")

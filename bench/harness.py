@@ -93,7 +93,11 @@ def load_runner(
     options: BenchOptions, scenario: Scenario | None = None
 ) -> Callable[[LoadSpec], LoadResult]:
     """The generator asked for; wrk unless it is missing, then the Python senders. HTTP vs gRPC
-    scenarios use Python senders in processes on both sides (wrk cannot speak gRPC)."""
+    scenarios use Python senders in processes on both sides (wrk cannot speak gRPC); the judged
+    scenarios (``--judge``) perf_analyzer over theirs, whatever the generator asked for."""
+    if scenario is not None and scenario.group == "judge":
+        transport = scenario.transport
+        return lambda spec: perf_analyzer.run(spec, transport)
     if scenario is not None and scenario.group == "transport":
         return grpcload.run if scenario.transport == "grpc" else pyload.run
     if options.generator == "wrk" and wrk.available():
@@ -133,6 +137,13 @@ def run_plan(plan: list[Scenario], options: BenchOptions, log: Log) -> RunRecord
         record.notes.append(
             "perf_analyzer sends its own input (random, made once) in the 100%-hit scenarios: "
             "its first requests miss, every later one hits."
+        )
+    if any(s.group == "judge" for s in plan):
+        record.notes.append(
+            "perf_analyzer measured the 100%-hit scenarios again (--judge), with "
+            f"--concurrency-range {options.connections}, over HTTP and gRPC; it sends its own "
+            "input (random, made once): its first requests miss, every later one hits."
+            + ("" if perf_analyzer.available() else " It is not installed: they failed.")
         )
     record.generator_name = _generator_name(options)
     with contextlib.ExitStack() as stack:
@@ -232,15 +243,15 @@ def _start_target(
     models: list[str],
 ) -> Target:
     if server == "triton":
-        triton, base_url, metrics_url = triton_peer.start(
+        triton, base_url, metrics_url, grpc_address = triton_peer.start(
             repository, models, options.triton_python, workdir, options.cpus.server
         )
         stack.callback(triton.stop)
         note = triton_peer.describe(options.triton_python)
         if note not in record.notes:
             record.notes.append(note)
-        log(f"{triton.name} at {base_url}")
-        return Target(base_url, triton.pid, metrics_url)
+        log(f"{triton.name} at {base_url}, gRPC at {grpc_address}")
+        return Target(base_url, triton.pid, metrics_url, grpc_address)
     if server == "kserve":
         process, base_url = peer.start(
             repository, "simple", options.peer_python, workdir, options.cpus.server

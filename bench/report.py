@@ -20,7 +20,7 @@ from pathlib import Path
 from cachefleet.bench.harness import RunRecord
 from cachefleet.bench.measure import Measurement
 from cachefleet.bench.scenarios import FLOOR_MODEL, GROUP_TITLES, Scenario
-from cachefleet.bench.targets import check
+from cachefleet.bench.targets import PERF_ANALYZER, WRK, check, judged
 
 _COLUMNS = (
     "model", "body", "server", "cache", "hit ratio asked", "measured", "req/s",
@@ -30,6 +30,15 @@ _COLUMNS = (
 #: What the report calls the HTTP floor's server.
 FLOOR_NAME = "bare uvicorn"
 FLOOR_TITLE = f"HTTP floor: {FLOOR_NAME}"
+JUDGE_TITLE = "Measured by perf_analyzer"
+JUDGE_TEXT = (
+    "The 100%-hit scenarios measured again by Triton's own load generator, perf_analyzer, with "
+    "the same concurrency and pinning, right after wrk (`--judge`): over HTTP beside wrk's "
+    "figures, and over gRPC (`-i grpc`) against each server's gRPC port. Each figure is a share "
+    "of Triton's by the same generator over the same transport; by CPU, Triton's server CPU per "
+    "request over the server's. perf_analyzer sends its own input (random, made once), so its "
+    "first requests miss and every later one hits."
+)
 
 
 def render(record: RunRecord, command: str) -> str:
@@ -102,6 +111,9 @@ def render(record: RunRecord, command: str) -> str:
                 for row in floor
             ),
         ]  # fmt: skip
+    judge = judge_rows(record.measurements)
+    if judge:
+        lines += ["", f"## {JUDGE_TITLE}", "", JUDGE_TEXT, "", *render_judge_rows(judge)]
     profiled = [m for m in record.measurements if m.profile]
     if profiled:
         lines += [
@@ -238,6 +250,89 @@ def floor_rows(measurements: Sequence[Measurement]) -> list[FloorRow]:
         )
         for m in [floor, *rows]
     ]
+
+
+@dataclass(frozen=True)
+class JudgeRow:
+    """One server's 100%-hit figures by perf_analyzer (and wrk over HTTP) beside Triton's."""
+
+    model: str
+    transport: str
+    server: str
+    cache: str
+    #: Throughput by wrk and its share of Triton's by wrk (None: not measured by wrk).
+    wrk: float | None
+    wrk_share: float | None
+    throughput: float
+    #: Throughput by perf_analyzer over Triton's by perf_analyzer (None: no Triton figure).
+    share: float | None
+    cpu_ms: float
+    #: Triton's server CPU per request over this server's (None: no Triton figure).
+    cpu_share: float | None
+
+
+def judge_rows(measurements: Sequence[Measurement]) -> list[JudgeRow]:
+    """Every 100%-hit row perf_analyzer measured, in run order, each with the same server's
+    wrk figure and both as shares of Triton's."""
+    rows = []
+    for m in measurements:
+        s = m.scenario
+        if s.group not in ("hits", "judge") or m.load.generator != PERF_ANALYZER:
+            continue
+        if s.encoding != "binary":
+            continue
+        wrk = judged(measurements, s.model, s.transport, WRK, s.server, s.cache)
+        triton = judged(measurements, s.model, s.transport, PERF_ANALYZER, "triton")
+        triton_wrk = judged(measurements, s.model, s.transport, WRK, "triton")
+        cells = scenario_cells(s)
+        rows.append(
+            JudgeRow(
+                model=s.model,
+                transport="gRPC" if s.transport == "grpc" else "HTTP",
+                server=cells[2],
+                cache=cells[3],
+                wrk=wrk.load.throughput if wrk else None,
+                wrk_share=_share(wrk, triton_wrk),
+                throughput=m.load.throughput,
+                share=_share(m, triton),
+                cpu_ms=m.cpu_ms_per_request,
+                cpu_share=(
+                    triton.cpu_ms_per_request / m.cpu_ms_per_request
+                    if triton is not None and m.cpu_ms_per_request > 0
+                    else None
+                ),
+            )
+        )
+    return rows
+
+
+def render_judge_rows(rows: Sequence[JudgeRow]) -> list[str]:
+    """The Markdown table of :func:`judge_rows`."""
+
+    def number(value: float | None, form: str) -> str:
+        return "-" if value is None else format(value, form)
+
+    def share(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}x"
+
+    return [
+        "| model | transport | server | cache | req/s by wrk | of Triton, wrk "
+        "| req/s by perf_analyzer | of Triton, perf_analyzer | server CPU ms/req "
+        "| of Triton, by CPU |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+        *(
+            f"| {r.model} | {r.transport} | {r.server} | {r.cache} | {number(r.wrk, '.0f')} "
+            f"| {share(r.wrk_share)} | {r.throughput:.0f} | {share(r.share)} | {r.cpu_ms:.3f} "
+            f"| {share(r.cpu_share)} |"
+            for r in rows
+        ),
+    ]
+
+
+def _share(ours: Measurement | None, triton: Measurement | None) -> float | None:
+    if ours is None or triton is None or triton.load.throughput <= 0:
+        return None
+    return ours.load.throughput / triton.load.throughput
 
 
 def _verdict(met: bool | None) -> str:

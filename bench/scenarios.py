@@ -23,12 +23,15 @@ TRANSPORT_CACHE = "local"
 
 #: The model whose 100%-hit request the HTTP floor (bench/http_floor.py) answers, canned.
 FLOOR_MODEL = "simple"
+#: The cache modes perf_analyzer measures again, beside Triton, when it judges (``--judge``).
+JUDGED_CACHES: tuple[str, ...] = ("local", "tiered")
 
 Server = Literal["cachefleet", "kserve", "triton", "floor"]
 Transport = Literal["http", "grpc"]
-Group = Literal["hits", "sweep", "misses", "transport", "peer"]
+Group = Literal["hits", "judge", "sweep", "misses", "transport", "peer"]
 GROUP_TITLES: dict[Group, str] = {
     "hits": "100% hits",
+    "judge": "100% hits, measured by perf_analyzer (HTTP and gRPC)",
     "sweep": "hit-ratio sweep",
     "misses": "0% hits (miss-path cost)",
     "transport": "HTTP vs gRPC (Python clients in processes on both sides)",
@@ -52,7 +55,7 @@ class Scenario:
     @property
     def body(self) -> str:
         """What goes over the wire: the encoding, with the transport where they are compared."""
-        if self.group != "transport":
+        if self.group not in ("transport", "judge"):
             return self.encoding
         return "gRPC raw" if self.transport == "grpc" else f"HTTP {self.encoding}"
 
@@ -61,7 +64,8 @@ class Scenario:
         who = self.cache if self.server == "cachefleet" else self.server
         if self.server == "floor":
             who = "HTTP floor"
-        return f"{self.model} {self.body} {who} {self.hit_ratio:.0%}"
+        label = f"{self.model} {self.body} {who} {self.hit_ratio:.0%}"
+        return f"{label} by perf_analyzer" if self.group == "judge" else label
 
 
 def build_plan(
@@ -72,6 +76,7 @@ def build_plan(
     triton: bool = False,
     grpc: bool = True,
     floor: bool = True,
+    judge: Sequence[Transport] = (),
 ) -> list[Scenario]:
     """Every scenario, comparable ones adjacent: per model and hit ratio, each cache mode;
     then, with ``grpc``, each model at :data:`TRANSPORT_HIT_RATIO` over HTTP and over gRPC.
@@ -82,6 +87,10 @@ def build_plan(
 
     With ``floor``, the HTTP floor (a bare uvicorn app answering :data:`FLOOR_MODEL`'s request
     with canned bytes) runs right after that model's 100%-hit scenarios, with the same load.
+
+    With ``judge`` (transports: ``http``, ``grpc``), perf_analyzer measures the model's 100%
+    hits again right after those, over each transport: our :data:`JUDGED_CACHES` among
+    ``caches``, Triton with ``triton``, and over HTTP the floor with ``floor``.
     """
     plan: list[Scenario] = []
     if peer and PEER_MODEL in models:
@@ -94,6 +103,7 @@ def build_plan(
             plan.append(Scenario("hits", model, "local", 1.0, server="triton"))
         if floor and model == FLOOR_MODEL:
             plan.append(Scenario("hits", model, "none", 1.0, server="floor"))
+        plan += _judged(model, caches, triton, floor, judge)
         for ratio in sweep:
             plan += [Scenario("sweep", model, cache, ratio) for cache in cached]
         plan += [Scenario("misses", model, cache, 0.0) for cache in caches]
@@ -105,4 +115,22 @@ def build_plan(
                 Scenario("transport", model, TRANSPORT_CACHE, TRANSPORT_HIT_RATIO, transport=t)
                 for t in ("http", "grpc")
             ]
+    return plan
+
+
+def _judged(
+    model: str, caches: Sequence[str], triton: bool, floor: bool, transports: Sequence[Transport]
+) -> list[Scenario]:
+    """A model's 100%-hit scenarios for perf_analyzer, per transport: ours, Triton, the floor."""
+    plan: list[Scenario] = []
+    for transport in transports:
+        plan += [
+            Scenario("judge", model, cache, 1.0, transport=transport)
+            for cache in JUDGED_CACHES
+            if cache in caches
+        ]
+        if triton:
+            plan.append(Scenario("judge", model, "local", 1.0, "binary", "triton", transport))
+        if floor and model == FLOOR_MODEL and transport == "http":
+            plan.append(Scenario("judge", model, "none", 1.0, "binary", "floor", transport))
     return plan

@@ -31,7 +31,7 @@ def check(measurements: Sequence[Measurement]) -> list[TargetCheck]:
     checks += _simple_hits_never_slower(find)
     checks += _simple_miss_overhead(find)
     checks.append(_peer(find))
-    checks += _triton_hits(find)
+    checks += _triton_hits(measurements)
     checks += _miss_cpu_overhead(find)
     checks.append(_simple_redis_vs_local_p50(find))
     return checks
@@ -51,7 +51,7 @@ class _Finder:
     ) -> Measurement | None:
         for measurement in self._measurements:
             s = measurement.scenario
-            if s.group == "transport":  # its own comparison, with other load generators
+            if s.group in ("transport", "judge"):  # their own comparisons, other generators
                 continue
             if (s.model, s.cache, s.hit_ratio, s.encoding, s.server) == (
                 model, cache, hit_ratio, encoding, server
@@ -164,27 +164,93 @@ def _peer(find: _Finder) -> TargetCheck:
     )
 
 
-def _triton_hits(find: _Finder) -> list[TargetCheck]:
-    """Our local hit against Triton's, on the same core: the cost of a hit is the product."""
-    checks = []
-    for model, floor, goal in (("simple", 0.6, " (goal >= 1.0x)"), ("densenet_onnx", 2.5, "")):
-        target = f"{model}, 100% hits: local >= {floor:g}x Triton's throughput{goal}"
-        ours, triton = find(model, "local", 1.0), find(model, "local", 1.0, server="triton")
+#: The generators Triton is judged by, as their results name themselves.
+WRK, PERF_ANALYZER = "wrk", "perf_analyzer"
+
+
+def _triton_hits(measurements: Sequence[Measurement]) -> list[TargetCheck]:
+    """Our local hit against Triton's, on the same core: the cost of a hit is the product.
+    Over HTTP by wrk and by perf_analyzer (``--judge``), both to be met; over gRPC by
+    perf_analyzer, the one generator here that speaks it to both servers."""
+    return [
+        _versus_triton(
+            measurements, "simple, 100% hits, gRPC: local >= 0.35x Triton (perf_analyzer) "
+            "(goal >= 1.0x)", "simple", "grpc", 0.35, (PERF_ANALYZER,),
+        ),
+        _versus_triton(
+            measurements, "simple, 100% hits, HTTP: local >= 1.0x Triton by wrk and by "
+            "perf_analyzer", "simple", "http", 1.0, (WRK, PERF_ANALYZER),
+        ),
+        _versus_triton(
+            measurements, "densenet_onnx, 100% hits, HTTP: local >= 3x Triton by wrk and by "
+            "perf_analyzer", "densenet_onnx", "http", 3.0, (WRK, PERF_ANALYZER),
+        ),
+    ]  # fmt: skip
+
+
+def judged(
+    measurements: Sequence[Measurement],
+    model: str,
+    transport: str,
+    generator: str,
+    server: str = "cachefleet",
+    cache: str = "local",
+) -> Measurement | None:
+    """A 100%-hit measurement by ``generator`` over ``transport``: a ``hits`` row (HTTP, the
+    run's generator) or a ``judge`` row (perf_analyzer, ``--judge``)."""
+    for measurement in measurements:
+        s = measurement.scenario
+        if (
+            s.group in ("hits", "judge")
+            and measurement.load.generator == generator
+            and (s.model, s.transport, s.server, s.cache, s.encoding) == (
+                model, transport, server, cache, "binary"
+            )
+        ):  # fmt: skip
+            return measurement
+    return None
+
+
+def _versus_triton(
+    measurements: Sequence[Measurement],
+    target: str,
+    model: str,
+    transport: str,
+    floor: float,
+    generators: Sequence[str],
+) -> TargetCheck:
+    """Met when every generator's ratio is; not measured (None) when one is missing and none
+    missed; the figures of each generator measured."""
+    parts: list[str] = []
+    met: list[bool | None] = []
+    met_by_cpu: list[bool | None] = []
+    for generator in generators:
+        ours = judged(measurements, model, transport, generator)
+        triton = judged(measurements, model, transport, generator, server="triton")
+        by = f"by {generator} " if len(generators) > 1 else ""
         if ours is None or triton is None or not _usable(ours, triton):
-            checks.append(_unmeasured(target))
+            parts.append(f"{by}not measured")
+            met.append(None)
+            met_by_cpu.append(None)
             continue
         ratio = ours.load.throughput / triton.load.throughput
         cpu_ratio = triton.cpu_ms_per_request / ours.cpu_ms_per_request
-        checks.append(
-            TargetCheck(
-                target,
-                f"{ratio:.2f}x ({ours.load.throughput:.0f} vs {triton.load.throughput:.0f} "
-                f"req/s); by CPU {cpu_ratio:.2f}x, {_cpu(ours, triton)}",
-                ratio >= floor,
-                cpu_ratio >= floor,
-            )
+        parts.append(
+            f"{by}{ratio:.2f}x ({ours.load.throughput:.0f} vs {triton.load.throughput:.0f} "
+            f"req/s; by CPU {cpu_ratio:.2f}x, {_cpu(ours, triton)})"
         )
-    return checks
+        met.append(ratio >= floor)
+        met_by_cpu.append(cpu_ratio >= floor)
+    if all(verdict is None for verdict in met):
+        return _unmeasured(target)
+    return TargetCheck(target, "; ".join(parts), _all(met), _all(met_by_cpu))
+
+
+def _all(verdicts: Sequence[bool | None]) -> bool | None:
+    """False when one verdict is, else None when one is missing, else True."""
+    if False in verdicts:
+        return False
+    return None if None in verdicts else True
 
 
 def _miss_cpu_overhead(find: _Finder) -> list[TargetCheck]:

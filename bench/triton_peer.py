@@ -35,8 +35,9 @@ def start(
     python: Path | None,
     logdir: Path,
     cpus: str | None,
-) -> tuple[ManagedProcess, str, str]:
-    """The peer serving ``models``; returns it, its HTTP base URL and its metrics URL."""
+) -> tuple[ManagedProcess, str, str, str]:
+    """The peer serving ``models``; returns it, its HTTP base URL, its metrics URL and the
+    ``host:port`` of its gRPC endpoint."""
     python = python or default_python()
     if not python.exists():
         raise BenchError(
@@ -59,7 +60,7 @@ def start(
     base_url = f"http://127.0.0.1:{http}"
     for model in models:
         process.wait_until(http_ok(f"{base_url}/v2/models/{model}/ready"), 180)
-    return process, base_url, f"http://127.0.0.1:{metrics}/metrics"
+    return process, base_url, f"http://127.0.0.1:{metrics}/metrics", f"127.0.0.1:{grpc}"
 
 
 def describe(python: Path | None) -> str:
@@ -73,9 +74,9 @@ def describe(python: Path | None) -> str:
     versions = completed.stdout.split() or ["?", "?"]
     return (
         f"Triton: the tritonserver binary of nvidia-pytriton {versions[0]} with its local "
-        f"response cache ({CACHE_BYTES // 2**20} MiB, response_cache on per model), HTTP front "
-        "end, same CPU pinning and load; each model is a PyTriton Python function running an "
-        f"onnxruntime {versions[-1]} session on the same ONNX file. Hits never reach that "
-        "function; misses go through the Python backend and PyTriton's inter-process hop, so "
+        f"response cache ({CACHE_BYTES // 2**20} MiB, response_cache on per model), HTTP and "
+        "gRPC front ends, same CPU pinning and load; each model is a PyTriton Python function "
+        f"running an onnxruntime {versions[-1]} session on the same ONNX file. Hits never reach "
+        "that function; misses go through the Python backend and PyTriton's inter-process hop, so "
         "Triton's miss figures say little about Triton's own ONNX Runtime backend"
     )

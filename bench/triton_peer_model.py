@@ -98,7 +98,7 @@ def main() -> None:
     parser.add_argument("--intra-op-threads", type=int, default=1)
     args = parser.parse_args()
 
-    from pytriton.triton import Triton, TritonConfig
+    from pytriton.triton import Triton, TritonConfig, TritonSecurityConfig
 
     config = TritonConfig(
         http_address="127.0.0.1",
@@ -110,7 +110,12 @@ def main() -> None:
         cache_config=[f"local,size={args.cache_bytes}"],
         log_verbose=0,
     )
-    with Triton(config=config) as triton:
+    # PyTriton puts some endpoints behind a token of its own; perf_analyzer reads the statistics
+    # (before and after each window) without one, so they stay open, as in a plain tritonserver.
+    security = TritonSecurityConfig(
+        restricted_endpoints=["shared-memory", "model-repository", "trace", "logging"]
+    )
+    with Triton(config=config, security_config=security) as triton:
         for model in args.models:
             bind(triton, args.repository / model, args.intra_op_threads)
         triton.serve()

@@ -12,9 +12,10 @@ import re
 import pytest
 from support.processes import ServerProcess
 
-from cachefleet.bench import perf_analyzer
+from cachefleet.bench import harness, perf_analyzer
 from cachefleet.bench.bodies import RequestSet
 from cachefleet.bench.load import LoadResult, LoadSpec
+from cachefleet.bench.scenarios import Scenario, Transport
 
 pytestmark = pytest.mark.skipif(
     not perf_analyzer.available(),
@@ -34,10 +35,21 @@ def _server_figures(section: str) -> dict[str, int]:
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
-def test_the_server_section_shows_our_cache_hits(server: ServerProcess, protocol: str) -> None:
+def test_the_server_section_shows_our_cache_hits(
+    server: ServerProcess, protocol: Transport
+) -> None:
+    """Through the bench's judged scenarios (``--judge``): perf_analyzer over their transport,
+    whatever ``--load`` asks for, three 500 ms windows at concurrency 2."""
     address = server.url if protocol == "http" else server.grpc_url
-    arguments = perf_analyzer.command("simple", address, protocol, concurrency=2, window_ms=500)
-    measured = perf_analyzer.run_command(arguments, cpus=None, timeout_s=120)
+    scenario = Scenario("judge", "simple", "local", 1.0, transport=protocol)
+    load = harness.load_runner(harness.BenchOptions(generator="wrk"), scenario)
+    requests = RequestSet(
+        model="simple", encoding="binary", path="/v2/models/simple/infer", headers={},
+        hit_bodies=(b"",), miss_prefix=b"", miss_suffix=b"", slot_format="dec",
+    )  # fmt: skip
+    measured = load(LoadSpec(address, requests, connections=2, duration_s=1.5, hit_ratio=1.0,
+                             nonce=1))  # fmt: skip
+    assert measured.generator == "perf_analyzer"
 
     assert measured.requests > 0
     assert measured.throughput > 0

@@ -8,7 +8,7 @@ from cachefleet.bench import report, server_metrics
 from cachefleet.bench.load import LoadResult
 from cachefleet.bench.measure import Measurement, admission
 from cachefleet.bench.profiling import summarize
-from cachefleet.bench.scenarios import Group, Scenario
+from cachefleet.bench.scenarios import Group, Scenario, Transport
 from cachefleet.bench.targets import check
 
 
@@ -64,17 +64,27 @@ def test_profile_shares_leave_out_waiting_threads(tmp_path: Path) -> None:
     assert summarize(tmp_path / "missing.txt") == {}
 
 
+GRPC_SIMPLE = "simple, 100% hits, gRPC: local >= 0.35x Triton (perf_analyzer) (goal >= 1.0x)"
+HTTP_SIMPLE = "simple, 100% hits, HTTP: local >= 1.0x Triton by wrk and by perf_analyzer"
+HTTP_DENSENET = "densenet_onnx, 100% hits, HTTP: local >= 3x Triton by wrk and by perf_analyzer"
+
+
 def _peer_measurement(
     model: str, ratio: float, throughput: float, cpu_s: float, server: str = "cachefleet",
-    cache: str = "local", p50_ms: float = 1.0,
+    cache: str = "local", p50_ms: float = 1.0, generator: str = "wrk",
+    transport: Transport = "http",
 ) -> Measurement:  # fmt: skip
     load = LoadResult(
         requests=int(throughput * 10), duration_s=10.0, errors=0, p50_ms=p50_ms, p90_ms=p50_ms,
-        p99_ms=p50_ms, generator="wrk",
+        p99_ms=p50_ms, generator=generator,
     )  # fmt: skip
     group: Group = "hits" if ratio == 1.0 else "misses"
+    if generator == "perf_analyzer":
+        group = "judge"
     return Measurement(
-        scenario=Scenario(group, model, cache, ratio, server=server),  # type: ignore[arg-type]
+        scenario=Scenario(
+            group, model, cache, ratio, server=server, transport=transport  # type: ignore[arg-type]
+        ),
         load=load, server_cpu_s=cpu_s, measured_hit_ratio=None, hits_by_tier={},
         cache_errors={}, warm_status="-", single_connection_p50_ms=p50_ms,
     )  # fmt: skip
@@ -93,11 +103,15 @@ def test_triton_ratios_miss_cpu_and_redis_latency_targets() -> None:
         _peer_measurement("simple", 1.0, 900.0, 9.0, cache="redis", p50_ms=1.25),
     ])}  # fmt: skip
 
-    simple = checks["simple, 100% hits: local >= 0.6x Triton's throughput (goal >= 1.0x)"]
-    assert (simple.met, simple.met_by_cpu) == (True, False)  # 0.67x; by CPU 0.5x
-    assert "0.67x (1000 vs 1500 req/s)" in simple.measured
-    densenet = checks["densenet_onnx, 100% hits: local >= 2.5x Triton's throughput"]
-    assert (densenet.met, densenet.met_by_cpu) == (True, True)  # 3x, and 3x by CPU
+    # By wrk only: the HTTP rows miss where wrk misses, are not judged where it meets.
+    simple = checks[HTTP_SIMPLE]
+    assert (simple.met, simple.met_by_cpu) == (False, False)  # 0.67x; by CPU 0.5x
+    assert "by wrk 0.67x (1000 vs 1500 req/s; " in simple.measured
+    assert "by perf_analyzer not measured" in simple.measured
+    densenet = checks[HTTP_DENSENET]
+    assert (densenet.met, densenet.met_by_cpu) == (None, None)  # 3x, 3x by CPU: no verdict yet
+    assert "by wrk 3.00x (900 vs 300 req/s; by CPU 3.00x" in densenet.measured
+    assert checks[GRPC_SIMPLE].measured == "not measured"
     local = checks["simple, 0% hits: local server CPU/request <= 10% over no cache"]
     assert local.met is True
     assert "CPU +9.5%" in local.measured
@@ -155,3 +169,62 @@ def test_admission_decisions_are_read_per_tier_with_unmeasured_tiers_named(tmp_p
     }  # fmt: skip
     assert admission(Scenario("hits", "simple", "none", 1.0), {}) == {}
     assert admission(Scenario("hits", "simple", "local", 1.0, server="triton"), {}) == {}
+
+
+def _judged(
+    model: str, throughput: float, cpu_s: float, server: str = "cachefleet",
+    cache: str = "local", transport: Transport = "http",
+) -> Measurement:  # fmt: skip
+    return _peer_measurement(
+        model, 1.0, throughput, cpu_s, server, cache, generator="perf_analyzer",
+        transport=transport,
+    )  # fmt: skip
+
+
+def test_perf_analyzer_judges_beside_wrk_over_http_and_alone_over_grpc() -> None:
+    measured = [
+        _peer_measurement("simple", 1.0, 8000.0, 4.0),  # wrk: ours 1.14x Triton's
+        _peer_measurement("simple", 1.0, 7000.0, 4.0, server="triton"),
+        _peer_measurement("simple", 1.0, 10000.0, 4.0, server="floor", cache="none"),
+        _judged("simple", 6000.0, 3.0),  # perf_analyzer over HTTP: 0.92x Triton's
+        _judged("simple", 5800.0, 3.0, cache="tiered"),
+        _judged("simple", 6500.0, 4.0, server="triton"),
+        _judged("simple", 9000.0, 3.0, server="floor", cache="none"),
+        _judged("simple", 4000.0, 4.0, transport="grpc"),  # gRPC: 0.4x Triton's
+        _judged("simple", 10000.0, 5.0, server="triton", transport="grpc"),
+        _peer_measurement("densenet_onnx", 1.0, 900.0, 9.0),
+        _peer_measurement("densenet_onnx", 1.0, 250.0, 2.5, server="triton"),
+        _judged("densenet_onnx", 800.0, 8.0),
+        _judged("densenet_onnx", 200.0, 8.0, server="triton"),
+    ]
+    checks = {c.target: c for c in check(measured)}
+    grpc = checks[GRPC_SIMPLE]
+    assert (grpc.met, grpc.met_by_cpu) == (True, True)  # 0.4x; by CPU 0.05 / 0.1 ms = 0.5x
+    assert grpc.measured.startswith("0.40x (4000 vs 10000 req/s; by CPU 0.50x")
+    simple = checks[HTTP_SIMPLE]
+    assert (simple.met, simple.met_by_cpu) == (False, True)  # perf_analyzer misses, not wrk
+    assert "by wrk 1.14x (8000 vs 7000 req/s;" in simple.measured
+    assert "; by perf_analyzer 0.92x (6000 vs 6500 req/s;" in simple.measured
+    densenet = checks[HTTP_DENSENET]
+    assert (densenet.met, densenet.met_by_cpu) == (True, False)  # 3.6x and 4x; by CPU 1x by wrk
+    # The other figures read the wrk rows only: the floor section is wrk's.
+    assert [row.throughput for row in report.floor_rows(measured)] == [10000.0, 8000.0, 7000.0]
+
+    rows = report.judge_rows(measured)
+    assert [(r.model, r.transport, r.server, r.cache) for r in rows] == [
+        ("simple", "HTTP", "cachefleet", "local"),
+        ("simple", "HTTP", "cachefleet", "tiered"),
+        ("simple", "HTTP", "triton", "local"),
+        ("simple", "HTTP", "bare uvicorn (HTTP floor)", "-"),
+        ("simple", "gRPC", "cachefleet", "local"),
+        ("simple", "gRPC", "triton", "local"),
+        ("densenet_onnx", "HTTP", "cachefleet", "local"),
+        ("densenet_onnx", "HTTP", "triton", "local"),
+    ]  # fmt: skip
+    table = report.render_judge_rows(rows)
+    assert table[2] == (
+        "| simple | HTTP | cachefleet | local | 8000 | 1.14x | 6000 | 0.92x | 0.050 | 1.23x |"
+    )
+    # No wrk figure for tiered (not measured by wrk here) nor over gRPC (wrk does not speak it).
+    assert table[3].startswith("| simple | HTTP | cachefleet | tiered | - | - | 5800 | 0.89x |")
+    assert table[6].startswith("| simple | gRPC | cachefleet | local | - | - | 4000 | 0.40x |")
