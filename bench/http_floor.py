@@ -17,19 +17,18 @@ from __future__ import annotations
 
 import argparse
 import base64
-import http.client
 import os
 import sys
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import orjson
 
 from cachefleet.bench.bodies import RequestSet
 from cachefleet.bench.errors import BenchError
+from cachefleet.bench.measure import exchange
 from cachefleet.bench.pinning import pinned
 from cachefleet.bench.processes import ManagedProcess, free_port, http_ok
 from cachefleet.bench.scenarios import FLOOR_MODEL
@@ -109,22 +108,11 @@ def capture(base_url: str, requests: RequestSet) -> Answers:
 def _exchange(
     base_url: str, method: str, path: str, body: bytes, headers: dict[str, str]
 ) -> Canned:
-    parts = urlsplit(base_url)
-    connection = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=30)
-    try:
-        connection.request(method, path, body=body or None, headers=headers)
-        response = connection.getresponse()
-        payload = response.read()
-    except (OSError, http.client.HTTPException) as error:
-        raise BenchError(f"{method} {base_url}{path} failed: {error}") from None
-    finally:
-        connection.close()
+    answer = exchange(base_url, method, path, body, headers, timeout_s=30)
     kept = tuple(
-        (name.lower(), value)
-        for name, value in response.getheaders()
-        if name.lower() not in _OWN_HEADERS
+        (name.lower(), value) for name, value in answer.headers if name.lower() not in _OWN_HEADERS
     )
-    return Canned(response.status, kept, payload)
+    return Canned(answer.status, kept, answer.body)
 
 
 def save(answers: Answers, path: Path) -> Path:

@@ -214,40 +214,56 @@ def warm(base_url: str, requests: RequestSet, scenario: Scenario, passes: int = 
 
 def post(base_url: str, requests: RequestSet, body: bytes) -> str:
     """POST one body; returns its X-Cache header (``-`` when absent). Non-2xx raises."""
-    connection = _connection(base_url)
-    try:
-        connection.request("POST", requests.path, body=body, headers=dict(requests.headers))
-        response = connection.getresponse()
-        payload = response.read()
-    except (OSError, http.client.HTTPException) as error:
-        raise BenchError(f"POST {base_url}{requests.path} failed: {error}") from None
-    finally:
-        connection.close()
-    if not 200 <= response.status < 300:
+    answer = exchange(base_url, "POST", requests.path, body, dict(requests.headers))
+    if not 200 <= answer.status < 300:
         raise BenchError(
-            f"POST {base_url}{requests.path} answered {response.status}: {payload[:500]!r}"
+            f"POST {base_url}{requests.path} answered {answer.status}: {answer.body[:500]!r}"
         )
-    return response.getheader("X-Cache") or "-"
+    return answer.header("X-Cache") or "-"
 
 
 def get_json(base_url: str, path: str) -> dict[str, Any]:
-    connection = _connection(base_url)
-    try:
-        connection.request("GET", path)
-        response = connection.getresponse()
-        payload = response.read()
-    except (OSError, http.client.HTTPException) as error:
-        raise BenchError(f"GET {base_url}{path} failed: {error}") from None
-    finally:
-        connection.close()
-    if response.status != 200:
-        raise BenchError(f"GET {base_url}{path} answered {response.status}: {payload[:500]!r}")
-    document = orjson.loads(payload)
+    answer = exchange(base_url, "GET", path)
+    if answer.status != 200:
+        raise BenchError(f"GET {base_url}{path} answered {answer.status}: {answer.body[:500]!r}")
+    document = orjson.loads(answer.body)
     if not isinstance(document, dict):
         raise BenchError(f"GET {base_url}{path} did not return a JSON object")
     return document
 
 
-def _connection(base_url: str) -> http.client.HTTPConnection:
+@dataclass(frozen=True)
+class Exchanged:
+    """A whole answer to one request: status, headers as sent, body."""
+
+    status: int
+    headers: list[tuple[str, str]]
+    body: bytes
+
+    def header(self, name: str) -> str | None:
+        wanted = name.lower()
+        return next((value for key, value in self.headers if key.lower() == wanted), None)
+
+
+def exchange(
+    base_url: str,
+    method: str,
+    path: str,
+    body: bytes = b"",
+    headers: Mapping[str, str] | None = None,
+    timeout_s: float = 60,
+) -> Exchanged:
+    """One request on a connection of its own, read whole; a failure to talk raises
+    :class:`BenchError` (any status is returned: the caller decides what it accepts)."""
     parts = urlsplit(base_url)
-    return http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80, timeout=60)
+    connection = http.client.HTTPConnection(
+        parts.hostname or "127.0.0.1", parts.port or 80, timeout=timeout_s
+    )
+    try:
+        connection.request(method, path, body=body or None, headers=dict(headers or {}))
+        response = connection.getresponse()
+        return Exchanged(response.status, response.getheaders(), response.read())
+    except (OSError, http.client.HTTPException) as error:
+        raise BenchError(f"{method} {base_url}{path} failed: {error}") from None
+    finally:
+        connection.close()
