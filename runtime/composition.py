@@ -127,6 +127,7 @@ class Runtime:
                 ledger.in_flight,
                 settings.models.control_mode,
                 max_file_bytes=settings.server.max_request_bytes,
+                settle=ledger.settle,
             )
             control.on_release(service.release_model)
             limits = settings.limits

@@ -14,7 +14,6 @@ of a silent share.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
@@ -31,7 +30,7 @@ from cachefleet.runtime.grpc.traced import TraceContextInterceptor
 
 log = logging.getLogger(__name__)
 #: grpcio's asyncio server, or its synchronous one (``threaded_server``, with a local tier).
-Server = grpc.aio.Server | grpc.Server
+Server = grpc.aio.Server | threaded_server.ThreadedServer
 #: Seconds in-flight calls get to finish when the server stops.
 STOP_GRACE_S = 5.0
 
@@ -77,10 +76,7 @@ async def start_grpc_server(runtime: Runtime) -> Server:
         raise GrpcStartError(
             f"cannot listen for gRPC on {address} (--grpc-port; in use?): {error}"
         ) from None
-    if isinstance(server, grpc.aio.Server):
-        await server.start()
-    else:
-        server.start()
+    await server.start()
     tls = ""
     if credentials is not None:
         mutual = security.grpc_use_ssl_mutual
@@ -116,10 +112,7 @@ def _credentials(security: SecuritySettings) -> grpc.ServerCredentials:
 async def stop_grpc_server(server: Server) -> None:
     """Refuse new calls, let in-flight ones finish for up to :data:`STOP_GRACE_S` (the event
     loop keeps running meanwhile: the threaded server's calls may be waiting for it)."""
-    if isinstance(server, grpc.aio.Server):
-        await server.stop(STOP_GRACE_S)
-    else:
-        await asyncio.to_thread(server.stop(STOP_GRACE_S).wait)
+    await server.stop(STOP_GRACE_S)
 
 
 def _address(host: str, port: int) -> str:

@@ -8,8 +8,10 @@ synchronous server, and a byte-identical repeat of a ``ModelInfer`` request whos
 a local hit is answered on the server's thread from a memo of encoded responses
 (``response_memo``): one digest of the request bytes, one memo lookup, the local entry's
 liveness token confirmed (the local tier takes its own lock, and counts the hit as a lookup
-does), the request handed to the ledger relay (``ledger_relay``), and the stored bytes sent with
-``x-cache: hit-local``. Nothing of it waits for the event loop.
+does), the request queued for the ledger relay (``ledger_relay``), and the stored bytes sent with
+``x-cache: hit-local``. Nothing of it waits for the event loop, nor wakes it: the loop writes the
+queued hits down periodically and whenever statistics or metrics are read, so a client that
+asks after its answer sees its request counted.
 
 Everything else (a first sighting, a miss, ``cache-control`` metadata, shared memory, every other
 method, streams) is the asyncio servicer's, run on the event loop through ``loop_bridge``, with
@@ -176,9 +178,36 @@ class _Bridged:
         return self._bridge.unary(method)
 
 
+class ThreadedServer:
+    """grpcio's synchronous server, and the ledger relay that writes down its threads' hits
+    while it serves: :meth:`start` and :meth:`stop` on the event loop."""
+
+    def __init__(self, server: grpc.Server, relay: LedgerRelay) -> None:
+        self.server = server
+        self.relay = relay
+
+    def add_insecure_port(self, address: str) -> int:
+        return self.server.add_insecure_port(address)
+
+    def add_secure_port(self, address: str, credentials: grpc.ServerCredentials) -> int:
+        return self.server.add_secure_port(address, credentials)
+
+    async def start(self) -> None:
+        self.server.start()
+        self.relay.start()
+
+    async def stop(self, grace: float) -> None:
+        """Refuse new calls, let in-flight ones finish for up to ``grace`` seconds (the loop
+        runs meanwhile: they may be waiting for it), then drain the relay a last time."""
+        try:
+            await asyncio.to_thread(self.server.stop(grace).wait)
+        finally:
+            self.relay.stop()
+
+
 async def threaded_server(
     runtime: Runtime, options: list[tuple[str, Any]], interceptors: list[Any]
-) -> grpc.Server:
+) -> ThreadedServer:
     """The server, unstarted and without ports; call in the event loop it hands calls to."""
     loop = asyncio.get_running_loop()
     bridge = LoopBridge(loop)
@@ -196,4 +225,4 @@ async def threaded_server(
     pool = futures.ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="grpc")
     server = grpc.server(pool, interceptors=interceptors, options=options)
     add_handlers(handlers, server)
-    return server
+    return ThreadedServer(server, relay)

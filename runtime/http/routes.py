@@ -131,8 +131,9 @@ class Endpoints:
         return _json({"model": name, "removed": removed})
 
     async def metrics(self, request: Request) -> Response:
-        registry = self._slot.ready().metrics.registry
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+        runtime = self._slot.ready()
+        runtime.ledger.settle()  # requests answered off the loop are counted first
+        return Response(generate_latest(runtime.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
 def _json(document: Any) -> Response:

@@ -17,11 +17,17 @@ A passage knows the model, version, transport, cache outcome, and its time in th
 (or waiting for) model executions: what anything that follows requests (a tracer) needs, at the
 two calls every request makes. The labelled metric children are bound once per model version,
 so a request pays plain increments, not ``labels()`` lookups.
+
+Requests answered off the event loop (the gRPC server's threads, see ``grpc.ledger_relay``) are
+written down later, on the loop, by a *pending source* (:meth:`add_pending_source`) that holds
+them until then. Whatever reads what the ledger writes (statistics, ``/metrics``) calls
+:meth:`settle` first, so a client that has its answer and then asks sees its request counted.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -74,6 +80,19 @@ class RequestLedger:
         self.statistics = statistics
         self.in_flight = in_flight
         self._series: dict[tuple[str, str], _Series] = {}
+        self._sources: list[Callable[[], None]] = []
+
+    def add_pending_source(self, source: Callable[[], None]) -> Callable[[], None]:
+        """Have :meth:`settle` call ``source``, which writes down (on the loop, through this
+        ledger) the requests it holds; returns what removes it again."""
+        self._sources.append(source)
+        return lambda: self._sources.remove(source)
+
+    def settle(self) -> None:
+        """Write down every request a pending source holds: call before reading what the
+        ledger writes (statistics, metrics). On the event loop; nothing to do without sources."""
+        for source in self._sources:
+            source()
 
     def open(self, model: Model, transport: str, started_ns: int) -> Passage:
         """Start a request's passage: it is in flight until closed. No await may come between

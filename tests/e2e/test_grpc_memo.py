@@ -11,6 +11,7 @@ from typing import Any
 
 import grpc
 import numpy as np
+import tritonclient.grpc as grpcclient
 from support import loopback
 from support.batching import metric
 from support.processes import ServerProcess
@@ -70,6 +71,45 @@ def test_repeats_answer_with_the_same_bytes_trailers_and_statistics(
     assert metric(server, "cachefleet_requests_total", "simple") == 5
     assert metric(server, "cachefleet_cache_hits_total", "simple") == 4
     assert metric(server, "nv_cache_num_hits_per_model", "simple") == 4
+
+
+def test_a_read_right_after_a_repeated_answer_counts_it(make_server: MakeServer) -> None:
+    """The server's threads only queue their hits; whatever reads the counts (statistics over
+    gRPC and HTTP, ``/metrics``) writes the queue down first, so the read a client makes right
+    after its answer, whichever it is, counts that answer."""
+    server = _server(make_server)
+    array = np.full((1, 16), 6, dtype=np.int32)
+    inputs = []
+    for name in ("INPUT0", "INPUT1"):
+        infer_input = grpcclient.InferInput(name, [1, 16], "INT32")
+        infer_input.set_data_from_numpy(array)
+        inputs.append(infer_input)
+
+    def grpc_statistics(client: grpcclient.InferenceServerClient) -> tuple[int, int]:
+        (stats,) = client.get_inference_statistics("simple", as_json=True)["model_stats"]
+        inference = stats["inference_stats"]
+        hits = inference.get("cache_hit", {}).get("count", 0)  # JSON of proto3: 0 is absent
+        return int(inference["success"]["count"]), int(hits)
+
+    def http_statistics(client: grpcclient.InferenceServerClient) -> tuple[int, int]:
+        answer = loopback.get(f"{server.base_url}/v2/models/simple/stats", timeout=30)
+        (stats,) = answer.json()["model_stats"]
+        inference = stats["inference_stats"]
+        return inference["success"]["count"], inference["cache_hit"]["count"]
+
+    def metrics(client: grpcclient.InferenceServerClient) -> tuple[int, int]:
+        assert metric(server, "cachefleet_queue_pending", "simple") == 0
+        success = metric(server, "nv_inference_request_success", "simple")
+        assert metric(server, "cachefleet_requests_total", "simple") == success
+        return int(success), int(metric(server, "cachefleet_cache_hits_total", "simple"))
+
+    readers = [grpc_statistics, http_statistics, metrics]
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        for answered in range(1, 10):
+            result = client.infer("simple", inputs)
+            assert (result.as_numpy("OUTPUT0") == 12).all()
+            reader = readers[answered % len(readers)]
+            assert reader(client) == (answered, answered - 1), reader.__name__
 
 
 def test_a_flush_ends_the_repeated_answer(make_server: MakeServer) -> None:
