@@ -26,7 +26,7 @@ CACHE = ROOT / ".cache" / "dependency-floor"
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 #: The tests that exercise each dependency: the Redis tier's own connection and its contract
-#: over redis-py; the HTTP protocols' deadlines, caps and one-write transport.
+#: over redis-py; the HTTP protocols' deadlines, caps, one-write transport and memo answers.
 EXERCISED = {
     "redis": [
         "tests/runtime/test_cache_pipelined.py",
@@ -40,6 +40,8 @@ EXERCISED = {
         "tests/e2e/test_http_limits.py::test_a_slow_body_is_cut_off_while_others_are_served",
         "tests/e2e/test_http_limits.py::test_connections_over_the_cap_get_503_with_retry_after",
         "tests/e2e/test_http_head_holding.py",
+        "tests/runtime/test_memo_answering_protocol.py",
+        "tests/e2e/test_http_memo_protocol.py",
     ],
 }
 

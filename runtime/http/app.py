@@ -18,6 +18,7 @@ from cachefleet.runtime.errors import ServingError
 from cachefleet.runtime.http.errors import handle_error
 from cachefleet.runtime.http.infer_endpoint import InferEndpoint
 from cachefleet.runtime.http.infer_shortcut import InferShortcut
+from cachefleet.runtime.http.memo_front import MemoFront
 from cachefleet.runtime.http.routes import build_routes
 
 #: The app's lifespan: what runs around serving (opens the runtime into the slot).
@@ -40,4 +41,4 @@ def create_app(slot: RuntimeSlot, lifespan: Lifespan | None = None) -> InferShor
     )
     for error_type in (ServingError, HTTPException, Exception):
         app.add_exception_handler(error_type, handle_error)
-    return InferShortcut(app, infer, slot.settings.limits)
+    return InferShortcut(app, infer, slot.settings.limits, MemoFront(slot, infer))

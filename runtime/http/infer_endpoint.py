@@ -47,6 +47,8 @@ _JSON = b"application/json"
 #: flight (gzip of JSON numbers: 3 to 8 times).
 INFLATION = 8
 _BINARY = b"application/octet-stream"
+#: The ``X-Cache`` value of a memoized answer.
+HIT_LOCAL = b"hit-local"
 
 
 class InferEndpoint:
@@ -65,9 +67,19 @@ class InferEndpoint:
         self._restriction = ApiGuard(settings.security.http_restricted_api).restriction("inference")
         #: The runtime the answers below were made for, and those answers.
         self._answers: tuple[Runtime, ServiceAnswers] | None = None
-        self._restricted_header = (
+        #: The (lower-case) header the restriction reads, b"" when there is none.
+        self.restricted_header = (
             self._restriction.header.lower().encode() if self._restriction is not None else b""
         )
+
+    @property
+    def limit(self) -> int:
+        """The body limit (``--max-request-size``)."""
+        return self._limit
+
+    def admits(self, presented: bytes | None) -> bool:
+        """Whether the inference group's restriction (if any) admits the presented value."""
+        return self._restriction is None or self._restriction.admits(presented)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """As a route's endpoint: the router matched the path and the method."""
@@ -91,11 +103,11 @@ class InferEndpoint:
             await _refuse(send, scope, error)
             return
         try:
-            await self._admitted(scope, receive, send, model, version, self._answers_of(runtime))
+            await self._admitted(scope, receive, send, model, version, self.answers_of(runtime))
         finally:
             budget.leave(cost)
 
-    def _answers_of(self, runtime: Runtime) -> ServiceAnswers:
+    def answers_of(self, runtime: Runtime) -> ServiceAnswers:
         """The answers for ``runtime``, made the first time it serves a request (a server
         opens one runtime; a test's app may open several in turn)."""
         made = self._answers
@@ -140,10 +152,10 @@ class InferEndpoint:
                 cache_control = value
             elif name == b"accept-encoding":
                 accept = value
-            elif name == self._restricted_header:
+            elif name == self.restricted_header:
                 presented = value
         try:
-            if self._restriction is not None and not self._restriction.admits(presented):
+            if self._restriction is not None and not self.admits(presented):
                 raise RestrictedApiError(refusal_message(self._restriction))
             directives = directives_from(_text(cache_control))
             header_length, bad_header = _header_length(header_text)
@@ -231,7 +243,9 @@ async def _send_memoized(send: Send, found: Memoized, accept: bytes | None) -> N
         return
     headers = found.response_headers
     if headers is None:
-        headers = found.response_headers = _headers(found.body, found.header_length, b"hit-local")
+        headers = found.response_headers = answer_headers(
+            found.body, found.header_length, HIT_LOCAL
+        )
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": found.body})
 
@@ -242,14 +256,14 @@ async def _send_answer(
     encoding = None
     if accept is not None:
         body, encoding = compress_for(accept.decode("latin-1"), body)
-    headers = _headers(body, header_length, cache_status.encode())
+    headers = answer_headers(body, header_length, cache_status.encode())
     if encoding is not None:
         headers.append((b"content-encoding", encoding.encode()))
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
-def _headers(
+def answer_headers(
     body: bytes, header_length: int | None, cache_status: bytes
 ) -> list[tuple[bytes, bytes]]:
     """An answer's headers: its length and type, how the cache answered, and the binary

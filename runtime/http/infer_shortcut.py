@@ -9,10 +9,15 @@ to the application unchanged. Nothing is answered here: it only chooses the way 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from cachefleet.runtime.config import LimitSettings
 from cachefleet.runtime.http.infer_endpoint import InferEndpoint
+
+if TYPE_CHECKING:  # memo_front matches its paths with infer_route, below
+    from cachefleet.runtime.http.memo_front import MemoFront
 
 
 def infer_route(path: str) -> tuple[str, str | None] | None:
@@ -34,11 +39,15 @@ def infer_route(path: str) -> tuple[str, str | None] | None:
 class InferShortcut:
     """Hands infer requests to ``endpoint``, everything else to ``app``."""
 
-    def __init__(self, app: ASGIApp, endpoint: InferEndpoint, limits: LimitSettings) -> None:
+    def __init__(
+        self, app: ASGIApp, endpoint: InferEndpoint, limits: LimitSettings, memo_front: MemoFront
+    ) -> None:
         self.app = app
         self._endpoint = endpoint
         #: Read by the HTTP protocol's connection guard (see ``connection_guard``).
         self.limits = limits
+        #: Read by the HTTP protocol, which answers memoized requests itself (``memo_protocol``).
+        self.memo_front = memo_front
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":

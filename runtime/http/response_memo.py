@@ -54,6 +54,8 @@ class Memoized:
     size: int
     #: The transport's response headers for it, built on first use and sent as they are.
     response_headers: list[tuple[bytes, bytes]] | None = None
+    #: The same headers as HTTP/1.1 header lines, for the protocol's own answer (``memo_front``).
+    header_lines: bytes | None = None
 
 
 def digest_hasher(model: str, version: str | None, header_length: int | None) -> blake3:

@@ -62,7 +62,11 @@ def test_the_server_section_shows_our_cache_hits(
     assert figures["Cache hit count"] + figures["Cache miss count"] == served, (
         measured.server_report
     )
-    assert figures["Execution count"] == figures["Inference count"] == figures["Cache miss count"]
+    # Two first misses of the same input may share one execution (single-flight coalescing).
+    assert figures["Execution count"] == figures["Inference count"]
+    executions, misses = figures["Execution count"], figures["Cache miss count"]
+    assert executions <= misses, measured.server_report
+    assert (executions == 0) == (misses == 0), measured.server_report
     assert "Average Cache Hit Latency" in measured.server_report
 
 
