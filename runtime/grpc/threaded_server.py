@@ -26,7 +26,7 @@ import contextlib
 import inspect
 import time
 from concurrent import futures
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -37,6 +37,7 @@ from cachefleet.runtime.grpc.decode import decode_infer_request, request_cost
 from cachefleet.runtime.grpc.encode import encode_infer_response
 from cachefleet.runtime.grpc.errors import translated
 from cachefleet.runtime.grpc.handlers import Malformed, add_handlers, method_handlers
+from cachefleet.runtime.grpc.hot_pool import HotThreadPool
 from cachefleet.runtime.grpc.ledger_relay import Answered, LedgerRelay
 from cachefleet.runtime.grpc.loop_bridge import LoopBridge, LoopContext
 from cachefleet.runtime.grpc.messages import service_pb2
@@ -46,8 +47,9 @@ from cachefleet.runtime.models.types import ModelConfig
 from cachefleet.runtime.protocol.request import InferRequest
 from cachefleet.runtime.service import InferAnswer
 
-#: The server's threads: each call holds one while it is answered (a stream for its life), so
-#: more than the concurrency a client drives, which idle threads do not cost.
+#: The server's threads at most: each call holds one while it is answered (a stream for its
+#: life), so more than the concurrency a client drives; quick calls keep to the few most
+#: recently idle ones (``hot_pool``).
 THREADS = 32
 _HIT_LOCAL = (("x-cache", "hit-local"),)
 _SHARED = "shared_memory_region"
@@ -179,11 +181,12 @@ class _Bridged:
 
 
 class ThreadedServer:
-    """grpcio's synchronous server, and the ledger relay that writes down its threads' hits
-    while it serves: :meth:`start` and :meth:`stop` on the event loop."""
+    """grpcio's synchronous server, its threads, and the ledger relay that writes down their
+    hits while it serves: :meth:`start` and :meth:`stop` on the event loop."""
 
-    def __init__(self, server: grpc.Server, relay: LedgerRelay) -> None:
+    def __init__(self, server: grpc.Server, pool: HotThreadPool, relay: LedgerRelay) -> None:
         self.server = server
+        self.pool = pool
         self.relay = relay
 
     def add_insecure_port(self, address: str) -> int:
@@ -202,6 +205,7 @@ class ThreadedServer:
         try:
             await asyncio.to_thread(self.server.stop(grace).wait)
         finally:
+            self.pool.shutdown(wait=False)
             self.relay.stop()
 
 
@@ -222,7 +226,9 @@ async def threaded_server(
     handlers["ModelInfer"] = grpc.unary_unary_rpc_method_handler(
         MemoizedInfer(runtime, bridge, memo, relay)
     )
-    pool = futures.ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="grpc")
-    server = grpc.server(pool, interceptors=interceptors, options=options)
+    pool = HotThreadPool(THREADS, "grpc")
+    # Typed as the standard pool, of which grpcio calls only ``submit``.
+    executor = cast(futures.ThreadPoolExecutor, pool)
+    server = grpc.server(executor, interceptors=interceptors, options=options)
     add_handlers(handlers, server)
-    return ThreadedServer(server, relay)
+    return ThreadedServer(server, pool, relay)
