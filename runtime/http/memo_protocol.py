@@ -11,7 +11,10 @@ built and the application's task started from the same head, with the body recei
 (and the rest arriving as usual). The application then answers it on its ordinary path.
 
 Only a request with no response still owed on its connection is held, so answers keep the
-order of their requests on a pipelined connection; a held request is always answered or handed
+order of their requests on a pipelined connection, and none while the transport has asked for
+writes to pause (a client that sends and does not read): the ordinary path waits for the
+client, and stops reading from it, where answering here would pile answers up in memory. A held
+request is always answered or handed
 on before ``data_received`` returns, so the connection guard's deadlines see the connection as
 they would without it.
 """
@@ -36,6 +39,7 @@ class MemoAnswering:
     headers: list[tuple[bytes, bytes]]
     cycle: Any
     pipeline: Any
+    flow: Any
     expect_100_continue: bool
     root_path: str
     server_state: Any
@@ -108,6 +112,7 @@ class MemoAnswering:
         if (
             (cycle is not None and not cycle.response_complete)  # a response still owed
             or self.pipeline
+            or self.flow.write_paused  # the client is not reading: the ordinary path waits
             or self.expect_100_continue
             or self.root_path
             or parser.get_method() != b"POST"

@@ -32,6 +32,7 @@ class OneBodyFront(MemoFront):
 
     def __init__(self) -> None:
         self.answered = 0
+        self.answer_body = ANSWER
 
     def ticket(self, target: bytes, headers: list[tuple[bytes, bytes]]) -> Ticket | None:
         return Ticket("m", None, None) if target == b"/memo" else None
@@ -40,7 +41,7 @@ class OneBodyFront(MemoFront):
         if b"".join(body) != KNOWN:
             return None
         self.answered += 1
-        return Memoized(None, None, ANSWER, None, 0)  # type: ignore[arg-type]
+        return Memoized(None, None, self.answer_body, None, 0)  # type: ignore[arg-type]
 
 
 class Application:
@@ -185,3 +186,21 @@ def test_a_slow_request_after_a_memoized_answer_outlives_the_keep_alive_timeout(
         assert _read(stream, buffer) == ANSWER
         assert _read(stream, buffer) == b"app:slow second"
     assert application.memo_front.answered == 1
+
+
+def test_a_client_that_does_not_read_gets_no_more_answers_piled_up(
+    served: tuple[Application, int],
+) -> None:
+    application, port = served
+    application.memo_front.answer_body = b"x" * 1_000_000
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as stream:
+        # 200 small requests in one go, and nothing read: 200 MB of answers if each were
+        # written; once the socket's buffers are full the transport pauses writing, the
+        # ordinary path waits for the client, and the server stops reading.
+        stream.sendall(_post(KNOWN) * 200)
+        deadline = time.monotonic() + 1
+        answered = -1
+        while time.monotonic() < deadline and application.memo_front.answered != answered:
+            answered = application.memo_front.answered
+            time.sleep(0.2)
+        assert 0 < application.memo_front.answered < 50
