@@ -7,87 +7,54 @@ interim ``100 Continue``, pipelined requests on one connection and ``Connection:
 
 from __future__ import annotations
 
-import socket
-from urllib.parse import urlsplit
-
+from support import raw_http
 from support.processes import ServerProcess
 
 
-def _connect(server: ServerProcess) -> socket.socket:
-    address = urlsplit(server.base_url)
-    assert address.hostname is not None
-    assert address.port is not None
-    return socket.create_connection((address.hostname, address.port), timeout=10)
-
-
-def _read_response(stream: socket.socket, buffer: bytearray, *, head_only: bool = False) -> bytes:
-    """One response (head and Content-Length body) off ``stream``; the rest stays in
-    ``buffer``."""
-    while b"\r\n\r\n" not in buffer:
-        chunk = stream.recv(65536)
-        assert chunk, f"connection closed after {bytes(buffer)!r}"
-        buffer += chunk
-    end = buffer.index(b"\r\n\r\n") + 4
-    head = bytes(buffer[:end])
-    length = 0
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value)
-    total = end if head_only else end + length
-    while len(buffer) < total:
-        chunk = stream.recv(65536)
-        assert chunk, "connection closed mid-body"
-        buffer += chunk
-    response = bytes(buffer[:total])
-    del buffer[:total]
-    return response
-
-
 def test_pipelined_requests_get_whole_responses_in_order(server: ServerProcess) -> None:
-    with _connect(server) as stream:
+    with raw_http.connect(server) as stream:
         requests = b"".join(
             b"GET %s HTTP/1.1\r\nHost: test\r\n\r\n" % path
             for path in (b"/v2/health/live", b"/v2", b"/v2/models/simple", b"/v2/health/ready")
         )
         stream.sendall(requests)
         buffer = bytearray()
-        answers = [_read_response(stream, buffer) for _ in range(4)]
+        answers = [raw_http.read_response(stream, buffer) for _ in range(4)]
     assert [a.split(b"\r\n", 1)[0] for a in answers] == [b"HTTP/1.1 200 OK"] * 4
     assert b'"name":"simple"' in answers[2].replace(b" ", b"")
     assert not buffer
 
 
 def test_a_head_answer_without_a_body_still_goes_out(server: ServerProcess) -> None:
-    with _connect(server) as stream:
+    with raw_http.connect(server) as stream:
         stream.sendall(b"HEAD /v2 HTTP/1.1\r\nHost: test\r\n\r\n")
         buffer = bytearray()
-        answer = _read_response(stream, buffer, head_only=True)
+        answer = raw_http.read_response(stream, buffer, head_only=True)
         assert answer.startswith(b"HTTP/1.1 ")
         stream.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: test\r\n\r\n")
-        assert _read_response(stream, buffer).startswith(b"HTTP/1.1 200 OK")
+        assert raw_http.read_response(stream, buffer).startswith(b"HTTP/1.1 200 OK")
 
 
 def test_continue_then_the_answer(server: ServerProcess) -> None:
     body = b'{"inputs": []}'
-    with _connect(server) as stream:
+    with raw_http.connect(server) as stream:
         stream.sendall(
             b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: test\r\n"
             b"Content-Type: application/json\r\nExpect: 100-continue\r\n"
             b"Content-Length: %d\r\n\r\n" % len(body)
         )
         buffer = bytearray()
-        interim = _read_response(stream, buffer, head_only=True)
+        interim = raw_http.read_response(stream, buffer, head_only=True)
         assert interim.startswith(b"HTTP/1.1 100 Continue")
         stream.sendall(body)
-        answer = _read_response(stream, buffer)
+        answer = raw_http.read_response(stream, buffer)
     assert answer.startswith(b"HTTP/1.1 400 ")
     assert answer.endswith(b"}")
     assert b"x-cache: bypass" in answer.lower()
 
 
 def test_connection_close_gets_the_whole_answer_then_the_end(server: ServerProcess) -> None:
-    with _connect(server) as stream:
+    with raw_http.connect(server) as stream:
         stream.sendall(b"GET /v2 HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
         received = bytearray()
         while chunk := stream.recv(65536):

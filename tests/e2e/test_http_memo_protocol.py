@@ -10,22 +10,18 @@ compression, a flushed entry) answered as before.
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Callable
-from urllib.parse import urlsplit
 
 import numpy as np
 import orjson
 import pytest
 import tritonclient.http as httpclient
-from support import loopback
+from support import loopback, raw_http
 from support.processes import ServerProcess
 from support.sample_requests import sample_request
 
 PATH = b"/v2/models/simple/infer"
-#: A response: status, headers (lower-case names), body.
-Answer = tuple[int, dict[bytes, bytes], bytes]
 
 
 def _body(seed: int = 0) -> tuple[bytes, int]:
@@ -53,47 +49,18 @@ def _request(seed: int = 0, *extra: bytes, path: bytes = PATH) -> bytes:
     return b"\r\n".join(head) + b"\r\n\r\n" + body
 
 
-def _connect(server: ServerProcess) -> socket.socket:
-    address = urlsplit(server.base_url)
-    assert address.hostname is not None
-    assert address.port is not None
-    return socket.create_connection((address.hostname, address.port), timeout=10)
-
-
-def _read(stream: socket.socket, buffer: bytearray) -> Answer:
-    """One response off ``stream``: status, headers (lower-case names), body."""
-    while b"\r\n\r\n" not in buffer:
-        chunk = stream.recv(65536)
-        assert chunk, f"connection closed after {bytes(buffer)!r}"
-        buffer += chunk
-    end = buffer.index(b"\r\n\r\n") + 4
-    lines = bytes(buffer[: end - 4]).split(b"\r\n")
-    headers = {}
-    for line in lines[1:]:
-        name, _, value = line.partition(b":")
-        headers[name.strip().lower()] = value.strip()
-    total = end + int(headers.get(b"content-length", b"0"))
-    while len(buffer) < total:
-        chunk = stream.recv(65536)
-        assert chunk, "connection closed mid-body"
-        buffer += chunk
-    body = bytes(buffer[end:total])
-    del buffer[:total]
-    return int(lines[0].split()[1]), headers, body
-
-
-def _exchange(server: ServerProcess, *requests: bytes) -> list[Answer]:
+def _exchange(server: ServerProcess, *requests: bytes) -> list[raw_http.Response]:
     """Send ``requests`` one after the other on one connection, each after the last answer."""
     answers = []
-    with _connect(server) as stream:
+    with raw_http.connect(server) as stream:
         buffer = bytearray()
         for request in requests:
             stream.sendall(request)
-            answers.append(_read(stream, buffer))
+            answers.append(raw_http.read(stream, buffer))
     return answers
 
 
-def _outputs(answer: Answer) -> dict[str, np.ndarray]:
+def _outputs(answer: raw_http.Response) -> dict[str, np.ndarray]:
     status, headers, body = answer
     assert status == 200, body
     length = headers.get(b"inference-header-content-length")
@@ -162,10 +129,10 @@ def test_pipelined_requests_are_answered_in_order(warmed: ServerProcess) -> None
         _request(0, path=b"/v2/models/nope/infer"),
         _request(0),
     ]
-    with _connect(warmed) as stream:
+    with raw_http.connect(warmed) as stream:
         stream.sendall(b"".join(requests))
         buffer = bytearray()
-        answers = [_read(stream, buffer) for _ in requests]
+        answers = [raw_http.read(stream, buffer) for _ in requests]
     assert [a[0] for a in answers] == [200, 200, 404, 200]
     x_cache = [a[1].get(b"x-cache") for a in answers]
     assert x_cache == [b"miss", b"hit-local", b"bypass", b"hit-local"]
@@ -175,25 +142,25 @@ def test_pipelined_requests_are_answered_in_order(warmed: ServerProcess) -> None
 
 def test_a_body_split_across_reads_is_answered(warmed: ServerProcess) -> None:
     request = _request()
-    with _connect(warmed) as stream:
+    with raw_http.connect(warmed) as stream:
         buffer = bytearray()
         for cut in (len(request) - 10, len(request) - 200, 40):
             stream.sendall(request[:cut])
             time.sleep(0.05)
             stream.sendall(request[cut:])
-            status, headers, _ = _read(stream, buffer)
+            status, headers, _ = raw_http.read(stream, buffer)
             assert status == 200
             assert headers[b"x-cache"] == b"hit-local"
 
 
 def test_keep_alive_and_connection_close(warmed: ServerProcess) -> None:
-    with _connect(warmed) as stream:
+    with raw_http.connect(warmed) as stream:
         buffer = bytearray()
         for _ in range(20):
             stream.sendall(_request())
-            assert _read(stream, buffer)[0] == 200
+            assert raw_http.read(stream, buffer)[0] == 200
         stream.sendall(_request(0, b"Connection: close"))
-        status, headers, _ = _read(stream, buffer)
+        status, headers, _ = raw_http.read(stream, buffer)
         assert status == 200
         assert headers[b"connection"] == b"close"
         assert stream.recv(1) == b""  # the server closed the connection

@@ -5,9 +5,7 @@ the cap get a 503 with Retry-After."""
 
 from __future__ import annotations
 
-import asyncio
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -16,6 +14,7 @@ import pytest
 import uvicorn
 from support.processes import free_port
 from support.slow_clients import dribble_until_closed
+from support.uvicorn_thread import serving
 
 from cachefleet.runtime.config import LimitSettings
 from cachefleet.runtime.http.connection_guard import GuardedH11Protocol
@@ -49,16 +48,8 @@ def port(request: pytest.FixtureRequest) -> Iterator[int]:
         Echo(), host="127.0.0.1", port=chosen, http=request.param, lifespan="off",
         log_level="warning", timeout_keep_alive=5,  # proxy headers on: one middleware more
     )  # fmt: skip
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    yield chosen
-    server.should_exit = True
-    thread.join(10)
+    with serving(config):
+        yield chosen
 
 
 HEAD = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n"

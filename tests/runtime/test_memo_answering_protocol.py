@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import uvicorn
+from support import raw_http
 from support.processes import free_port
+from support.uvicorn_thread import serving
 
 from cachefleet.runtime.config import LimitSettings
 from cachefleet.runtime.http.httptools_protocol import GuardedHttpToolsProtocol
@@ -78,16 +79,8 @@ def served() -> Iterator[tuple[Application, int]]:
         lifespan="off", log_level="warning", timeout_keep_alive=0.3,  # type: ignore[arg-type]
         proxy_headers=False,
     )  # fmt: skip
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    yield application, port
-    server.should_exit = True
-    thread.join(10)
+    with serving(config):
+        yield application, port
 
 
 def _post(body: bytes, path: bytes = b"/memo") -> bytes:
@@ -95,21 +88,9 @@ def _post(body: bytes, path: bytes = b"/memo") -> bytes:
 
 
 def _read(stream: socket.socket, buffer: bytearray) -> bytes:
-    """One response's body (the head checked for a 200)."""
-    while b"\r\n\r\n" not in buffer:
-        chunk = stream.recv(65536)
-        assert chunk, f"connection closed after {bytes(buffer)!r}"
-        buffer += chunk
-    end = buffer.index(b"\r\n\r\n") + 4
-    head = bytes(buffer[:end]).lower()
-    assert head.startswith(b"http/1.1 200 ok\r\n"), head
-    length = int(head.split(b"content-length: ")[1].split(b"\r\n")[0])
-    while len(buffer) < end + length:
-        chunk = stream.recv(65536)
-        assert chunk, "connection closed mid-body"
-        buffer += chunk
-    body = bytes(buffer[end : end + length])
-    del buffer[: end + length]
+    """One response's body (its status checked for a 200)."""
+    status, _, body = raw_http.read(stream, buffer)
+    assert status == 200
     return body
 
 
