@@ -69,9 +69,11 @@ def test_a_slow_body_is_cut_off(port: int) -> None:
 def test_a_body_that_keeps_its_pace_is_answered(port: int) -> None:
     with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
         sock.sendall(HEAD)
-        for _ in range(5):  # 1 KiB per 0.3 s: slower than a burst, faster than the deadline
-            time.sleep(0.3)
-            sock.sendall(b"x" * 1000)
+        # 500 bytes per 0.1 s for a second: longer than the deadline (1 KiB per 0.6 s), and
+        # twice as fast as it asks, so that a busy machine's late wake-ups do not cut it off.
+        for _ in range(10):
+            time.sleep(0.1)
+            sock.sendall(b"x" * 500)
         answer = b""
         while not answer.endswith(b"5000"):
             chunk = sock.recv(65536)
