@@ -24,10 +24,13 @@ fresh model starts admitted, so a new server caches as before, and is decided on
 A skipped tier is still *probed* on a small deterministic sample, so its figures stay measured
 and the decision flips back when traffic or hardware changes:
 
-- by key: the keys whose digest starts with a zero byte (1 in 256 of the key space) always go
-  through the tier. Their repeats are looked up and inserted as if the tier were admitted, so
-  their hit ratio is the tier's, not deflated by the skip (a request seen twice is probed both
-  times or never);
+- by content: requests whose inputs fall in a fixed sample (1 in 256, :func:`in_sample`) always
+  go through the tier. Their repeats are looked up and inserted as if the tier were admitted,
+  so their hit ratio is the tier's, not deflated by the skip (a request seen twice is probed
+  both times or never). Small inputs are sampled by a CRC-32 of their bytes, a fraction of a
+  microsecond, so that a model whose every tier is skipped does not compute its cache key at
+  all; large ones by the first byte of their key's digest (a CRC of a large input costs more
+  than the key, which a lookup needs anyway);
 - by budget: a skipped request earns ``probe_budget`` (2 %) of the model's compute time as
   credit; when the credit covers a lookup and an insert, the request probes. Probing then costs
   at most that share of compute: an expensive model is probed nearly every request (and so flips
@@ -40,7 +43,7 @@ a tier may hold it (``ModelAdmission.recomputes``), paid for by the same 2 % of 
 lookups take.
 
 Budget probes of requests that repeat rarely underestimate the hit ratio (the first sighting
-was probably not inserted); the key sample is what keeps such traffic measured correctly.
+was probably not inserted); the content sample is what keeps such traffic measured correctly.
 
 ``always`` measures the same figures (for the metrics) but never skips. Everything here runs on
 the event loop, a few float operations per request, without locks; the metrics collector and the
@@ -49,12 +52,14 @@ statistics read the figures from elsewhere, which at worst sees one update half 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import zlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from cachefleet.runtime.cache.key import CacheKey
 from cachefleet.runtime.config.settings import CacheAdmission as AdmissionMode
+from cachefleet.runtime.tensor import Tensor
 
 Tier = Literal["local", "redis"]
 TIERS: tuple[Tier, ...] = ("local", "redis")
@@ -73,8 +78,10 @@ class AdmissionTuning:
     probe_budget: float = 0.02
     #: A skipped tier is probed at least once in this many requests.
     probe_floor: int = 1024
-    #: Keys whose first digest byte is below this always go through (1: 1 in 256).
+    #: Requests whose sample byte is below this always go through (1: 1 in 256).
     key_sample: int = 1
+    #: Inputs of at most this many bytes are sampled by a CRC-32 of them, larger by their key.
+    crc_sample_bytes: int = 4096
     #: Relative margin around zero saving, so that a model at the boundary does not flap.
     hysteresis: float = 0.1
 
@@ -94,6 +101,20 @@ class MovingAverage:
         self.count += 1
         weight = max(self._weight, 1.0 / self.count)
         self.value += weight * (observed - self.value)
+
+
+def in_sample(
+    inputs: Sequence[Tensor], key: Callable[[], CacheKey], tuning: AdmissionTuning
+) -> bool:
+    """Whether a request with ``inputs`` is in the sample that always goes through a skipped
+    tier: a CRC-32 of small inputs' bytes, else the first byte of the cache key's digest
+    (``key`` computes it). The same inputs are always in it or never."""
+    if sum(len(tensor.data) for tensor in inputs) <= tuning.crc_sample_bytes:
+        crc = 0
+        for tensor in inputs:
+            crc = zlib.crc32(tensor.data, crc)
+        return crc & 0xFF < tuning.key_sample
+    return key().digest[0] < tuning.key_sample
 
 
 class TierAdmission:
@@ -126,12 +147,13 @@ class TierAdmission:
         self._tuning = tuning
         self._decides = decides
 
-    def wants(self, key: CacheKey) -> bool:
-        """Whether this request goes through the tier: admitted, or a probe of a skipped tier."""
+    def wants(self, sampled: bool) -> bool:
+        """Whether this request goes through the tier: admitted, or a probe of a skipped tier
+        (``sampled``: the request is in the content sample, :func:`in_sample`)."""
         if self.admitted:
             return True
         tuning = self._tuning
-        if key.digest[0] < tuning.key_sample:
+        if sampled:
             return True
         self._since_probe += 1
         self._credit += tuning.probe_budget * self._model.compute_s.value
@@ -237,6 +259,10 @@ class ModelAdmission:
             self._credit -= self.compute_s.value
             return True
         return False
+
+    def in_sample(self, inputs: Sequence[Tensor], key: Callable[[], CacheKey]) -> bool:
+        """Whether the request is in the content sample (:func:`in_sample`)."""
+        return in_sample(inputs, key, self._tuning)
 
     def computed(self, seconds: float) -> None:
         """One answer took ``seconds`` to compute."""

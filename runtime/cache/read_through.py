@@ -160,11 +160,29 @@ class ReadThroughCache:
             series.bypass.inc()
             return CacheAnswer(await _timed(compute, admission), CacheStatus.BYPASS)
         started = time.perf_counter()
-        key = self._key(request)
         # Admission (``admission.py``): a tier that costs this model more than it saves is
-        # skipped, but for a sample that keeps it measured.
-        use_local = self.local is not None and admission.local.wants(key)
-        use_redis = self.redis is not None and admission.redis.wants(key)
+        # skipped, but for a sample that keeps it measured. The key is made only once a tier
+        # is used: a model whose every tier is skipped mostly never needs it.
+        keyed: list[CacheKey] = []
+
+        def key_of() -> CacheKey:
+            if not keyed:
+                keyed.append(self._key(request))
+            return keyed[0]
+
+        sampled: bool | None = None
+        use_local = use_redis = False
+        if self.local is not None:
+            use_local = admission.local.admitted
+            if not use_local:
+                sampled = admission.in_sample(request.inputs, key_of)
+                use_local = admission.local.wants(sampled)
+        if self.redis is not None:
+            use_redis = admission.redis.admitted
+            if not use_redis:
+                if sampled is None:
+                    sampled = admission.in_sample(request.inputs, key_of)
+                use_redis = admission.redis.wants(sampled)
         if not (use_local or use_redis):
             # Every tier skipped: what ``--cache none`` does, and the compute measured (timed
             # here rather than through ``_timed``: this is most requests of such a model).
@@ -173,6 +191,7 @@ class ReadThroughCache:
             outputs = await compute()
             admission.computed(time.perf_counter() - began)
             return CacheAnswer(outputs, CacheStatus.BYPASS)
+        key = key_of()
         if use_local and self.local is not None:
             hit = self.local.lookup(key)
             elapsed = time.perf_counter() - started

@@ -3,6 +3,7 @@ what the read-through cache does with them over a real local tier."""
 
 from __future__ import annotations
 
+import numpy as np
 from support.cache_doubles import Model, ask, metric, request, settings
 
 from cachefleet.runtime.cache.admission import (
@@ -10,25 +11,27 @@ from cachefleet.runtime.cache.admission import (
     AdmissionTuning,
     ModelAdmission,
     TierAdmission,
+    in_sample,
 )
 from cachefleet.runtime.cache.admission_metrics import AdmissionCollector
 from cachefleet.runtime.cache.api import CacheStatus
 from cachefleet.runtime.cache.factory import build_admission, build_cache
-from cachefleet.runtime.cache.key import CacheKey, compute_key
+from cachefleet.runtime.cache.key import CacheKey
 from cachefleet.runtime.cache.read_through import ReadThroughCache
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.service.statistics import StatisticsRegistry
+from cachefleet.runtime.tensor import Tensor
 
 TUNING = AdmissionTuning(min_lookups=8, min_computes=2, probe_floor=100)
 US = 1e-6
 
 
 def key(first_byte: int) -> CacheKey:
-    """A key whose digest starts with ``first_byte`` (0 is in the key sample)."""
+    """A key whose digest starts with ``first_byte`` (0 is in the sample of large inputs)."""
     return CacheKey("simple", "1", bytes([first_byte]) + bytes(31))
 
 
-OUTSIDE = key(200)  # not in the key sample
+SAMPLED, OUTSIDE = True, False  # a request in the content sample, and one outside it
 
 
 def observe(
@@ -87,14 +90,14 @@ def test_an_expensive_model_keeps_its_tiers_at_a_low_hit_ratio() -> None:
     assert saving > 2_000 * US
 
 
-def test_a_skipped_tier_is_probed_by_key_sample_and_by_budget() -> None:
+def test_a_skipped_tier_is_probed_by_content_sample_and_by_budget() -> None:
     policy = AdmissionPolicy("auto", ("redis",), TUNING)
     model = policy.of("simple", "1")
     # compute 100 us, a probe 100 us: 2 % of compute pays one probe every 50 requests.
     observe(model, model.redis, compute_s=100 * US, lookup_s=80 * US, insert_s=20 * US,
             hit=False, times=10)  # fmt: skip
     assert not model.redis.admitted
-    assert all(model.redis.wants(key(0)) for _ in range(10)), "the key sample always goes"
+    assert all(model.redis.wants(SAMPLED) for _ in range(10)), "the sample always goes"
     probes = sum(model.redis.wants(OUTSIDE) for _ in range(500))
     assert 9 <= probes <= 10  # 500 / 50, give or take the last float rounding
 
@@ -235,21 +238,40 @@ async def test_always_keeps_caching_whatever_the_figures() -> None:
     assert model.runs == 1
 
 
-async def test_the_key_sample_still_goes_through_a_skipped_tier() -> None:
-    """A request whose key is in the sample is looked up and inserted as before, so its
-    repeats keep measuring the hit ratio the tier would have."""
+async def test_the_sample_still_goes_through_a_skipped_tier() -> None:
+    """A request in the content sample is looked up and inserted as before, so its repeats keep
+    measuring the hit ratio the tier would have; one outside it is computed each time."""
     cache = build_cache(settings("local"), RuntimeMetrics())
     assert isinstance(cache, ReadThroughCache)
     _primed(cache, compute_s=1 * US, lookup_s=1_000 * US, insert_s=1_000 * US)
-    sampled = next(
-        req
-        for req in (request(value) for value in range(5_000))
-        if compute_key(req.model, req.version, req.fingerprint, req.inputs, {}).digest[0] == 0
-    )
+    tuning = AdmissionTuning()
+    requests = [request(value) for value in range(5_000)]
+    sampled = next(r for r in requests if in_sample(r.inputs, _never, tuning))
+    outside = next(r for r in requests if not in_sample(r.inputs, _never, tuning))
     model = Model()
     first = await ask(cache, sampled, model)
     second = await ask(cache, sampled, model)
     assert (first[1], second[1]) == (CacheStatus.MISS, CacheStatus.HIT_LOCAL)
+    assert {(await ask(cache, outside, model))[1] for _ in range(2)} == {CacheStatus.BYPASS}
+
+
+def _never() -> CacheKey:
+    raise AssertionError("a small input is sampled without its key")
+
+
+def test_the_content_sample_is_one_in_256_and_the_same_for_the_same_inputs() -> None:
+    tuning = AdmissionTuning()
+    requests = [request(value) for value in range(20_000)]
+    chosen = [in_sample(r.inputs, _never, tuning) for r in requests]
+    assert 20_000 / 256 * 0.7 < sum(chosen) < 20_000 / 256 * 1.3
+    assert chosen == [in_sample(r.inputs, _never, tuning) for r in requests]
+
+
+def test_large_inputs_are_sampled_by_their_key() -> None:
+    large = Tensor.from_numpy("INPUT0", np.zeros(2048, dtype=np.float32))  # 8 KiB
+    tuning = AdmissionTuning()
+    assert in_sample([large], lambda: key(0), tuning)
+    assert not in_sample([large], lambda: key(200), tuning)
 
 
 def test_the_settings_choose_the_mode_and_the_tiers() -> None:
