@@ -58,11 +58,28 @@ def command(model: str, address: str, protocol: str, concurrency: int, window_ms
 
 
 def run_command(arguments: list[str], cpus: str | None, timeout_s: float) -> LoadResult:
-    """Run one perf_analyzer command; raises :class:`BenchError` when it fails."""
-    completed = subprocess.run(
-        pinned(arguments, cpus), capture_output=True, text=True, timeout=timeout_s, check=False
-    )
+    """Run one perf_analyzer command; raises :class:`BenchError` when it fails.
+
+    perf_analyzer at times never returns, spinning on its core with every thread busy (seen
+    against the bare-uvicorn floor, which went on answering other clients, and once against our
+    server): such a run is killed after ``timeout_s`` and tried once more, and a second one is a
+    failed scenario, not the end of the bench."""
+    command = pinned(arguments, cpus)
+    try:
+        completed = _finished(command, timeout_s)
+    except subprocess.TimeoutExpired:  # spinning: once more
+        try:
+            completed = _finished(command, timeout_s)
+        except subprocess.TimeoutExpired:
+            raise BenchError(
+                f"perf_analyzer did not finish within {timeout_s:g} s, twice"
+            ) from None
     return parse_output(completed.stdout, completed.stderr, completed.returncode)
+
+
+def _finished(command: list[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
+    """``command`` run to its end, or killed after ``timeout_s`` (TimeoutExpired)."""
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, check=False)
 
 
 def run(spec: LoadSpec, protocol: str = "http") -> LoadResult:
@@ -71,7 +88,7 @@ def run(spec: LoadSpec, protocol: str = "http") -> LoadResult:
     address = urlsplit(spec.base_url).netloc or spec.base_url
     window_ms = max(200, round(spec.duration_s * 1000 / 3))
     arguments = command(spec.requests.model, address, protocol, spec.connections, window_ms)
-    return run_command(arguments, spec.cpus, timeout_s=spec.duration_s * 10 + 120)
+    return run_command(arguments, spec.cpus, timeout_s=spec.duration_s * 6 + 60)
 
 
 def runner(fallback: Callable[[LoadSpec], LoadResult]) -> Callable[[LoadSpec], LoadResult]:

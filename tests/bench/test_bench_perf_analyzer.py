@@ -8,12 +8,15 @@ included) it finds ours and prints the hits, misses and the latency split.
 from __future__ import annotations
 
 import re
+import time
+from pathlib import Path
 
 import pytest
 from support.processes import ServerProcess
 
 from cachefleet.bench import harness, perf_analyzer
 from cachefleet.bench.bodies import RequestSet
+from cachefleet.bench.errors import BenchError
 from cachefleet.bench.load import LoadResult, LoadSpec
 from cachefleet.bench.scenarios import Scenario, Transport
 
@@ -95,3 +98,26 @@ def test_the_bench_runner_measures_hits_and_leaves_misses_to_the_fallback(
                     nonce=1)  # fmt: skip
     assert load(half).generator == "fallback"
     assert fallen_back == [half]
+
+
+def test_a_run_that_never_returns_is_killed_and_tried_once_more(tmp_path: Path) -> None:
+    """perf_analyzer at times spins without end: the first such run is killed and the command
+    run again; the second run's own outcome is the answer (here: a failure it reports)."""
+    marker = tmp_path / "ran-once"
+    script = tmp_path / "perf_analyzer"
+    script.write_text(
+        f"#!/bin/sh\nif [ ! -e {marker} ]; then touch {marker}; exec sleep 30; fi\n"
+        "echo 'error: the second run fails on its own' >&2\nexit 3\n"
+    )
+    script.chmod(0o755)
+    started = time.monotonic()
+    with pytest.raises(BenchError, match="the second run fails on its own"):
+        perf_analyzer.run_command([str(script)], None, timeout_s=1)
+    assert time.monotonic() - started < 10
+
+
+def test_two_runs_that_never_return_are_a_failed_scenario() -> None:
+    started = time.monotonic()
+    with pytest.raises(BenchError, match=r"did not finish within 0\.5 s, twice"):
+        perf_analyzer.run_command(["sleep", "30"], None, timeout_s=0.5)
+    assert time.monotonic() - started < 10
