@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 import uvicorn
-from support.processes import free_port
 from support.slow_clients import dribble_until_closed
 from support.uvicorn_thread import serving
 
@@ -43,12 +42,11 @@ class Echo:
 
 @pytest.fixture(params=[GuardedHttpToolsProtocol, GuardedH11Protocol], ids=["httptools", "h11"])
 def port(request: pytest.FixtureRequest) -> Iterator[int]:
-    chosen = free_port()
     config = uvicorn.Config(
-        Echo(), host="127.0.0.1", port=chosen, http=request.param, lifespan="off",
+        Echo(), host="127.0.0.1", port=0, http=request.param, lifespan="off",
         log_level="warning", timeout_keep_alive=5,  # proxy headers on: one middleware more
     )  # fmt: skip
-    with serving(config):
+    with serving(config) as chosen:
         yield chosen
 
 

@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 import uvicorn
 from support import raw_http
-from support.processes import free_port
 from support.uvicorn_thread import serving
 
 from cachefleet.runtime.config import LimitSettings
@@ -73,13 +72,12 @@ class Application:
 @pytest.fixture
 def served() -> Iterator[tuple[Application, int]]:
     application = Application()
-    port = free_port()
     config = uvicorn.Config(
-        application, host="127.0.0.1", port=port, http=GuardedHttpToolsProtocol,
+        application, host="127.0.0.1", port=0, http=GuardedHttpToolsProtocol,
         lifespan="off", log_level="warning", timeout_keep_alive=0.3,  # type: ignore[arg-type]
         proxy_headers=False,
     )  # fmt: skip
-    with serving(config):
+    with serving(config) as port:
         yield application, port
 
 
