@@ -111,11 +111,16 @@ async def serve_one(app: Any, body: bytes) -> None:
     ]
     scope = {"type": "http", "method": "POST", "path": "/v2/models/simple/infer",
              "headers": headers, "query_string": b"", "root_path": ""}  # fmt: skip
-    message = {"type": "http.request", "body": body, "more_body": False}
+    messages = [{"type": "http.request", "body": body, "more_body": False}]
     statuses: list[int] = []
 
     async def receive() -> dict[str, Any]:
-        return message
+        """The body, then nothing more, as from a client that stays connected (a request that
+        waits for the model watches for a hang-up with receive)."""
+        if messages:
+            return messages.pop()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable: the wait above ends only by cancellation")
 
     async def send(sent: dict[str, Any]) -> None:
         if sent["type"] == "http.response.start":
