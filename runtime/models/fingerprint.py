@@ -23,6 +23,7 @@ from pathlib import Path
 from blake3 import blake3
 
 from cachefleet.runtime.models.errors import ModelLoadError
+from cachefleet.runtime.models.model_names import shown_path
 
 _PREFIX = b"cachefleet.fingerprint" + struct.pack("<I", 1)
 _U64 = struct.Struct("<Q")
@@ -51,7 +52,8 @@ def files_digest(model_folder: Path, version: int, named: Sequence[str]) -> byte
         for name in sorted(set(named)):
             _add(digest, b"named", model_folder, model_folder / name)
     except OSError as error:
-        raise ModelLoadError(f"cannot read {error.filename}: {error.strerror}") from None
+        name = shown_path(error.filename, model_folder) if error.filename else "a file"
+        raise ModelLoadError(f"cannot read {name}: {error.strerror}") from None
     return digest.digest()
 
 

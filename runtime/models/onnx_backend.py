@@ -45,7 +45,9 @@ ORT_ERRORS: tuple[type[Exception], ...] = (
 _QUIET = 3  # ONNX Runtime log severity: errors only; run failures are reported by us instead.
 
 
-def open_session(path: Path, plan: ExecutionPlan) -> ort.InferenceSession:
+def open_session(path: Path, plan: ExecutionPlan, *, shown: str) -> ort.InferenceSession:
+    """A session on the model file at ``path``; ``shown`` is how a load error names it (the
+    client's name for the file, not the server's path, which ONNX Runtime's messages hold)."""
     options = ort.SessionOptions()
     options.log_severity_level = _QUIET
     if plan.intra_op_threads:
@@ -60,7 +62,8 @@ def open_session(path: Path, plan: ExecutionPlan) -> ort.InferenceSession:
             provider_options=list(plan.providers.options),
         )
     except ORT_ERRORS as error:
-        raise ModelLoadError(f"{path}: onnxruntime cannot load it: {error}") from None
+        reason = str(error).replace(str(path), shown)
+        raise ModelLoadError(f"{shown}: onnxruntime cannot load it: {reason}") from None
 
 
 def signature_of(session: ort.InferenceSession) -> GraphSignature:

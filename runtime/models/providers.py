@@ -71,7 +71,7 @@ def _thread_count(config: Mapping[str, Any], key: str, default: int) -> int:
     text = config.get("parameters", {}).get(key, {}).get("string_value")
     if text is None:
         return default
-    if not text.strip().isdigit():
+    if not (text.strip().isascii() and text.strip().isdigit()):
         raise ModelLoadError(
             f"model {config.get('name')!r}: parameter {key} must be a whole number, not {text!r}"
         )

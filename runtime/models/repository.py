@@ -34,6 +34,7 @@ from cachefleet.runtime.models.graph import (
     check_config,
     derive_config,
 )
+from cachefleet.runtime.models.model_names import check_model_name, shown_path
 from cachefleet.runtime.models.onnx_backend import OnnxModel, open_session, signature_of
 from cachefleet.runtime.models.placement import runs_inline
 from cachefleet.runtime.models.providers import ExecutionPlan, plan_execution
@@ -94,7 +95,7 @@ class LocalModelRepository:
                 reasons = "; ".join(state.failed.values()) or "no version loaded"
                 raise ModelNotFoundError(f"model '{name}' is not available: {reasons}")
             return state.loaded[max(state.loaded)]
-        if not version.isdigit():
+        if not (version.isascii() and version.isdigit()):
             # Worded as Triton words it (its example clients check the message).
             raise BadRequestError(
                 f"failed to get model version from specified version string '{version}'"
@@ -128,8 +129,7 @@ class LocalModelRepository:
         Raises ModelLoadError with the reason when no version loads; the model's previous
         state (serving or not) is then kept, as Triton keeps a model whose reload failed.
         """
-        if name.startswith(".") or "/" in name or "\0" in name:
-            raise ModelLoadError(f"no model folder {name!r} in the model repository")
+        check_model_name(name)
         folder = source if source is not None else self.path / name
         if not folder.is_dir():
             raise ModelLoadError(f"no model folder {name!r} in the model repository")
@@ -238,7 +238,7 @@ class _VersionLoader:
             before = files_digest(self._folder, version, named)
         except ModelLoadError:
             before = None  # an unreadable file is reported below, after the config's own errors
-        session = open_session(model_file, self._plan)
+        session = open_session(model_file, self._plan, shown=shown_path(model_file, self._folder))
         signature = signature_of(session)
         config = self._config or self._settle_config(signature)
         check_config(config, signature)
@@ -280,7 +280,7 @@ def _read_config(folder: Path, config_json: str | None = None) -> ConfigMessage:
         try:
             text = path.read_text()
         except (OSError, UnicodeDecodeError) as error:
-            raise ModelLoadError(f"{path}: {error}") from None
+            raise ModelLoadError(f"{shown_path(path, folder)}: {_reason(error)}") from None
         message = parse_config(text, source=f"{folder.name}/{CONFIG_FILE}")
     else:
         logger.info("model %r: no %s, deriving the config from the model", folder.name, CONFIG_FILE)
@@ -327,6 +327,14 @@ def _read_labels(folder: Path, config: ModelConfig) -> dict[str, list[str]]:
                 labels[spec.name] = path.read_text().splitlines()
             except (OSError, UnicodeDecodeError) as error:
                 raise ModelLoadError(
-                    f"model {config.name!r}: label file of output {spec.name!r}: {error}"
+                    f"model {config.name!r}: label file of output {spec.name!r} "
+                    f"({spec.label_filename!r}): {_reason(error)}"
                 ) from None
     return labels
+
+
+def _reason(error: OSError | UnicodeDecodeError) -> str:
+    """Why a file could not be read, without its path (an OSError's text holds the server's)."""
+    if isinstance(error, OSError):
+        return error.strerror or type(error).__name__
+    return f"not UTF-8 text ({error.reason})"

@@ -13,8 +13,13 @@ def version_folders(model_folder: Path) -> list[int]:
     return sorted(
         int(child.name)
         for child in model_folder.iterdir()
-        if child.is_dir() and child.name.isdigit() and str(int(child.name)) == child.name
+        if child.is_dir() and _plain_number(child.name)
     )
+
+
+def _plain_number(name: str) -> bool:
+    """``12``, not ``012`` nor ``²`` (which ``str.isdigit`` takes and ``int`` refuses)."""
+    return name.isascii() and name.isdigit() and str(int(name)) == name
 
 
 def select_versions(config: ConfigMessage, available: list[int]) -> tuple[list[int], list[int]]:

@@ -4,6 +4,8 @@ Transport-neutral: the HTTP routes (``POST /v2/repository/models/{m}/load`` and 
 and the gRPC ``RepositoryModelLoad`` / ``RepositoryModelUnload`` calls both use
 :class:`ModelControl`, and get back ``None`` or one of the runtime's client-facing errors.
 
+- The model's name is checked first (``models.model_names``: one folder of the repository),
+  before any file is staged under it; a refused name is a 400 naming it.
 - Only in ``explicit`` mode (``--model-control-mode explicit``); in ``none`` mode every call is a
   400 that says how to turn it on, as Triton refuses it.
 - ``load`` (re)loads a model from its folder, or with a JSON ``ModelConfig`` given in the
@@ -30,6 +32,7 @@ from typing import Any, Literal
 
 from cachefleet.runtime.errors import BadRequestError
 from cachefleet.runtime.models.errors import ModelLoadError
+from cachefleet.runtime.models.model_names import check_model_name
 from cachefleet.runtime.models.types import ModelRepository
 from cachefleet.runtime.service.in_flight import InFlight
 from cachefleet.runtime.service.model_files import PREFIX as FILE_PREFIX
@@ -84,6 +87,10 @@ class ModelControl:
         PayloadTooLargeError (files over the limit) or RepositoryPollError.
         """
         self._check_mode("load")
+        try:
+            check_model_name(name)  # before any file is staged under it
+        except ModelLoadError as error:
+            raise BadRequestError(f"failed to load '{name}': {error}") from None
         parameters = parameters or {}
         config = _config_parameter(name, parameters)
         files = model_files(name, parameters, self._max_file_bytes)

@@ -28,10 +28,9 @@ from typing import Any
 from cachefleet.runtime.errors import BadRequestError, PayloadTooLargeError, ServingError
 from cachefleet.runtime.models.confined import check_name
 from cachefleet.runtime.models.errors import ModelLoadError
+from cachefleet.runtime.models.model_names import NAME_MAX
 
 PREFIX = "file:"
-#: Longest file name component (Linux's NAME_MAX, in bytes).
-NAME_MAX = 255
 
 
 class RepositoryPollError(ServingError):
@@ -88,20 +87,28 @@ def _content(name: str, key: str, value: Any) -> bytes:
 
 @contextlib.contextmanager
 def staged(name: str, files: Mapping[str, bytes]) -> Iterator[Path]:
-    """A private temporary model folder named ``name`` holding ``files``; removed after."""
+    """A private temporary model folder named ``name`` holding ``files``; removed after.
+
+    ``name`` and every path must have been checked (``check_model_name``, :func:`model_files`):
+    this only writes. A file the others make impossible (``file:1`` beside ``file:1/x``) is a
+    400 naming the parameter as the client gave it, never the temporary folder.
+    """
     with tempfile.TemporaryDirectory(prefix="cachefleet-load-") as private:
         folder = Path(private) / name
         folder.mkdir(mode=0o700)
         for path, content in files.items():
-            target = folder / path
-            target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
             try:
-                descriptor = os.open(target, flags, 0o600)
+                _write(folder / path, content)
             except OSError as error:
                 raise BadRequestError(
                     f"failed to load '{name}': cannot write 'file:{path}': {error.strerror}"
                 ) from None
-            with os.fdopen(descriptor, "wb") as handle:
-                handle.write(content)
         yield folder
+
+
+def _write(target: Path, content: bytes) -> None:
+    """Create ``target`` exclusively (never through a symlink), with its folders."""
+    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    with os.fdopen(os.open(target, flags, 0o600), "wb") as handle:
+        handle.write(content)
