@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import shutil
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from support import loopback
+from support import loopback, raw_http
 from support.processes import ServerProcess
 from tritonclient.utils import InferenceServerException
 
@@ -196,3 +197,108 @@ def test_tritons_model_control_example_flow_over_grpc(
         with pytest.raises(InferenceServerException) as wrong_name:
             client.load_model("wrong_model_name")
         assert "failed to load" in str(wrong_name.value.message())
+
+
+def _raw_load(server: ServerProcess, path: str, parameters: dict[str, Any]) -> tuple[int, str]:
+    """A load whose model name goes on the wire as written (an HTTP client would resolve
+    ``..`` in the URL before sending it; an attacker does not)."""
+    body = json.dumps({"parameters": parameters}).encode()
+    head = (
+        f"POST /v2/repository/models/{path}/load HTTP/1.1\r\nHost: t\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    with raw_http.connect(server) as stream:
+        stream.sendall(head.encode() + body)
+        status, _, answer = raw_http.read(stream, bytearray())
+    return status, json.loads(answer)["error"] if answer else ""
+
+
+def _written_outside(tmp_path: Path, temporary: Path) -> list[Path]:
+    """Every file a load may have written: anything named README under the test's folder,
+    and any staged copy left in the server's temporary folder."""
+    return [*tmp_path.rglob("README"), *temporary.glob("cachefleet-load-*")]
+
+
+def test_a_model_name_out_of_its_folder_writes_nothing_over_grpc(
+    explicit: ServerProcess, tmp_path: Path, temporary: Path
+) -> None:
+    """The staged copy is ``<server tmp>/cachefleet-load-*/<name>``: ``../../escaped`` would be
+    ``<tmp_path>/escaped``, beside the server's temporary folder."""
+    with grpcclient.InferenceServerClient(explicit.grpc_url) as client:
+        for name in ("../../escaped", "../escaped", "..", ".", ".hidden", "a/b", "x" * 256):
+            with pytest.raises(InferenceServerException) as refused:
+                client.load_model(
+                    name, config=_config(explicit, "simple"), files={"file:1/README": b"planted"}
+                )
+            assert _written_outside(tmp_path, temporary) == [], name
+            assert refused.value.status() == "StatusCode.INVALID_ARGUMENT", name
+            message = str(refused.value.message())
+            assert f"failed to load '{name}': not a model name" in message
+        assert client.is_model_ready("simple")
+
+
+def test_a_model_name_out_of_its_folder_writes_nothing_over_http(
+    explicit: ServerProcess, tmp_path: Path, temporary: Path
+) -> None:
+    for path in ("..", "%2E%2E", ".", "..%5C..%5Cescaped", "%0Aforged-log-line", "x" * 256):
+        status, message = _raw_load(explicit, path, {
+            "config": _config(explicit, "simple"),
+            "file:1/README": base64.b64encode(b"planted").decode(),
+        })  # fmt: skip
+        assert status == 400, (path, message)
+        name = urllib.parse.unquote(path)
+        assert f"failed to load '{name}': not a model name" in message
+        assert _written_outside(tmp_path, temporary) == [], path
+
+
+def test_a_failed_load_names_the_files_as_the_client_did_not_the_servers_paths(
+    explicit: ServerProcess, model_repository: Path, temporary: Path
+) -> None:
+    """The staged copy's path (and the repository's) stays on the server: a client learns
+    which of its files failed, named inside its model's folder."""
+    labelled = json.loads(_config(explicit, "simple"))
+    labelled["output"][0]["label_filename"] = "labels.txt"
+    model = (model_repository / "simple" / "1" / "model.onnx").read_bytes()
+    answers = {
+        "simple/1/model.onnx: onnxruntime cannot load it": {
+            "config": _config(explicit, "simple"),
+            "file:1/model.onnx": base64.b64encode(b"not onnx").decode(),
+        },
+        "label file of output 'OUTPUT0' ('labels.txt'): No such file or directory": {
+            "config": json.dumps(labelled),
+            "file:1/model.onnx": base64.b64encode(model).decode(),
+        },
+        "cannot write 'file:1/model.onnx'": {
+            "config": _config(explicit, "simple"),
+            "file:1": base64.b64encode(b"a file where a folder goes").decode(),
+            "file:1/model.onnx": base64.b64encode(model).decode(),
+        },
+    }
+    # Without files the model loads from the repository, whose path is no client's business.
+    answers["label file of output 'OUTPUT0' ('labels.txt')"] = {"config": json.dumps(labelled)}
+    for expected, parameters in answers.items():
+        answer = _load(explicit, "simple", parameters)
+        assert answer.status_code == 400, answer.text
+        message = answer.json()["error"]
+        assert message.startswith("failed to load 'simple': ") and expected in message, message
+        for server_path in (str(temporary), "cachefleet-load-", str(model_repository), "/tmp"):
+            assert server_path not in message, message
+    assert not list(temporary.glob("cachefleet-load-*"))
+
+
+def test_a_version_folder_that_isdigit_takes_and_int_refuses_is_a_bad_request(
+    explicit: ServerProcess, model_repository: Path
+) -> None:
+    """``"²".isdigit()`` is true and ``int("²")`` fails: as a route's version and as a version
+    folder sent in a load, it is a 400, never a 500."""
+    answer = loopback.get(f"{explicit.base_url}/v2/models/simple/versions/%C2%B2", timeout=10)
+    assert answer.status_code == 400, answer.text
+    assert "version string '²'" in answer.json()["error"]
+    model = (model_repository / "simple" / "1" / "model.onnx").read_bytes()
+    with grpcclient.InferenceServerClient(explicit.grpc_url) as client:
+        with pytest.raises(InferenceServerException) as refused:
+            client.load_model(
+                "sent", config=_config(explicit, "sent"), files={"file:²/model.onnx": model}
+            )
+        assert refused.value.status() == "StatusCode.INVALID_ARGUMENT"
+        assert "no version folders" in str(refused.value.message())
