@@ -36,10 +36,10 @@ def error_answer(error: BaseException, method: str, path: str) -> ErrorAnswer:
     if isinstance(error, ServingError):
         if error.status_code >= 500:
             log.warning("%s %s: %s", method, path, error.message)
+        # No X-Cache: it says how the cache answered a request that was answered, and a
+        # refusal (403, 400, 404, 413, 503) or a failure (500) was answered by no tier. gRPC
+        # likewise sends its x-cache trailer only with an answer.
         headers: Headers = []
-        if path.endswith("/infer"):
-            # Every infer response says how the cache answered; a refused one never used it.
-            headers.append((b"x-cache", b"bypass"))
         if isinstance(error, OverloadedError):
             headers.append((b"retry-after", b"%d" % error.retry_after_s))
         return _answer(error.status_code, error.message, headers)

@@ -166,6 +166,9 @@ def test_every_admin_call_over_grpc_needs_the_metadata(
 def test_restricted_inference_needs_its_own_key_on_both_transports(
     all_restricted: ServerProcess,
 ) -> None:
+    raw = _call(all_restricted, "POST", "/v2/models/simple/infer", {"inputs": []})
+    assert raw.status_code == 403, raw.text
+    assert "x-cache" not in raw.headers, "a refusal is no cache answer"
     client = httpclient.InferenceServerClient(all_restricted.url)
     with pytest.raises(InferenceServerException) as refused:
         client.infer("simple", _inputs(httpclient))

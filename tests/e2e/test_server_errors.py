@@ -77,13 +77,21 @@ def test_bad_requests_are_400_with_a_message(
     assert message in str(body["error"])
 
 
-def test_refused_infer_requests_still_carry_x_cache(small_server: ServerProcess) -> None:
-    connection = http.client.HTTPConnection("127.0.0.1", small_server.port, timeout=30)
-    connection.request("POST", SIMPLE, body=b"{")
-    response = connection.getresponse()
-    response.read()
-    connection.close()
-    assert (response.status, response.getheader("X-Cache")) == (400, "bypass")
+def test_refused_infer_requests_carry_no_x_cache(small_server: ServerProcess) -> None:
+    """X-Cache says how the cache answered; a refusal was answered by none of its tiers."""
+    refusals = [
+        (SIMPLE, b"{", 400),
+        ("/v2/models/nope/infer", json.dumps(_inputs()).encode(), 404),
+        ("/v2/models/simple/versions/7/infer", json.dumps(_inputs()).encode(), 404),
+        (SIMPLE, b" " * (65 * 1024), 413),
+    ]
+    for path, body, status in refusals:
+        connection = http.client.HTTPConnection("127.0.0.1", small_server.port, timeout=30)
+        connection.request("POST", path, body=body)
+        response = connection.getresponse()
+        response.read()
+        connection.close()
+        assert (response.status, response.getheader("X-Cache")) == (status, None), path
 
 
 def _binary_request(size0: int, payload: bytes) -> tuple[bytes, dict[str, str]]:
