@@ -2,8 +2,9 @@
 
 JSON ``data`` may be flat or nested (row-major); only the element count must match the shape.
 Numbers are checked against the datatype the way Triton checks them: no floats in integer
-tensors, no values outside the datatype's range, strings only in ``BYTES`` (JSON booleans count
-as 1 and 0 in numeric tensors).
+tensors, no values outside the datatype's range, strings only in ``BYTES``, booleans only in
+``BOOL`` and nothing but booleans there (Triton reads each element with the JSON accessor of the
+datatype, and ``true`` is no number to it; Python's ``True`` is an ``int``, so it is looked for).
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ def tensor_from_json(name: str, datatype: str, shape: tuple[int, ...], data: Any
         elements = _flatten_strings(name, data)
         _check_count(name, shape, expected, len(elements))
         return Tensor(name, datatype, shape, encode_bytes_elements(elements))
+    if datatype != "BOOL" and _holds_booleans(data):
+        raise BadRequestError(
+            f"input {name!r}: 'data' holds booleans, which {datatype} cannot hold"
+        )
     packed = _packed(name, datatype, data)
     if packed is not None:
         _check_count(name, shape, expected, len(packed))
@@ -108,6 +113,20 @@ def _numeric_array(name: str, datatype: str, data: list[Any]) -> np.ndarray:
                 f"input {name!r}: 'data' holds values out of range for {datatype}"
             )
     return array.astype(dtype, copy=False).ravel()
+
+
+def _holds_booleans(data: list[Any]) -> bool:
+    """Whether ``data`` (nested lists included) holds a JSON ``true`` or ``false``: one C-level
+    pass of ``type`` over each list, as cheap as packing it."""
+    lists = [data]
+    while lists:
+        items = lists.pop()
+        types = set(map(type, items))
+        if bool in types:
+            return True
+        if list in types:
+            lists.extend(item for item in items if type(item) is list)
+    return False
 
 
 def _flatten_strings(name: str, data: list[Any]) -> list[object]:

@@ -20,6 +20,7 @@ from support.protocol_models import (
 from cachefleet.runtime.errors import BadRequestError
 from cachefleet.runtime.models.types import ModelConfig
 from cachefleet.runtime.protocol import decode_request
+from cachefleet.runtime.protocol.json_data import tensor_from_json
 from cachefleet.runtime.protocol.request import InferRequest
 from cachefleet.runtime.tensor import encode_bytes_elements
 
@@ -112,6 +113,9 @@ def _simple_json(**overrides: object) -> dict[str, object]:
         (_simple_json(data=["a"] * 16), "strings, which INT32 cannot hold"),
         (_simple_json(data=[2**40] * 16), "out of range for INT32"),
         (_simple_json(data=["1"] * 16), "strings, which INT32 cannot hold"),
+        (_simple_json(data=[True] * 16), "booleans, which INT32 cannot hold"),
+        (_simple_json(data=[1] * 15 + [False]), "booleans, which INT32 cannot hold"),
+        (_simple_json(data=[[1] * 15 + [True]]), "booleans, which INT32 cannot hold"),
         (_simple_json(data="nope"), "'data' must be a JSON array"),
         ({"inputs": [_simple_json()["inputs"][0]]}, "missing input 'INPUT1'"),  # type: ignore[index]
         ({"inputs": []}, "non-empty 'inputs'"),
@@ -132,6 +136,25 @@ def test_invalid_json_requests_say_what_is_wrong(document: dict[str, object], me
         decode_request(json_body(document), None, SIMPLE)
     assert message in raised.value.message
     assert raised.value.status_code == 400
+
+
+@pytest.mark.parametrize(
+    ("datatype", "data", "refused"),
+    [
+        ("FP32", [0.5, True], "booleans, which FP32 cannot hold"),
+        ("FP16", [[0.5], [False]], "booleans, which FP16 cannot hold"),
+        ("UINT8", [1, True], "booleans, which UINT8 cannot hold"),
+        ("BOOL", [True, 1], "integers, which BOOL cannot hold"),
+        ("BOOL", [[1.0], [0.0]], "floating-point numbers, which BOOL cannot hold"),
+    ],
+)
+def test_json_booleans_only_in_bool_and_only_booleans_there(
+    datatype: str, data: list[object], refused: str
+) -> None:
+    """As Triton reads JSON: ``true`` is no number, and a number is no boolean."""
+    with pytest.raises(BadRequestError, match=refused):
+        tensor_from_json("x", datatype, (2,), data)
+    assert tensor_from_json("x", "BOOL", (2,), [True, False]).data == b"\x01\x00"
 
 
 def test_malformed_json_is_a_bad_request() -> None:
