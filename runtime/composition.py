@@ -112,7 +112,9 @@ class Runtime:
             cache = build_cache(settings, metrics, admission)
             stack.push_async_callback(cache.close)
             await cache.start()
-            shared_memory = SharedMemoryRegistry()
+            shared_memory = SharedMemoryRegistry(
+                max_request_read_bytes=settings.server.max_request_bytes
+            )
             stack.callback(shared_memory.close)
             ledger_type = RequestLedger if tracing is None else TracedLedger
             ledger = ledger_type(metrics, StatisticsRegistry(admission), InFlight())

@@ -142,7 +142,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         shared_memory = self._runtime.shared_memory
 
         def decode(config: ModelConfig) -> InferRequest:
-            return decode_infer_request(request, config, shared_memory)
+            return decode_infer_request(request, config, shared_memory.for_request())
 
         def render(answer: InferAnswer) -> tuple[Any, str]:
             return encode_infer_response(answer), answer.cache_status.value

@@ -141,7 +141,7 @@ class MemoizedInfer:
         return body
 
     def _decode(self, request: Any, config: ModelConfig) -> InferRequest:
-        return decode_infer_request(request, config, self._runtime.shared_memory)
+        return decode_infer_request(request, config, self._runtime.shared_memory.for_request())
 
     def _render(self, request: Any, digest: bytes | None, answer: InferAnswer) -> tuple[bytes, str]:
         body: bytes = encode_infer_response(answer).SerializeToString()

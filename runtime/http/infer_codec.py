@@ -14,6 +14,7 @@ from cachefleet.runtime.cache.api import CacheStatus
 from cachefleet.runtime.models.types import ModelConfig
 from cachefleet.runtime.protocol import InferRequest, decode_request, encode_response
 from cachefleet.runtime.service import InferAnswer, SharedMemoryRegistry
+from cachefleet.runtime.service.shared_memory import RequestReads
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +36,8 @@ class BodyDecoder:
         self._body = body
         self._header_length = header_length
         self._shared_memory = shared_memory
+        #: This request's reads, bounded in total (made on the first: most requests read none).
+        self._reads: RequestReads | None = None
         #: Whether an input came from a shared-memory region.
         self.read_shared_memory = False
 
@@ -44,7 +47,9 @@ class BodyDecoder:
     def read(self, name: str, offset: int, byte_size: int) -> bytes:
         """The decoder's view of the shared-memory registry."""
         self.read_shared_memory = True
-        return self._shared_memory.read(name, offset, byte_size)
+        if self._reads is None:
+            self._reads = self._shared_memory.for_request()
+        return self._reads.read(name, offset, byte_size)
 
 
 def render(answer: InferAnswer) -> InferOutcome:

@@ -13,7 +13,10 @@ a copy; touching a mapping past the end of its file would kill the process with 
 read of a shrunk file is merely short, and is a 400. Every read and write is checked against the
 registered window (offset, byte size) first. Keys that could name a file outside ``/dev/shm`` are
 refused, symlinks are not followed, only regular files are opened, and at most
-``max_regions`` are registered at once (each holds a descriptor).
+``max_regions`` are registered at once (each holds a descriptor). What one request reads from
+its regions, in all, is bounded as its body is (``--max-request-size``): a BYTES window needs
+only room for its length prefixes and a fixed-size one may have dynamic dimensions, so without
+the bound a small request could make the server copy gigabytes (a 413 before any is read).
 
 CUDA shared memory is not supported: registering a CUDA region is a 400 that says so; its status
 is an empty list and unregistering is a no-op, so clients that clean up both kinds still work.
@@ -29,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cachefleet.runtime.errors import BadRequestError
+from cachefleet.runtime.errors import BadRequestError, PayloadTooLargeError
 
 #: Where Linux keeps POSIX shared memory objects (``shm_open("/name")`` is ``/dev/shm/name``).
 SHM_ROOT = Path("/dev/shm")
@@ -60,10 +63,22 @@ class _Region:
 class SharedMemoryRegistry:
     """The system shared-memory regions registered with this server process."""
 
-    def __init__(self, root: Path = SHM_ROOT, max_regions: int = MAX_REGIONS) -> None:
+    def __init__(
+        self,
+        root: Path = SHM_ROOT,
+        max_regions: int = MAX_REGIONS,
+        *,
+        max_request_read_bytes: int = 64 * 2**20,
+    ) -> None:
         self._root = root
         self._max_regions = max_regions
+        #: What one request may read from its regions in all (``--max-request-size``).
+        self._max_request_read_bytes = max_request_read_bytes
         self._regions: dict[str, _Region] = {}
+
+    def for_request(self) -> RequestReads:
+        """The reader one request's inputs go through, bounded in total."""
+        return RequestReads(self, self._max_request_read_bytes)
 
     # -- system shared memory ------------------------------------------------------------------
 
@@ -197,6 +212,28 @@ class SharedMemoryRegistry:
                 f"{offset}, the region has {region.byte_size} bytes"
             )
         return region, region.offset + offset
+
+
+class RequestReads:
+    """One request's reads of shared memory: their total is bounded before a byte is read."""
+
+    def __init__(self, registry: SharedMemoryRegistry, limit: int) -> None:
+        self._registry = registry
+        self._limit = limit
+        self._read = 0
+
+    def read(self, name: str, offset: int, byte_size: int) -> bytes:
+        """As :meth:`SharedMemoryRegistry.read`; raises PayloadTooLargeError (413) when the
+        request's reads would come to more than the limit."""
+        if isinstance(byte_size, int) and self._read + byte_size > self._limit:
+            raise PayloadTooLargeError(
+                f"shared memory region '{name}': reading {byte_size} bytes would bring the "
+                f"request's shared-memory inputs to {self._read + byte_size} bytes, over the "
+                f"{self._limit} bytes a request may carry (--max-request-size)"
+            )
+        data = self._registry.read(name, offset, byte_size)
+        self._read += len(data)
+        return data
 
 
 def _shrank(region: _Region) -> BadRequestError:

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from support.processes import ServerProcess
@@ -278,3 +279,47 @@ def test_the_window_is_checked_against_the_tensor_before_any_copy(
     with pytest.raises(InferenceServerException, match="needs 64 bytes") as error:
         client.infer("simple", _simple_inputs(name, 8 << 20))
     assert error.value.status() == "400"
+
+
+def test_what_one_request_reads_from_shared_memory_is_bounded_like_a_body(
+    make_server: Callable[..., ServerProcess],
+) -> None:
+    """A BYTES window needs only room for its length prefixes, so one element of a megabyte
+    in a region of a megabyte would be copied for a request of a few hundred bytes: over
+    ``--max-request-size`` it is a 413 naming the flag, over HTTP and gRPC, before any copy."""
+    server = make_server("--max-request-size", "64Ki")
+    big = np.array([[b"x" * (1 << 20)]], dtype=np.object_)
+    small = np.array([[b"y" * 1000]], dtype=np.object_)
+    handles = []
+    http = httpclient.InferenceServerClient(server.url)
+    try:
+        for label, array in (("big", big), ("small", small)):
+            data = utils.serialize_byte_tensor(array)
+            size = utils.serialized_byte_size(data)
+            key = f"/cachefleet-test-{os.getpid()}-bound-{label}-{next(_counter)}"
+            handle = shm.create_shared_memory_region(label, key, size)
+            handles.append(handle)
+            shm.set_shared_memory_region(handle, [data])
+            http.register_system_shared_memory(label, key, size)
+        with grpcclient.InferenceServerClient(server.grpc_url) as grpc:
+            for client, module, status in (
+                (http, httpclient, "413"),
+                (grpc, grpcclient, "StatusCode.RESOURCE_EXHAUSTED"),
+            ):
+                for label, array in (("big", big), ("small", small)):
+                    infer_input = module.InferInput("INPUT0", [1, 1], "BYTES")
+                    size = utils.serialized_byte_size(utils.serialize_byte_tensor(array))
+                    infer_input.set_shared_memory(label, size)
+                    if label == "small":
+                        result = client.infer("simple_identity", [infer_input])
+                        assert result.as_numpy("OUTPUT0").ravel()[0] == b"y" * 1000
+                        continue
+                    with pytest.raises(InferenceServerException) as refused:
+                        client.infer("simple_identity", [infer_input])
+                    assert refused.value.status() == status
+                    assert "--max-request-size" in str(refused.value.message())
+    finally:
+        http.unregister_system_shared_memory()
+        http.close()
+        for handle in handles:
+            shm.destroy_shared_memory_region(handle)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cachefleet.runtime.errors import BadRequestError
+from cachefleet.runtime.errors import BadRequestError, PayloadTooLargeError
 from cachefleet.runtime.service.shared_memory import SharedMemoryRegistry
 
 
@@ -87,4 +87,18 @@ def test_registrations_are_capped(root: Path) -> None:
         registry.register_system("r3", "/obj", 0, 256)
     registry.unregister_system("r0")
     registry.register_system("r3", "/obj", 0, 256)
+    registry.close()
+
+
+def test_one_requests_reads_are_bounded_in_total(root: Path) -> None:
+    """Each read fits its window, but a request's reads together may not pass the limit (two
+    inputs of 600 bytes under a limit of 1000); another request starts from zero."""
+    _object(root, "obj", 1024)
+    registry = SharedMemoryRegistry(root, max_request_read_bytes=1000)
+    registry.register_system("r", "/obj", 0, 1024)
+    reads = registry.for_request()
+    assert len(reads.read("r", 0, 600)) == 600
+    with pytest.raises(PayloadTooLargeError, match=r"1200 bytes, over the 1000 .*max-request-size"):
+        reads.read("r", 0, 600)
+    assert len(registry.for_request().read("r", 400, 600)) == 600
     registry.close()
