@@ -280,7 +280,8 @@ def test_a_failed_load_names_the_files_as_the_client_did_not_the_servers_paths(
         answer = _load(explicit, "simple", parameters)
         assert answer.status_code == 400, answer.text
         message = answer.json()["error"]
-        assert message.startswith("failed to load 'simple': ") and expected in message, message
+        assert message.startswith("failed to load 'simple': "), message
+        assert expected in message, message
         for server_path in (str(temporary), "cachefleet-load-", str(model_repository), "/tmp"):
             assert server_path not in message, message
     assert not list(temporary.glob("cachefleet-load-*"))
