@@ -5,8 +5,8 @@
   after which a request signed with any other key is refused as by AWS.
 - ``GcsEmulator``: ``gcp-storage-emulator``, the GCS JSON API in memory (anonymous).
 - ``TlsFileServer``: the standard library's HTTP server over TLS, serving a folder.
-- ``RecordingServer``: answers every request with one fixed status (a redirect, or 200) and
-  records what it was sent, over TLS or plain HTTP.
+- ``RecordingServer``: answers every request with one fixed status (a redirect, or 200 and a
+  body, with or without its length) and records what it was sent, over TLS or plain HTTP.
 """
 
 from __future__ import annotations
@@ -144,13 +144,22 @@ class Received:
 
 class RecordingServer:
     """Answers every request with ``status`` (and ``location`` as its Location, for a redirect)
-    and records each request it gets; TLS with ``issued``, else plain HTTP."""
+    and ``body``, and records each request it gets; TLS with ``issued``, else plain HTTP.
+    Without ``declare_length`` the body's end is the connection's (no Content-Length)."""
 
     def __init__(
-        self, *, status: int = 200, location: str | None = None, issued: Issued | None = None
+        self,
+        *,
+        status: int = 200,
+        location: str | None = None,
+        body: bytes = b'{"status": "ok"}',
+        declare_length: bool = True,
+        issued: Issued | None = None,
     ) -> None:
         self.received: list[Received] = []
-        handler = functools.partial(_RecordingHandler, self, status, location)
+        self.status, self.location = status, location
+        self.body, self.declare_length = body, declare_length
+        handler = functools.partial(_RecordingHandler, self)
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.scheme = "http"
         if issued is not None:
@@ -170,25 +179,24 @@ class RecordingServer:
 
 
 class _RecordingHandler(http.server.BaseHTTPRequestHandler):
-    def __init__(
-        self, owner: RecordingServer, status: int, location: str | None, *args: Any
-    ) -> None:
-        self.owner, self.status, self.location = owner, status, location
+    def __init__(self, owner: RecordingServer, *args: Any) -> None:
+        self.owner = owner
         super().__init__(*args)
 
     def _answer(self) -> None:
+        owner = self.owner
         length = int(self.headers.get("Content-Length") or 0)
         if length:
             self.rfile.read(length)
-        self.owner.received.append(Received(self.command, self.path, dict(self.headers.items())))
-        body = b'{"status": "ok"}'
-        self.send_response(self.status)
-        if self.location is not None:
-            self.send_header("Location", self.location)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
+        owner.received.append(Received(self.command, self.path, dict(self.headers.items())))
+        self.send_response(owner.status)
+        if owner.location is not None:
+            self.send_header("Location", owner.location)
+        self.send_header("Content-Type", "application/octet-stream")
+        if owner.declare_length:
+            self.send_header("Content-Length", str(len(owner.body)))
         self.end_headers()
-        self.wfile.write(body)
+        self.wfile.write(owner.body)
 
     do_GET = do_POST = _answer
 
