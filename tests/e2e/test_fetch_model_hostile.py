@@ -59,7 +59,9 @@ def web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Web]:
     server.stop()
 
 
-def fetch(uri: str, into: Path, env: dict[str, str], *extra: str) -> subprocess.CompletedProcess[str]:
+def fetch(
+    uri: str, into: Path, env: dict[str, str], *extra: str
+) -> subprocess.CompletedProcess[str]:
     command = [*CACHEFLEET, "fetch-model", uri, str(into), "--model-name", "simple", *extra]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
 

@@ -139,7 +139,7 @@ class TlsFileServer:
 class Received:
     method: str
     path: str
-    headers: dict[str, str]
+    headers: dict[str, str]  # names lowercased
 
 
 class RecordingServer:
@@ -188,7 +188,9 @@ class _RecordingHandler(http.server.BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         if length:
             self.rfile.read(length)
-        owner.received.append(Received(self.command, self.path, dict(self.headers.items())))
+        owner.received.append(
+            Received(self.command, self.path, {k.lower(): v for k, v in self.headers.items()})
+        )
         self.send_response(owner.status)
         if owner.location is not None:
             self.send_header("Location", owner.location)
