@@ -10,7 +10,7 @@ requests (the GCS client) through :func:`refuse_downgrade` as a response hook.
 from __future__ import annotations
 
 import urllib.request
-from email.message import Message
+from http.client import HTTPMessage
 from typing import IO, Any
 from urllib.parse import urljoin, urlsplit
 
@@ -41,7 +41,7 @@ class HttpsOnlyRedirects(urllib.request.HTTPRedirectHandler):
         fp: IO[bytes],
         code: int,
         msg: str,
-        headers: Message,
+        headers: HTTPMessage,
         newurl: str,
     ) -> urllib.request.Request | None:
         try:

@@ -44,8 +44,8 @@ def fetch_s3(
 
 
 def _keys(client: Any, uri: StorageUri) -> Iterator[tuple[str, Any, int]]:
-    """(key, relative path, listed size) of each object: the one the path names exactly, else those below it
-    as a folder (``models/a`` never matches ``models/ab/...``)."""
+    """(key, relative path, listed size) of each object: the one the path names exactly, else
+    those below it as a folder (``models/a`` never matches ``models/ab/...``)."""
     folder = f"{uri.path}/" if uri.path else ""
     pages = client.get_paginator("list_objects_v2").paginate(Bucket=uri.location, Prefix=uri.path)
     for page in pages:

@@ -142,8 +142,17 @@ def test_a_claim_uri_is_mounted_read_only_not_downloaded() -> None:
         ({"storageUri": "s3://models/m", "storageSizeLimit": "500m"}, "model.storageSizeLimit: "),
         ({"storageUri": "s3://models/m", "storageSizeLimit": 0}, "more than 0 bytes"),
     ],
-    ids=["both", "neither", "scheme", "userinfo", "dot-dot", "secret-for-claim", "no-file",
-         "milli-bytes", "zero-bytes"],  # fmt: skip
+    ids=[
+        "both",
+        "neither",
+        "scheme",
+        "userinfo",
+        "dot-dot",
+        "secret-for-claim",
+        "no-file",
+        "milli-bytes",
+        "zero-bytes",
+    ],
 )
 def test_a_bad_storage_spec_says_what_to_fix(model: dict[str, Any], message: str) -> None:
     with pytest.raises(SpecError, match=message.replace(".", r"\.").replace("?", r"\?")):

@@ -79,15 +79,23 @@ def hard_link_to_symlink(tar: tarfile.TarFile, target: Path) -> None:
     add_file(tar, "hard", b"overwritten through the hard link")
 
 
+def symlink_then_file(tar: tarfile.TarFile, target: Path) -> None:
+    add_link(tar, "simple", str(target.parent))
+    add_file(tar, "simple/overwritten.txt")
+
+
+def named_twice(tar: tarfile.TarFile, target: Path) -> None:
+    """The second replaces the first with extractall: here it refuses the archive."""
+    add_file(tar, "a.txt")
+    add_file(tar, "a.txt")
+
+
 HOSTILE_TARS: dict[str, AddMembers] = {
     "dot-dot": lambda tar, target: add_file(tar, "simple/../../overwritten.txt"),
     "absolute": lambda tar, target: add_file(tar, str(target.parent / "overwritten.txt")),
     "drive-letter": lambda tar, target: add_file(tar, "C:/overwritten.txt"),
     "backslash": lambda tar, target: add_file(tar, "a\\..\\..\\overwritten.txt"),
-    "symlink-then-file": lambda tar, target: (
-        add_link(tar, "simple", str(target.parent)),
-        add_file(tar, "simple/overwritten.txt"),
-    ),
+    "symlink-then-file": symlink_then_file,
     "hard-link": lambda tar, target: add_link(
         tar, "simple", str(target.parent / "overwritten.txt"), tarfile.LNKTYPE
     ),
@@ -95,7 +103,7 @@ HOSTILE_TARS: dict[str, AddMembers] = {
     "cve-2025-4517-chain": cve_2025_4517,
     "device": lambda tar, target: add_special(tar, "simple/dev", tarfile.CHRTYPE),
     "fifo": lambda tar, target: add_special(tar, "simple/fifo", tarfile.FIFOTYPE),
-    "named-twice": lambda tar, target: (add_file(tar, "a.txt"), add_file(tar, "a.txt")),
+    "named-twice": named_twice,
 }
 
 
