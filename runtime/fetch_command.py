@@ -2,6 +2,10 @@
 server into DIR, the runtime's model repository (the init container of a service whose
 ``spec.model.storageUri`` is not a claim).
 
+At most ``--max-bytes`` are written (downloads and unpacked archives counted as written, not as
+a server or an archive declares them); past it the fetch fails and leaves nothing behind. The
+operator passes the service's ``spec.model.storageSizeLimit`` (the model volume's own limit).
+
 A failure is one line naming the URI and the reason, on stderr and in the termination message
 file when one is given (Kubernetes shows it in ``kubectl describe pod`` and the operator copies it
 into the service's status), with exit status 1.
@@ -20,6 +24,9 @@ HELP = (
     "download a model repository (s3://, gs://, https://) into DIR, the layout `serve` reads; "
     "credentials as KServe's storage initializer names them."
 )
+
+
+DEFAULT_MAX_BYTES = "10Gi"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,6 +50,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "default: read the same names from the environment",
     )
     parser.add_argument(
+        "--max-bytes",
+        type=_size,
+        default=DEFAULT_MAX_BYTES,  # a string default goes through `type` too
+        metavar="SIZE",
+        help="the most the fetch may write, downloads and unpacked archives together (e.g. "
+        f"512Mi, 20Gi); past it the fetch fails and keeps nothing (default {DEFAULT_MAX_BYTES})",
+    )
+    parser.add_argument(
         "--termination-message-file",
         type=Path,
         default=None,
@@ -59,7 +74,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         credentials = read_credentials(args.secret_dir, os.environ)
         folder = fetch_model(
-            args.uri, args.directory, model_name=args.model_name, credentials=credentials
+            args.uri,
+            args.directory,
+            model_name=args.model_name,
+            credentials=credentials,
+            max_bytes=args.max_bytes,
         )
     except FetchError as error:
         _report(str(error), args.termination_message_file)
@@ -73,6 +92,19 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print(f"fetched {args.uri} into {folder}")
     return 0
+
+
+def _size(text: str) -> int:
+    """A size as the spec writes it (``20Gi``, ``500M``, ``1e9``), in bytes."""
+    from cachefleet.runtime.config.quantity import QuantityError, parse_bytes
+
+    try:
+        count = parse_bytes(text)
+    except QuantityError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    if count <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: the limit must be more than 0 bytes")
+    return count
 
 
 def _report(message: str, termination_file: Path | None) -> None:

@@ -6,6 +6,10 @@ the invalidation channel makes every running server drop its in-process copies. 
 servers (``--server``, repeatable), which flush both tiers themselves. A server that restricts
 the ``cache`` API (``--http-restricted-api``) gets its header: from the same flag, variable or
 config file the server reads, or from ``--header KEY:VALUE``.
+
+A server's answer counts only when it is that server's own 2xx: a redirect is never followed
+(following one would send the admin header to whatever host the ``Location`` names, and report
+its answer as the flush's), so a 3xx, like any other non-2xx, is a failure with exit status 1.
 """
 
 from __future__ import annotations
@@ -102,17 +106,31 @@ def _headers(given: list[str], restrictions: tuple[Restriction, ...]) -> dict[st
     return headers
 
 
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A 3xx stays an answer (an HTTPError), never a second request elsewhere."""
+
+    def redirect_request(self, *args: object, **kwargs: object) -> None:
+        return None
+
+
 def _flush_server(
     server: str, model: str, headers: dict[str, str], context: ssl.SSLContext | None
 ) -> int:
     base = server if "://" in server else f"http://{server}"
     url = f"{base.rstrip('/')}/v2/models/{urllib.parse.quote(model, safe='')}/cache/flush"
     request = urllib.request.Request(url, method="POST", headers=headers)
+    opener = urllib.request.build_opener(
+        urllib.request.HTTPSHandler(context=context), _NoRedirects()
+    )
     try:
-        with urllib.request.urlopen(request, timeout=30, context=context) as r:
+        with opener.open(request, timeout=30) as r:
             print(f"{base}: {r.read().decode(errors='replace')}")
     except urllib.error.HTTPError as error:
-        detail = error.read().decode(errors="replace")
+        if 300 <= error.code < 400:
+            where = error.headers.get("Location", "nowhere")
+            detail = f"redirected to {where}: not followed, give the server's own address"
+        else:
+            detail = error.read().decode(errors="replace")
         print(f"cachefleet flush: {base}: HTTP {error.code} {detail}", file=sys.stderr)
         return 1
     except OSError as error:

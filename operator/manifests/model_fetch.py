@@ -5,7 +5,8 @@ It runs ``cachefleet fetch-model`` from the runtime image itself (the server's i
 policy and security context; the copy's resources), so no other image is trusted or pulled.
 The Secret is mounted as files into this container only: no secret value is in the pod template,
 the environment or a ConfigMap, and the server never sees it. A failure ends the container with
-one line naming the URI and the reason, written to its termination message, which
+one line naming the URI and the reason (past ``spec.model.storageSizeLimit``, written as the
+command's ``--max-bytes``, too), written to its termination message, which
 ``kubectl describe pod`` shows and the operator copies into the service's status.
 """
 
@@ -37,6 +38,9 @@ def fetch_container(spec: ServiceSpec, image: str, resources: dict[str, Any]) ->
         spec.model.name,
         "--termination-message-file",
         TERMINATION_LOG,
+        # The volume's own limit: the fetch stops there, with a message, before an eviction.
+        "--max-bytes",
+        str(spec.model.storage_size_limit),
     ]
     mounts: list[dict[str, Any]] = [
         {"name": "models", "mountPath": REPOSITORY_MOUNT},

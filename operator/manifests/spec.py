@@ -26,8 +26,10 @@ from cachefleet.operator.manifests.errors import SpecError
 from cachefleet.runtime.config import (
     NAMESPACE_PATTERN,
     ApiGroup,
+    QuantityError,
     StorageUri,
     StorageUriError,
+    parse_bytes,
     parse_storage_uri,
     split_password,
 )
@@ -118,6 +120,15 @@ class Repository(_Spec):
         return self
 
 
+def _size_bytes(value: str | int) -> int:
+    """A size the fetch command reads as well as the kubelet (``500m`` is a quantity, not a
+    byte count)."""
+    try:
+        return parse_bytes(value)
+    except QuantityError as error:
+        raise ValueError(f"model.storageSizeLimit: {error}") from None
+
+
 class Model(_Spec):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     cache_all_models: bool = False
@@ -129,7 +140,9 @@ class Model(_Spec):
     storage_uri: str | None = None
     #: A Secret with the store's credentials, under the keys KServe's storage initializer reads.
     storage_secret_name: str | None = Field(None, min_length=1)
-    #: The most the downloaded repository may take on the node (the model emptyDir's sizeLimit).
+    #: The most the downloaded repository may take on the node (the model emptyDir's sizeLimit),
+    #: and the most ``fetch-model`` writes (its ``--max-bytes``): it stops before the kubelet
+    #: would evict the pod.
     storage_size_limit: KubeQuantity = DEFAULT_MODEL_SIZE_LIMIT
 
     @model_validator(mode="after")
@@ -149,6 +162,8 @@ class Model(_Spec):
                 "model.storageSecretName is not read for a pvc:// storageUri (the claim is "
                 "mounted): remove it"
             )
+        if uri.downloaded and _size_bytes(self.storage_size_limit) <= 0:
+            raise ValueError("model.storageSizeLimit must be more than 0 bytes (e.g. 10Gi)")
         return self
 
     @property

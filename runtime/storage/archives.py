@@ -1,47 +1,183 @@
-"""Unpacking a downloaded archive (``.tar``, ``.tar.gz``, ``.tgz``, ``.zip``) in place.
+"""Unpacking a downloaded archive (``.tar``, ``.tar.gz``, ``.tgz``, ``.zip``) in place, every
+member checked here, whatever Python runs it.
 
-Members are checked as object keys are: nothing is written outside the folder, and links are
-refused (the ``data`` filter for tar files does both).
+The interpreter's own tar filters cannot be trusted for this: ``filter="data"`` had escapes
+(CVE-2025-4517 and its siblings: a chain of symlinks whose real path passes PATH_MAX, a hard link
+to a symlink) until Python 3.11.13 / 3.12.11, and zip extraction has no filter at all. So:
+
+- a member's name is a relative path: an absolute name, a drive letter, a backslash, a NUL or a
+  ``..`` segment refuses the archive (``.`` segments are dropped: ``tar -C dir .`` writes them);
+- only regular files and folders are unpacked: a symlink, a hard link, a device, a FIFO (or a
+  zip entry whose Unix mode says one of these) refuses the archive. Links are refused, not
+  checked: a model repository needs none, and no rule for "safe" links has stayed safe;
+- every member is checked before anything is written, so a refused archive writes nothing;
+- each file is created new (never through a link, never over another member), with the default
+  permissions (no owners, modes or setuid bits from the archive), and must resolve inside the
+  folder;
+- the sizes the archive declares must fit the fetch's :class:`WriteBudget` before unpacking
+  starts (a tar header's size is its data's; a zip's may lie), and the bytes written are
+  charged as they are written, so a zip or tar bomb stops at the limit.
 """
 
 from __future__ import annotations
 
+import gzip
+import re
+import stat
 import tarfile
 import zipfile
-from pathlib import Path
+import zlib
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import IO
 
-from cachefleet.runtime.storage.paths import UnsafeKeyError, inside, relative_key
+from cachefleet.runtime.storage.budget import WriteBudget
+from cachefleet.runtime.storage.paths import UnsafeKeyError, inside
 
 SUFFIXES = (".tar", ".tar.gz", ".tgz", ".zip")
+_DRIVE = re.compile(r"^[A-Za-z]:")
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class _Member:
+    """A checked member: where it goes, and how to read it (None for a folder)."""
+
+    path: PurePosixPath
+    open: Callable[[], IO[bytes]] | None
 
 
 def is_archive(path: Path) -> bool:
     return path.name.lower().endswith(SUFFIXES)
 
 
-def unpack(archive: Path, destination: Path) -> None:
+def unpack(archive: Path, destination: Path, budget: WriteBudget) -> None:
     """Unpack ``archive`` into ``destination``, then remove it; UnsafeKeyError for a member
-    that would land outside, ValueError for a file that is not the archive its name says."""
+    refused, SizeLimitError past the budget, ValueError for a file that is not the archive its
+    name says."""
     try:
         if archive.name.lower().endswith(".zip"):
-            _unzip(archive, destination)
+            with zipfile.ZipFile(archive) as bundle:
+                _write(_zip_members(bundle, budget), archive, destination, budget)
         else:
             with tarfile.open(archive) as tar:
-                tar.extractall(destination, filter="data")
-    except tarfile.FilterError as error:
-        raise UnsafeKeyError(f"archive member refused: {error}") from None
-    except (tarfile.TarError, zipfile.BadZipFile) as error:
+                _write(_tar_members(tar, budget), archive, destination, budget)
+    except (tarfile.TarError, zipfile.BadZipFile, gzip.BadGzipFile, zlib.error, EOFError) as error:
         raise ValueError(f"{archive.name} is not a readable archive: {error}") from None
+    except NotImplementedError as error:  # a zip compression method zipfile lacks
+        raise ValueError(f"{archive.name}: {error}") from None
     archive.unlink()
 
 
-def _unzip(archive: Path, destination: Path) -> None:
-    with zipfile.ZipFile(archive) as bundle:
-        for member in bundle.infolist():
-            if member.is_dir():
-                continue
-            target = inside(destination, relative_key(member.filename, ""))
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with bundle.open(member) as source, target.open("wb") as out:
-                while chunk := source.read(1 << 20):
-                    out.write(chunk)
+def _write(
+    members: Iterable[_Member], archive: Path, destination: Path, budget: WriteBudget
+) -> None:
+    checked = _no_collisions(list(members), archive.name)  # all checked before any is written
+    for member in checked:
+        target = inside(destination, member.path)
+        if member.open is None:
+            target.mkdir(parents=True, exist_ok=True)
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with member.open() as source, budget.create(target) as out:
+            while chunk := source.read(_CHUNK):
+                out.write(chunk)
+
+
+def _tar_members(tar: tarfile.TarFile, budget: WriteBudget) -> Iterator[_Member]:
+    """Each member of ``tar``, checked as its header is read: a bomb's declared size is refused
+    before its data is decompressed."""
+    declared = 0
+    for info in tar:
+        path = _member_path(info.name)
+        if info.isdir():
+            if path is not None:
+                yield _Member(path, None)
+            continue
+        if not info.isreg():
+            raise _refused(info.name, f"is a {_tar_kind(info)}; only files and folders unpack")
+        if path is None:
+            raise _refused(info.name, "is a file without a name")
+        declared += info.size
+        budget.expect(declared)
+        yield _Member(path, _tar_reader(tar, info))
+
+
+def _tar_reader(tar: tarfile.TarFile, info: tarfile.TarInfo) -> Callable[[], IO[bytes]]:
+    def read() -> IO[bytes]:
+        source = tar.extractfile(info)
+        assert source is not None  # a regular member always has data
+        return source
+
+    return read
+
+
+def _tar_kind(info: tarfile.TarInfo) -> str:
+    if info.issym():
+        return f"symlink (to {info.linkname!r})"
+    if info.islnk():
+        return f"hard link (to {info.linkname!r})"
+    if info.ischr() or info.isblk():
+        return "device"
+    if info.isfifo():
+        return "FIFO"
+    return f"member of type {info.type!r}"
+
+
+def _zip_members(bundle: zipfile.ZipFile, budget: WriteBudget) -> Iterator[_Member]:
+    declared = 0
+    for info in bundle.infolist():
+        path = _member_path(info.filename)
+        kind = stat.S_IFMT(info.external_attr >> 16)
+        if kind not in (0, stat.S_IFREG, stat.S_IFDIR):
+            what = "symlink" if kind == stat.S_IFLNK else f"special file (mode {kind:o})"
+            raise _refused(info.filename, f"is a {what}; only files and folders unpack")
+        if info.is_dir() or kind == stat.S_IFDIR:
+            if path is not None:
+                yield _Member(path, None)
+            continue
+        if info.flag_bits & 0x1:
+            raise _refused(info.filename, "is encrypted")
+        if path is None:
+            raise _refused(info.filename, "is a file without a name")
+        declared += info.file_size
+        budget.expect(declared)
+        yield _Member(path, _zip_reader(bundle, info))
+
+
+def _zip_reader(bundle: zipfile.ZipFile, info: zipfile.ZipInfo) -> Callable[[], IO[bytes]]:
+    return lambda: bundle.open(info)
+
+
+def _member_path(name: str) -> PurePosixPath | None:
+    """The relative path a member's name gives; None for the archive's root folder."""
+    if not name or "\0" in name or "\\" in name or name.startswith("/") or _DRIVE.match(name):
+        raise _refused(name, "is not a relative path")
+    parts = [part for part in name.split("/") if part not in ("", ".")]
+    if ".." in parts:
+        raise _refused(name, "climbs out with '..'")
+    return PurePosixPath(*parts) if parts else None
+
+
+def _no_collisions(members: list[_Member], archive_name: str) -> list[_Member]:
+    """Refuse a file named twice, or named as a folder another member needs, or the archive's
+    own name: a later member never replaces an earlier one."""
+    files = {PurePosixPath(archive_name)}
+    folders: set[PurePosixPath] = set()
+    for member in members:
+        if member.open is None:
+            folders.add(member.path)
+        elif member.path in files:
+            raise _refused(str(member.path), "is named twice (or is the archive's own name)")
+        else:
+            files.add(member.path)
+        folders.update(member.path.parents)
+    both = sorted(str(p) for p in files & folders)
+    if both:
+        raise _refused(both[0], "is both a file and a folder")
+    return members
+
+
+def _refused(name: str, why: str) -> UnsafeKeyError:
+    return UnsafeKeyError(f"archive member refused: {name!r} {why}")

@@ -1,6 +1,9 @@
 """Fetch a model repository: choose the store, download into a staging folder beside the
 target, arrange it (``layout``), then move it into place.
 
+Every byte written into the staging folder, downloaded or unpacked, is charged to one
+:class:`WriteBudget`: past it the fetch fails and the staging folder is removed.
+
 Staging in the target's own volume means a download that fails half-way leaves the repository as
 it was, and a re-run (the kubelet restarts a failed init container) starts afresh: nothing is
 resumed by hand; the stores' clients retry what they can.
@@ -14,19 +17,26 @@ from pathlib import Path
 
 from cachefleet.runtime.config import StorageUri, StorageUriError, parse_storage_uri
 from cachefleet.runtime.storage.archives import is_archive, unpack
+from cachefleet.runtime.storage.budget import WriteBudget
 from cachefleet.runtime.storage.credentials import Credentials
 from cachefleet.runtime.storage.errors import FetchError
 from cachefleet.runtime.storage.layout import LayoutError, arrange, move_into
 from cachefleet.runtime.storage.paths import UnsafeKeyError
 
-Fetcher = Callable[[StorageUri, Path, Credentials], list[Path]]
+Fetcher = Callable[[StorageUri, Path, Credentials, WriteBudget], list[Path]]
 STAGING = ".cachefleet-fetching"
 
 
 def fetch_model(
-    uri_text: str, destination: Path, *, model_name: str, credentials: Credentials
+    uri_text: str,
+    destination: Path,
+    *,
+    model_name: str,
+    credentials: Credentials,
+    max_bytes: int,
 ) -> Path:
-    """Download ``uri_text`` into the repository ``destination``; the model's folder there."""
+    """Download ``uri_text`` into the repository ``destination``, writing at most ``max_bytes``
+    (downloads and unpacked archives together); the model's folder there."""
     try:
         uri = parse_storage_uri(uri_text)
     except StorageUriError as error:
@@ -38,9 +48,10 @@ def fetch_model(
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
     try:
-        files = _fetcher(uri)(uri, staging, credentials)
+        budget = WriteBudget(max_bytes)
+        files = _fetcher(uri)(uri, staging, credentials, budget)
         if len(files) == 1 and is_archive(files[0]):  # only a URI naming one archive: a
-            unpack(files[0], staging)  # repository's own .zip or .tar files stay as they are
+            unpack(files[0], staging, budget)  # repository's own .zip or .tar files stay as is
         arrange(staging, model_name)
         move_into(staging, destination)
     except (LayoutError, UnsafeKeyError, ValueError) as error:

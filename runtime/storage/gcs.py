@@ -1,5 +1,7 @@
 """``gs://bucket/prefix``: every object below the prefix (or the one object it names), through
-google-cloud-storage (its retries and checksummed downloads)."""
+google-cloud-storage (its retries and checksummed downloads). Its HTTP session (requests) would
+follow a redirect from https to http: a response hook refuses that (``redirects``); requests
+itself drops the Authorization header on a redirect to another host."""
 
 from __future__ import annotations
 
@@ -7,13 +9,18 @@ from pathlib import Path
 from typing import Any
 
 from cachefleet.runtime.config import StorageUri
+from cachefleet.runtime.storage.budget import SizeLimitError, WriteBudget
 from cachefleet.runtime.storage.credentials import Credentials
 from cachefleet.runtime.storage.errors import FetchError
 from cachefleet.runtime.storage.paths import UnsafeKeyError, inside, relative_key
+from cachefleet.runtime.storage.redirects import DowngradeError, refuse_downgrade_hook
 
 
-def fetch_gcs(uri: StorageUri, destination: Path, credentials: Credentials) -> list[Path]:
-    """Download into ``destination``; the files written, or FetchError."""
+def fetch_gcs(
+    uri: StorageUri, destination: Path, credentials: Credentials, budget: WriteBudget
+) -> list[Path]:
+    """Download into ``destination``; the files written, or FetchError. Each object's listed
+    size must fit ``budget`` before it is downloaded; the bytes written are charged to it."""
     import google.api_core.exceptions
     import google.auth.exceptions
 
@@ -31,9 +38,11 @@ def fetch_gcs(uri: StorageUri, destination: Path, credentials: Credentials) -> l
                 continue
             target = inside(destination, relative)
             target.parent.mkdir(parents=True, exist_ok=True)
-            blob.download_to_filename(str(target))
+            budget.expect(int(blob.size or 0))
+            with budget.create(target) as out:
+                blob.download_to_file(out)
             written.append(target)
-    except UnsafeKeyError as error:
+    except (UnsafeKeyError, SizeLimitError, DowngradeError) as error:
         raise FetchError(uri.text, str(error)) from None
     except google.api_core.exceptions.GoogleAPIError as error:
         raise FetchError(uri.text, _api_error(error)) from None
@@ -51,11 +60,15 @@ def _client(credentials: Credentials) -> Any:
     from google.cloud import storage
 
     if credentials.gcs_key_file is not None:
-        return storage.Client.from_service_account_json(str(credentials.gcs_key_file))
-    try:
-        return storage.Client()
-    except google.auth.exceptions.DefaultCredentialsError:
-        return storage.Client.create_anonymous_client()
+        client = storage.Client.from_service_account_json(str(credentials.gcs_key_file))
+    else:
+        try:
+            client = storage.Client()
+        except google.auth.exceptions.DefaultCredentialsError:
+            client = storage.Client.create_anonymous_client()
+    # The client's session (a requests.Session) is its only way out: the documented hook list.
+    client._http.hooks["response"].append(refuse_downgrade_hook)
+    return client
 
 
 def _api_error(error: Any) -> str:

@@ -1,6 +1,11 @@
 """``https://host/path``: one file (an ONNX model, or an archive of a repository), through the
 standard library's client, verifying the server against the system's CAs and the Secret's
-``cabundle.crt``."""
+``cabundle.crt``.
+
+Redirects are followed only to other ``https://`` URLs (a download site commonly hands the file
+to a CDN): one to ``http://`` would let anyone on the path replace the model, so it fails the
+fetch. Nothing secret is sent (the URI may not carry credentials), so another host may answer.
+"""
 
 from __future__ import annotations
 
@@ -11,14 +16,18 @@ import urllib.request
 from pathlib import Path, PurePosixPath
 
 from cachefleet.runtime.config import StorageUri
+from cachefleet.runtime.storage.budget import WriteBudget
 from cachefleet.runtime.storage.credentials import Credentials
 from cachefleet.runtime.storage.errors import FetchError
 from cachefleet.runtime.storage.paths import UnsafeKeyError, inside, relative_key
+from cachefleet.runtime.storage.redirects import DowngradeError, HttpsOnlyRedirects
 
 TIMEOUT_S = 60.0
 
 
-def fetch_https(uri: StorageUri, destination: Path, credentials: Credentials) -> list[Path]:
+def fetch_https(
+    uri: StorageUri, destination: Path, credentials: Credentials, budget: WriteBudget
+) -> list[Path]:
     """Download the file the URI names into ``destination``, under its own name."""
     try:
         target = inside(destination, relative_key(PurePosixPath(uri.path).name, ""))
@@ -27,12 +36,18 @@ def fetch_https(uri: StorageUri, destination: Path, credentials: Credentials) ->
     context = ssl.create_default_context()
     if credentials.ca_bundle is not None:
         context.load_verify_locations(cafile=str(credentials.ca_bundle))
+    opener = urllib.request.build_opener(
+        urllib.request.HTTPSHandler(context=context), HttpsOnlyRedirects()
+    )
     try:
-        with (
-            urllib.request.urlopen(uri.text, timeout=TIMEOUT_S, context=context) as response,
-            target.open("wb") as out,
-        ):
-            shutil.copyfileobj(response, out, length=1 << 20)
+        with opener.open(uri.text, timeout=TIMEOUT_S) as response:
+            declared = response.headers.get("Content-Length")
+            if declared is not None and declared.isdigit():
+                budget.expect(int(declared))
+            with budget.create(target) as out:
+                shutil.copyfileobj(response, out, length=1 << 20)
+    except DowngradeError as error:
+        raise FetchError(uri.text, str(error)) from None
     except urllib.error.HTTPError as error:
         raise FetchError(uri.text, f"HTTP {error.code} {error.reason}") from None
     except urllib.error.URLError as error:

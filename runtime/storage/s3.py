@@ -8,13 +8,17 @@ from pathlib import Path
 from typing import Any
 
 from cachefleet.runtime.config import StorageUri
+from cachefleet.runtime.storage.budget import WriteBudget
 from cachefleet.runtime.storage.credentials import Credentials
 from cachefleet.runtime.storage.errors import FetchError
 from cachefleet.runtime.storage.paths import UnsafeKeyError, inside, relative_key
 
 
-def fetch_s3(uri: StorageUri, destination: Path, credentials: Credentials) -> list[Path]:
-    """Download into ``destination``; the files written, or FetchError."""
+def fetch_s3(
+    uri: StorageUri, destination: Path, credentials: Credentials, budget: WriteBudget
+) -> list[Path]:
+    """Download into ``destination``; the files written, or FetchError. The listed sizes
+    must fit ``budget`` before any download starts; the bytes written are charged to it."""
     import botocore.exceptions
 
     client = _client(credentials)
@@ -22,11 +26,13 @@ def fetch_s3(uri: StorageUri, destination: Path, credentials: Credentials) -> li
         keys = list(_keys(client, uri))
         if not keys:
             raise FetchError(uri.text, f"no object in bucket {uri.location} under {uri.path!r}")
+        budget.expect(sum(size for _, _, size in keys))
         written = []
-        for key, relative in keys:
+        for key, relative, _ in keys:
             target = inside(destination, relative)
             target.parent.mkdir(parents=True, exist_ok=True)
-            client.download_file(uri.location, key, str(target))
+            with budget.create(target) as out:
+                client.download_fileobj(uri.location, key, out)
             written.append(target)
         return written
     except UnsafeKeyError as error:
@@ -37,18 +43,18 @@ def fetch_s3(uri: StorageUri, destination: Path, credentials: Credentials) -> li
         raise FetchError(uri.text, str(error)) from None
 
 
-def _keys(client: Any, uri: StorageUri) -> Iterator[tuple[str, Any]]:
-    """(key, relative path) of each object: the one the path names exactly, else those below it
-    as a folder (``models/a`` never matches ``models/ab/...``)."""
+def _keys(client: Any, uri: StorageUri) -> Iterator[tuple[str, Any, int]]:
+    """(key, relative path, listed size) of each object: the one the path names exactly, else
+    those below it as a folder (``models/a`` never matches ``models/ab/...``)."""
     folder = f"{uri.path}/" if uri.path else ""
     pages = client.get_paginator("list_objects_v2").paginate(Bucket=uri.location, Prefix=uri.path)
     for page in pages:
         for item in page.get("Contents") or []:
-            key = str(item["Key"])
+            key, size = str(item["Key"]), int(item.get("Size") or 0)
             if key == uri.path:
-                yield key, relative_key(key.rsplit("/", 1)[-1], "")
+                yield key, relative_key(key.rsplit("/", 1)[-1], ""), size
             elif key.startswith(folder) and not key.endswith("/"):  # "/": a folder marker
-                yield key, relative_key(key, folder)
+                yield key, relative_key(key, folder), size
 
 
 def _client(credentials: Credentials) -> Any:

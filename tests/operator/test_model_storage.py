@@ -81,6 +81,8 @@ def test_s3_renders_a_fetch_container_of_the_runtime_image() -> None:
     found = volumes(pod)
     assert found["models"] == {"name": "models", "emptyDir": {"sizeLimit": "20Gi"}}
     assert found["model-storage-credentials"]["secret"]["secretName"] == "s3-credentials"
+    # The fetch stops at the volume's limit itself, with a message, before the kubelet evicts.
+    assert fetch["command"][fetch["command"].index("--max-bytes") + 1] == "20Gi"
 
 
 def test_no_credential_is_copied_into_the_pod_template() -> None:
@@ -107,6 +109,7 @@ def test_without_a_secret_nothing_is_mounted(uri: str) -> None:
     assert "--secret-dir" not in fetch["command"]
     assert set(volumes(pod)) == {"config", "tmp", "models"}
     assert volumes(pod)["models"]["emptyDir"] == {"sizeLimit": "10Gi"}
+    assert fetch["command"][fetch["command"].index("--max-bytes") + 1] == "10Gi"
 
 
 def test_a_claim_uri_is_mounted_read_only_not_downloaded() -> None:
@@ -136,8 +139,20 @@ def test_a_claim_uri_is_mounted_read_only_not_downloaded() -> None:
         ({"storageUri": "pvc://claim/../etc"}, "'.' or '..' segments"),
         ({"storageUri": "pvc://claim/repo", "storageSecretName": "s"}, "not read for a pvc://"),
         ({"storageUri": "https://host/"}, "must name a file"),
+        ({"storageUri": "s3://models/m", "storageSizeLimit": "500m"}, "model.storageSizeLimit: "),
+        ({"storageUri": "s3://models/m", "storageSizeLimit": 0}, "more than 0 bytes"),
     ],
-    ids=["both", "neither", "scheme", "userinfo", "dot-dot", "secret-for-claim", "no-file"],
+    ids=[
+        "both",
+        "neither",
+        "scheme",
+        "userinfo",
+        "dot-dot",
+        "secret-for-claim",
+        "no-file",
+        "milli-bytes",
+        "zero-bytes",
+    ],
 )
 def test_a_bad_storage_spec_says_what_to_fix(model: dict[str, Any], message: str) -> None:
     with pytest.raises(SpecError, match=message.replace(".", r"\.").replace("?", r"\?")):

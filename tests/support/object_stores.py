@@ -5,6 +5,8 @@
   after which a request signed with any other key is refused as by AWS.
 - ``GcsEmulator``: ``gcp-storage-emulator``, the GCS JSON API in memory (anonymous).
 - ``TlsFileServer``: the standard library's HTTP server over TLS, serving a folder.
+- ``RecordingServer``: answers every request with one fixed status (a redirect, or 200 and a
+  body, with or without its length) and records what it was sent, over TLS or plain HTTP.
 """
 
 from __future__ import annotations
@@ -131,6 +133,77 @@ class TlsFileServer:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+@dataclass(frozen=True)
+class Received:
+    method: str
+    path: str
+    headers: dict[str, str]  # names lowercased
+
+
+class RecordingServer:
+    """Answers every request with ``status`` (and ``location`` as its Location, for a redirect)
+    and ``body``, and records each request it gets; TLS with ``issued``, else plain HTTP.
+    Without ``declare_length`` the body's end is the connection's (no Content-Length)."""
+
+    def __init__(
+        self,
+        *,
+        status: int = 200,
+        location: str | None = None,
+        body: bytes = b'{"status": "ok"}',
+        declare_length: bool = True,
+        issued: Issued | None = None,
+    ) -> None:
+        self.received: list[Received] = []
+        self.status, self.location = status, location
+        self.body, self.declare_length = body, declare_length
+        handler = functools.partial(_RecordingHandler, self)
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.scheme = "http"
+        if issued is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(str(issued.cert), str(issued.key))
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+            self.scheme = "https"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def url(self, path: str = "") -> str:
+        return f"{self.scheme}://127.0.0.1:{self.server.server_address[1]}/{path}"
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class _RecordingHandler(http.server.BaseHTTPRequestHandler):
+    def __init__(self, owner: RecordingServer, *args: Any) -> None:
+        self.owner = owner
+        super().__init__(*args)
+
+    def _answer(self) -> None:
+        owner = self.owner
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            self.rfile.read(length)
+        owner.received.append(
+            Received(self.command, self.path, {k.lower(): v for k, v in self.headers.items()})
+        )
+        self.send_response(owner.status)
+        if owner.location is not None:
+            self.send_header("Location", owner.location)
+        self.send_header("Content-Type", "application/octet-stream")
+        if owner.declare_length:
+            self.send_header("Content-Length", str(len(owner.body)))
+        self.end_headers()
+        self.wfile.write(owner.body)
+
+    do_GET = do_POST = _answer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
