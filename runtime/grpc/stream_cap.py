@@ -95,9 +95,7 @@ class StreamCap:
         return capped
 
 
-def _each_stream(
-    handlers: dict[str, Handler], wrap: Callable[[Any], Any]
-) -> dict[str, Handler]:
+def _each_stream(handlers: dict[str, Handler], wrap: Callable[[Any], Any]) -> dict[str, Handler]:
     counted = dict(handlers)
     for name, handler in handlers.items():
         if handler.request_streaming and handler.response_streaming:

@@ -43,7 +43,7 @@ class Stream:
         try:
             response = self._first.result(ANSWERS_WITHIN_S)
         except grpc.RpcError as error:
-            return error.code()  # type: ignore[no-any-return]  # grpcio leaves it untyped
+            return error.code()
         assert not response.error_message, response.error_message
         return None
 
@@ -152,9 +152,7 @@ def test_the_asyncio_server_caps_streams_too(
         with grpc.insecure_channel(server.grpc_url) as channel:
             stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
             streams = open_streams(stub, DEFAULT_CAP + 1)
-            assert _outcomes(streams) == [None] * DEFAULT_CAP + [
-                grpc.StatusCode.RESOURCE_EXHAUSTED
-            ]
+            assert _outcomes(streams) == [None] * DEFAULT_CAP + [grpc.StatusCode.RESOURCE_EXHAUSTED]
             _unary_calls_answer(stub)
             _http_load_answers(server)
             streams[0].close()
