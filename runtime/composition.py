@@ -123,11 +123,16 @@ class Runtime:
             )
             stack.push_async_callback(service.close)
             metrics.registry.register(ModelInfo(repository))
+            # Loads get a thread of their own (they run one at a time), not the loop's default
+            # executor: nothing a client holds open elsewhere can hold a load back.
+            loads = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cachefleet-control")
+            stack.callback(loads.shutdown, wait=True, cancel_futures=True)
             control = ModelControl(
                 repository,
                 ledger.statistics,
                 ledger.in_flight,
                 settings.models.control_mode,
+                loads,
                 max_file_bytes=settings.server.max_request_bytes,
                 settle=ledger.settle,
             )

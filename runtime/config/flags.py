@@ -74,6 +74,12 @@ FLAGS: tuple[Flag, ...] = (
         "max_inflight_bytes",
         "Request bytes held at once, e.g. 1Gi (default); over it, wait briefly, then 503.",
     ),
+    Flag(
+        "grpc-max-streams",
+        "limits",
+        "grpc_max_streams",
+        "gRPC streams open at once (16); over it RESOURCE_EXHAUSTED.",
+    ),
     Flag("cache", "cache", "mode", "Response cache mode.", ("none", "local", "redis", "tiered")),
     Flag(
         "cache-admission",

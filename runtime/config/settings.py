@@ -107,6 +107,12 @@ class LimitSettings(_Group):
         "a request over it waits briefly, then gets 503. The operator derives it from the "
         "memory limit.",
     )
+    grpc_max_streams: int = Field(
+        16,
+        ge=1,
+        description="gRPC streams (ModelStreamInfer) open at once; over it a new stream ends "
+        "with RESOURCE_EXHAUSTED. Streams are served apart from unary calls and model control.",
+    )
 
 
 class ModelSettings(_Group):

@@ -61,11 +61,6 @@ def method_handlers(servicer: Any) -> dict[str, Any]:
     return handlers
 
 
-def add_service(servicer: Any, server: grpc.aio.Server) -> None:
-    """Serve ``servicer`` on ``server`` (as the generated ``add_..._to_server`` does)."""
-    add_handlers(method_handlers(servicer), server)
-
-
 def add_handlers(handlers: dict[str, Any], server: grpc.Server | grpc.aio.Server) -> None:
     """Serve the method ``handlers`` (by method name) on ``server``, of either kind."""
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))

@@ -5,7 +5,10 @@ The threaded server answers memoized ``ModelInfer`` hits on its own threads; eve
 service it calls. A :class:`LoopContext` stands in for the asyncio servicer context there
 (metadata in; trailing metadata, abort out), and the thread that holds the call waits for the
 coroutine and passes what it set on to grpcio's context. A call the client cancels (or whose
-deadline passes) cancels its coroutine.
+deadline passes) cancels its coroutine. A stream's requests are waited for on the threads of
+``readers``, an executor of the stream's own (one thread per stream the cap admits), never the
+loop's default executor: an idle stream waits there for as long as its client likes, and the
+default executor is shared with everything else that runs off the loop.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from concurrent.futures import CancelledError
+from concurrent.futures import CancelledError, Executor
 from typing import Any
 
 import grpc
@@ -52,10 +55,12 @@ class LoopContext:
 
 
 class LoopBridge:
-    """Calls servicer methods on ``loop`` from the server's threads."""
+    """Calls servicer methods on ``loop`` from the server's threads; streams' requests are
+    read on ``readers``."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, readers: Executor) -> None:
         self.loop = loop
+        self._readers = readers
 
     def wait(self, work: Awaitable[Any], context: grpc.ServicerContext) -> Any:
         """``work``'s result, run on the loop; cancelled with the call."""
@@ -85,7 +90,7 @@ class LoopBridge:
 
     def streaming(self, method: Streaming) -> Callable[[Iterator[Any], grpc.ServicerContext], Any]:
         """A synchronous handler behaviour for the servicer's streaming ``method``: requests
-        are read by the loop's default executor, responses come back one by one."""
+        are read on ``readers``, responses come back one by one."""
 
         def call(requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
             stand_in = LoopContext(context.invocation_metadata())
@@ -107,7 +112,7 @@ class LoopBridge:
     async def _read(self, requests: Iterator[Any]) -> AsyncIterator[Any]:
         loop = asyncio.get_running_loop()
         while True:
-            request = await loop.run_in_executor(None, next, requests, _END)
+            request = await loop.run_in_executor(self._readers, next, requests, _END)
             if request is _END:
                 return
             yield request

@@ -2,7 +2,9 @@
 
 With a local tier (``--cache local`` or ``tiered``) it is grpcio's synchronous server, which
 answers repeated local hits on its own threads (``threaded_server``); otherwise grpcio's asyncio
-server. Either way every call but those hits is the asyncio servicer's.
+server. Either way every call but those hits is the asyncio servicer's, and open streams are
+capped by ``--grpc-max-streams`` (``stream_cap``): the cap is made here, and the threaded server
+sizes its threads from it.
 
 It runs in the same event loop as HTTP and receives the same runtime, so both transports share
 one service.
@@ -23,9 +25,10 @@ from cachefleet.runtime.composition import Runtime
 from cachefleet.runtime.config import SecuritySettings
 from cachefleet.runtime.errors import ServingError
 from cachefleet.runtime.grpc import threaded_server
-from cachefleet.runtime.grpc.handlers import add_service
+from cachefleet.runtime.grpc.handlers import add_handlers, method_handlers
 from cachefleet.runtime.grpc.restricted import RestrictedProtocols, ThreadedRestrictedProtocols
 from cachefleet.runtime.grpc.servicer import InferenceServicer
+from cachefleet.runtime.grpc.stream_cap import StreamCap
 from cachefleet.runtime.grpc.traced import TraceContextInterceptor
 
 log = logging.getLogger(__name__)
@@ -53,10 +56,11 @@ async def start_grpc_server(runtime: Runtime) -> Server:
         ("grpc.so_reuseport", 1 if settings.workers > 1 else 0),
     ]
     restricted = security.grpc_restricted_protocol
+    cap = StreamCap(runtime.settings.limits.grpc_max_streams)
     server: Server
     if threaded_server.serves(runtime):
         threaded: list[Any] = [ThreadedRestrictedProtocols(restricted)] if restricted else []
-        server = await threaded_server.threaded_server(runtime, options, threaded)
+        server = await threaded_server.threaded_server(runtime, options, threaded, cap)
     else:
         interceptors: list[grpc.aio.ServerInterceptor] = []
         if restricted:
@@ -64,7 +68,7 @@ async def start_grpc_server(runtime: Runtime) -> Server:
         if runtime.tracing is not None:  # after the restriction: a refused call is not answered
             interceptors.append(TraceContextInterceptor(runtime.tracing.tracer))
         server = grpc.aio.server(options=options, interceptors=interceptors)
-        add_service(InferenceServicer(runtime), server)
+        add_handlers(cap.asynchronous(method_handlers(InferenceServicer(runtime))), server)
     address = _address(settings.host, settings.grpc_port)
     credentials = _credentials(security) if security.grpc_use_ssl else None
     try:

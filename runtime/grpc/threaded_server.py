@@ -17,6 +17,11 @@ Everything else (a first sighting, a miss, ``cache-control`` metadata, shared me
 method, streams) is the asyncio servicer's, run on the event loop through ``loop_bridge``, with
 the same answers, errors, trailers and statistics as the asyncio server gives. The same
 message size limits, restricted-protocol interceptor, TLS and port sharing apply.
+
+A stream holds one of the server's threads for its life, and one thread of its own that waits
+for its requests (``loop_bridge``); open streams are capped (``stream_cap``) and the server gets
+that many threads on top of :data:`THREADS`, so unary calls keep :data:`THREADS` threads
+whatever streams are open.
 """
 
 from __future__ import annotations
@@ -43,13 +48,14 @@ from cachefleet.runtime.grpc.loop_bridge import LoopBridge, LoopContext
 from cachefleet.runtime.grpc.messages import service_pb2
 from cachefleet.runtime.grpc.response_memo import ResponseMemo, request_digest
 from cachefleet.runtime.grpc.servicer import InferenceServicer, directives_of
+from cachefleet.runtime.grpc.stream_cap import StreamCap
 from cachefleet.runtime.models.types import ModelConfig
 from cachefleet.runtime.protocol.request import InferRequest
 from cachefleet.runtime.service import InferAnswer
 
-#: The server's threads at most: each call holds one while it is answered (a stream for its
-#: life), so more than the concurrency a client drives; quick calls keep to the few most
-#: recently idle ones (``hot_pool``).
+#: The server's threads for unary calls at most: each call holds one while it is answered, so
+#: more than the concurrency a client drives; quick calls keep to the few most recently idle
+#: ones (``hot_pool``). Streams get as many more as the stream cap admits.
 THREADS = 32
 _HIT_LOCAL = (("x-cache", "hit-local"),)
 _SHARED = "shared_memory_region"
@@ -181,12 +187,20 @@ class _Bridged:
 
 
 class ThreadedServer:
-    """grpcio's synchronous server, its threads, and the ledger relay that writes down their
-    hits while it serves: :meth:`start` and :meth:`stop` on the event loop."""
+    """grpcio's synchronous server, its threads (the calls', and the streams' readers), and
+    the ledger relay that writes down their hits while it serves: :meth:`start` and
+    :meth:`stop` on the event loop."""
 
-    def __init__(self, server: grpc.Server, pool: HotThreadPool, relay: LedgerRelay) -> None:
+    def __init__(
+        self,
+        server: grpc.Server,
+        pool: HotThreadPool,
+        readers: futures.ThreadPoolExecutor,
+        relay: LedgerRelay,
+    ) -> None:
         self.server = server
         self.pool = pool
+        self.readers = readers
         self.relay = relay
 
     def add_insecure_port(self, address: str) -> int:
@@ -206,15 +220,18 @@ class ThreadedServer:
             await asyncio.to_thread(self.server.stop(grace).wait)
         finally:
             self.pool.shutdown(wait=False)
+            self.readers.shutdown(wait=False, cancel_futures=True)
             self.relay.stop()
 
 
 async def threaded_server(
-    runtime: Runtime, options: list[tuple[str, Any]], interceptors: list[Any]
+    runtime: Runtime, options: list[tuple[str, Any]], interceptors: list[Any], cap: StreamCap
 ) -> ThreadedServer:
-    """The server, unstarted and without ports; call in the event loop it hands calls to."""
+    """The server, unstarted and without ports, admitting as many streams as ``cap``; call in
+    the event loop it hands calls to."""
     loop = asyncio.get_running_loop()
-    bridge = LoopBridge(loop)
+    readers = futures.ThreadPoolExecutor(cap.limit, thread_name_prefix="grpc_stream_reader")
+    bridge = LoopBridge(loop, readers)
     memo = ResponseMemo(runtime.settings.cache.local_size_bytes // 8)
 
     async def forget(name: str) -> None:
@@ -222,13 +239,13 @@ async def threaded_server(
 
     runtime.control.on_release(forget)
     relay = LedgerRelay(loop, runtime.ledger, runtime.service)
-    handlers = method_handlers(_Bridged(InferenceServicer(runtime), bridge))
+    handlers = cap.threaded(method_handlers(_Bridged(InferenceServicer(runtime), bridge)))
     handlers["ModelInfer"] = grpc.unary_unary_rpc_method_handler(
         MemoizedInfer(runtime, bridge, memo, relay)
     )
-    pool = HotThreadPool(THREADS, "grpc")
+    pool = HotThreadPool(THREADS + cap.limit, "grpc")
     # Typed as the standard pool, of which grpcio calls only ``submit``.
     executor = cast(futures.ThreadPoolExecutor, pool)
     server = grpc.server(executor, interceptors=interceptors, options=options)
     add_handlers(handlers, server)
-    return ThreadedServer(server, pool, relay)
+    return ThreadedServer(server, pool, readers, relay)

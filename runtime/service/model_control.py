@@ -10,9 +10,11 @@ and the gRPC ``RepositoryModelLoad`` / ``RepositoryModelUnload`` calls both use
   400 that says how to turn it on, as Triton refuses it.
 - ``load`` (re)loads a model from its folder, or with a JSON ``ModelConfig`` given in the
   request's ``config`` parameter instead of its config.pbtxt, and with model files sent in the
-  request (``file:`` parameters, staged by ``model_files``). Loading runs in a worker thread; a
-  model that fails to load is a 400 ``failed to load '<name>': <reason>``, and whatever served
-  before keeps serving.
+  request (``file:`` parameters, staged by ``model_files``). Loading runs on model control's own
+  executor (built and closed by the composition root), never the loop's default executor, which
+  everything else that leaves the loop shares: what else is waiting there cannot hold a load
+  back. A model that fails to load is a 400 ``failed to load '<name>': <reason>``, and whatever
+  served before keeps serving.
 - ``unload`` stops new requests at once (they get 404), then waits until the requests already
   running on the model have finished (draining) before it returns.
 - The cache across reloads: every cache key holds the model version's fingerprint (its
@@ -28,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import Executor
 from typing import Any, Literal
 
 from cachefleet.runtime.errors import BadRequestError
@@ -57,6 +60,7 @@ class ModelControl:
         statistics: StatisticsRegistry,
         in_flight: InFlight,
         mode: ControlMode,
+        executor: Executor,
         *,
         max_file_bytes: int = 64 * 2**20,
         settle: Callable[[], None] = lambda: None,
@@ -72,6 +76,8 @@ class ModelControl:
         self._statistics = statistics
         self._in_flight = in_flight
         self._mode = mode
+        #: Where loads run (one at a time: they hold the lock).
+        self._executor = executor
         self._lock = asyncio.Lock()
 
     @property
@@ -99,14 +105,16 @@ class ModelControl:
                 f"failed to load '{name}': model files (file: parameters) need the 'config' "
                 "parameter, the configuration of the folder they make"
             )
+        loop = asyncio.get_running_loop()
+        load = self._repository.load
         async with self._lock:
             self._settle()
             try:
                 if files:
                     with staged(name, files) as folder:
-                        await asyncio.to_thread(self._repository.load, name, config, folder)
+                        await loop.run_in_executor(self._executor, load, name, config, folder)
                 else:
-                    await asyncio.to_thread(self._repository.load, name, config)
+                    await loop.run_in_executor(self._executor, load, name, config)
             except ModelLoadError as error:
                 raise BadRequestError(f"failed to load '{name}': {error}") from None
             self._statistics.forget(name)
