@@ -166,7 +166,9 @@ async def _converge(engine: str, image: str) -> None:
             subprocess.run([engine, "rm", "--force", OPERATOR_CONTAINER], capture_output=True)
             subprocess.run(_operator_command(engine, image, kubeconfig), check=True)
             try:
-                path = f"/apis/cachefleet.io/v1alpha1/namespaces/{NAMESPACE}/cachedinferenceservices"
+                path = (
+                    f"/apis/cachefleet.io/v1alpha1/namespaces/{NAMESPACE}/cachedinferenceservices"
+                )
                 async with (
                     aiohttp.ClientSession(base_url=url) as session,
                     session.post(path, json=service.body()) as response,
