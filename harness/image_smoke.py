@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -152,6 +151,17 @@ def _operator_command(engine: str, image: str, kubeconfig: Path) -> list[str]:
     ]  # fmt: skip
 
 
+async def _engine(*args: str, check: bool = False) -> str:
+    """Run the container engine; its output (stdout and stderr), or SmokeError when ``check``."""
+    process = await asyncio.create_subprocess_exec(
+        *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
+    output, _ = await process.communicate()
+    if check and process.returncode != 0:
+        raise SmokeError(f"{' '.join(args[:2])} failed: {output.decode()}")
+    return output.decode()
+
+
 async def _converge(engine: str, image: str) -> None:
     import aiohttp
     import kmock
@@ -163,8 +173,8 @@ async def _converge(engine: str, image: str) -> None:
         url = str(cluster.url).rstrip("/")
         with tempfile.TemporaryDirectory() as folder:
             kubeconfig = _kubeconfig(Path(folder), url)
-            subprocess.run([engine, "rm", "--force", OPERATOR_CONTAINER], capture_output=True)
-            subprocess.run(_operator_command(engine, image, kubeconfig), check=True)
+            await _engine(engine, "rm", "--force", OPERATOR_CONTAINER)
+            await _engine(*_operator_command(engine, image, kubeconfig), check=True)
             try:
                 path = (
                     f"/apis/cachefleet.io/v1alpha1/namespaces/{NAMESPACE}/cachedinferenceservices"
@@ -183,11 +193,10 @@ async def _converge(engine: str, image: str) -> None:
                         raise SmokeError(f"no convergence in {TIMEOUT_S:g} s; status {status}")
                     await asyncio.sleep(0.5)
             except BaseException:
-                logs = subprocess.run([engine, "logs", OPERATOR_CONTAINER], capture_output=True)
-                sys.stderr.write(logs.stdout.decode() + logs.stderr.decode())
+                sys.stderr.write(await _engine(engine, "logs", OPERATOR_CONTAINER))
                 raise
             finally:
-                subprocess.run([engine, "rm", "--force", OPERATOR_CONTAINER], capture_output=True)
+                await _engine(engine, "rm", "--force", OPERATOR_CONTAINER)
     children = ", ".join(name.format("smoke") for _, name in service.shape.children)
     print(f"image_smoke: operator reconciled one CachedInferenceService: {children}")
 

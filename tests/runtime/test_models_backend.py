@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 
 from cachefleet.runtime.config import ModelSettings
@@ -144,7 +145,7 @@ def _simple_model(model_repository: Path) -> Path:
     return model_repository / "simple" / "1" / "model.onnx"
 
 
-def _sums(session: onnx_backend.ort.InferenceSession) -> np.ndarray:
+def _sums(session: ort.InferenceSession) -> np.ndarray:
     data = np.arange(16, dtype=np.int32).reshape(1, 16)
     outputs = session.run(["OUTPUT0"], {"INPUT0": data, "INPUT1": data})
     return np.asarray(outputs[0])
@@ -154,7 +155,7 @@ def _sums(session: onnx_backend.ort.InferenceSession) -> np.ndarray:
 def preloads(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """Records each call of onnxruntime's preload_dlls (no GPU here to load libraries for)."""
     calls: list[str] = []
-    monkeypatch.setattr(onnx_backend.ort, "preload_dlls", lambda: calls.append("preload"))
+    monkeypatch.setattr(ort, "preload_dlls", lambda: calls.append("preload"))
     onnx_backend.load_cuda_libraries.cache_clear()
     yield calls
     onnx_backend.load_cuda_libraries.cache_clear()
@@ -182,7 +183,7 @@ def test_a_cpu_plan_never_loads_cuda(model_repository: Path, preloads: list[str]
 def test_a_cuda_plan_opens_on_an_onnxruntime_without_preload_dlls(
     model_repository: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delattr(onnx_backend.ort, "preload_dlls", raising=False)
+    monkeypatch.delattr(ort, "preload_dlls", raising=False)
     onnx_backend.load_cuda_libraries.cache_clear()
     try:
         plan = ExecutionPlan(choose_providers("cuda", [CUDA, CPU]))
