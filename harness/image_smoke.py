@@ -197,7 +197,10 @@ async def _converge(engine: str, image: str) -> None:
                 raise
             finally:
                 await _engine(engine, "rm", "--force", OPERATOR_CONTAINER)
-    children = ", ".join(name.format("smoke") for _, name in service.shape.children)
+    children = ", ".join(
+        f"{resource.rsplit('/', 1)[1]}/{name.format(service.name)}"
+        for resource, name in service.shape.children
+    )
     print(f"image_smoke: operator reconciled one CachedInferenceService: {children}")
 
 
