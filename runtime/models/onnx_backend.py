@@ -8,6 +8,7 @@ nothing here judges a request.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -19,7 +20,7 @@ from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 from cachefleet.runtime.errors import ModelExecutionError
 from cachefleet.runtime.models.errors import ModelLoadError
 from cachefleet.runtime.models.graph import GraphSignature, GraphTensor
-from cachefleet.runtime.models.providers import ExecutionPlan
+from cachefleet.runtime.models.providers import CUDA, ExecutionPlan
 from cachefleet.runtime.models.types import ModelConfig, TensorSpec
 from cachefleet.runtime.tensor import Tensor
 
@@ -48,6 +49,8 @@ _QUIET = 3  # ONNX Runtime log severity: errors only; run failures are reported 
 def open_session(path: Path, plan: ExecutionPlan, *, shown: str) -> ort.InferenceSession:
     """A session on the model file at ``path``; ``shown`` is how a load error names it (the
     client's name for the file, not the server's path, which ONNX Runtime's messages hold)."""
+    if CUDA in plan.providers.names:
+        load_cuda_libraries()
     options = ort.SessionOptions()
     options.log_severity_level = _QUIET
     if plan.intra_op_threads:
@@ -64,6 +67,27 @@ def open_session(path: Path, plan: ExecutionPlan, *, shown: str) -> ort.Inferenc
     except ORT_ERRORS as error:
         reason = str(error).replace(str(path), shown)
         raise ModelLoadError(f"{shown}: onnxruntime cannot load it: {reason}") from None
+
+
+@functools.cache
+def load_cuda_libraries() -> None:
+    """Load CUDA and cuDNN into the process once, before the first CUDA session.
+
+    onnxruntime-gpu from pip carries no RUNPATH to them: without this it finds them only where
+    the dynamic loader already looks (a CUDA base image's library path), and otherwise falls
+    back to the CPU with a warning. ``preload_dlls`` (onnxruntime 1.21+) loads them from the
+    ``nvidia-*`` wheels when those are installed, else from the loader's path, and says which it
+    could not load. A CPU build returns at once; an older onnxruntime has no such function and is
+    left to its own loading.
+    """
+    preload = getattr(ort, "preload_dlls", None)
+    if preload is None:
+        logger.info("this onnxruntime cannot preload CUDA libraries; it loads them itself")
+        return
+    try:
+        preload()
+    except (OSError, RuntimeError) as error:
+        logger.warning("preloading the CUDA libraries failed: %s", error)
 
 
 def signature_of(session: ort.InferenceSession) -> GraphSignature:

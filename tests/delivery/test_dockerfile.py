@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import yaml
 from dockerfile_parse import DockerfileParser
 
 from cachefleet.cli.main import build_parser
@@ -70,6 +71,8 @@ def test_targets_runtime_and_operator_are_built_from_builder_stages(
 
 def test_every_base_image_is_pinned(stages: dict[str, Stage]) -> None:
     for stage in stages.values():
+        if stage.base in stages:
+            continue  # built on an earlier stage of this file
         tag = stage.base.partition(":")[2]
         assert tag, f"{stage.name}: {stage.base} has no tag"
         assert tag != "latest"
@@ -81,25 +84,74 @@ def test_runtime_runs_on_cuda_with_cudnn_and_the_gpu_extra(stages: dict[str, Sta
     assert runtime.base.startswith("nvidia/cuda:")
     assert "cudnn" in runtime.base
     assert "-runtime-" in runtime.base  # not the devel image with the CUDA compilers
-    builder = next(s for s in stages.values() if s.base == runtime.base and s is not runtime)
-    installs = " ".join(builder.values("RUN"))
-    assert "[gpu]" in installs
-    assert "onnxruntime-gpu==" in installs
+    assert stages["runtime-deps"].base == runtime.base  # the same python3 as the final stage
+    lock = (REPO / "requirements" / "runtime.lock").read_text()
+    assert "(extra: gpu)" in lock
+    assert re.search(r"^onnxruntime-gpu==", lock, re.MULTILINE)
     assert stages["operator"].base.startswith("python:")
     assert "slim" in stages["operator"].base
 
 
-def test_each_image_installs_its_own_extra(stages: dict[str, Stage]) -> None:
-    """The runtime image gets the server (gpu pulls in runtime), the operator image the operator:
-    neither carries the other's dependencies (tests/test_dependencies.py checks the extras)."""
-    installs = {
-        target: " ".join(stages[f"{target}-build"].values("RUN"))
-        for target in ("runtime", "operator")
-    }
-    assert '"${wheel}[gpu]"' in installs["runtime"]
-    assert '"${wheel}[operator]"' in installs["operator"]
-    assert "[operator]" not in installs["runtime"]
-    assert "[gpu]" not in installs["operator"]
+@pytest.mark.parametrize("target", ["runtime", "operator"])
+def test_dependencies_install_from_the_lock_in_a_layer_before_the_wheel(
+    stages: dict[str, Stage], target: str
+) -> None:
+    """A code change must not reinstall the dependencies: they come from the image's own lock
+    (requirements/<target>.lock, its extra: tests/delivery/test_locks.py), hash-checked, in a
+    stage that never sees the wheel; the wheel goes in after, alone, --no-deps."""
+    deps = stages[f"{target}-deps"]
+    copies = " ".join(deps.values("COPY"))
+    assert f"requirements/{target}.lock" in copies
+    assert "--from=wheel" not in copies
+    assert "/wheels" not in " ".join(deps.values("RUN"))
+    (install,) = [run for run in deps.values("RUN") if "pip install" in run]
+    for option in ("--no-deps", "--require-hashes", "--only-binary=:all:", f"{target}.lock"):
+        assert option in install
+    package = stages[f"{target}-package"]
+    assert package.base == deps.name
+    assert package.values("COPY") == ["--from=wheel /wheels /wheels"]
+    (wheel,) = package.values("RUN")
+    assert "pip install --no-deps" in wheel
+    assert "/wheels/cachefleet-" in wheel
+    assert "-r " not in wheel
+    assert "[" not in wheel
+
+
+@pytest.mark.parametrize("target", ["runtime", "operator"])
+def test_final_stage_gets_dependencies_then_the_package_without_pip(
+    stages: dict[str, Stage], target: str
+) -> None:
+    """Two layers: the virtualenv (changes with the lock) first, the package (changes with the
+    code) last, so a code change rebuilds only the last. The virtualenv comes from a stage that
+    removed pip and setuptools, which nothing in the image needs."""
+    copies = stages[target].values("COPY")
+    assert copies == [
+        f"--from={target}-venv /opt/venv /opt/venv",
+        f"--from={target}-package /opt/cachefleet /opt/cachefleet",
+    ]
+    venv = stages[f"{target}-venv"]
+    assert venv.base == f"{target}-deps"
+    assert "pip uninstall --yes pip setuptools" in " ".join(venv.values("RUN"))
+    path = " ".join(stages[target].values("ENV"))
+    assert "PATH=/opt/cachefleet/bin:/opt/venv/bin:" in path
+    assert "/opt/cachefleet" in " ".join(stages[f"{target}-deps"].values("RUN"))  # the .pth
+
+
+def test_no_syntax_directive_that_makes_buildkit_pull_a_frontend() -> None:
+    """``# syntax=`` makes BuildKit fetch a frontend image: a build without a registry fails."""
+    head = (REPO / "Dockerfile").read_text().split("\nFROM", 1)[0]
+    assert not re.search(r"^#\s*syntax\s*=", head, re.MULTILINE | re.IGNORECASE)
+
+
+def test_runtime_exposes_http_and_grpc_and_installs_its_ca_certificates(
+    stages: dict[str, Stage],
+) -> None:
+    """rediss:// and https model stores verify against the image's own CA bundle, installed
+    explicitly rather than left to whatever the base carries."""
+    runtime = stages["runtime"]
+    exposed = {port for value in runtime.values("EXPOSE") for port in value.split()}
+    assert exposed == {"8000", "8001"}
+    assert re.search(r"apt-get install[^&]*\bca-certificates\b", " ".join(runtime.values("RUN")))
 
 
 @pytest.mark.parametrize("target", ["runtime", "operator"])
@@ -115,12 +167,22 @@ def test_final_stages_run_as_an_unprivileged_user_without_build_tools(
     assert stage.values("ENTRYPOINT") == ['["cachefleet"]']
 
 
-def test_operator_image_starts_the_operator_with_its_liveness_endpoint(
+def test_operator_image_runs_with_the_arguments_the_manifests_pass(
     stages: dict[str, Stage],
 ) -> None:
+    """The image alone (docker run) and deploy/ (the chart's defaults) run the same operator:
+    standalone (never joining another operator's kopf peering), every namespace, liveness."""
     (command,) = stages["operator"].values("CMD")
-    assert '"operator"' in command
-    assert "--liveness=http://0.0.0.0:8080/healthz" in command
+    deployment = next(
+        obj
+        for obj in yaml.safe_load_all((REPO / "deploy" / "cachefleet.yaml").read_text())
+        if obj and obj["kind"] == "Deployment"
+    )
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["command"] == json.loads(stages["operator"].values("ENTRYPOINT")[0])
+    assert json.loads(command) == container["args"]
+    assert "--standalone" in container["args"]
+    assert "--liveness=http://0.0.0.0:8080/healthz" in container["args"]
 
 
 def test_dockerignore_sends_only_the_package_sources() -> None:
@@ -131,7 +193,15 @@ def test_dockerignore_sends_only_the_package_sources() -> None:
     ]
     assert lines[0] == "*"  # an allow-list: .git, .venv, models and caches stay out
     allowed = {line[1:].rstrip("/") for line in lines if line.startswith("!")}
-    assert allowed == {"pyproject.toml", "README.md", "cli", "runtime", "operator", "bench"}
+    assert allowed == {
+        "pyproject.toml",
+        "README.md",
+        "cli",
+        "runtime",
+        "operator",
+        "bench",
+        "requirements/*.lock",
+    }
 
 
 def test_hadolint_finds_nothing() -> None:

@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 
 from cachefleet.runtime.config import ModelSettings
 from cachefleet.runtime.errors import ModelExecutionError
+from cachefleet.runtime.models import onnx_backend
 from cachefleet.runtime.models.errors import ModelLoadError
 from cachefleet.runtime.models.providers import (
     CPU,
     CUDA,
     TENSORRT,
+    ExecutionPlan,
     choose_providers,
     plan_execution,
 )
@@ -135,3 +139,66 @@ def test_densenet_output_has_the_config_datatype_and_shape(
     (scores,) = repository.get("densenet_onnx").run([Tensor.from_numpy("data_0", image)])
     assert (scores.name, scores.datatype, scores.shape) == ("fc6_1", "FP32", (1000, 1, 1))
     assert np.isfinite(scores.to_numpy()).all()
+
+
+def _simple_model(model_repository: Path) -> Path:
+    return model_repository / "simple" / "1" / "model.onnx"
+
+
+def _sums(session: ort.InferenceSession) -> np.ndarray:
+    data = np.arange(16, dtype=np.int32).reshape(1, 16)
+    outputs = session.run(["OUTPUT0"], {"INPUT0": data, "INPUT1": data})
+    return np.asarray(outputs[0])
+
+
+@pytest.fixture
+def preloads(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Records each call of onnxruntime's preload_dlls (no GPU here to load libraries for)."""
+    calls: list[str] = []
+    monkeypatch.setattr(ort, "preload_dlls", lambda: calls.append("preload"))
+    onnx_backend.load_cuda_libraries.cache_clear()
+    yield calls
+    onnx_backend.load_cuda_libraries.cache_clear()
+
+
+@pytest.mark.filterwarnings("ignore:Specified provider:UserWarning")  # no CUDA on this host
+def test_a_cuda_plan_preloads_the_cuda_libraries_once(
+    model_repository: Path, preloads: list[str]
+) -> None:
+    """onnxruntime-gpu from pip has no RUNPATH to CUDA: the runtime loads it before a session."""
+    plan = ExecutionPlan(choose_providers("cuda", [CUDA, CPU]))
+    for _ in range(2):
+        session = onnx_backend.open_session(_simple_model(model_repository), plan)
+    assert preloads == ["preload"]
+    assert (_sums(session) == 2 * np.arange(16)).all()  # no CUDA here: it ran on the CPU
+
+
+def test_a_cpu_plan_never_loads_cuda(model_repository: Path, preloads: list[str]) -> None:
+    plan = plan_execution({}, ModelSettings(execution_provider="cpu"), [CUDA, CPU])
+    onnx_backend.open_session(_simple_model(model_repository), plan)
+    assert preloads == []
+
+
+@pytest.mark.filterwarnings("ignore:Specified provider:UserWarning")  # no CUDA on this host
+def test_a_cuda_plan_opens_on_an_onnxruntime_without_preload_dlls(
+    model_repository: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delattr(ort, "preload_dlls", raising=False)
+    onnx_backend.load_cuda_libraries.cache_clear()
+    try:
+        plan = ExecutionPlan(choose_providers("cuda", [CUDA, CPU]))
+        session = onnx_backend.open_session(_simple_model(model_repository), plan)
+    finally:
+        onnx_backend.load_cuda_libraries.cache_clear()
+    assert (_sums(session) == 2 * np.arange(16)).all()
+
+
+@pytest.mark.filterwarnings("ignore:Specified provider:UserWarning")  # no CUDA on this host
+def test_a_cuda_plan_opens_with_this_cpu_onnxruntimes_own_preload_dlls(
+    model_repository: Path,
+) -> None:
+    """The real function of a CPU build (it has one, and returns at once): nothing breaks."""
+    onnx_backend.load_cuda_libraries.cache_clear()
+    plan = ExecutionPlan(choose_providers("cuda", [CUDA, CPU]))
+    session = onnx_backend.open_session(_simple_model(model_repository), plan)
+    assert (_sums(session) == 2 * np.arange(16)).all()
