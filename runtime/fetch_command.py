@@ -4,7 +4,8 @@ server into DIR, the runtime's model repository (the init container of a service
 
 At most ``--max-bytes`` are written (downloads and unpacked archives counted as written, not as
 a server or an archive declares them); past it the fetch fails and leaves nothing behind. The
-operator passes the service's ``spec.model.storageSizeLimit`` (the model volume's own limit).
+operator passes the service's ``spec.model.storageSizeLimit`` (the model volume's own limit) as
+``CACHEFLEET_MAX_BYTES``, which the option reads as its default, as every flag of ``serve`` does.
 
 A failure is one line naming the URI and the reason, on stderr and in the termination message
 file when one is given (Kubernetes shows it in ``kubectl describe pod`` and the operator copies it
@@ -52,10 +53,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-bytes",
         type=_size,
-        default=DEFAULT_MAX_BYTES,  # a string default goes through `type` too
+        # A string default goes through `type` too.
+        default=os.environ.get("CACHEFLEET_MAX_BYTES", DEFAULT_MAX_BYTES),
         metavar="SIZE",
         help="the most the fetch may write, downloads and unpacked archives together (e.g. "
-        f"512Mi, 20Gi); past it the fetch fails and keeps nothing (default {DEFAULT_MAX_BYTES})",
+        f"512Mi, 20Gi); past it the fetch fails and keeps nothing (default {DEFAULT_MAX_BYTES}; "
+        "env CACHEFLEET_MAX_BYTES)",
     )
     parser.add_argument(
         "--termination-message-file",

@@ -5,9 +5,13 @@ It runs ``cachefleet fetch-model`` from the runtime image itself (the server's i
 policy and security context; the copy's resources), so no other image is trusted or pulled.
 The Secret is mounted as files into this container only: no secret value is in the pod template,
 the environment or a ConfigMap, and the server never sees it. A failure ends the container with
-one line naming the URI and the reason (past ``spec.model.storageSizeLimit``, written as the
-command's ``--max-bytes``, too), written to its termination message, which
-``kubectl describe pod`` shows and the operator copies into the service's status.
+one line naming the URI and the reason (past ``spec.model.storageSizeLimit`` too), written to
+its termination message, which ``kubectl describe pod`` shows and the operator copies into the
+service's status.
+
+The size limit reaches the command as ``CACHEFLEET_MAX_BYTES`` (its ``--max-bytes``), not as an
+argument: a service pinned to an older runtime image, whose ``fetch-model`` has no such option,
+ignores the variable and still starts, where an unknown argument would stop it.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ REPOSITORY_MOUNT = "/cachefleet-model-repository"
 CREDENTIALS_VOLUME = "model-storage-credentials"
 CREDENTIALS_DIR = "/var/run/secrets/cachefleet/model-storage"
 TERMINATION_LOG = "/dev/termination-log"
+#: fetch-model's ``--max-bytes`` read from the environment (see the module's docstring).
+MAX_BYTES_VARIABLE = "CACHEFLEET_MAX_BYTES"
 
 
 def fetch_container(spec: ServiceSpec, image: str, resources: dict[str, Any]) -> dict[str, Any]:
@@ -38,9 +44,6 @@ def fetch_container(spec: ServiceSpec, image: str, resources: dict[str, Any]) ->
         spec.model.name,
         "--termination-message-file",
         TERMINATION_LOG,
-        # The volume's own limit: the fetch stops there, with a message, before an eviction.
-        "--max-bytes",
-        str(spec.model.storage_size_limit),
     ]
     mounts: list[dict[str, Any]] = [
         {"name": "models", "mountPath": REPOSITORY_MOUNT},
@@ -54,6 +57,8 @@ def fetch_container(spec: ServiceSpec, image: str, resources: dict[str, Any]) ->
         "image": image,
         "imagePullPolicy": spec.runtime.image_pull_policy,
         "command": command,
+        # The volume's own limit: the fetch stops there, with a message, before an eviction.
+        "env": [{"name": MAX_BYTES_VARIABLE, "value": str(spec.model.storage_size_limit)}],
         "resources": resources,
         "securityContext": container_security(),
         "terminationMessagePath": TERMINATION_LOG,

@@ -140,11 +140,14 @@ def test_a_download_past_max_bytes_fails_and_leaves_nothing(
 def test_bytes_are_counted_as_written_when_the_server_declares_no_length(
     web: Web, tmp_path: Path
 ) -> None:
+    """The limit given as the operator gives it: CACHEFLEET_MAX_BYTES, the option's default."""
     server = RecordingServer(body=bytes(2 * MiB), declare_length=False,
                              issued=web.authority.issue(web.pki, "no-length"))  # fmt: skip
     try:
         uri = server.url("model.onnx")
-        line = failure_line(fetch(uri, tmp_path / "m", web.env, "--max-bytes", "1Mi"), uri)
+        line = failure_line(
+            fetch(uri, tmp_path / "m", {**web.env, "CACHEFLEET_MAX_BYTES": "1Mi"}), uri
+        )
     finally:
         server.stop()
     assert "more than the limit of 1Mi" in line

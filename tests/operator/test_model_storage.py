@@ -81,8 +81,11 @@ def test_s3_renders_a_fetch_container_of_the_runtime_image() -> None:
     found = volumes(pod)
     assert found["models"] == {"name": "models", "emptyDir": {"sizeLimit": "20Gi"}}
     assert found["model-storage-credentials"]["secret"]["secretName"] == "s3-credentials"
-    # The fetch stops at the volume's limit itself, with a message, before the kubelet evicts.
-    assert fetch["command"][fetch["command"].index("--max-bytes") + 1] == "20Gi"
+    # The fetch stops at the volume's limit itself, with a message, before the kubelet evicts;
+    # told through the environment, which a pinned older image's fetch-model ignores, where it
+    # would refuse an option it does not know.
+    assert fetch["env"] == [{"name": "CACHEFLEET_MAX_BYTES", "value": "20Gi"}]
+    assert "--max-bytes" not in fetch["command"]
 
 
 def test_no_credential_is_copied_into_the_pod_template() -> None:
@@ -109,7 +112,7 @@ def test_without_a_secret_nothing_is_mounted(uri: str) -> None:
     assert "--secret-dir" not in fetch["command"]
     assert set(volumes(pod)) == {"config", "tmp", "models"}
     assert volumes(pod)["models"]["emptyDir"] == {"sizeLimit": "10Gi"}
-    assert fetch["command"][fetch["command"].index("--max-bytes") + 1] == "10Gi"
+    assert fetch["env"] == [{"name": "CACHEFLEET_MAX_BYTES", "value": "10Gi"}]
 
 
 def test_a_claim_uri_is_mounted_read_only_not_downloaded() -> None:
