@@ -269,8 +269,7 @@ def test_trickling_bodies_hold_only_what_they_sent_until_their_deadline(
     chunked = _connect(budget_server)
     try:
         declared.sendall(
-            b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\n"
-            b"Content-Length: 2097152\r\n\r\n{"
+            b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 2097152\r\n\r\n{"
         )
         chunked.sendall(
             b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\n"
@@ -297,8 +296,7 @@ def test_a_body_that_could_never_fit_the_budget_is_refused_at_once(
     is decoded: 413 from its head alone, where it was once admitted to run alone."""
     with _connect(budget_server) as sock:
         sock.sendall(
-            b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\n"
-            b"Content-Length: 4194304\r\n\r\n"
+            b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 4194304\r\n\r\n"
         )
         buffer = bytearray()
         status, _, body = raw_http.parse(raw_http.read_response(sock, buffer))

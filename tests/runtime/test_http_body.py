@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import itertools
 import zlib
+from collections.abc import Callable
 
 import pytest
 
@@ -13,7 +15,10 @@ from cachefleet.runtime.errors import BadRequestError, PayloadTooLargeError
 from cachefleet.runtime.http.body import INLINE_BYTES, STEP_BYTES, inflate, joined
 
 LIMIT = 8 << 20
-ENCODERS = {"gzip": gzip.compress, "deflate": zlib.compress}
+ENCODERS: dict[str, Callable[[bytes], bytes]] = {
+    "gzip": lambda data: gzip.compress(data),
+    "deflate": lambda data: zlib.compress(data),
+}
 
 
 class Recorder:
@@ -38,7 +43,8 @@ def test_a_compressed_body_is_inflated_and_paid_for_step_by_step(encoding: str) 
     body = asyncio.run(inflate([ENCODERS[encoding](plain)], encoding, LIMIT, charge))
     assert body == plain
     assert charge.inflated[0] == INLINE_BYTES
-    assert all(b - a <= STEP_BYTES for a, b in zip(charge.inflated, charge.inflated[1:]))
+    steps = [b - a for a, b in itertools.pairwise(charge.inflated)]
+    assert all(step <= STEP_BYTES for step in steps)
     assert charge.inflated[-1] >= len(plain)
 
 
