@@ -354,3 +354,35 @@ def test_inflating_bombs_are_refused_while_the_server_answers_others(
     assert status == 200
     outputs = {item["name"]: item["data"] for item in json.loads(body)["outputs"]}
     assert outputs["OUTPUT0"] == [14] * 16
+
+
+def test_a_large_json_body_is_decoded_in_a_thread_and_answered_as_before(
+    server: ServerProcess,
+) -> None:
+    """A JSON body past the size decoded in a worker thread (256 KiB): the same answer, and
+    the same refusal for a bad one."""
+    element = "x" * (300 * 1024)
+
+    def post(shape: list[int]) -> tuple[int, dict[str, object]]:
+        inputs = [{"name": "INPUT0", "datatype": "BYTES", "shape": shape, "data": [element]}]
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+        try:
+            connection.request(
+                "POST",
+                "/v2/models/simple_identity/infer",
+                body=json.dumps({"inputs": inputs}).encode(),
+                headers={"Cache-Control": "no-store"},
+            )
+            response = connection.getresponse()
+            return response.status, json.loads(response.read())
+        finally:
+            connection.close()
+
+    status, document = post([1, 1])
+    assert status == 200, document
+    outputs = document["outputs"]
+    assert isinstance(outputs, list)
+    assert outputs[0]["data"] == [element]
+    status, document = post([2, 1])
+    assert status == 400
+    assert "needs 2 elements" in str(document["error"])
