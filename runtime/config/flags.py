@@ -60,6 +60,12 @@ FLAGS: tuple[Flag, ...] = (
         "body_timeout_s",
         "Seconds in which a body must deliver 1 KiB, or be cut off (30).",
     ),
+    Flag(
+        "request-body-deadline",
+        "limits",
+        "body_deadline_s",
+        "Seconds in which a whole body must arrive, or be cut off (60).",
+    ),
     Flag("keep-alive-timeout", "limits", "keep_alive_timeout_s", "Idle keep-alive seconds (5)."),
     Flag("max-connections", "limits", "max_connections", "Open HTTP connections (1024)."),
     Flag(

@@ -91,6 +91,12 @@ class LimitSettings(_Group):
         gt=0,
         description="A body that delivers less than 1 KiB in this long is cut off (closed).",
     )
+    body_deadline_s: Seconds = Field(
+        60.0,
+        gt=0,
+        description="A body must arrive whole within this of its head, however steadily it "
+        "trickles; else cut off (closed).",
+    )
     keep_alive_timeout_s: Seconds = Field(
         5.0, gt=0, description="An idle keep-alive connection is closed after this."
     )

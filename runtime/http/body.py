@@ -3,10 +3,18 @@
 The limit is checked twice: against ``Content-Length`` before reading anything, and against the
 bytes actually received (chunked bodies have no length; a compressed body is limited after
 decompression too), so an oversized body is refused without ever being held in memory.
+
+A compressed body is inflated in bounded steps, each paid for (see ``body_charge``) before it
+is made, and refused once it passes the limit: a small gzip body that would inflate a
+thousandfold holds at most the limit, and its budget. The first :data:`INLINE_BYTES` are
+inflated on the event loop (a small body is done there, at its old speed); the rest step by step
+in a worker thread (zlib lets go of the GIL while it inflates), so other requests and the
+health checks are served meanwhile.
 """
 
 from __future__ import annotations
 
+import asyncio
 import zlib
 from typing import Protocol
 
@@ -17,6 +25,10 @@ from cachefleet.runtime.errors import BadRequestError, PayloadTooLargeError
 
 #: zlib ``wbits`` per Content-Encoding: gzip framing, or zlib framing for "deflate".
 _DECOMPRESSORS = {"gzip": zlib.MAX_WBITS | 16, "deflate": zlib.MAX_WBITS}
+#: Inflated bytes made on the event loop, before the rest is inflated in a worker thread.
+INLINE_BYTES = 64 * 1024
+#: Inflated bytes per step in a worker thread (each paid for before it is made).
+STEP_BYTES = 1024 * 1024
 
 
 class ClientGoneError(Exception):
@@ -29,23 +41,41 @@ class Hasher(Protocol):
     def update(self, data: bytes, /) -> object: ...
 
 
+class Charge(Protocol):
+    """What pays for a body's bytes as they arrive and inflate (``body_charge.BodyCharge``)."""
+
+    #: Body bytes already paid for.
+    covered: int
+
+    async def cover(self, size: int) -> None: ...
+
+    async def cover_inflated(self, size: int) -> None: ...
+
+
 async def read_body(request: Request, limit: int) -> bytes:
     """The (decompressed) body of a routed request, or PayloadTooLargeError past ``limit``
-    bytes: :func:`receive_parts` and :func:`joined`, as the infer endpoint reads it."""
+    bytes: :func:`receive_parts`, then :func:`joined` or :func:`inflate`."""
     headers = request.headers
     try:
         parts = await receive_parts(request.receive, headers.get("content-length"), limit, None)
     except ClientGoneError:
         raise ClientDisconnect from None
-    return joined(parts, headers.get("content-encoding"), limit)
+    encoding = headers.get("content-encoding")
+    if encoding is None or encoding == "identity":
+        return joined(parts)
+    return await inflate(parts, encoding, limit, None)
 
 
 async def receive_parts(
-    receive: Receive, declared: str | None, limit: int, hasher: Hasher | None
+    receive: Receive,
+    declared: str | None,
+    limit: int,
+    hasher: Hasher | None,
+    charge: Charge | None = None,
 ) -> list[bytes]:
     """The raw body straight from ASGI ``receive``, as the pieces it came in (within
     ``limit``: the declared length first, then the bytes received), each fed to ``hasher``
-    on arrival.
+    and paid for with ``charge`` on arrival.
 
     A caller that only needs the body's digest never joins (copies) it; one that needs the
     body joins it with :func:`joined`. Raises ClientGoneError if the client hangs up first.
@@ -63,6 +93,8 @@ async def receive_parts(
             size += len(chunk)
             if size > limit:
                 raise _too_large(size, limit, at_least=True)
+            if charge is not None and size > charge.covered:
+                await charge.cover(size)
             parts.append(chunk)
             if hasher is not None:
                 hasher.update(chunk)
@@ -70,12 +102,47 @@ async def receive_parts(
             return parts
 
 
-def joined(parts: list[bytes], encoding: str | None, limit: int) -> bytes:
-    """The body of :func:`receive_parts`' pieces, decompressed per ``encoding``."""
-    body = parts[0] if len(parts) == 1 else b"".join(parts)
-    if encoding is None or encoding == "identity":
-        return body
-    return _decompress(body, encoding, limit)
+def joined(parts: list[bytes]) -> bytes:
+    """The plain body of :func:`receive_parts`' pieces (a compressed one: :func:`inflate`)."""
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+async def inflate(parts: list[bytes], encoding: str, limit: int, charge: Charge | None) -> bytes:
+    """The body of :func:`receive_parts`' pieces, inflated per ``encoding`` in bounded steps,
+    each paid for with ``charge`` first (see the module); PayloadTooLargeError past ``limit``
+    inflated bytes, BadRequestError for an unknown encoding or a broken or truncated body."""
+    wbits = _DECOMPRESSORS.get(encoding.strip().lower())
+    if wbits is None:
+        raise BadRequestError(
+            f"unsupported Content-Encoding {encoding!r} (use gzip, deflate or identity)"
+        )
+    data = parts[0] if len(parts) == 1 else b"".join(parts)
+    decompressor = zlib.decompressobj(wbits)
+    pieces: list[bytes] = []
+    size = 0
+    step = INLINE_BYTES
+    while True:
+        want = min(step, limit + 1 - size)  # one byte past the limit says "over"
+        if charge is not None:
+            await charge.cover_inflated(size + want)
+        try:
+            if step == INLINE_BYTES:
+                piece = decompressor.decompress(data, want)
+            else:
+                piece = await asyncio.to_thread(decompressor.decompress, data, want)
+        except zlib.error as error:
+            raise BadRequestError(f"cannot decompress the {encoding} body: {error}") from None
+        data = decompressor.unconsumed_tail
+        size += len(piece)
+        if size > limit:
+            raise _too_large(size, limit, at_least=True)
+        pieces.append(piece)
+        if decompressor.eof or (not data and len(piece) < want):
+            break
+        step = STEP_BYTES
+    if not decompressor.eof:
+        raise BadRequestError(f"the {encoding} body is truncated")
+    return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
 
 def parse_header_length(value: str | None) -> int | None:
@@ -88,24 +155,6 @@ def parse_header_length(value: str | None) -> int | None:
         raise BadRequestError(
             f"Inference-Header-Content-Length must be an integer, got {value!r}"
         ) from None
-
-
-def _decompress(body: bytes, encoding: str, limit: int) -> bytes:
-    wbits = _DECOMPRESSORS.get(encoding.strip().lower())
-    if wbits is None:
-        raise BadRequestError(
-            f"unsupported Content-Encoding {encoding!r} (use gzip, deflate or identity)"
-        )
-    decompressor = zlib.decompressobj(wbits)
-    try:
-        data = decompressor.decompress(body, limit + 1)
-    except zlib.error as error:
-        raise BadRequestError(f"cannot decompress the {encoding} body: {error}") from None
-    if len(data) > limit:
-        raise _too_large(len(data), limit, at_least=True)
-    if not decompressor.eof:
-        raise BadRequestError(f"the {encoding} body is truncated")
-    return data
 
 
 def _too_large(size: int, limit: int, *, at_least: bool = False) -> PayloadTooLargeError:

@@ -7,7 +7,9 @@ it has sent) for as long as it likes. :class:`ConnectionGuard` adds, per connect
 - a **head deadline**: a request head must arrive whole within ``head_timeout_s`` of its first
   byte (of the connection, for the first request), and within :data:`MAX_HEAD_BYTES`;
 - a **body deadline**: a body that delivers less than :data:`MIN_BODY_PROGRESS` bytes in
-  ``body_timeout_s`` (while the server is reading it) is cut off;
+  ``body_timeout_s`` (while the server is reading it) is cut off, and so is one not whole
+  ``body_deadline_s`` after its head, however steadily it trickles (a client may not hold a
+  request, and its share of the budget of bytes in flight, for ever);
 - a **connection cap**: past ``max_connections`` open connections, a new one is answered 503
   with ``Retry-After`` and closed before its request is read.
 
@@ -45,7 +47,8 @@ BUSY_RESPONSE = _BUSY % (len(_BUSY_BODY), _BUSY_BODY)
 
 def tick_s(limits: LimitSettings) -> float:
     """How often a connection's deadlines are checked: a quarter of the shortest, at most 1 s."""
-    return max(0.05, min(1.0, limits.head_timeout_s / 4, limits.body_timeout_s / 4))
+    shortest = min(limits.head_timeout_s, limits.body_timeout_s, limits.body_deadline_s)
+    return max(0.05, min(1.0, shortest / 4))
 
 
 class ConnectionGuard:
@@ -68,6 +71,8 @@ class ConnectionGuard:
     _head_bytes_from = 0
     _cycle_at_head: Any = None
     _body_mark: tuple[float, int] | None = None
+    #: The cycle whose body is being read, and when the guard first saw it so.
+    _body_since: tuple[Any, float] | None = None
     _timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: Any) -> None:  # asyncio.Transport, typed as uvicorn's
@@ -99,6 +104,7 @@ class ConnectionGuard:
         self._head_bytes_from = self._received
         self._cycle_at_head = self.cycle
         self._body_mark = None
+        self._body_since = None
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._timer is not None:
@@ -121,8 +127,16 @@ class ConnectionGuard:
         if cycle is self._cycle_at_head:  # the head is still on its way
             started = self._head_started
             return started is not None and now - started > self.limits.head_timeout_s
-        if not cycle.more_body or cycle.response_complete or self.flow.read_paused:
-            self._body_mark = None  # the body is in, answered, or the server is not reading
+        if not cycle.more_body or cycle.response_complete:
+            self._body_mark = None  # the body is in, or answered
+            return False
+        since = self._body_since
+        if since is None or since[0] is not cycle:
+            since = self._body_since = (cycle, now)
+        if now - since[1] > self.limits.body_deadline_s:
+            return True  # whole or not, the body has had its time
+        if self.flow.read_paused:
+            self._body_mark = None  # the server is not reading: no progress is owed
             return False
         mark = self._body_mark
         if mark is None or self._received - mark[1] >= MIN_BODY_PROGRESS:

@@ -13,6 +13,10 @@ from cachefleet.runtime.http.head_holding import HeadHoldingHttpToolsProtocol
 from cachefleet.runtime.http.memo_protocol import MemoAnswering
 
 
-class GuardedHttpToolsProtocol(MemoAnswering, ConnectionGuard, HeadHoldingHttpToolsProtocol):
+class GuardedHttpToolsProtocol(ConnectionGuard, MemoAnswering, HeadHoldingHttpToolsProtocol):
     """httptools, memoized answers from the protocol, a response's head and body in one
-    write, slow clients cut off."""
+    write, slow clients cut off.
+
+    The guard is the outermost layer: it judges a read once everything beneath it has done
+    with it, so a request the memo holds (its head in, no cycle made yet) has been answered or
+    handed on by then, and its body is never mistaken for an overlong head."""

@@ -58,10 +58,24 @@ class ServiceAnswers:
         digest: bytes | None,
     ) -> InferOutcome:
         """The service's answer, rendered (``digest``: the body's, when it was hashed)."""
-        decode = BodyDecoder(body, header_length, self._shared_memory)
+        decode = await self._decoder(name, version, body, header_length)
         return await self._service.answer(
             name, version, decode, render, directives, on_wait, transport="http"
         )
+
+    async def _decoder(
+        self, name: str, version: str | None, body: bytes, header_length: int | None
+    ) -> BodyDecoder:
+        """The body's decoder; a large body decoded ahead, in a worker thread, for the model
+        it names (a model that does not exist is left to the service, which refuses it)."""
+        decode = BodyDecoder(body, header_length, self._shared_memory)
+        if decode.large:
+            try:
+                config = self._service.model(name, version).config
+            except ServingError:
+                return decode
+            await decode.prepare(config)
+        return decode
 
 
 class MemoizedAnswers(ServiceAnswers):
@@ -136,7 +150,7 @@ class MemoizedAnswers(ServiceAnswers):
             return await super().answer(
                 name, version, body, header_length, directives, on_wait, digest
             )
-        decode = BodyDecoder(body, header_length, self._shared_memory)
+        decode = await self._decoder(name, version, body, header_length)
         key = digest
 
         def memoizing(answer: InferAnswer) -> InferOutcome:

@@ -24,13 +24,15 @@ from starlette.types import Receive, Scope, Send
 
 from cachefleet.runtime.cache.api import CacheDirectives
 from cachefleet.runtime.composition import Runtime, RuntimeSlot
-from cachefleet.runtime.errors import BadRequestError, NotReadyError, ServingError
+from cachefleet.runtime.errors import BadRequestError, ServingError
 from cachefleet.runtime.http.body import (
     ClientGoneError,
+    inflate,
     joined,
     parse_header_length,
     receive_parts,
 )
+from cachefleet.runtime.http.body_charge import BodyCharge
 from cachefleet.runtime.http.client_watch import ClientWatch
 from cachefleet.runtime.http.compression import compress_for
 from cachefleet.runtime.http.errors import error_answer
@@ -38,14 +40,11 @@ from cachefleet.runtime.http.infer_answers import ServiceAnswers, answers_for
 from cachefleet.runtime.http.response_memo import Memoized
 from cachefleet.runtime.http.restricted import ApiGuard, RestrictedApiError, refusal_message
 from cachefleet.runtime.protocol.cache_control import directives_from
-from cachefleet.runtime.service.request_budget import body_cost
+from cachefleet.runtime.service.request_budget import RequestBudget
 
 log = logging.getLogger(__name__)
 
 _JSON = b"application/json"
-#: How much larger than its compressed body a request is counted for the budget of bytes in
-#: flight (gzip of JSON numbers: 3 to 8 times).
-INFLATION = 8
 _BINARY = b"application/octet-stream"
 #: The ``X-Cache`` value of a memoized answer.
 HIT_LOCAL = b"hit-local"
@@ -91,21 +90,26 @@ class InferEndpoint:
     ) -> None:
         """Answer the infer request for ``model`` (at ``version``) that ``scope`` carries.
 
-        Admit the request (a count and an estimate of its bytes against the budget) before a
-        byte of its body is read, answer it, and give its share back."""
-        cost = self._cost(scope)
+        Admit the request (a count, and the bytes of its body's first step, against the
+        budget) before a byte of its body is read, answer it (its share growing with its
+        body: see ``body_charge``), and give its share back."""
         try:
             runtime = self._slot.ready()
             budget = runtime.budget
+            charge = self._charge(scope, budget)
+            cost = charge.opening_cost()
             if not budget.try_enter(cost):
                 await budget.wait(cost)
-        except NotReadyError as error:  # not loaded yet, or over the budget
+        except ServingError as error:  # not loaded yet, over the budget, or never fitting it
             await _refuse(send, scope, error)
             return
+        charge.taken = cost
         try:
-            await self._admitted(scope, receive, send, model, version, self.answers_of(runtime))
+            await self._admitted(
+                scope, receive, send, model, version, self.answers_of(runtime), charge
+            )
         finally:
-            budget.leave(cost)
+            budget.leave(charge.taken)
 
     def answers_of(self, runtime: Runtime) -> ServiceAnswers:
         """The answers for ``runtime``, made the first time it serves a request (a server
@@ -115,21 +119,18 @@ class InferEndpoint:
             made = self._answers = (runtime, answers_for(runtime))
         return made[1]
 
-    def _cost(self, scope: Scope) -> int:
-        """What the request may hold, from its declared length (the limit when it declares
-        none); a compressed body is counted inflated :data:`INFLATION` times, up to the limit
-        (the decompressor refuses more)."""
-        size, header_length, plain = self._limit, None, True
+    def _charge(self, scope: Scope, budget: RequestBudget) -> BodyCharge:
+        """The request's share of ``budget``, from its declared length and encoding."""
+        declared = header_length = None
+        compressed = False
         for name, value in scope["headers"]:
             if name == b"content-length" and value.isdigit():
-                size = min(int(value), self._limit)
+                declared = int(value)
             elif name == b"inference-header-content-length" and value.isdigit():
                 header_length = int(value)
             elif name == b"content-encoding" and value != b"identity":
-                plain = False
-        if not plain:
-            return size + body_cost(min(self._limit, INFLATION * size), header_length)
-        return body_cost(size, header_length)
+                compressed = True
+        return BodyCharge(budget, declared, self._limit, header_length, compressed=compressed)
 
     async def _admitted(
         self,
@@ -139,6 +140,7 @@ class InferEndpoint:
         model: str,
         version: str | None,
         answers: ServiceAnswers,
+        charge: BodyCharge,
     ) -> None:
         declared = encoding = header_text = cache_control = accept = presented = None
         for name, value in scope["headers"]:
@@ -167,9 +169,11 @@ class InferEndpoint:
             # (its digest is the plain body's).
             plain = encoding is None or encoding == b"identity"
             parts = await receive_parts(
-                receive, _text(declared), self._limit, hasher if plain else None
+                receive, _text(declared), self._limit, hasher if plain else None, charge
             )
-            body = None if plain else joined(parts, _text(encoding), self._limit)
+            body = None
+            if not plain:
+                body = await inflate(parts, _text(encoding) or "", self._limit, charge)
             digest = None
             if hasher is not None:
                 if body is not None:
@@ -181,7 +185,7 @@ class InferEndpoint:
                     await _send_memoized(send, found, accept)
                     return
             if body is None:
-                body = joined(parts, None, self._limit)
+                body = joined(parts)
             if bad_header is not None:
                 raise bad_header
         except ClientGoneError:

@@ -14,9 +14,9 @@ Only a request with no response still owed on its connection is held, so answers
 order of their requests on a pipelined connection, and none while the transport has asked for
 writes to pause (a client that sends and does not read): the ordinary path waits for the
 client, and stops reading from it, where answering here would pile answers up in memory. A held
-request is always answered or handed
-on before ``data_received`` returns, so the connection guard's deadlines see the connection as
-they would without it.
+request is always answered or handed on before ``data_received`` returns, and the connection
+guard wraps this mixin (see ``httptools_protocol``), so the guard's deadlines and head bound see
+the connection as they would without it.
 """
 
 from __future__ import annotations

@@ -1,11 +1,17 @@
 """What requests may hold of the process at once: a count of requests, and a budget of bytes.
 
-A request's bytes are estimated before its body is read (see :func:`body_cost` and the gRPC
+A request's bytes are estimated from what it holds (see :func:`body_cost` and the gRPC
 counterpart in ``grpc.servicer``): the body as received, the tensors decoded from it, and the
 Python objects a JSON decode makes on the way (measured at 13-16 times the JSON text for
 numbers). Over the budget a request waits briefly for others to finish, then is refused with
 :class:`OverloadedError` (503 with ``Retry-After``); so many large requests at once are slowed
-and refused, never an out-of-memory kill. A request larger than the whole budget runs alone.
+and refused, never an out-of-memory kill.
+
+An HTTP request takes its bytes as its body arrives and inflates (:meth:`try_take` and
+:meth:`take`, see ``http.body_charge``), not its declared length up front: a client that
+declares much and sends little holds only what it sent, and one whose body could never fit the
+whole budget is refused (413) rather than run alone. A gRPC message is whole before it is
+counted; one larger than the whole budget still runs alone.
 
 Used from the event loop only. The fast path is one synchronous call, :meth:`try_enter`, and
 the matching :meth:`leave`: no coroutine, no lock.
@@ -44,6 +50,11 @@ class RequestBudget:
         self._waiters: deque[asyncio.Future[None]] = deque()
 
     @property
+    def max_bytes(self) -> int:
+        """The whole budget (``--max-inflight-bytes``)."""
+        return self._max_bytes
+
+    @property
     def requests(self) -> int:
         return self._requests
 
@@ -68,30 +79,48 @@ class RequestBudget:
     async def wait(self, cost: int) -> None:
         """After :meth:`try_enter` said False: take ``cost`` bytes once they fit, or leave and
         raise OverloadedError after waiting :data:`WAIT_S`."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._wait_s
         try:
-            while not self._fits(cost):
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    raise OverloadedError(
-                        f"the server holds {self._bytes} bytes of requests, with room for "
-                        f"{self._max_bytes} (--max-inflight-bytes); retry later"
-                    )
-                waiter = loop.create_future()
-                self._waiters.append(waiter)
-                try:
-                    await asyncio.wait_for(asyncio.shield(waiter), remaining)
-                except TimeoutError:
-                    pass
-                finally:
-                    if not waiter.done():
-                        waiter.cancel()
+            await self._room_for(cost)
         except BaseException:
             self._requests -= 1
             self._wake()
             raise
         self._bytes += cost
+
+    def try_take(self, cost: int) -> bool:
+        """For a request that entered: take ``cost`` more bytes if they fit now."""
+        if self._fits(cost):
+            self._bytes += cost
+            return True
+        return False
+
+    async def take(self, cost: int) -> None:
+        """After :meth:`try_take` said False: take ``cost`` more bytes once they fit, or raise
+        OverloadedError after waiting :data:`WAIT_S` (the request keeps what it took before,
+        and gives it back with :meth:`leave`)."""
+        await self._room_for(cost)
+        self._bytes += cost
+
+    async def _room_for(self, cost: int) -> None:
+        """Return once ``cost`` bytes fit; OverloadedError after :data:`WAIT_S`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._wait_s
+        while not self._fits(cost):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise OverloadedError(
+                    f"the server holds {self._bytes} bytes of requests, with room for "
+                    f"{self._max_bytes} (--max-inflight-bytes); retry later"
+                )
+            waiter = loop.create_future()
+            self._waiters.append(waiter)
+            try:
+                await asyncio.wait_for(asyncio.shield(waiter), remaining)
+            except TimeoutError:
+                pass
+            finally:
+                if not waiter.done():
+                    waiter.cancel()
 
     def leave(self, cost: int) -> None:
         """A request that entered is done; ``cost``: the bytes it took (0 if it never did)."""

@@ -5,17 +5,20 @@ every 200 correct, and a server that lives."""
 
 from __future__ import annotations
 
+import gzip
 import http.client
 import json
 import socket
 import struct
 import time
 import urllib.request
+import zlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import pytest
+from support import raw_http
 from support.processes import ServerProcess
 from support.sample_requests import simple_grpc_request
 from support.slow_clients import dribble_until_closed
@@ -219,3 +222,167 @@ def test_many_maximum_size_requests_against_a_small_budget(
     assert all(correct for status, correct, _ in results if status == 200)
     assert all(retry == "1" for status, _, retry in results if status == 503)
     assert _live(server) == 200
+
+
+def _trickle_until_closed(socks: list[socket.socket], piece: bytes, every_s: float) -> list[int]:
+    """Send ``piece`` on each of ``socks`` every ``every_s`` until the server has closed them
+    all (at most 30 s); the number of pieces each took."""
+    sent = [0] * len(socks)
+    open_ = set(range(len(socks)))
+    for sock in socks:
+        sock.setblocking(False)
+    for _ in range(int(30 / every_s)):
+        for index in sorted(open_):
+            try:
+                socks[index].send(piece)
+                sent[index] += 1
+                if socks[index].recv(65536) == b"":
+                    open_.discard(index)
+            except BlockingIOError:
+                continue
+            except (BrokenPipeError, ConnectionResetError):
+                open_.discard(index)
+        if not open_:
+            return sent
+        time.sleep(every_s)
+    raise AssertionError(f"connections {sorted(open_)} were never cut off")
+
+
+@pytest.fixture
+def budget_server(make_server: Callable[..., ServerProcess]) -> ServerProcess:
+    """A 4 MiB body limit, and a budget of bytes in flight that a 2 MiB JSON body (counted
+    with its decode, 17 times) fills exactly."""
+    return make_server(
+        "--max-request-size", "4Mi", "--max-inflight-bytes", "34Mi",
+        "--request-body-deadline", "4",
+    )  # fmt: skip
+
+
+def test_trickling_bodies_hold_only_what_they_sent_until_their_deadline(
+    budget_server: ServerProcess,
+) -> None:
+    """A body declaring 2 MiB and a chunked one, both sent a little at a time (fast enough for
+    the 1 KiB-per-30 s progress deadline): neither takes the budget (each was once charged its
+    declared length or the size limit, so other HTTP and gRPC inferences got 503), and both
+    are cut off at the whole-body deadline."""
+    declared = _connect(budget_server)
+    chunked = _connect(budget_server)
+    try:
+        declared.sendall(
+            b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 2097152\r\n\r\n{"
+        )
+        chunked.sendall(
+            b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n1\r\n{\r\n"
+        )
+        time.sleep(0.5)  # both admitted, waiting for the rest of their bodies
+        status, _, _ = _infer_simple(budget_server, 4)
+        assert status == 200
+        with grpc.insecure_channel(budget_server.grpc_url) as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            assert stub.ModelInfer(simple_grpc_request(), timeout=10).outputs
+        _trickle_until_closed([declared, chunked], b" ", every_s=0.2)
+    finally:
+        declared.close()
+        chunked.close()
+    assert _live(budget_server) == 200
+    assert _infer_simple(budget_server, 5)[0] == 200
+
+
+def test_a_body_that_could_never_fit_the_budget_is_refused_at_once(
+    budget_server: ServerProcess,
+) -> None:
+    """4 MiB of JSON is within the size limit, but would hold twice the whole budget while it
+    is decoded: 413 from its head alone, where it was once admitted to run alone."""
+    with _connect(budget_server) as sock:
+        sock.sendall(
+            b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 4194304\r\n\r\n"
+        )
+        buffer = bytearray()
+        status, _, body = raw_http.parse(raw_http.read_response(sock, buffer))
+    assert status == 413
+    assert "--max-inflight-bytes" in json.loads(body)["error"]
+    assert _infer_simple(budget_server, 6)[0] == 200
+
+
+def _post_raw(sock: socket.socket, body: bytes, encoding: str) -> None:
+    sock.sendall(
+        b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Encoding: %s\r\nContent-Length: %d\r\n\r\n%s"
+        % (encoding.encode(), len(body), body)
+    )
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+def test_inflating_bombs_are_refused_while_the_server_answers_others(
+    make_server: Callable[..., ServerProcess], encoding: str
+) -> None:
+    """Bodies of some 64 KiB that inflate to 64 MiB, four times the size limit: each is refused
+    with 413, and while they are being inflated the server answers its health checks (the
+    inflating runs in bounded steps off the event loop, where it once held it). A legitimate
+    compressed body is answered as before."""
+    server = make_server("--max-request-size", "16Mi", "--max-inflight-bytes", "2Gi",
+                         "--grpc-port", "0")  # fmt: skip
+    compress = gzip.compress if encoding == "gzip" else zlib.compress
+    bomb = compress(b"0" * (64 << 20))
+    bombs = [_connect(server) for _ in range(3)]
+    done: list[tuple[float, str]] = []
+
+    def answer_of(sock: socket.socket) -> int:
+        status, _, _ = raw_http.parse(raw_http.read_response(sock, bytearray()))
+        done.append((time.monotonic(), "bomb"))
+        return status
+
+    try:
+        with ThreadPoolExecutor(3) as pool:
+            for sock in bombs:
+                _post_raw(sock, bomb, encoding)
+            answers = [pool.submit(answer_of, sock) for sock in bombs]
+            while not all(answer.done() for answer in answers):
+                assert _live(server) == 200
+                done.append((time.monotonic(), "live"))
+            statuses = [answer.result() for answer in answers]
+    finally:
+        for sock in bombs:
+            sock.close()
+    assert statuses == [413, 413, 413]
+    last_bomb = max(at for at, what in done if what == "bomb")
+    assert any(what == "live" and at < last_bomb for at, what in done), done
+    with _connect(server) as sock:
+        _post_raw(sock, compress(_simple_body(7)), encoding)
+        status, _, body = raw_http.parse(raw_http.read_response(sock, bytearray()))
+    assert status == 200
+    outputs = {item["name"]: item["data"] for item in json.loads(body)["outputs"]}
+    assert outputs["OUTPUT0"] == [14] * 16
+
+
+def test_a_large_json_body_is_decoded_in_a_thread_and_answered_as_before(
+    server: ServerProcess,
+) -> None:
+    """A JSON body past the size decoded in a worker thread (256 KiB): the same answer, and
+    the same refusal for a bad one."""
+    element = "x" * (300 * 1024)
+
+    def post(shape: list[int]) -> tuple[int, dict[str, object]]:
+        inputs = [{"name": "INPUT0", "datatype": "BYTES", "shape": shape, "data": [element]}]
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+        try:
+            connection.request(
+                "POST",
+                "/v2/models/simple_identity/infer",
+                body=json.dumps({"inputs": inputs}).encode(),
+                headers={"Cache-Control": "no-store"},
+            )
+            response = connection.getresponse()
+            return response.status, json.loads(response.read())
+        finally:
+            connection.close()
+
+    status, document = post([1, 1])
+    assert status == 200, document
+    outputs = document["outputs"]
+    assert isinstance(outputs, list)
+    assert outputs[0]["data"] == [element]
+    status, document = post([2, 1])
+    assert status == 400
+    assert "needs 2 elements" in str(document["error"])

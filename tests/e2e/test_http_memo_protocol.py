@@ -219,3 +219,42 @@ def test_restricted_inference_is_refused_before_the_memo(
     refused, wrong = _exchange(server, _request(), _request(0, b"Infer-Key: nope"))
     assert refused[0] == wrong[0] == 403
     assert b"This API is restricted" in refused[2]
+
+
+def _sized_request(size: int) -> tuple[bytes, bytes]:
+    """seed 0's request with its body made exactly ``size`` bytes long (the JSON header padded
+    with spaces), as a head and a body."""
+    body, json_size = _body()
+    pad = size - len(body)
+    assert pad >= 0
+    head = (
+        b"POST %s HTTP/1.1\r\nHost: test\r\nContent-Type: application/octet-stream\r\n"
+        b"Inference-Header-Content-Length: %d\r\nContent-Length: %d\r\n\r\n"
+        % (PATH, json_size + pad, size)
+    )
+    return head, body[:json_size] + b" " * pad + body[json_size:]
+
+
+@pytest.mark.parametrize("size", [65535, 65536, 65537])
+@pytest.mark.parametrize("held_back", [None, 1, 40])
+def test_bodies_at_the_held_size_are_answered_however_they_are_split(
+    server: ServerProcess, size: int, held_back: int | None
+) -> None:
+    """The memo holds a body of up to 64 KiB before uvicorn's request cycle exists; the
+    connection guard must not take that held body for an overlong head and close the
+    connection. ``held_back``: the body's last bytes, sent in a second write (None: the head
+    alone first, then the whole body)."""
+    head, body = _sized_request(size)
+    if held_back is None:
+        writes = [head, body]
+    else:
+        writes = [head + body[: len(body) - held_back], body[len(body) - held_back :]]
+    with raw_http.connect(server) as stream:
+        buffer = bytearray()
+        for _ in range(2):  # a miss, then the same request again (held by the memo)
+            for write in writes:
+                stream.sendall(write)
+                time.sleep(0.05)
+            status, headers, _ = raw_http.read(stream, buffer)
+            assert status == 200
+            assert headers[b"x-cache"] in {b"miss", b"hit-local"}

@@ -19,7 +19,9 @@ from cachefleet.runtime.config import LimitSettings
 from cachefleet.runtime.http.connection_guard import GuardedH11Protocol
 from cachefleet.runtime.http.httptools_protocol import GuardedHttpToolsProtocol
 
-LIMITS = LimitSettings(head_timeout_s=0.6, body_timeout_s=0.6, max_connections=3)
+LIMITS = LimitSettings(
+    head_timeout_s=0.6, body_timeout_s=0.6, body_deadline_s=2.0, max_connections=3
+)
 
 
 class Echo:
@@ -79,6 +81,32 @@ def test_a_body_that_keeps_its_pace_is_answered(port: int) -> None:
             answer += chunk
     assert answer.startswith(b"HTTP/1.1 200 ")
     assert answer.endswith(b"5000")
+
+
+def test_a_steady_trickle_is_cut_off_at_the_whole_body_deadline(port: int) -> None:
+    """500 bytes per 0.1 s keeps the 1 KiB-per-0.6 s pace, but a 50,000-byte body at that
+    rate takes 10 s: the connection is closed once the body's 2 s are over, unanswered."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(HEAD.replace(b"5000", b"50000"))
+        started = time.monotonic()
+        sock.settimeout(0.1)
+        answer = b""
+        for _ in range(80):  # 8 s at most: well past the deadline, well short of the body
+            try:
+                sock.sendall(b"x" * 500)
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                continue
+            except (BrokenPipeError, ConnectionResetError):
+                break
+            if not chunk:
+                break
+            answer += chunk
+        else:
+            raise AssertionError("the trickling body was never cut off")
+        took = time.monotonic() - started
+    assert answer == b""
+    assert took >= 1.5, took
 
 
 def test_connections_past_the_cap_get_503(port: int) -> None:

@@ -52,7 +52,40 @@ def test_a_request_that_waits_too_long_is_refused_and_leaves() -> None:
     asyncio.run(scenario())
 
 
+def test_a_request_takes_more_bytes_as_it_needs_them() -> None:
+    async def scenario() -> None:
+        budget = RequestBudget(max_requests=10, max_bytes=100, wait_s=5)
+        assert budget.try_enter(30)
+        assert budget.try_enter(30)
+        assert budget.try_take(40)  # the first grows: 100 of 100
+        assert not budget.try_take(10)  # the second must wait for room
+        growing = asyncio.create_task(budget.take(10))
+        await asyncio.sleep(0.05)
+        assert not growing.done()
+        budget.leave(70)  # the first is done
+        await asyncio.wait_for(growing, 1)
+        assert (budget.requests, budget.bytes) == (1, 40)
+
+    asyncio.run(scenario())
+
+
+def test_a_request_that_waits_too_long_to_grow_keeps_what_it_took() -> None:
+    async def scenario() -> None:
+        budget = RequestBudget(max_requests=10, max_bytes=100, wait_s=0.1)
+        assert budget.try_enter(60)
+        assert budget.try_enter(30)
+        with pytest.raises(OverloadedError, match="max-inflight-bytes"):
+            await budget.take(20)
+        assert (budget.requests, budget.bytes) == (2, 90)
+        budget.leave(30)
+        assert (budget.requests, budget.bytes) == (1, 60)
+
+    asyncio.run(scenario())
+
+
 def test_a_request_larger_than_the_budget_runs_alone() -> None:
+    """As a gRPC message does (whole before it is counted); HTTP bodies that could never fit
+    are refused instead (``http.body_charge``)."""
     budget = RequestBudget(max_requests=10, max_bytes=100)
     assert budget.try_enter(500)
     assert not budget.try_enter(1)
