@@ -141,6 +141,10 @@ def test_densenet_output_has_the_config_datatype_and_shape(
     assert np.isfinite(scores.to_numpy()).all()
 
 
+#: How a load error names the sample model's file (the client's name, not the server's path).
+SHOWN = "simple/1/model.onnx"
+
+
 def _simple_model(model_repository: Path) -> Path:
     return model_repository / "simple" / "1" / "model.onnx"
 
@@ -168,14 +172,14 @@ def test_a_cuda_plan_preloads_the_cuda_libraries_once(
     """onnxruntime-gpu from pip has no RUNPATH to CUDA: the runtime loads it before a session."""
     plan = ExecutionPlan(choose_providers("cuda", [CUDA, CPU]))
     for _ in range(2):
-        session = onnx_backend.open_session(_simple_model(model_repository), plan)
+        session = onnx_backend.open_session(_simple_model(model_repository), plan, shown=SHOWN)
     assert preloads == ["preload"]
     assert (_sums(session) == 2 * np.arange(16)).all()  # no CUDA here: it ran on the CPU
 
 
 def test_a_cpu_plan_never_loads_cuda(model_repository: Path, preloads: list[str]) -> None:
     plan = plan_execution({}, ModelSettings(execution_provider="cpu"), [CUDA, CPU])
-    onnx_backend.open_session(_simple_model(model_repository), plan)
+    onnx_backend.open_session(_simple_model(model_repository), plan, shown=SHOWN)
     assert preloads == []
 
 
@@ -187,7 +191,7 @@ def test_a_cuda_plan_opens_on_an_onnxruntime_without_preload_dlls(
     onnx_backend.load_cuda_libraries.cache_clear()
     try:
         plan = ExecutionPlan(choose_providers("cuda", [CUDA, CPU]))
-        session = onnx_backend.open_session(_simple_model(model_repository), plan)
+        session = onnx_backend.open_session(_simple_model(model_repository), plan, shown=SHOWN)
     finally:
         onnx_backend.load_cuda_libraries.cache_clear()
     assert (_sums(session) == 2 * np.arange(16)).all()
@@ -200,5 +204,5 @@ def test_a_cuda_plan_opens_with_this_cpu_onnxruntimes_own_preload_dlls(
     """The real function of a CPU build (it has one, and returns at once): nothing breaks."""
     onnx_backend.load_cuda_libraries.cache_clear()
     plan = ExecutionPlan(choose_providers("cuda", [CUDA, CPU]))
-    session = onnx_backend.open_session(_simple_model(model_repository), plan)
+    session = onnx_backend.open_session(_simple_model(model_repository), plan, shown=SHOWN)
     assert (_sums(session) == 2 * np.arange(16)).all()
