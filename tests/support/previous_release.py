@@ -73,8 +73,9 @@ class ReleaseCheckout:
 
     def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """This process's environment made safe for the old code: its venv first on ``PATH``,
-        no ``PYTHONPATH`` or ``VIRTUAL_ENV`` of today's tree, ``PYTHONSAFEPATH=1``."""
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+        no ``PYTHONPATH`` or ``VIRTUAL_ENV`` of today's tree, no ``CACHEFLEET_*`` settings of
+        the test run (only ``extra``'s), ``PYTHONSAFEPATH=1``."""
+        env = {k: v for k, v in _without_pythonpath().items() if not k.startswith("CACHEFLEET_")}
         env["PATH"] = f"{self.python.parent}{os.pathsep}{env.get('PATH', '')}"
         env["PYTHONSAFEPATH"] = "1"
         env.update(extra or {})
