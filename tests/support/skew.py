@@ -19,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from support.previous_release import ReleaseCheckout
+
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = Path(__file__).resolve().with_name("settings_probe.py")
 KIND = "CachedInferenceService"
@@ -127,3 +129,27 @@ def _environment(container: dict[str, Any]) -> dict[str, str]:
             value = SECRET_STAND_IN
         env[variable["name"]] = value
     return env
+
+
+#: Renders files with a release's own ``render_file`` in one process (a ``cachefleet render`` per
+#: file costs that release's imports each time); prints JSON: path -> objects, or the error.
+_RENDER = """
+import json, sys
+from pathlib import Path
+from cachefleet.operator.render_command import render_file
+out = {}
+for path in sys.argv[1:]:
+    try:
+        out[path] = render_file(Path(path))
+    except Exception as error:  # the release's SpecError, whatever it is called there
+        out[path] = f"{type(error).__name__}: {error}"
+print(json.dumps(out))
+"""
+
+
+def render_with(release: ReleaseCheckout, paths: Sequence[Path]) -> dict[str, Any]:
+    """Each file rendered by ``release``'s operator: its objects, or its error as a string."""
+    done = release.run_python(_RENDER, *map(str, paths), timeout_s=300)
+    assert done.returncode == 0, done.stderr
+    rendered: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+    return rendered
