@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 import yaml
-from pydantic import BaseModel, ConfigDict, create_model
 from support.kube.crd_schema import EXAMPLES, apply_defaults, schema
 
 from cachefleet.operator.manifests.children import build_children
@@ -31,8 +30,6 @@ OWNER = Owner("svc", "ml", "0b7c7a5e-1b8d-4a57-9f43-5c0f5d1e9a11")
 BASE: dict[str, Any] = {
     "model": {"name": "simple", "repository": {"pvc": {"claimName": "models"}}},
 }
-#: Settings the runtime gained after its first release: a 0.1.0 pod refuses them.
-ADDED_SINCE_FIRST_RELEASE = {"server": {"grpc_port"}, "models": {"row_cache_models"}}
 
 
 def example_specs() -> list[tuple[str, ServiceSpec]]:
@@ -117,30 +114,5 @@ def test_a_rendered_config_is_read_back_by_the_runtime_as_the_operator_meant(
     assert loaded == runtime_settings(spec, owner=OWNER)
 
 
-def _first_release_model() -> type[BaseModel]:
-    """The runtime's settings model without what was added since: what a 0.1.0 pod reads."""
-    forbid = ConfigDict(extra="forbid", frozen=True)
-    groups: dict[str, Any] = {}
-    for group, info in RuntimeSettings.model_fields.items():
-        model = info.annotation
-        assert isinstance(model, type)
-        assert issubclass(model, BaseModel)
-        dropped = ADDED_SINCE_FIRST_RELEASE.get(group, set())
-        fields: dict[str, Any] = {
-            name: (field.annotation, field)
-            for name, field in model.model_fields.items()
-            if name not in dropped
-        }
-        old = create_model(f"Old{model.__name__}", __config__=forbid, **fields)
-        groups[group] = (old, old())
-    return create_model("OldRuntimeSettings", __config__=forbid, **groups)
-
-
-@pytest.mark.parametrize(("name", "spec"), example_specs(), ids=[n for n, _ in example_specs()])
-def test_pods_of_an_older_runtime_accept_the_config_a_newer_operator_renders(
-    name: str, spec: ServiceSpec
-) -> None:
-    document = yaml.safe_load(
-        config_of(build_children(spec, owner=OWNER, redis_password="pw", cache_secret="mac"))
-    )
-    _first_release_model().model_validate(document)  # the runtime's extra="forbid" refusal
+# Whether pods of the previous release accept what this operator renders is checked against that
+# release's own code, not a model of it: tests/skew/test_runtime_skew.py (bash scripts/test-skew).
