@@ -6,6 +6,7 @@ raises on a bad spec (Stalled) or a failed API call or Redis command (Reconcilin
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +21,7 @@ from cachefleet.operator.manifests.children import (
     uses_redis_password,
 )
 from cachefleet.operator.manifests.errors import SpecError
-from cachefleet.operator.manifests.meta import Owner
+from cachefleet.operator.manifests.meta import TEMPLATE_HASH_ANNOTATION, Owner
 from cachefleet.operator.manifests.redis import password_ref
 from cachefleet.operator.manifests.redis_memory import maxmemory_bytes
 from cachefleet.operator.manifests.runtime import redis_password_ref, redis_url
@@ -30,6 +31,7 @@ from cachefleet.operator.reconcile.applied import AppliedVersions
 from cachefleet.operator.reconcile.children import Applied, apply_children, prune_children
 from cachefleet.operator.reconcile.conditions import (
     Condition,
+    queued_conditions,
     render_conditions,
     stalled_conditions,
     summary_conditions,
@@ -48,6 +50,8 @@ from cachefleet.operator.reconcile.redis_live import (
     read_cache_figures,
 )
 from cachefleet.operator.reconcile.redis_topology import ExternalRedis, read_topology_figures
+from cachefleet.operator.reconcile.rollouts import QUEUED_RETRY_S, RolloutGate
+from cachefleet.operator.reconcile.runtime_configs import NeededConfigs
 from cachefleet.operator.reconcile.served import read_served
 from cachefleet.operator.reconcile.settings import OperatorSettings
 
@@ -69,6 +73,8 @@ class Outcome:
     status: dict[str, Any]
     events: list[Event] = field(default_factory=list)
     retry: str | None = None
+    #: When to retry, where the handler's backoff would wait too long (a queued rollout).
+    retry_delay_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -78,6 +84,9 @@ class Reconciler:
     versions: AppliedVersions = field(default_factory=AppliedVersions)
     #: The Redis password each service's last reconcile read, by (namespace, name).
     passwords: dict[tuple[str, str], str | None] = field(default_factory=dict)
+    #: Paces pod template changes across fleets; off unless given one (the operator's handlers
+    #: give one that reads kopf's index of the live runtime Deployments).
+    rollouts: RolloutGate = field(default_factory=lambda: RolloutGate(0))
 
     def reconcile(self, body: Mapping[str, Any], *, prune: bool = True) -> Outcome:
         """Apply, prune, configure Redis live and observe; API failures become a status.
@@ -118,22 +127,59 @@ class Reconciler:
             message = f"invalid spec: {error}"
             status = self._status(body, stalled_conditions(message))
             return Outcome(status, [Event(True, "InvalidSpec", message)])
-        pruned = []
-        if prune:
-            # A scaler the spec replaces goes first: KEDA refuses a ScaledObject for a
-            # Deployment that another HPA scales, and two scalers would fight over the count.
-            pruned += prune_children(self.kube, owner, children, SCALER_KINDS)
-        applied = apply_children(self.kube, children, self.versions)
+        fleet = (owner.namespace, owner.name)
+        [deployment] = [c for c in children if c["kind"] == "Deployment"]
+        with self.rollouts.admit(fleet, deployment) as decision:
+            if not decision.proceed:
+                children = [self._keep_live_template(c) if c is deployment else c
+                            for c in children]  # fmt: skip
+            applied, pruned = self._apply(owner, children, prune=prune)
+            if decision.proceed:
+                self.rollouts.applied(fleet, applied.live.get(f"Deployment/{owner.name}") or {})
         events = [Event(False, "Applied", f"applied {x}") for x in applied.written]
-        if prune:
-            others = [kind for kind in CHILD_KINDS if kind not in SCALER_KINDS]
-            pruned += prune_children(self.kube, owner, children, others)
         events += [Event(False, "Pruned", f"deleted {x}") for x in pruned]
         for message in applied.blocked:
             events.append(Event(True, "ImmutableField", message))
         for message in applied.unserved:
             events.append(Event(True, NOT_INSTALLED, message))
-        return self._observe(body, spec, owner, password, applied, events)
+        queued = None if decision.proceed else decision.message
+        return self._observe(body, spec, owner, password, applied, events, queued)
+
+    def _apply(
+        self, owner: Owner, children: list[dict[str, Any]], *, prune: bool
+    ) -> tuple[Applied, list[str]]:
+        """Apply every child; with ``prune``, delete those the spec dropped (scalers first:
+        KEDA refuses a ScaledObject for a Deployment another HPA scales, and two scalers would
+        fight over the count), keeping runtime ConfigMaps that pods may still read."""
+        pruned = []
+        if prune:
+            pruned += prune_children(self.kube, owner, children, SCALER_KINDS)
+        applied = apply_children(self.kube, children, self.versions)
+        if prune:
+            others = [kind for kind in CHILD_KINDS if kind not in SCALER_KINDS]
+            live = applied.live.get(f"Deployment/{owner.name}")
+            keep = NeededConfigs(self.kube, owner, live)
+            pruned += prune_children(self.kube, owner, children, others, keep=keep)
+        return applied, pruned
+
+    def _keep_live_template(self, deployment: dict[str, Any]) -> dict[str, Any]:
+        """``deployment`` with the live pod template (and its digest) instead of the new one: a
+        queued fleet keeps running what it runs, and gets every other change."""
+        meta = deployment["metadata"]
+        live = self.kube.get("apps/v1", "Deployment", meta["namespace"], meta["name"])
+        if live is None:
+            return deployment  # gone since: a new one rolls nothing
+        template = copy.deepcopy(live["spec"]["template"])
+        (template.get("metadata") or {}).pop("creationTimestamp", None)
+        annotations = dict(meta.get("annotations") or {})
+        previous = ((live.get("metadata") or {}).get("annotations") or {}).get(
+            TEMPLATE_HASH_ANNOTATION
+        )
+        annotations.pop(TEMPLATE_HASH_ANNOTATION, None)
+        if previous is not None:
+            annotations[TEMPLATE_HASH_ANNOTATION] = previous
+        spec = {**deployment["spec"], "template": template}
+        return {**deployment, "metadata": {**meta, "annotations": annotations}, "spec": spec}
 
     def build(
         self,
@@ -170,6 +216,7 @@ class Reconciler:
         password: str | None,
         applied: Applied,
         events: list[Event],
+        queued: str | None = None,
     ) -> Outcome:
         statefulset = None
         if spec.cache.managed_redis:
@@ -215,6 +262,8 @@ class Reconciler:
         conditions = summary_conditions(
             redis, runtime, problem=problem, stalled=stalled, stalled_reason=reason
         )
+        if queued is not None and stalled is None:
+            conditions = queued_conditions(conditions, queued)
         status = self._status(body, conditions)
         status.update(
             replicas=replicas,
@@ -223,6 +272,8 @@ class Reconciler:
             url=meta.service_url(owner),
             redisUrl=redis_url(spec, owner=owner) or "",
         )
+        if problem is None and queued is not None and stalled is None:
+            return Outcome(status, events, retry=queued, retry_delay_s=QUEUED_RETRY_S)
         return Outcome(status, events, retry=problem)
 
     def _download_failure(self, spec: ServiceSpec, owner: Owner) -> Condition | None:
