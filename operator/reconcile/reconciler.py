@@ -7,7 +7,7 @@ raises on a bad spec (Stalled) or a failed API call or Redis command (Reconcilin
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,7 +50,7 @@ from cachefleet.operator.reconcile.redis_live import (
     read_cache_figures,
 )
 from cachefleet.operator.reconcile.redis_topology import ExternalRedis, read_topology_figures
-from cachefleet.operator.reconcile.rollouts import QUEUED_RETRY_S, RolloutGate
+from cachefleet.operator.reconcile.rollouts import QUEUED_RETRY_S, Decision, RolloutGate
 from cachefleet.operator.reconcile.runtime_configs import NeededConfigs
 from cachefleet.operator.reconcile.served import read_served
 from cachefleet.operator.reconcile.settings import OperatorSettings
@@ -127,15 +127,10 @@ class Reconciler:
             message = f"invalid spec: {error}"
             status = self._status(body, stalled_conditions(message))
             return Outcome(status, [Event(True, "InvalidSpec", message)])
-        fleet = (owner.namespace, owner.name)
-        [deployment] = [c for c in children if c["kind"] == "Deployment"]
-        with self.rollouts.admit(fleet, deployment) as decision:
-            if not decision.proceed:
-                children = [self._keep_live_template(c) if c is deployment else c
-                            for c in children]  # fmt: skip
-            applied, pruned = self._apply(owner, children, prune=prune)
-            if decision.proceed:
-                self.rollouts.applied(fleet, applied.live.get(f"Deployment/{owner.name}") or {})
+        pruned: list[str] = []
+        applied, decision = self.apply_paced(
+            owner, children, lambda paced: self._apply(owner, paced, pruned, prune=prune)
+        )
         events = [Event(False, "Applied", f"applied {x}") for x in applied.written]
         events += [Event(False, "Pruned", f"deleted {x}") for x in pruned]
         for message in applied.blocked:
@@ -145,13 +140,33 @@ class Reconciler:
         queued = None if decision.proceed else decision.message
         return self._observe(body, spec, owner, password, applied, events, queued)
 
+    def apply_paced(
+        self,
+        owner: Owner,
+        children: list[dict[str, Any]],
+        apply: Callable[[list[dict[str, Any]]], Applied],
+    ) -> tuple[Applied, Decision]:
+        """``apply`` the children, the runtime Deployment's pod template only when the pacing
+        of rollouts admits it (else the live one is kept: see ``rollouts``)."""
+        fleet = (owner.namespace, owner.name)
+        deployment = next((c for c in children if c["kind"] == "Deployment"), None)
+        if deployment is None:
+            return apply(children), Decision(True)
+        with self.rollouts.admit(fleet, deployment) as decision:
+            if not decision.proceed:
+                children = [self._keep_live_template(c) if c is deployment else c
+                            for c in children]  # fmt: skip
+            applied = apply(children)
+            if decision.proceed:
+                self.rollouts.applied(fleet, applied.live.get(f"Deployment/{owner.name}") or {})
+        return applied, decision
+
     def _apply(
-        self, owner: Owner, children: list[dict[str, Any]], *, prune: bool
-    ) -> tuple[Applied, list[str]]:
-        """Apply every child; with ``prune``, delete those the spec dropped (scalers first:
-        KEDA refuses a ScaledObject for a Deployment another HPA scales, and two scalers would
-        fight over the count), keeping runtime ConfigMaps that pods may still read."""
-        pruned = []
+        self, owner: Owner, children: list[dict[str, Any]], pruned: list[str], *, prune: bool
+    ) -> Applied:
+        """Apply every child; with ``prune``, delete those the spec dropped (into ``pruned``;
+        scalers first: KEDA refuses a ScaledObject for a Deployment another HPA scales, and two
+        scalers would fight over the count), keeping runtime ConfigMaps pods may still read."""
         if prune:
             pruned += prune_children(self.kube, owner, children, SCALER_KINDS)
         applied = apply_children(self.kube, children, self.versions)
@@ -160,7 +175,7 @@ class Reconciler:
             live = applied.live.get(f"Deployment/{owner.name}")
             keep = NeededConfigs(self.kube, owner, live)
             pruned += prune_children(self.kube, owner, children, others, keep=keep)
-        return applied, pruned
+        return applied
 
     def _keep_live_template(self, deployment: dict[str, Any]) -> dict[str, Any]:
         """``deployment`` with the live pod template (and its digest) instead of the new one: a
@@ -432,7 +447,13 @@ def restore_child(
         if not (kind == "Secret" and name in generated):
             # (A lost generated Secret means a new secret: every pod that reads it must roll.)
             children = [c for c in children if c["kind"] == kind and c["metadata"]["name"] == name]
-        return apply_children(reconciler.kube, children, reconciler.versions).written
+        # (A restored Deployment is paced like any other change to its pods.)
+        applied, _ = reconciler.apply_paced(
+            owner,
+            children,
+            lambda paced: apply_children(reconciler.kube, paced, reconciler.versions),
+        )
+        return applied.written
     except SpecError:
         return []  # the owner's own handler reports the spec problem
     except KubeError as error:

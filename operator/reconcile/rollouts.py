@@ -138,8 +138,9 @@ class RolloutGate:
         found = {key for key, deployment in live.items() if rolling(deployment)}
         for key, generation in list(self._admitted.items()):
             seen = live.get(key)
-            if generation is not None and seen is not None and generation_of(seen) >= generation:
-                del self._admitted[key]  # the live view has caught up: its status decides
+            if generation is not None and (seen is None or generation_of(seen) >= generation):
+                # The live view has caught up (its status decides), or the fleet is gone.
+                del self._admitted[key]
             else:
                 found.add(key)
         return found
