@@ -8,6 +8,7 @@ dependencies inside ``run``, so ``cachefleet --help`` stays fast.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import sys
 from collections.abc import Sequence
 from types import ModuleType
@@ -33,6 +34,13 @@ def build_parser() -> argparse.ArgumentParser:
         prog="cachefleet",
         description="GPU inference fleets sharing a response cache (KServe v2 / Triton protocol).",
     )
+    # The installed distribution's version: the release (CHANGELOG.md's latest entry; the tests
+    # keep pyproject.toml, the chart and the CHANGELOG equal).
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"cachefleet {importlib.metadata.version('cachefleet')}",
+    )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, module in COMMANDS.items():
         sub = subparsers.add_parser(name, help=module.HELP, description=module.HELP)
@@ -42,7 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    if not (sys.argv[1:] if argv is None else argv):
+        # Bare ``cachefleet``: the list of commands, and argparse's usage-error status.
+        parser.print_help(sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
     try:
         return int(args.run(args))
     except KeyboardInterrupt:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import re
 import secrets
 import sys
@@ -13,6 +14,8 @@ import yaml
 
 from cachefleet.operator.manifests.errors import SpecError
 from cachefleet.operator.manifests.meta import DEFAULT_OPERATOR_NAMESPACE
+
+_log = logging.getLogger(__name__)
 
 HELP = "print every object the operator would apply for a CachedInferenceService."
 
@@ -97,12 +100,19 @@ def render_file(
         needs_generated_password,
     )
     from cachefleet.operator.manifests.meta import Owner
-    from cachefleet.operator.manifests.spec import parse_spec
+    from cachefleet.operator.manifests.spec import read_spec
 
     body = _read(path)
     if namespace and not body["metadata"].get("namespace"):
         body["metadata"]["namespace"] = namespace
-    spec = parse_spec(body.get("spec") or {})
+    read = read_spec(body.get("spec") or {})
+    if read.ignored:
+        _log.warning(
+            "%s: ignoring fields this release does not know (written for a newer release?): %s",
+            path,
+            ", ".join(read.ignored),
+        )
+    spec = read.spec
     password = secrets.token_urlsafe(32) if needs_generated_password(spec) else None
     cache_secret = secrets.token_urlsafe(32) if needs_generated_cache_secret(spec) else None
     return build_children(

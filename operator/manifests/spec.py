@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -23,6 +24,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from cachefleet.operator.manifests.errors import SpecError
+from cachefleet.operator.manifests.unknown_fields import validate_known
 from cachefleet.runtime.config import (
     NAMESPACE_PATTERN,
     ApiGroup,
@@ -566,15 +568,35 @@ class ServiceSpec(_Spec):
         return self
 
 
-def parse_spec(spec: object) -> ServiceSpec:
-    """Validate and default a spec, or raise SpecError naming every wrong field."""
+@dataclass(frozen=True)
+class ReadSpec:
+    """A validated spec and the fields of the stored object this operator does not know."""
+
+    spec: ServiceSpec
+    #: Paths such as ``spec.cache.newField``: left out, for the caller to warn about.
+    ignored: tuple[str, ...] = ()
+
+
+def read_spec(spec: object) -> ReadSpec:
+    """Validate and default a spec, leaving out (and naming) fields this release does not know,
+    or raise SpecError naming every wrong field.
+
+    Unknown fields come from a newer release's CRD (applied before this operator, or kept after
+    a rollback): refusing them would stall every service, so they are ignored with a warning.
+    Known fields are validated as strictly as ever."""
     if not isinstance(spec, Mapping):  # a server without the CRD's schema stores anything
         kind = type(spec).__name__
         raise SpecError(f"spec must be an object with fields (model, replicas, ...), not a {kind}")
     try:
-        return ServiceSpec.model_validate(dict(spec))
+        parsed, ignored = validate_known(ServiceSpec, dict(spec), prefix="spec.")
     except ValidationError as error:
         raise SpecError(_describe(error)) from None
+    return ReadSpec(parsed, ignored)
+
+
+def parse_spec(spec: object) -> ServiceSpec:
+    """Validate and default a spec (unknown fields left out), or raise SpecError."""
+    return read_spec(spec).spec
 
 
 def _describe(error: ValidationError) -> str:

@@ -25,7 +25,7 @@ from cachefleet.operator.manifests.meta import TEMPLATE_HASH_ANNOTATION, Owner
 from cachefleet.operator.manifests.redis import password_ref
 from cachefleet.operator.manifests.redis_memory import maxmemory_bytes
 from cachefleet.operator.manifests.runtime import redis_password_ref, redis_url
-from cachefleet.operator.manifests.spec import ServiceSpec, parse_spec
+from cachefleet.operator.manifests.spec import ServiceSpec, parse_spec, read_spec
 from cachefleet.operator.reconcile import init_failures, observe
 from cachefleet.operator.reconcile.applied import AppliedVersions
 from cachefleet.operator.reconcile.children import Applied, apply_children, prune_children
@@ -57,6 +57,15 @@ from cachefleet.operator.reconcile.settings import OperatorSettings
 
 #: The reason of a service whose children need an API the cluster does not serve (KEDA).
 NOT_INSTALLED = "NotInstalled"
+#: The reason of the warning on a service whose stored spec holds fields this operator ignores.
+UNKNOWN_FIELDS = "UnknownFields"
+
+
+def _ignored_message(paths: tuple[str, ...]) -> str:
+    return (
+        f"ignored {', '.join(paths)}: this operator's release does not know them (a newer "
+        "release's CRD?); the service is reconciled without them"
+    )
 
 
 @dataclass(frozen=True)
@@ -118,7 +127,8 @@ class Reconciler:
     def _reconcile(self, body: Mapping[str, Any], *, prune: bool) -> Outcome:
         owner = Owner.from_body(body)
         try:
-            spec = parse_spec(body.get("spec") or {})
+            read = read_spec(body.get("spec") or {})
+            spec = read.spec
             password = self.redis_password(spec, owner)
             children = self.build(
                 spec, owner, password, self.cache_secret(spec, owner), self.admin_token(spec, owner)
@@ -127,6 +137,9 @@ class Reconciler:
             message = f"invalid spec: {error}"
             status = self._status(body, stalled_conditions(message))
             return Outcome(status, [Event(True, "InvalidSpec", message)])
+        # Fields of a newer release's CRD (applied first, or kept after a rollback): reconciled
+        # without them, and said so on the object.
+        ignored = [Event(True, UNKNOWN_FIELDS, _ignored_message(p)) for p in [read.ignored] if p]
         pruned: list[str] = []
         applied, decision = self.apply_paced(
             owner, children, lambda paced: self._apply(owner, paced, pruned, prune=prune)
@@ -138,7 +151,7 @@ class Reconciler:
         for message in applied.unserved:
             events.append(Event(True, NOT_INSTALLED, message))
         queued = None if decision.proceed else decision.message
-        return self._observe(body, spec, owner, password, applied, events, queued)
+        return self._observe(body, spec, owner, password, applied, ignored + events, queued)
 
     def apply_paced(
         self,

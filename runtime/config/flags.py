@@ -8,6 +8,7 @@ that names flags; argparse options and environment variables are derived from it
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -15,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from cachefleet.runtime.config.settings import RuntimeSettings
 
 ENV_PREFIX = "CACHEFLEET_"
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -269,7 +271,12 @@ def _flags_from_args(args: argparse.Namespace | None) -> dict[str, dict[str, Any
 
 
 def _read_config_file(path: Path) -> dict[str, dict[str, Any]]:
-    """Read a settings file: either grouped like RuntimeSettings, or flat flag names."""
+    """Read a settings file: either grouped like RuntimeSettings, or flat flag names.
+
+    A setting this release does not know is left out with one warning naming every such key,
+    not refused: the file is the operator's ConfigMap, and during an upgrade (or after a
+    rollback) a newer operator's settings reach this release's pods. Known settings are still
+    validated strictly, and an unknown command-line flag is still an error (argparse)."""
     try:
         document = yaml.safe_load(path.read_text()) or {}
     except (OSError, yaml.YAMLError) as error:
@@ -279,15 +286,35 @@ def _read_config_file(path: Path) -> dict[str, dict[str, Any]]:
             f"config file {path} must hold a mapping, not {type(document).__name__}"
         )
     layer: dict[str, dict[str, Any]] = {}
+    ignored: list[str] = []
     for key, value in document.items():
         flag = _BY_NAME.get(str(key).replace("_", "-"))
         if key in RuntimeSettings.model_fields and isinstance(value, dict):
-            layer.setdefault(key, {}).update(value)
+            known = _group_fields(key)
+            layer.setdefault(key, {}).update((f, v) for f, v in value.items() if f in known)
+            ignored += [f"{key}.{f}" for f in value if f not in known]
         elif flag is not None:
             layer.setdefault(flag.group, {})[flag.field] = value
+        elif key in RuntimeSettings.model_fields:
+            raise SettingsError(f"config file {path}: {key!r} must be a mapping of settings")
         else:
-            raise SettingsError(f"config file {path}: unknown setting {key!r}")
+            ignored.append(str(key))
+    if ignored:
+        _log.warning(
+            "config file %s: ignoring settings this release does not know "
+            "(written by a newer release?): %s",
+            path,
+            ", ".join(repr(name) for name in ignored),
+        )
     return layer
+
+
+def _group_fields(group: str) -> frozenset[str]:
+    """The field names of one settings group (``server``, ``cache``, ...)."""
+    model = RuntimeSettings.model_fields[group].annotation
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        raise TypeError(f"settings group {group!r} is not a model")  # a bug, not bad input
+    return frozenset(model.model_fields)
 
 
 def _describe(error: ValidationError) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from pathlib import Path
 
 import pytest
@@ -90,11 +91,36 @@ def test_errors_name_the_flag_and_environment_variable() -> None:
         load_settings(parse("--redis-url", "http://x"), {})
 
 
-def test_unknown_key_in_config_file_is_an_error(tmp_path: Path) -> None:
+def test_settings_a_newer_release_writes_are_ignored_with_one_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A newer operator's ConfigMap reaches this release's pods during an upgrade or after a
+    rollback: what this release does not know is named once and left out, the rest applies."""
     config = tmp_path / "settings.yaml"
-    config.write_text("prot: 1\n")
-    with pytest.raises(SettingsError, match="unknown setting 'prot'"):
+    config.write_text(
+        "prot: 1\n"
+        "quotas: {max: 3}\n"
+        "cache: {mode: local, namespace_v9: x, local_size_bytes: 1Mi}\n"
+        "port: 9000\n"
+    )
+    with caplog.at_level(logging.WARNING, logger="cachefleet.runtime.config"):
+        settings = load_settings(parse("--config", str(config)), {})
+    assert (settings.cache.mode, settings.cache.local_size_bytes) == ("local", 2**20)
+    assert settings.server.port == 9000
+    [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert "'prot', 'quotas', 'cache.namespace_v9'" in warning.getMessage()
+
+
+def test_known_settings_stay_strict_and_unknown_flags_fail(tmp_path: Path) -> None:
+    config = tmp_path / "settings.yaml"
+    config.write_text("cache: {mode: everywhere}\nunknown: 1\n")
+    with pytest.raises(SettingsError, match=r"--cache .*Input should be"):
         load_settings(parse("--config", str(config)), {})
+    config.write_text("server: 8000\n")
+    with pytest.raises(SettingsError, match="server"):
+        load_settings(parse("--config", str(config)), {})
+    with pytest.raises(SystemExit):
+        parse("--prot", "1")
 
 
 def test_every_variable_of_one_group_is_read() -> None:

@@ -1,0 +1,1 @@
+"""Version-skew tests: today's code against the previous release's real code."""
