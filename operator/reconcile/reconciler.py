@@ -6,7 +6,6 @@ raises on a bad spec (Stalled) or a failed API call or Redis command (Reconcilin
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +20,7 @@ from cachefleet.operator.manifests.children import (
     uses_redis_password,
 )
 from cachefleet.operator.manifests.errors import SpecError
-from cachefleet.operator.manifests.meta import TEMPLATE_HASH_ANNOTATION, Owner
+from cachefleet.operator.manifests.meta import Owner
 from cachefleet.operator.manifests.redis import password_ref
 from cachefleet.operator.manifests.redis_memory import maxmemory_bytes
 from cachefleet.operator.manifests.runtime import redis_password_ref, redis_url
@@ -50,7 +49,12 @@ from cachefleet.operator.reconcile.redis_live import (
     read_cache_figures,
 )
 from cachefleet.operator.reconcile.redis_topology import ExternalRedis, read_topology_figures
-from cachefleet.operator.reconcile.rollouts import QUEUED_RETRY_S, Decision, RolloutGate
+from cachefleet.operator.reconcile.rollouts import (
+    QUEUED_RETRY_S,
+    Decision,
+    RolloutGate,
+    with_live_template,
+)
 from cachefleet.operator.reconcile.runtime_configs import NeededConfigs
 from cachefleet.operator.reconcile.served import read_served
 from cachefleet.operator.reconcile.settings import OperatorSettings
@@ -191,23 +195,10 @@ class Reconciler:
         return applied
 
     def _keep_live_template(self, deployment: dict[str, Any]) -> dict[str, Any]:
-        """``deployment`` with the live pod template (and its digest) instead of the new one: a
-        queued fleet keeps running what it runs, and gets every other change."""
+        """``deployment`` with the live pod template: a queued fleet keeps what it runs."""
         meta = deployment["metadata"]
         live = self.kube.get("apps/v1", "Deployment", meta["namespace"], meta["name"])
-        if live is None:
-            return deployment  # gone since: a new one rolls nothing
-        template = copy.deepcopy(live["spec"]["template"])
-        (template.get("metadata") or {}).pop("creationTimestamp", None)
-        annotations = dict(meta.get("annotations") or {})
-        previous = ((live.get("metadata") or {}).get("annotations") or {}).get(
-            TEMPLATE_HASH_ANNOTATION
-        )
-        annotations.pop(TEMPLATE_HASH_ANNOTATION, None)
-        if previous is not None:
-            annotations[TEMPLATE_HASH_ANNOTATION] = previous
-        spec = {**deployment["spec"], "template": template}
-        return {**deployment, "metadata": {**meta, "annotations": annotations}, "spec": spec}
+        return deployment if live is None else with_live_template(deployment, live)
 
     def build(
         self,

@@ -16,6 +16,7 @@ rollout past its progress deadline no longer holds a place (it is Stalled; the u
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -68,6 +69,21 @@ def summary(deployment: Mapping[str, Any]) -> dict[str, Any]:
         "spec": {k: v for k, v in (deployment.get("spec") or {}).items() if k == "replicas"},
         "status": dict(deployment.get("status") or {}),
     }  # fmt: skip
+
+
+def with_live_template(desired: Mapping[str, Any], live: Mapping[str, Any]) -> dict[str, Any]:
+    """``desired`` (a runtime Deployment) with ``live``'s pod template and template digest: a
+    queued fleet keeps running what it runs, and gets every other change (replicas, labels)."""
+    template = copy.deepcopy(live["spec"]["template"])
+    (template.get("metadata") or {}).pop("creationTimestamp", None)  # the server's null
+    meta = desired["metadata"]
+    annotations = dict(meta.get("annotations") or {})
+    annotations.pop(TEMPLATE_HASH_ANNOTATION, None)
+    previous = template_hash(live)
+    if previous is not None:
+        annotations[TEMPLATE_HASH_ANNOTATION] = previous
+    spec = {**desired["spec"], "template": template}
+    return {**desired, "metadata": {**meta, "annotations": annotations}, "spec": spec}
 
 
 @dataclass(frozen=True)
