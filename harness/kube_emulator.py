@@ -35,6 +35,7 @@ RESOURCES: dict[str, dict[str, Any]] = {
     "v1/pods": {"kind": "Pod", "subresources": {"status"}},
     "apps/v1/statefulsets": {"kind": "StatefulSet", "subresources": {"status"}},
     "apps/v1/deployments": {"kind": "Deployment", "subresources": {"status"}},
+    "apps/v1/replicasets": {"kind": "ReplicaSet", "subresources": {"status"}},
     "policy/v1/poddisruptionbudgets": {"kind": "PodDisruptionBudget"},
     "networking.k8s.io/v1/networkpolicies": {"kind": "NetworkPolicy"},
     "autoscaling/v2/horizontalpodautoscalers": {"kind": "HorizontalPodAutoscaler"},
@@ -49,6 +50,13 @@ class InvalidError(kmock.KubernetesError):
     status: int = 422
     reason: str = "Invalid"
     message: str = "a JSON-patch test operation failed"
+
+
+@attrs.frozen
+class ImmutableError(kmock.KubernetesError):
+    status: int = 422
+    reason: str = "Invalid"
+    message: str = "ConfigMap: Forbidden: field is immutable when `immutable` is set"
 
 
 @attrs.define(kw_only=True)
@@ -80,6 +88,7 @@ class Cluster(kmock.KubernetesEmulator):
                 if request.action == kmock.action.CREATE and isinstance(request.data, dict):
                     self._stamp_new(request.data, request.namespace)
                 elif request.action == kmock.action.UPDATE and request.name is not None:
+                    self._check_immutable(request)
                     unchanged = self._unchanged(request)
                     if unchanged is not None:
                         return aiohttp.web.json_response(unchanged)
@@ -132,6 +141,22 @@ class Cluster(kmock.KubernetesEmulator):
         spec_changed = "spec" in request.data and request.data["spec"] != live.get("spec")
         if request.subresource is None and spec_changed:
             meta["generation"] = int(live.get("metadata", {}).get("generation", 1)) + 1
+
+    def _check_immutable(self, request: rendering.Request) -> None:
+        """Refuse, as the API server does, a change to an immutable ConfigMap's or Secret's
+        data (or to its ``immutable``): it must be replaced under a new name."""
+        if request.subresource is not None:
+            return
+        live = self._live((request.resource, request.namespace, request.name))
+        if live is None or live.get("immutable") is not True:
+            return
+        if isinstance(request.data, list):
+            changed = jsonpatch.apply_patch(copy.deepcopy(live), request.data)
+        else:
+            changed = _merge(copy.deepcopy(live), request.data)
+        fields = ("immutable", "data", "binaryData")
+        if any(changed.get(f) != live.get(f) for f in fields):
+            raise ImmutableError()
 
     def _unchanged(self, request: rendering.Request) -> dict[str, Any] | None:
         """The live object when a merge patch or apply would leave it as it is, else None."""

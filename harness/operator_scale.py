@@ -47,8 +47,8 @@ from cachefleet.bench.processes import free_port
 NAMESPACE = "bench"
 CIS = "cachefleet.io/v1alpha1/cachedinferenceservices"
 MODEL = {"name": "simple", "repository": {"pvc": {"claimName": "models"}}}
+# (The runtime ConfigMap is named by its content: converged() finds it through the Deployment.)
 RUNTIME_CHILDREN = (
-    ("v1/configmaps", "{}-config"),
     ("v1/services", "{}"),
     ("apps/v1/deployments", "{}"),
 )
@@ -125,12 +125,24 @@ def lookup(cluster: Any) -> Lookup:
     return get
 
 
+DEPLOYMENTS = "apps/v1/deployments"
+
+
+def _runtime_config(deployment: Mapping[str, Any] | None) -> str:
+    """The name of the settings ConfigMap the runtime Deployment mounts ("" when none)."""
+    pod = ((deployment or {}).get("spec") or {}).get("template", {}).get("spec") or {}
+    names = [v["configMap"]["name"] for v in pod.get("volumes") or [] if v["name"] == "config"]
+    return names[0] if names else ""
+
+
 def converged(get: Lookup, service: Service, *, generation: int = 1, replicas: int = 0) -> bool:
     """Every child exists and the status describes this generation (see the module docstring)."""
     if any(
         get(resource, name.format(service.name)) is None
         for resource, name in service.shape.children
     ):
+        return False
+    if get("v1/configmaps", _runtime_config(get(DEPLOYMENTS, service.name))) is None:
         return False
     body = get(CIS, service.name) or {}
     status = body.get("status") or {}

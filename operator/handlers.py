@@ -22,12 +22,16 @@ from cachefleet.operator.reconcile.locks import KeyedLocks
 from cachefleet.operator.reconcile.peering import Peering, PeeringGate
 from cachefleet.operator.reconcile.periodic import Periodic, object_key, status_changes
 from cachefleet.operator.reconcile.reconciler import Outcome, Reconciler, restore_child
+from cachefleet.operator.reconcile.rollouts import RolloutGate, summary
 from cachefleet.operator.reconcile.settings import OperatorSettings
 
 RETRY_DELAY_S = 15.0
 MAX_RETRY_DELAY_S = 600.0
 MANAGED = {"app.kubernetes.io/managed-by": MANAGER}
 MANAGED_SELECTOR = ",".join(f"{k}={v}" for k, v in MANAGED.items())
+RUNTIME = {**MANAGED, "app.kubernetes.io/component": "runtime"}
+#: Tries at copying an index from a handler thread while kopf's loop may be changing it.
+COPY_TRIES = 20
 
 
 @kopf.on.startup()
@@ -40,15 +44,18 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: 
     # of every Secret (Helm's release Secrets included) would fill the operator's memory.
     for api_version, kind in CHILD_KINDS:
         settings.watching.label_selectors[api_version, PLURALS[kind]] = MANAGED_SELECTOR
-    memo.reconciler = Reconciler(Kube(), OperatorSettings.from_environ())
+    operator_settings = OperatorSettings.from_environ()
+    deployments: kopf.Index[Any, Any] = kwargs["runtime_deployments"]  # the index below
+    gate = RolloutGate(operator_settings.max_concurrent_rollouts, lambda: _values(deployments))
+    memo.reconciler = Reconciler(Kube(), operator_settings, rollouts=gate)
     memo.locks = KeyedLocks()
     # Resync and cache figures run in one operator-level task, not kopf timers: a timer needs a
     # finalizer on every service, and a finalizer makes deletion wait for the operator.
     periodic = Periodic(memo.reconciler, memo.locks)
     index: kopf.Index[Any, Any] = kwargs["services"]  # the index below, by its id
     peering = _peering(settings, memo.reconciler.settings.operator_namespace)
-    gate = PeeringGate(memo.reconciler.kube, peering)
-    memo.periodic = asyncio.create_task(periodic.run(lambda: _snapshot(index), gate.active))
+    leading = PeeringGate(memo.reconciler.kube, peering)
+    memo.periodic = asyncio.create_task(periodic.run(lambda: _snapshot(index), leading.active))
 
 
 @kopf.on.cleanup()
@@ -66,6 +73,16 @@ def services(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dic
     return {(namespace, name): copy.deepcopy(dict(body))}
 
 
+@kopf.index("apps", "v1", "deployments", labels=RUNTIME, id="runtime_deployments")
+def runtime_deployments(
+    namespace: str | None, name: str, body: kopf.Body, **_: Any
+) -> dict[Any, Any]:
+    """Every fleet's live runtime Deployment (its rollout status, not its template), for the
+    pacing of rollouts: kopf fills it before any handler runs, so a restarted operator knows at
+    once which fleets are mid-rollout."""
+    return {(namespace, name): summary(body)}
+
+
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL)
@@ -74,7 +91,7 @@ def reconcile(
 ) -> None:
     with memo.locks(object_key(body)):
         outcome = memo.reconciler.reconcile(body)
-    _report(body, patch, outcome, retry_delay_s(retry))
+    _report(body, patch, outcome, outcome.retry_delay_s or retry_delay_s(retry))
 
 
 def restore(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
@@ -123,6 +140,17 @@ def _report(
 
 def _snapshot(index: kopf.Index[Any, Any]) -> list[Mapping[str, Any]]:
     return [body for store in index.values() for body in store]
+
+
+def _values(index: kopf.Index[Any, Any]) -> list[Mapping[str, Any]]:
+    """A copy of ``index`` taken from a handler thread: kopf updates it in its event loop, so
+    a change in the middle of the copy starts it again."""
+    for _ in range(COPY_TRIES):
+        try:
+            return _snapshot(index)
+        except (RuntimeError, KeyError):  # changed size, or a key dropped, during the copy
+            continue
+    return _snapshot(index)
 
 
 def _peering(settings: kopf.OperatorSettings, operator_namespace: str) -> Peering:

@@ -17,6 +17,8 @@ PLURAL = "cachedinferenceservices"
 MANAGER = "cachefleet-operator"
 APP_NAME = "cachefleet"
 CONFIG_HASH_ANNOTATION = "cachefleet.io/config-hash"
+#: On the runtime Deployment: a digest of the pod template the operator last applied to it.
+TEMPLATE_HASH_ANNOTATION = "cachefleet.io/template-hash"
 #: The cluster autoscaler keeps a node whose pods have local volumes (emptyDir) unless each such
 #: volume is named here (cluster-autoscaler FAQ, "What types of pods can prevent CA from removing
 #: a node?"); a GPU node would never scale down.

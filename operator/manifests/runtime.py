@@ -52,6 +52,8 @@ CACHE_SECRET_KEY = "cache-secret"
 #: between its worker processes); models, the local cache and the memo take the rest.
 INFLIGHT_SHARE = 4
 GPU_RESOURCE = "nvidia.com/gpu"
+#: Hex digits of the content digest in a runtime ConfigMap's name.
+CONFIG_NAME_DIGEST = 10
 #: The server's /tmp: scratch only (the root filesystem is read-only).
 TMP_SIZE_LIMIT = "256Mi"
 DEFAULT_COPY_RESOURCES: dict[str, dict[str, str]] = {
@@ -193,13 +195,37 @@ def config_document(settings: RuntimeSettings) -> dict[str, Any]:
 
 
 def build_runtime_configmap(spec: ServiceSpec, *, owner: Owner) -> dict[str, Any]:
+    """The settings, immutable and named by their content.
+
+    A pod reads its ConfigMap whenever it starts, so a ConfigMap changed in place would reach
+    old pods that restart mid-rollout (an older runtime refusing a newer operator's settings).
+    A new content is a new ConfigMap instead, mounted by the new pod template only; the old one
+    stays until no ReplicaSet runs it (see ``reconcile.runtime_configs``).
+    """
     document = config_document(runtime_settings(spec, owner=owner))
+    data = {"config.yaml": yaml.safe_dump(document, sort_keys=True)}
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": meta.metadata(owner, f"{owner.name}-config", COMPONENT),
-        "data": {"config.yaml": yaml.safe_dump(document, sort_keys=True)},
+        "metadata": meta.metadata(owner, runtime_configmap_name(owner, data), COMPONENT),
+        "immutable": True,
+        "data": data,
     }
+
+
+def runtime_configmap_name(owner: Owner, data: dict[str, str]) -> str:
+    """``<name>-config-<digest of the data>``: at most 46 + 18 characters (a ConfigMap name may
+    have 253), and it never ends like another child's name (``-redis-config``)."""
+    return f"{owner.name}-config-{meta.config_hash(data)[:CONFIG_NAME_DIGEST]}"
+
+
+def is_runtime_configmap(owner: Owner, name: str) -> bool:
+    """Whether ``name`` is one of the fleet's runtime ConfigMaps: named by content, or the
+    ``<name>-config`` of releases before 0.2.0."""
+    prefix = f"{owner.name}-config"
+    digest = name.removeprefix(f"{prefix}-")
+    named_by_content = len(digest) == CONFIG_NAME_DIGEST and digest != name
+    return name == prefix or (named_by_content and all(c in "0123456789abcdef" for c in digest))
 
 
 def build_runtime_service(spec: ServiceSpec, *, owner: Owner) -> dict[str, Any]:
@@ -230,10 +256,13 @@ def build_runtime_deployment(
 
     ``runtime_image`` runs when the spec names no image: the operator's own release's runtime.
     """
-    pod = _pod_spec(spec, owner, runtime_image)
+    configmap = build_runtime_configmap(spec, owner=owner)
+    pod = _pod_spec(spec, owner, runtime_image, configmap["metadata"]["name"])
+    template = {"metadata": _pod_metadata(spec, owner, pod, configmap, password_digest),
+                "spec": pod}  # fmt: skip
     deployment_spec: dict[str, Any] = {
         "selector": {"matchLabels": meta.selector_labels(owner, COMPONENT)},
-        "template": {"metadata": _pod_metadata(spec, owner, pod, password_digest), "spec": pod},
+        "template": template,
     }
     if spec.autoscaling is None:  # else the scaler (an HPA, or KEDA's) owns the count
         deployment_spec["replicas"] = spec.replicas
@@ -244,17 +273,18 @@ def build_runtime_deployment(
             "type": "RollingUpdate",
             "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
         }
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": meta.metadata(owner, owner.name, COMPONENT),
-        "spec": deployment_spec,
-    }
+    metadata = meta.metadata(owner, owner.name, COMPONENT)
+    # On the Deployment, not its pods: tells the pacing of rollouts whether applying this would
+    # roll the pods, without comparing against a template the API server has defaulted.
+    metadata["annotations"] = {meta.TEMPLATE_HASH_ANNOTATION: meta.config_hash(template)}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": metadata,
+            "spec": deployment_spec}  # fmt: skip
 
 
-def _pod_metadata(spec: ServiceSpec, owner: Owner, pod: dict[str, Any], digest: str) -> Any:
+def _pod_metadata(
+    spec: ServiceSpec, owner: Owner, pod: dict[str, Any], configmap: dict[str, Any], digest: str
+) -> Any:
     """Labels and annotations of the pods: the user's first, the operator's over them."""
-    configmap = build_runtime_configmap(spec, owner=owner)
     annotations = {
         **spec.runtime.pod_annotations,
         **meta.safe_to_evict_annotation(pod),
@@ -268,7 +298,9 @@ def _pod_metadata(spec: ServiceSpec, owner: Owner, pod: dict[str, Any], digest: 
     return {"labels": labels, "annotations": annotations}
 
 
-def _pod_spec(spec: ServiceSpec, owner: Owner, runtime_image: str) -> dict[str, Any]:
+def _pod_spec(
+    spec: ServiceSpec, owner: Owner, runtime_image: str, configmap_name: str
+) -> dict[str, Any]:
     runtime = spec.runtime
     server = _server_container(spec, owner, runtime_image)
     security = pod_security(RUNTIME_USER_ID, user_ids=spec.user_ids or "fixed")
@@ -285,7 +317,7 @@ def _pod_spec(spec: ServiceSpec, owner: Owner, runtime_image: str) -> dict[str, 
         pod["initContainers"] = [model_fetch.fetch_container(spec, server["image"], resources)]
     pod["containers"] = [server]
     pod["volumes"] = [
-        {"name": "config", "configMap": {"name": f"{owner.name}-config"}},
+        {"name": "config", "configMap": {"name": configmap_name}},
         {"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE_LIMIT}},
         _model_volume(spec),
         *model_fetch.credential_volumes(spec),

@@ -298,6 +298,17 @@ class Runtime(_Spec):
     tracing: Tracing | None = None
 
     @model_validator(mode="after")
+    def _probes_stay_open(self) -> Runtime:
+        # The kubelet's probes carry no token: restricting health fails every probe, and the
+        # fleet never becomes ready (the CRD refuses it too; this catches what got past it).
+        if "health" in self.restricted_apis:
+            raise ValueError(
+                "runtime.restrictedApis must not hold health: the pods' probes carry no token, "
+                "so every probe would fail"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _own_keys_stay_own(self) -> Runtime:
         taken = sorted(set(self.pod_labels) & set(RESERVED_LABELS))
         if taken:

@@ -9,7 +9,7 @@ carries" the intent would keep it forever.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -216,9 +216,10 @@ def prune_children(
     owner: Owner,
     children: Sequence[Mapping[str, Any]],
     kinds: Sequence[tuple[str, str]] = CHILD_KINDS,
+    keep: Callable[[Mapping[str, Any]], bool] = lambda _: False,
 ) -> list[str]:
     """Delete owned children of ``kinds`` the spec no longer asks for (e.g. Redis after mode:
-    local)."""
+    local), except those ``keep`` says are still in use (a previous runtime ConfigMap)."""
     wanted = {describe(child) for child in children}
     selector = {"app.kubernetes.io/instance": owner.name, "app.kubernetes.io/managed-by": MANAGER}
     deleted = []
@@ -233,7 +234,7 @@ def prune_children(
             live.setdefault("apiVersion", api_version)
             live.setdefault("kind", kind)
             live["metadata"].setdefault("namespace", owner.namespace)
-            if describe(live) not in wanted and _owned_by(live, owner):
+            if describe(live) not in wanted and _owned_by(live, owner) and not keep(live):
                 kube.delete(live)
                 deleted.append(describe(live))
     return deleted

@@ -88,6 +88,20 @@ def summary_conditions(
     ]
 
 
+#: The reason of a service whose pod template change waits for other fleets' rollouts.
+ROLLOUT_QUEUED = "RolloutQueued"
+
+
+def queued_conditions(conditions: Iterable[Condition], message: str) -> list[Condition]:
+    """``conditions`` of a service whose rollout waits its turn: not Ready (its pods do not run
+    the spec yet), Reconciling with the reason and why."""
+    replaced = {
+        "Ready": Condition("Ready", False, ROLLOUT_QUEUED, message),
+        "Reconciling": Condition("Reconciling", True, ROLLOUT_QUEUED, message),
+    }
+    return [replaced.get(c.type, c) for c in conditions]
+
+
 def stalled_conditions(message: str) -> list[Condition]:
     """A spec that cannot be reconciled until someone edits it."""
     return [

@@ -23,6 +23,7 @@ PLURALS: dict[str, str] = {
     "Service": "services",
     "StatefulSet": "statefulsets",
     "Deployment": "deployments",
+    "ReplicaSet": "replicasets",
     "PodDisruptionBudget": "poddisruptionbudgets",
     "NetworkPolicy": "networkpolicies",
     "HorizontalPodAutoscaler": "horizontalpodautoscalers",

@@ -6,7 +6,7 @@ raises on a bad spec (Stalled) or a failed API call or Redis command (Reconcilin
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +30,7 @@ from cachefleet.operator.reconcile.applied import AppliedVersions
 from cachefleet.operator.reconcile.children import Applied, apply_children, prune_children
 from cachefleet.operator.reconcile.conditions import (
     Condition,
+    queued_conditions,
     render_conditions,
     stalled_conditions,
     summary_conditions,
@@ -48,6 +49,13 @@ from cachefleet.operator.reconcile.redis_live import (
     read_cache_figures,
 )
 from cachefleet.operator.reconcile.redis_topology import ExternalRedis, read_topology_figures
+from cachefleet.operator.reconcile.rollouts import (
+    QUEUED_RETRY_S,
+    Decision,
+    RolloutGate,
+    with_live_template,
+)
+from cachefleet.operator.reconcile.runtime_configs import NeededConfigs
 from cachefleet.operator.reconcile.served import read_served
 from cachefleet.operator.reconcile.settings import OperatorSettings
 
@@ -78,6 +86,8 @@ class Outcome:
     status: dict[str, Any]
     events: list[Event] = field(default_factory=list)
     retry: str | None = None
+    #: When to retry, where the handler's backoff would wait too long (a queued rollout).
+    retry_delay_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -87,6 +97,9 @@ class Reconciler:
     versions: AppliedVersions = field(default_factory=AppliedVersions)
     #: The Redis password each service's last reconcile read, by (namespace, name).
     passwords: dict[tuple[str, str], str | None] = field(default_factory=dict)
+    #: Paces pod template changes across fleets; off unless given one (the operator's handlers
+    #: give one that reads kopf's index of the live runtime Deployments).
+    rollouts: RolloutGate = field(default_factory=lambda: RolloutGate(0))
 
     def reconcile(self, body: Mapping[str, Any], *, prune: bool = True) -> Outcome:
         """Apply, prune, configure Redis live and observe; API failures become a status.
@@ -131,22 +144,61 @@ class Reconciler:
         # Fields of a newer release's CRD (applied first, or kept after a rollback): reconciled
         # without them, and said so on the object.
         ignored = [Event(True, UNKNOWN_FIELDS, _ignored_message(p)) for p in [read.ignored] if p]
-        pruned = []
-        if prune:
-            # A scaler the spec replaces goes first: KEDA refuses a ScaledObject for a
-            # Deployment that another HPA scales, and two scalers would fight over the count.
-            pruned += prune_children(self.kube, owner, children, SCALER_KINDS)
-        applied = apply_children(self.kube, children, self.versions)
+        pruned: list[str] = []
+        applied, decision = self.apply_paced(
+            owner, children, lambda paced: self._apply(owner, paced, pruned, prune=prune)
+        )
         events = [Event(False, "Applied", f"applied {x}") for x in applied.written]
-        if prune:
-            others = [kind for kind in CHILD_KINDS if kind not in SCALER_KINDS]
-            pruned += prune_children(self.kube, owner, children, others)
         events += [Event(False, "Pruned", f"deleted {x}") for x in pruned]
         for message in applied.blocked:
             events.append(Event(True, "ImmutableField", message))
         for message in applied.unserved:
             events.append(Event(True, NOT_INSTALLED, message))
-        return self._observe(body, spec, owner, password, applied, ignored + events)
+        queued = None if decision.proceed else decision.message
+        return self._observe(body, spec, owner, password, applied, ignored + events, queued)
+
+    def apply_paced(
+        self,
+        owner: Owner,
+        children: list[dict[str, Any]],
+        apply: Callable[[list[dict[str, Any]]], Applied],
+    ) -> tuple[Applied, Decision]:
+        """``apply`` the children, the runtime Deployment's pod template only when the pacing
+        of rollouts admits it (else the live one is kept: see ``rollouts``)."""
+        fleet = (owner.namespace, owner.name)
+        deployment = next((c for c in children if c["kind"] == "Deployment"), None)
+        if deployment is None:
+            return apply(children), Decision(True)
+        with self.rollouts.admit(fleet, deployment) as decision:
+            if not decision.proceed:
+                children = [self._keep_live_template(c) if c is deployment else c
+                            for c in children]  # fmt: skip
+            applied = apply(children)
+            if decision.proceed:
+                self.rollouts.applied(fleet, applied.live.get(f"Deployment/{owner.name}") or {})
+        return applied, decision
+
+    def _apply(
+        self, owner: Owner, children: list[dict[str, Any]], pruned: list[str], *, prune: bool
+    ) -> Applied:
+        """Apply every child; with ``prune``, delete those the spec dropped (into ``pruned``;
+        scalers first: KEDA refuses a ScaledObject for a Deployment another HPA scales, and two
+        scalers would fight over the count), keeping runtime ConfigMaps pods may still read."""
+        if prune:
+            pruned += prune_children(self.kube, owner, children, SCALER_KINDS)
+        applied = apply_children(self.kube, children, self.versions)
+        if prune:
+            others = [kind for kind in CHILD_KINDS if kind not in SCALER_KINDS]
+            live = applied.live.get(f"Deployment/{owner.name}")
+            keep = NeededConfigs(self.kube, owner, live)
+            pruned += prune_children(self.kube, owner, children, others, keep=keep)
+        return applied
+
+    def _keep_live_template(self, deployment: dict[str, Any]) -> dict[str, Any]:
+        """``deployment`` with the live pod template: a queued fleet keeps what it runs."""
+        meta = deployment["metadata"]
+        live = self.kube.get("apps/v1", "Deployment", meta["namespace"], meta["name"])
+        return deployment if live is None else with_live_template(deployment, live)
 
     def build(
         self,
@@ -183,6 +235,7 @@ class Reconciler:
         password: str | None,
         applied: Applied,
         events: list[Event],
+        queued: str | None = None,
     ) -> Outcome:
         statefulset = None
         if spec.cache.managed_redis:
@@ -228,6 +281,8 @@ class Reconciler:
         conditions = summary_conditions(
             redis, runtime, problem=problem, stalled=stalled, stalled_reason=reason
         )
+        if queued is not None and stalled is None:
+            conditions = queued_conditions(conditions, queued)
         status = self._status(body, conditions)
         status.update(
             replicas=replicas,
@@ -236,6 +291,8 @@ class Reconciler:
             url=meta.service_url(owner),
             redisUrl=redis_url(spec, owner=owner) or "",
         )
+        if problem is None and queued is not None and stalled is None:
+            return Outcome(status, events, retry=queued, retry_delay_s=QUEUED_RETRY_S)
         return Outcome(status, events, retry=problem)
 
     def _download_failure(self, spec: ServiceSpec, owner: Owner) -> Condition | None:
@@ -394,7 +451,13 @@ def restore_child(
         if not (kind == "Secret" and name in generated):
             # (A lost generated Secret means a new secret: every pod that reads it must roll.)
             children = [c for c in children if c["kind"] == kind and c["metadata"]["name"] == name]
-        return apply_children(reconciler.kube, children, reconciler.versions).written
+        # (A restored Deployment is paced like any other change to its pods.)
+        applied, _ = reconciler.apply_paced(
+            owner,
+            children,
+            lambda paced: apply_children(reconciler.kube, paced, reconciler.versions),
+        )
+        return applied.written
     except SpecError:
         return []  # the owner's own handler reports the spec problem
     except KubeError as error:

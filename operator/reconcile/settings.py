@@ -42,6 +42,10 @@ class OperatorSettings:
     periodic_workers: int = 4
     """Services handled at once by a periodic pass, so one slow Redis or API call does not hold
     up the others."""
+    max_concurrent_rollouts: int = 3
+    """Fleets whose runtime pods may roll at once (0: no limit). A change to another fleet's
+    pod template (an operator upgrade changes them all) waits, with reason RolloutQueued, until
+    fewer are mid-rollout, so the fleets' caches do not all go cold together."""
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> OperatorSettings:
@@ -59,6 +63,9 @@ class OperatorSettings:
                 env.get("CACHEFLEET_OPERATOR_CACHE_WRITE_INTERVAL", "300")
             ),
             periodic_workers=int(env.get("CACHEFLEET_OPERATOR_PERIODIC_WORKERS", "4")),
+            max_concurrent_rollouts=int(
+                env.get("CACHEFLEET_OPERATOR_MAX_CONCURRENT_ROLLOUTS", "3")
+            ),
         )
 
 

@@ -209,6 +209,10 @@ INVALID = {
         },
         "resourceAttributes keys",
     ),
+    "health restricted (every probe would fail)": (
+        {"runtime": {"restrictedApis": ["cache", "health"]}},
+        "must not hold health",
+    ),
 }
 
 

@@ -18,7 +18,17 @@ from typing import Any
 import kubernetes_validate
 import pytest
 from support.kube.cluster import Cluster
-from support.kube.fixtures import CIS_PATH, NS, Api, cis, condition, live, must, service
+from support.kube.fixtures import (
+    CIS_PATH,
+    NS,
+    Api,
+    cis,
+    condition,
+    live,
+    must,
+    runtime_config,
+    service,
+)
 from support.object_stores import MotoS3
 from support.processes import CACHEFLEET
 
@@ -230,8 +240,7 @@ async def test_a_failing_download_shows_in_ready_with_the_uri_and_the_reason(
     status = await reconcile_status(cluster)
     assert must(condition(status, "RuntimeReady"))["reason"] == "Progressing"
     deployment = must(live(cluster, "apps/v1/deployments", "svc"))
-    rendered = json.dumps(deployment) + json.dumps(must(live(cluster, "v1/configmaps",
-                                                             "svc-config")))  # fmt: skip
+    rendered = json.dumps(deployment) + json.dumps(must(runtime_config(cluster, "svc")))
     for value in SECRET_VALUES.values():
         assert value not in rendered
     pods = f"/api/v1/namespaces/{NS}/pods"

@@ -19,7 +19,18 @@ import aiohttp
 import kmock
 import pytest
 from support.kube.cluster import Cluster
-from support.kube.fixtures import CIS_PATH, NS, Api, cis, condition, eventually, live, must, service
+from support.kube.fixtures import (
+    CIS_PATH,
+    NS,
+    Api,
+    cis,
+    condition,
+    eventually,
+    live,
+    must,
+    runtime_config,
+    service,
+)
 
 HASH = "cachefleet.io/config-hash"
 pytest_plugins = ("support.kube.fixtures",)  # cluster, api, start_operator, operator
@@ -55,7 +66,7 @@ async def test_creating_a_service_creates_owned_children_and_status(
         [owner] = child["metadata"]["ownerReferences"]
         assert owner["uid"] == uid
         assert owner["controller"] is True
-    assert live(cluster, "v1/configmaps", "svc-config") is not None
+    assert runtime_config(cluster, "svc") is not None
     assert live(cluster, "v1/services", "svc-redis-headless") is not None
 
     await eventually(lambda: condition(cis(cluster, "svc"), "RuntimeReady"), "the status")

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 from support.kube.cluster import Cluster
-from support.kube.fixtures import CIS_PATH, Api, cis, eventually, live, service
+from support.kube.fixtures import CIS_PATH, Api, cis, eventually, live, runtime_config, service
 from support.redis_nodes import (
     MASTER_NAME,
     ClusterProcesses,
@@ -51,7 +51,7 @@ async def test_an_external_cluster_reaches_the_pods_and_its_primaries_sum_into_t
     await start_operator()
     external = {"mode": "cluster", "url": redis_cluster.url}
     await api.send("POST", CIS_PATH, service("svc", cache={"redis": {"external": external}}))
-    config = await eventually(lambda: live(cluster, "v1/configmaps", "svc-config"), "ConfigMap")
+    config = await eventually(lambda: runtime_config(cluster, "svc"), "ConfigMap")
     settings = yaml.safe_load(config["data"]["config.yaml"])
     assert settings["redis"]["mode"] == "cluster"
     assert live(cluster, "apps/v1/statefulsets", "svc-redis") is None
@@ -71,7 +71,7 @@ async def test_an_external_sentinel_reaches_the_pods_and_its_primary_fills_the_s
     await start_operator()
     external = {"mode": "sentinel", "url": redis_sentinel.url, "sentinelMaster": MASTER_NAME}
     await api.send("POST", CIS_PATH, service("svc", cache={"redis": {"external": external}}))
-    config = await eventually(lambda: live(cluster, "v1/configmaps", "svc-config"), "ConfigMap")
+    config = await eventually(lambda: runtime_config(cluster, "svc"), "ConfigMap")
     settings = yaml.safe_load(config["data"]["config.yaml"])
     assert (settings["redis"]["mode"], settings["redis"]["sentinel_master"]) == (
         "sentinel",

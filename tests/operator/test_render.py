@@ -83,6 +83,12 @@ def by_kind(children: list[dict[str, Any]], kind: str, name: str | None = None) 
     return matches[0]
 
 
+def runtime_config(children: list[dict[str, Any]]) -> dict[str, Any]:
+    """The runtime's ConfigMap (named by its content)."""
+    [found] = [c for c in children if c["kind"] == "ConfigMap" and "config.yaml" in c["data"]]
+    return found
+
+
 def kinds(children: list[dict[str, Any]]) -> set[str]:
     return {c["kind"] for c in children}
 
@@ -174,7 +180,7 @@ def test_external_redis_mode_reaches_the_runtime_settings(
     children = render({"cache": {"mode": "tiered", "redis": {"external": external}}})
     assert "StatefulSet" not in kinds(children)
     path = tmp_path / "config.yaml"
-    path.write_text(by_kind(children, "ConfigMap", "svc-config")["data"]["config.yaml"])
+    path.write_text(runtime_config(children)["data"]["config.yaml"])
     import argparse
 
     settings = load_settings(argparse.Namespace(config=path), environ={})
@@ -196,7 +202,7 @@ def test_the_inflight_budget_is_derived_from_the_memory_limit(
 ) -> None:
     children = render({"runtime": runtime})
     path = tmp_path / "config.yaml"
-    path.write_text(by_kind(children, "ConfigMap", "svc-config")["data"]["config.yaml"])
+    path.write_text(runtime_config(children)["data"]["config.yaml"])
     import argparse
 
     settings = load_settings(argparse.Namespace(config=path), environ={})
@@ -214,7 +220,7 @@ def test_sentinel_without_its_primary_stalls_with_a_message() -> None:
 
 def test_runtime_configmap_is_loadable_settings_without_the_password(tmp_path: Path) -> None:
     children = render({})
-    config = by_kind(children, "ConfigMap", "svc-config")["data"]["config.yaml"]
+    config = runtime_config(children)["data"]["config.yaml"]
     assert "s3cret" not in config
     path = tmp_path / "config.yaml"
     path.write_text(config)
@@ -250,7 +256,7 @@ def test_row_cache_reaches_the_runtime_settings(
     tmp_path: Path, row_cache: bool, expected: tuple[str, ...]
 ) -> None:
     model = {**BASE["model"], "rowCache": row_cache}
-    config = by_kind(render({"model": model}), "ConfigMap", "svc-config")["data"]["config.yaml"]
+    config = runtime_config(render({"model": model}))["data"]["config.yaml"]
     path = tmp_path / "config.yaml"
     path.write_text(config)
     import argparse
@@ -429,7 +435,7 @@ def test_render_refuses_an_operator_namespace_that_is_not_a_namespace_name(
 
 def test_each_service_gets_its_own_cache_namespace_and_secret_unless_it_names_them() -> None:
     children = render({})
-    config = by_kind(children, "ConfigMap", "svc-config")["data"]["config.yaml"]
+    config = runtime_config(children)["data"]["config.yaml"]
     assert "namespace: ml/svc" in config
     assert CACHE_SECRET not in config
     generated = by_kind(children, "Secret", "svc-fleet")
@@ -440,7 +446,7 @@ def test_each_service_gets_its_own_cache_namespace_and_secret_unless_it_names_th
     # Two services that deliberately share answers name the namespace and the secret.
     shared = render({"cache": {"namespace": "team/shared", "secretRef": {"name": "team"}}})
     assert "svc-fleet" not in {c["metadata"]["name"] for c in shared}
-    config = by_kind(shared, "ConfigMap", "svc-config")["data"]["config.yaml"]
+    config = runtime_config(shared)["data"]["config.yaml"]
     assert "namespace: team/shared" in config
     container = by_kind(shared, "Deployment")["spec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"] if "valueFrom" in e}
@@ -458,8 +464,8 @@ def test_a_cache_namespace_that_would_make_ambiguous_keys_stalls() -> None:
 def test_cache_admission_reaches_the_runtime_only_when_not_the_default() -> None:
     """``spec.cache.admission: always`` turns the runtime's per-model admission off; ``auto``
     (the default) leaves the runtime's own default in place."""
-    default = by_kind(render({}), "ConfigMap", "svc-config")["data"]["config.yaml"]
+    default = runtime_config(render({}))["data"]["config.yaml"]
     assert "admission" not in default
     always = render({"cache": {"admission": "always"}})
-    config = yaml.safe_load(by_kind(always, "ConfigMap", "svc-config")["data"]["config.yaml"])
+    config = yaml.safe_load(runtime_config(always)["data"]["config.yaml"])
     assert config["cache"]["admission"] == "always"

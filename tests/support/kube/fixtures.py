@@ -162,6 +162,14 @@ def must(value: dict[str, Any] | None) -> dict[str, Any]:
     return value
 
 
+def runtime_config(cluster: Cluster, name: str) -> dict[str, Any] | None:
+    """The runtime ConfigMap the fleet's live Deployment mounts (named by its content)."""
+    deployment = live(cluster, "apps/v1/deployments", name)
+    volumes = (deployment or {}).get("spec", {}).get("template", {}).get("spec", {}).get("volumes")
+    names = [v["configMap"]["name"] for v in volumes or [] if v["name"] == "config"]
+    return live(cluster, "v1/configmaps", names[0]) if names else None
+
+
 def cis(cluster: Cluster, name: str) -> dict[str, Any] | None:
     return live(cluster, CIS, name)
 

@@ -98,7 +98,7 @@ OVERRIDES: dict[str, st.SearchStrategy[Any]] = {
     "runtime.tolerations": tolerations,
     "runtime.affinity": affinity,
     "runtime.restrictedApis": st.lists(
-        st.sampled_from(["model-repository", "shared-memory", "cache", "inference", "health"]),
+        st.sampled_from(["model-repository", "shared-memory", "cache", "inference", "statistics"]),
         unique=True,
         max_size=3,
     ),
