@@ -199,7 +199,8 @@ def test_the_metrics_page_is_grouped_by_what_the_metrics_are_about() -> None:
     assert "cachefleet_cache_row_hits_total" in sections["Row cache"]
     assert "cachefleet_redis_circuit_open" in sections["Redis"]
     assert "cachefleet_inference_seconds" in sections["Requests, inference and models"]
-    assert all(name.startswith("nv_inference_") for name in sections["Triton-compatible: inference"])
+    triton_inference = sections["Triton-compatible: inference"]
+    assert all(name.startswith("nv_inference_") for name in triton_inference)
     assert all(name.startswith("nv_cache_") for name in sections["Triton-compatible: cache"])
     assert "Other" not in sections
     assert max(len(names) for names in sections.values()) <= 12
@@ -271,7 +272,8 @@ def test_no_page_of_the_built_site_fetches_anything_from_another_host(built_site
         text = sheet.read_text(encoding="utf-8")
         remote += [f"{sheet.relative_to(built_site)}: {u}" for u in remote_in_css(text)]
     assert remote == []
-    everything = "".join(p.read_text(encoding="utf-8") for p in [*pages, *built_site.rglob("*.css")])
+    files = [*pages, *built_site.rglob("*.css")]
+    everything = "".join(file.read_text(encoding="utf-8") for file in files)
     assert "fonts.googleapis.com" not in everything
     assert "fonts.gstatic.com" not in everything
 
@@ -290,6 +292,7 @@ def test_pages_with_diagrams_carry_the_diagram_script_themselves(built_site: Pat
         with_diagrams.append(page.relative_to(built_site).as_posix())
         assets = _Assets()
         assets.feed(html)
-        local = [u for u in assets.urls if (page.parent / u).resolve() == (built_site / script).resolve()]
+        wanted = (built_site / script).resolve()
+        local = [u for u in assets.urls if (page.parent / u).resolve() == wanted]
         assert local, f"{page.relative_to(built_site)} has diagrams but no local mermaid script"
     assert "architecture/index.html" in with_diagrams
