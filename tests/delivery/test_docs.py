@@ -1,16 +1,23 @@
 """The README and the docs site: the README stays a short front page whose links land on real
 pages, every page is in the site's navigation, and the generated pages say what the code does.
 
-The site itself is built by ``bash scripts/docs`` (``mkdocs build --strict``, in CI); these
-checks are the cheap part, without MkDocs.
+The site itself is built by ``bash scripts/docs`` (``mkdocs build --strict``, in CI); most
+checks here are the cheap part, without MkDocs. The last ones build the site once and read its
+HTML and CSS as a browser would: a reader offline must get the whole site, diagrams included.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
+from html.parser import HTMLParser
+from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from cachefleet.bench import report
@@ -158,3 +165,134 @@ def test_every_command_is_on_the_commands_page() -> None:
 
     page = (DOCS / "reference" / "commands.md").read_text()
     assert [name for name in COMMANDS if f"## cachefleet {name}\n" not in page] == []
+
+
+def test_the_cache_settings_are_a_table_with_a_row_per_flag() -> None:
+    """The cache guide lists its settings one row each, not as a paragraph of inline code."""
+    page = (DOCS / "guide" / "cache.md").read_text()
+    flags = [
+        "local-cache-size", "cache-ttl", "cache-insert-queue", "cache-insert-queue-bytes",
+        "redis-url", "redis-connect-timeout", "redis-socket-timeout", "redis-pool-size",
+        "redis-mode", "redis-sentinel-master", "cache-namespace", "cache-secret",
+        "cache-admission", "cache-fleet-coalescing", "cache-fleet-min-compute",
+        "cache-fleet-max-wait",
+    ]  # fmt: skip
+    assert [flag for flag in flags if f"\n| `--{flag}` |" not in page] == []
+
+
+def metric_sections(page: str) -> dict[str, list[str]]:
+    """The metric names of each ``##`` section of the metrics page."""
+    sections: dict[str, list[str]] = {}
+    title = ""
+    for line in page.splitlines():
+        if line.startswith("## "):
+            title = line[3:]
+        elif match := re.match(r"\| `([a-z_]+)` \|", line):
+            sections.setdefault(title, []).append(match.group(1))
+    return sections
+
+
+def test_the_metrics_page_is_grouped_by_what_the_metrics_are_about() -> None:
+    sections = metric_sections((DOCS / "reference" / "metrics.md").read_text())
+    assert "" not in sections  # no metric before the first section
+    assert "cachefleet_cache_hits_total" in sections["Response cache"]
+    assert "cachefleet_cache_row_hits_total" in sections["Row cache"]
+    assert "cachefleet_redis_circuit_open" in sections["Redis"]
+    assert "cachefleet_inference_seconds" in sections["Requests, inference and models"]
+    triton_inference = sections["Triton-compatible: inference"]
+    assert all(name.startswith("nv_inference_") for name in triton_inference)
+    assert all(name.startswith("nv_cache_") for name in sections["Triton-compatible: cache"])
+    assert "Other" not in sections
+    assert max(len(names) for names in sections.values()) <= 12
+
+
+class _Assets(HTMLParser):
+    """What a page makes a browser fetch: script sources, linked files, images and frames."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.urls: list[str] = []
+        self.styles: list[str] = []
+        self._in_style = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = dict(attrs)
+        attribute = {"script": "src", "link": "href", "img": "src", "iframe": "src",
+                     "source": "src", "video": "src", "audio": "src", "embed": "src",
+                     "object": "data"}.get(tag)  # fmt: skip
+        if attribute and found.get(attribute):
+            self.urls.append(str(found[attribute]))
+        if found.get("style"):
+            self.styles.append(str(found["style"]))
+        self._in_style = tag == "style"
+
+    def handle_endtag(self, tag: str) -> None:
+        self._in_style = False
+
+    def handle_data(self, data: str) -> None:
+        if self._in_style:
+            self.styles.append(data)
+
+
+#: A URL that leaves the site: a scheme with a host, or protocol-relative.
+REMOTE = re.compile(r"^\s*(?:[a-z][a-z0-9+.-]*:)?//", re.I)
+#: ``url(...)`` and ``@import "..."`` in CSS, with the address they name.
+CSS_URL = re.compile(r"""url\(\s*['"]?([^'")]+)|@import\s+['"]([^'"]+)""", re.I)
+
+
+def remote_in_css(css: str) -> list[str]:
+    return [url for pair in CSS_URL.findall(css) for url in pair if url and REMOTE.match(url)]
+
+
+@pytest.fixture(scope="module")
+def built_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site as ``scripts/docs`` builds it (strict), into a folder of this test's own."""
+    site = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "PYTHONSAFEPATH": "1", "NO_MKDOCS_2_WARNING": "1"}
+    subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet",
+         "--config-file", str(REPO / "mkdocs.yml"), "--site-dir", str(site)],
+        check=True, cwd=REPO, env=env, timeout=600,
+    )  # fmt: skip
+    return site
+
+
+def test_no_page_of_the_built_site_fetches_anything_from_another_host(built_site: Path) -> None:
+    """Links to other sites are text; scripts, styles, fonts and images are all the site's own."""
+    remote = []
+    pages = sorted(built_site.rglob("*.html"))
+    assert len(pages) > 20
+    for page in pages:
+        assets = _Assets()
+        assets.feed(page.read_text(encoding="utf-8"))
+        remote += [f"{page.relative_to(built_site)}: {u}" for u in assets.urls if REMOTE.match(u)]
+        for style in assets.styles:
+            remote += [f"{page.relative_to(built_site)}: {u}" for u in remote_in_css(style)]
+    for sheet in sorted(built_site.rglob("*.css")):
+        text = sheet.read_text(encoding="utf-8")
+        remote += [f"{sheet.relative_to(built_site)}: {u}" for u in remote_in_css(text)]
+    assert remote == []
+    files = [*pages, *built_site.rglob("*.css")]
+    everything = "".join(file.read_text(encoding="utf-8") for file in files)
+    assert "fonts.googleapis.com" not in everything
+    assert "fonts.gstatic.com" not in everything
+
+
+def test_pages_with_diagrams_carry_the_diagram_script_themselves(built_site: Path) -> None:
+    """Material draws ``mermaid`` fences with the mermaid already on the page and fetches one
+    from a CDN when there is none, so a reader offline saw the diagrams' source text. Every page
+    with a diagram must load mermaid from the site, from the file ``scripts/docs`` puts there."""
+    script = "assets/javascripts/mermaid.min.js"
+    assert f"MERMAID_JS=docs/{script}" in (REPO / "scripts" / "docs").read_text()
+    with_diagrams = []
+    for page in sorted(built_site.rglob("*.html")):
+        html = page.read_text(encoding="utf-8")
+        if 'class="mermaid"' not in html:
+            continue
+        with_diagrams.append(page.relative_to(built_site).as_posix())
+        assets = _Assets()
+        assets.feed(html)
+        wanted = (built_site / script).resolve()
+        local = [u for u in assets.urls if (page.parent / u).resolve() == wanted]
+        assert local, f"{page.relative_to(built_site)} has diagrams but no local mermaid script"
+    assert "architecture/index.html" in with_diagrams
