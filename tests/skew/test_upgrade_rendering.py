@@ -42,6 +42,9 @@ RUNTIME_CHANGES = {
     # The settings ConfigMap is immutable and named by its content since 0.2.0, so a pod
     # that restarts mid-rollout reads the settings it was started with.
     "spec.volumes[config].configMap.name": "the runtime ConfigMap is named by its content",
+    # fetch-model's size bound (the model volume's sizeLimit), in the environment, which a
+    # pinned older image ignores where it would refuse an unknown option.
+    "spec.initContainers[fetch-model].env": "the download is bounded by storageSizeLimit",
 }
 
 
