@@ -22,6 +22,7 @@ from support.kube.fixtures import (
     condition,
     eventually,
     live,
+    must,
     service,
     serving,
 )
@@ -250,7 +251,7 @@ async def test_an_hpa_taking_over_a_fleet_keda_left_at_zero_starts_from_its_mini
     [handover] = await eventually(raised, "the Deployment applied with a count")
     assert handover.params["fieldManager"] == HANDOVER_MANAGER
     assert handover.data["spec"]["replicas"] == 2
-    assert live(cluster, DEPLOYMENTS, "svc")["spec"]["replicas"] == 2
+    assert must(live(cluster, DEPLOYMENTS, "svc"))["spec"]["replicas"] == 2
 
     def reported() -> dict[str, Any] | None:
         return condition(cis(cluster, "svc"), "Ready")

@@ -352,4 +352,3 @@ def test_the_container_filling_the_model_volume_requests_its_size_of_node_disk(
     # A request above its limit is refused by the API server: the copied limit follows.
     assert filler["resources"]["limits"]["ephemeral-storage"] == size
     assert filler["resources"]["limits"]["memory"] == "4Gi"
-
