@@ -56,6 +56,7 @@ GPU_RESOURCE = "nvidia.com/gpu"
 CONFIG_NAME_DIGEST = 10
 #: The server's /tmp: scratch only (the root filesystem is read-only).
 TMP_SIZE_LIMIT = "256Mi"
+EPHEMERAL_STORAGE = "ephemeral-storage"
 DEFAULT_COPY_RESOURCES: dict[str, dict[str, str]] = {
     "requests": {"cpu": "100m", "memory": "128Mi"},
     "limits": {"cpu": "1", "memory": "512Mi"},
@@ -310,16 +311,19 @@ def _pod_spec(
     pod["automountServiceAccountToken"] = False
     pod.update(meta.pull_secrets(spec))
     image_source = spec.model.image
+    model_volume = _model_volume(spec)
+    size = (model_volume.get("emptyDir") or {}).get("sizeLimit")
     if image_source is not None:
-        pod["initContainers"] = [_copy_container(image_source, server["resources"])]
+        resources = _filling(copy_resources(server["resources"]), size)
+        pod["initContainers"] = [_copy_container(image_source, resources)]
     if spec.model.download is not None:
-        resources = copy_resources(server["resources"])
+        resources = _filling(copy_resources(server["resources"]), size)
         pod["initContainers"] = [model_fetch.fetch_container(spec, server["image"], resources)]
     pod["containers"] = [server]
     pod["volumes"] = [
         {"name": "config", "configMap": {"name": configmap_name}},
         {"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE_LIMIT}},
-        _model_volume(spec),
+        model_volume,
         *model_fetch.credential_volumes(spec),
     ]
     if runtime.tls is not None:
@@ -337,14 +341,14 @@ def _pod_spec(
     return pod
 
 
-def _copy_container(source: ImageSource, server_resources: dict[str, Any]) -> dict[str, Any]:
+def _copy_container(source: ImageSource, resources: dict[str, Any]) -> dict[str, Any]:
     """The init container that copies the repository out of the model image."""
     return {
         "name": "copy-models",
         "image": source.image,
         "imagePullPolicy": source.pull_policy,
         "command": ["sh", "-c", f'cp -R "{source.path.rstrip("/")}/." {COPY_DESTINATION}/'],
-        "resources": copy_resources(server_resources),
+        "resources": resources,
         "securityContext": container_security(),
         "volumeMounts": [{"name": "models", "mountPath": COPY_DESTINATION}],
     }
@@ -365,6 +369,26 @@ def copy_resources(server: dict[str, Any]) -> dict[str, Any]:
     }
     copied = {section: values for section, values in copied.items() if values}
     return copied or {k: dict(v) for k, v in DEFAULT_COPY_RESOURCES.items()}
+
+
+def _filling(resources: dict[str, Any], size: str | None) -> dict[str, Any]:
+    """``resources`` of the init container that fills the model emptyDir, asking for the
+    volume's ``size`` of node disk.
+
+    The scheduler counts an emptyDir only through ``ephemeral-storage`` requests; without one a
+    10Gi model lands on a node with no room for it, and the kubelet's DiskPressure evicts the
+    neighbours. The request stays in force while the server runs (a pod's effective request is
+    the larger of its init containers' and the sum of its containers'), as the volume does. A
+    copied ``ephemeral-storage`` limit becomes the volume's size too (a request must not exceed
+    its limit; the container writes nowhere else: its root filesystem is read-only).
+    """
+    if size is None:
+        return resources
+    filled = {section: dict(values) for section, values in resources.items()}
+    filled.setdefault("requests", {})[EPHEMERAL_STORAGE] = size
+    if EPHEMERAL_STORAGE in filled.get("limits", {}):
+        filled["limits"][EPHEMERAL_STORAGE] = size
+    return filled
 
 
 def _model_volume(spec: ServiceSpec) -> dict[str, Any]:

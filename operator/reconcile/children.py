@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from cachefleet.operator.manifests.autoscaling import SCALER_KINDS
 from cachefleet.operator.manifests.children import CHILD_KINDS
 from cachefleet.operator.manifests.meta import MANAGER, Owner
 from cachefleet.operator.reconcile.applied import AppliedVersions, key_of
@@ -58,9 +59,10 @@ def apply_children(
 ) -> Applied:
     """Apply every child in full (see the module docstring)."""
     result = Applied()
+    floor = _scaler_floor(children)
     for child in children:
         if child["kind"] == "Deployment" and "replicas" not in child["spec"]:
-            _hand_replicas_over(kube, child)
+            _hand_replicas_over(kube, child, floor)
         response = _apply(kube, child, result)
         if response is None:
             continue
@@ -70,27 +72,46 @@ def apply_children(
     return result
 
 
-def _hand_replicas_over(kube: Kube, child: Mapping[str, Any]) -> None:
-    """Before the operator stops applying ``replicas``, let another manager co-own the field.
+def _hand_replicas_over(kube: Kube, child: Mapping[str, Any], floor: int) -> None:
+    """Before the operator stops applying ``replicas``, let another manager co-own the field,
+    and never leave a scaler a count below its ``floor`` (its minReplicas).
 
-    Without this, the apply that drops ``replicas`` removes the operator's ownership, the field
-    has no owner left and the API server defaults it to 1, scaling the fleet down before the HPA
-    acts. This is the handover the server-side apply documentation describes ("Transferring
-    ownership"): apply the live count under a second manager first.
+    Without the handover, the apply that drops ``replicas`` removes the operator's ownership, the
+    field has no owner left and the API server defaults it to 1, scaling the fleet down before
+    the HPA acts. This is the handover the server-side apply documentation describes
+    ("Transferring ownership"): apply the live count under a second manager first.
+
+    Without the floor, a fleet KEDA left at zero stays there when the ScaledObject is replaced by
+    an HPA: nothing restores the count, and an HPA never scales a target at 0 (its condition
+    ``ScalingActive`` is ``False``, reason ``ScalingDisabled``). So whoever owns the field, a
+    live count under the floor is raised to it.
     """
     meta = child["metadata"]
     live = kube.get(child["apiVersion"], child["kind"], meta["namespace"], meta["name"])
-    if live is None or not _owns_replicas(live, MANAGER):
+    if live is None:
+        return
+    count = _live_replicas(live)
+    if not _owns_replicas(live, MANAGER) and count >= floor:
         return
     kube.apply(
         {
             "apiVersion": child["apiVersion"],
             "kind": child["kind"],
             "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
-            "spec": {"replicas": _live_replicas(live)},
+            "spec": {"replicas": max(count, floor)},
         },
         manager=HANDOVER_MANAGER,
     )
+
+
+def _scaler_floor(children: Sequence[Mapping[str, Any]]) -> int:
+    """The least count the scaler among ``children`` keeps (an HPA's ``minReplicas``, a
+    ScaledObject's ``minReplicaCount``); 0 without one, or when KEDA may scale to zero."""
+    for child in children:
+        if (child["apiVersion"], child["kind"]) in SCALER_KINDS:
+            spec = child["spec"]
+            return int(spec.get("minReplicas", spec.get("minReplicaCount", 0)))
+    return 0
 
 
 def _live_replicas(live: Mapping[str, Any]) -> int:

@@ -63,12 +63,14 @@ def volume_condition(
     return redis
 
 
-def runtime_condition(deployment: Mapping[str, Any] | None) -> Condition:
+def runtime_condition(deployment: Mapping[str, Any] | None, *, floor: int = 0) -> Condition:
+    """Ready when every wanted pod is new and available; ``floor`` (a scaler's minReplicas) is
+    the least that is wanted, so a fleet left at zero under an HPA is not "Ready 0/0"."""
     if deployment is None:
         return Condition("RuntimeReady", False, "Missing", "the Deployment does not exist yet")
     spec = deployment.get("spec") or {}
     status = deployment.get("status") or {}
-    wanted = int(spec.get("replicas", status.get("replicas") or 1))
+    wanted = max(int(spec.get("replicas", status.get("replicas") or 1)), floor)
     ready = int(status.get("readyReplicas") or 0)
     updated = int(status.get("updatedReplicas") or 0)
     available = int(status.get("availableReplicas") or 0)

@@ -262,7 +262,8 @@ class Reconciler:
         if problem is not None:
             redis = Condition("RedisReady", False, "ConfigSetFailed", problem)
         deployment = self._live(applied, "apps/v1", "Deployment", owner.name, owner)
-        runtime = observe.runtime_condition(deployment)
+        floor = spec.autoscaling.min_replicas if spec.autoscaling is not None else 0
+        runtime = observe.runtime_condition(deployment, floor=floor)
         refused = observe.deployment_refusal(deployment)
         download = None if runtime.status else self._download_failure(spec, owner)
         if download is not None:  # before a progress deadline it also causes

@@ -22,6 +22,7 @@ from support.kube.fixtures import (
     condition,
     eventually,
     live,
+    must,
     service,
     serving,
 )
@@ -204,3 +205,57 @@ async def test_without_keda_the_service_stalls_with_a_message_and_keeps_its_pods
         return found is not None and found["status"] == "False"
 
     await eventually(recovered, "Stalled False")
+
+
+#: What KEDA leaves after scaling the fleet to zero: the count at 0, written by its own
+#: manager through the scale subresource (an update, not an apply).
+KEDA_AT_ZERO = {
+    "spec": {"replicas": 0},
+    "metadata": {
+        "managedFields": [
+            {
+                "manager": "keda",
+                "operation": "Update",
+                "apiVersion": "apps/v1",
+                "subresource": "scale",
+                "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:spec": {"f:replicas": {}}},
+            }
+        ]
+    },
+}
+KEDA_TO_ZERO = {
+    **KEDA_MISSES,
+    "minReplicas": 0,
+    "prometheus": {"serverAddress": PROMETHEUS, "activationQuery": "sum(rate(x[1m]))"},
+}
+
+
+@pytest.mark.usefixtures("operator")
+async def test_an_hpa_taking_over_a_fleet_keda_left_at_zero_starts_from_its_minimum(
+    cluster: Cluster, api: Api
+) -> None:
+    await start_service(cluster, api)
+    await switch(api, KEDA_TO_ZERO)
+    await eventually(lambda: live(cluster, SCALED_OBJECTS, "svc"), "the ScaledObject")
+    await api.send("PATCH", DEPLOYMENT_PATH, KEDA_AT_ZERO, patch=True)
+
+    start = len(list(cluster))
+    await switch(api, {**HPA_QUEUE, "minReplicas": 2, "engine": "hpa", "prometheus": None})
+    await eventually(lambda: live(cluster, HPAS, "svc"), "the HPA")
+
+    def raised() -> list[Any]:
+        deployment = applies(requests_since(cluster, start), DEPLOYMENT_PATH)
+        return [r for _, r in deployment if "replicas" in r.data.get("spec", {})]
+
+    [handover] = await eventually(raised, "the Deployment applied with a count")
+    assert handover.params["fieldManager"] == HANDOVER_MANAGER
+    assert handover.data["spec"]["replicas"] == 2
+    assert must(live(cluster, DEPLOYMENTS, "svc"))["spec"]["replicas"] == 2
+
+    def reported() -> dict[str, Any] | None:
+        return condition(cis(cluster, "svc"), "Ready")
+
+    ready = await eventually(reported, "a Ready condition")
+    assert ready["status"] == "False"
+    assert "0/0" not in ready["message"]

@@ -81,7 +81,9 @@ def test_s3_renders_a_fetch_container_of_the_runtime_image() -> None:
     assert fetch["command"][fetch["command"].index("--model-name") + 1] == "simple"
     assert fetch["terminationMessagePolicy"] == "FallbackToLogsOnError"
     assert fetch["securityContext"] == server["securityContext"]
-    assert fetch["resources"] == {"limits": {"memory": "4Gi"}}  # the server's, without the GPU
+    # The server's, without the GPU; and the node disk the model volume takes, for the scheduler.
+    assert fetch["resources"] == {
+        "limits": {"memory": "4Gi"}, "requests": {"ephemeral-storage": "20Gi"}}  # fmt: skip
     secret_dir = fetch["command"][fetch["command"].index("--secret-dir") + 1]
     mounts = {m["name"]: m for m in fetch["volumeMounts"]}
     assert mounts["model-storage-credentials"] == {
@@ -336,3 +338,26 @@ async def test_a_real_failed_download_gives_the_documented_status(
     )
     assert reason in ready["message"]
     assert s3.key.secret not in ready["message"]
+
+
+@pytest.mark.parametrize(
+    "model",
+    [S3_MODEL, {"name": "simple", "repository": {"image": {"image": "m:1", "sizeLimit": "6Gi"}}}],
+    ids=["download", "image copy"],
+)
+def test_the_container_filling_the_model_volume_requests_its_size_of_node_disk(
+    model: dict[str, Any],
+) -> None:
+    """The scheduler counts an emptyDir only through ephemeral-storage requests: without one, a
+    node's disk fills with models it never accounted for, and DiskPressure evicts neighbours."""
+    limits = {"memory": "4Gi", "ephemeral-storage": "1Gi"}
+    children = render(model, runtime={"resources": {"limits": limits}})
+    for child in children:
+        kubernetes_validate.validate(child, KUBERNETES_VERSION, strict=True)
+    pod = pod_spec(children)
+    size = volumes(pod)["models"]["emptyDir"]["sizeLimit"]
+    [filler] = pod["initContainers"]
+    assert filler["resources"]["requests"]["ephemeral-storage"] == size
+    # A request above its limit is refused by the API server: the copied limit follows.
+    assert filler["resources"]["limits"]["ephemeral-storage"] == size
+    assert filler["resources"]["limits"]["memory"] == "4Gi"
