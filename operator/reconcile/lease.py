@@ -78,7 +78,7 @@ class LeaseElector:
     def try_acquire(self, timeout_s: float | None = None) -> bool:
         """One attempt: take or renew the lease when it is free, expired (by our observation)
         or ours. ``timeout_s`` bounds each request of the attempt."""
-        timeout = timeout_s or self.timings.retry_period_s
+        timeout = timeout_s or self.timings.renew_deadline_s
         lease = self.kube.get(API_VERSION, "Lease", self.namespace, self.name, timeout_s=timeout)
         if lease is not None:
             self._observe(lease)
@@ -126,7 +126,7 @@ class LeaseElector:
         deadline = self.clock() + self.timings.renew_deadline_s
         while (left := deadline - self.clock()) > 0:
             try:
-                if self.try_acquire(timeout_s=min(left, self.timings.retry_period_s)):
+                if self.try_acquire(timeout_s=left):
                     return True
             except KubeError as error:
                 log.warning("leader election: renewing failed: %s", error)
