@@ -106,7 +106,13 @@ class Kube:
         return self._client
 
     def get(
-        self, api_version: str, kind: str, namespace: str, name: str, *, timeout_s: float = TIMEOUT_S
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str,
+        name: str,
+        *,
+        timeout_s: float = TIMEOUT_S,
     ) -> dict[str, Any] | None:
         path = f"{collection_path(api_version, kind, namespace)}/{name}"
         try:

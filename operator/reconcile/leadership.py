@@ -26,7 +26,7 @@ class _Healthz(http.server.BaseHTTPRequestHandler):
 
     path_expected = "/healthz"
 
-    def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+    def do_GET(self) -> None:
         found = urllib.parse.urlsplit(self.path).path == self.path_expected
         body = b'{"standby": true}' if found else b"{}"
         self.send_response(200 if found else 404)
@@ -35,7 +35,7 @@ class _Healthz(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:
         """Probes every few seconds are not worth a log line each."""
 
 

@@ -146,7 +146,9 @@ class LeaseElector:
         """Give the lease up if we hold it, so a standby takes over at its next retry."""
         timeout = self.timings.retry_period_s
         try:
-            lease = self.kube.get(API_VERSION, "Lease", self.namespace, self.name, timeout_s=timeout)
+            lease = self.kube.get(
+                API_VERSION, "Lease", self.namespace, self.name, timeout_s=timeout
+            )
             if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.identity:
                 return
             now = _format(datetime.datetime.now(datetime.UTC))

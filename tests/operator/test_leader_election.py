@@ -27,7 +27,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 @pytest.fixture
 async def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[LeaseCluster]:
-    async with serving(LeaseCluster(), tmp_path, monkeypatch) as emulator:
+    emulator = LeaseCluster()
+    async with serving(emulator, tmp_path, monkeypatch):
         yield emulator
 
 

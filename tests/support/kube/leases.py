@@ -54,7 +54,9 @@ class LeaseCluster(Cluster):
         if request.action != kmock.action.UPDATE or not isinstance(request.data, dict):
             return False
         named = (request.data.get("metadata") or {}).get("resourceVersion")
-        live: dict[str, Any] | None = self._live((request.resource, request.namespace, request.name))
+        live: dict[str, Any] | None = self._live(
+            (request.resource, request.namespace, request.name)
+        )
         if named is None or live is None:
             return False
         return str(named) != str((live.get("metadata") or {}).get("resourceVersion"))
