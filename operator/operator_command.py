@@ -7,6 +7,10 @@ fails fast; they are handed to ``kopf run`` unchanged.
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cachefleet.operator.reconcile.lease import LeaseElector
 
 HELP = "run the operator (takes kopf run's options: -A, -n NS, --liveness URL, ...)."
 HANDLERS_MODULE = "cachefleet.operator.handlers"
@@ -28,6 +32,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run only while holding this Lease in the operator's namespace (implies "
         "--standalone; for several replicas, one writes at a time)",
     )
+    for flag, default, what in (
+        ("--lease-duration", 15.0, "how long a standby waits after the last change it saw"),
+        ("--lease-renew-deadline", 10.0, "how long the leader tries to renew before it stops"),
+        ("--lease-retry-period", 2.0, "how often the leader renews and a standby retries"),
+    ):
+        parser.add_argument(flag, type=float, default=default, metavar="SECONDS",
+                            help=f"leader election: {what} (default {default:g})")  # fmt: skip
     parser.add_argument("-P", "--peering", help="kopf peering object name (for several replicas)")
     parser.add_argument("-p", "--priority", type=int, help="peering priority")
     parser.add_argument("--dev", action="store_true", help="kopf development mode")
@@ -61,37 +72,32 @@ def run(args: argparse.Namespace) -> int:
     if not args.all_namespaces and not args.namespace:
         args.all_namespaces = True  # the chart's default: serve the whole cluster
     argv = kopf_arguments(args)
-    if args.leader_election:
-        _lead(args.leader_election)
-    kopf_main(args=argv, prog_name="cachefleet operator", standalone_mode=True)
+    if not args.leader_election:
+        kopf_main(args=argv, prog_name="cachefleet operator", standalone_mode=True)
+        return 0
+    from cachefleet.operator.reconcile.leadership import leading
+
+    with leading(_elector(args), args.liveness):
+        kopf_main(args=argv, prog_name="cachefleet operator", standalone_mode=True)
     return 0
 
 
-def _lead(lease: str) -> None:
-    """Wait for the Lease, then keep it in a thread; losing it stops kopf (SIGTERM), so the pod
-    restarts as a standby."""
+def _elector(args: argparse.Namespace) -> LeaseElector:
+    """The elector for ``--leader-election``, named after the pod (``POD_ID``)."""
     import os
-    import signal
     import socket
-    import threading
 
     import kubernetes
 
     from cachefleet.operator.reconcile.kube import Kube
-    from cachefleet.operator.reconcile.lease import LeaseElector
+    from cachefleet.operator.reconcile.lease import LeaseElector, LeaseTimings
     from cachefleet.operator.reconcile.settings import OperatorSettings
 
     try:
         kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
     except kubernetes.config.ConfigException:
         kubernetes.config.load_kube_config()  # type: ignore[no-untyped-call]
+    timings = LeaseTimings(args.lease_duration, args.lease_renew_deadline, args.lease_retry_period)
     namespace = OperatorSettings.from_environ().operator_namespace
     identity = os.environ.get("POD_ID") or socket.gethostname()
-    elector = LeaseElector(Kube(), namespace, lease, identity)
-    elector.acquire()
-
-    def lost() -> None:
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    stop = threading.Event()
-    threading.Thread(target=elector.keep, args=(lost, stop), daemon=True).start()
+    return LeaseElector(Kube(), namespace, args.leader_election, identity, timings)

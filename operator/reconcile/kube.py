@@ -106,9 +106,18 @@ class Kube:
             self._client = k8s_client.ApiClient()
         return self._client
 
-    def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+    def get(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str,
+        name: str,
+        *,
+        timeout_s: float = TIMEOUT_S,
+    ) -> dict[str, Any] | None:
+        path = f"{collection_path(api_version, kind, namespace)}/{name}"
         try:
-            return self._call("GET", f"{collection_path(api_version, kind, namespace)}/{name}")
+            return self._call("GET", path, timeout_s=timeout_s)
         except KubeError as error:
             if error.not_found:
                 return None
@@ -159,14 +168,18 @@ class Kube:
         return self._call("PATCH", object_path(obj), query=query, body=dict(obj),
                           content_type=APPLY_CONTENT_TYPE)  # fmt: skip
 
-    def create(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+    def create(self, obj: Mapping[str, Any], *, timeout_s: float = TIMEOUT_S) -> dict[str, Any]:
         """Create ``obj``; 409 when it exists (used where a create must not overwrite)."""
         path = collection_path(obj["apiVersion"], obj["kind"], obj["metadata"]["namespace"])
-        return self._call("POST", path, body=dict(obj))
+        return self._call("POST", path, body=dict(obj), timeout_s=timeout_s)
 
-    def merge_patch(self, obj: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
-        """A JSON merge patch of ``obj`` (for objects the operator does not own: a PVC)."""
-        return self._call("PATCH", object_path(obj), body=dict(patch),
+    def merge_patch(
+        self, obj: Mapping[str, Any], patch: Mapping[str, Any], *, timeout_s: float = TIMEOUT_S
+    ) -> dict[str, Any]:
+        """A JSON merge patch of ``obj`` (for objects the operator does not own: a PVC; the
+        Lease, where ``metadata.resourceVersion`` in the patch makes the server refuse it with
+        409 if the object changed since it was read)."""
+        return self._call("PATCH", object_path(obj), body=dict(patch), timeout_s=timeout_s,
                           content_type=MERGE_PATCH_CONTENT_TYPE)  # fmt: skip
 
     def patch_status(self, obj: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any]:
@@ -191,6 +204,7 @@ class Kube:
         query: list[tuple[str, str]] | None = None,
         body: Any = None,
         content_type: str = "application/json",
+        timeout_s: float = TIMEOUT_S,
     ) -> dict[str, Any]:
         headers = {"Accept": "application/json", "Content-Type": content_type}
         try:
@@ -198,7 +212,7 @@ class Kube:
                 method, path, query_params=query or [], header_params=headers, body=body,
                 auth_settings=["BearerToken"],
             )  # fmt: skip
-            response = self._api.call_api(*request, _request_timeout=TIMEOUT_S)
+            response = self._api.call_api(*request, _request_timeout=timeout_s)
             response.read()  # type: ignore[no-untyped-call]
         except k8s_client.ApiException as error:
             body = error.body if isinstance(error.body, bytes | str) else b""

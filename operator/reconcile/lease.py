@@ -2,10 +2,18 @@
 
 kopf's peering pauses every replica of the same priority, so it cannot pick one leader among
 identical pods. Replicas started with ``--leader-election`` instead wait until they hold the
-Lease (the scheme client-go's leader election uses: holderIdentity, renewTime and
-leaseDurationSeconds, updates guarded by resourceVersion), then run kopf standalone while
-renewing it; a replica that cannot renew within the lease's duration stops, and its pod restarts
-as a standby. So exactly one replica writes at a time.
+Lease, then run kopf standalone while renewing it. The rules are client-go's leader election:
+
+- A candidate judges expiry by when *it* last saw the lease record change (holder, renewTime or
+  resourceVersion), on its own monotonic clock, never by comparing the holder's renewTime with
+  its own wall clock: clocks of two nodes may differ by more than a lease.
+- Every write names the resourceVersion it read, so of two concurrent writers the server
+  refuses one (409).
+- The leader renews every retry period; when it cannot renew within the renew deadline (shorter
+  than the lease duration, each attempt's client timeout bounded by what is left of it), it
+  stops leading before any standby may take over.
+- On shutdown the leader releases the lease (no holder, a one-second duration), so a standby
+  takes over at its next retry instead of after a whole lease duration.
 """
 
 from __future__ import annotations
@@ -24,8 +32,22 @@ log = logging.getLogger(__name__)
 API_VERSION = "coordination.k8s.io/v1"
 
 
-def _now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.UTC)
+@dataclass(frozen=True)
+class LeaseTimings:
+    """client-go's defaults: a standby waits ``duration_s`` after the last change it saw; the
+    leader gives up after ``renew_deadline_s`` without a renewal; both retry every
+    ``retry_period_s``."""
+
+    duration_s: float = 15.0
+    renew_deadline_s: float = 10.0
+    retry_period_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.retry_period_s < self.renew_deadline_s < self.duration_s:
+            raise ValueError(
+                "leader election needs 0 < retry period < renew deadline < lease duration, got "
+                f"{self.retry_period_s} / {self.renew_deadline_s} / {self.duration_s}"
+            )
 
 
 def _format(when: datetime.datetime) -> str:
@@ -33,25 +55,11 @@ def _format(when: datetime.datetime) -> str:
     return when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _parse(raw: Any) -> datetime.datetime | None:
-    if not raw:
-        return None
-    try:
-        parsed = datetime.datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.UTC)
-
-
-def held_by_another(lease: Mapping[str, Any], identity: str, now: datetime.datetime) -> bool:
-    """Whether someone else holds the lease and has renewed it within its duration."""
+def _record(lease: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What identifies one state of the lease: a change of any of it restarts the wait."""
     spec = lease.get("spec") or {}
-    holder = spec.get("holderIdentity")
-    if not holder or holder == identity:
-        return False
-    renewed = _parse(spec.get("renewTime")) or _parse(spec.get("acquireTime"))
-    duration = datetime.timedelta(seconds=int(spec.get("leaseDurationSeconds") or 15))
-    return renewed is not None and renewed + duration > now
+    version = (lease.get("metadata") or {}).get("resourceVersion")
+    return (spec.get("holderIdentity"), spec.get("renewTime"), version)
 
 
 @dataclass
@@ -60,59 +68,116 @@ class LeaseElector:
     namespace: str
     name: str
     identity: str
-    duration_s: int = 15
-    renew_every_s: float = 5.0
+    timings: LeaseTimings = field(default_factory=LeaseTimings)
     sleep: Callable[[float], None] = time.sleep
-    _renewed_at: float = field(default=0.0, init=False)
+    clock: Callable[[], float] = time.monotonic
+    _observed: tuple[Any, ...] | None = field(default=None, init=False)
+    _observed_at: float = field(default=0.0, init=False)
+    _version: str | None = field(default=None, init=False)
 
-    def try_acquire(self) -> bool:
-        """One attempt: take or renew the lease when it is free, expired or ours."""
-        now = _now()
-        lease = self.kube.get(API_VERSION, "Lease", self.namespace, self.name)
-        if lease is not None and held_by_another(lease, self.identity, now):
-            return False
-        spec = {
+    def try_acquire(self, timeout_s: float | None = None) -> bool:
+        """One attempt: take or renew the lease when it is free, expired (by our observation)
+        or ours. ``timeout_s`` bounds each request of the attempt."""
+        timeout = timeout_s or self.timings.renew_deadline_s
+        lease = self.kube.get(API_VERSION, "Lease", self.namespace, self.name, timeout_s=timeout)
+        if lease is not None:
+            self._observe(lease)
+            if self._held_by_another(lease):
+                return False
+        now = _format(datetime.datetime.now(datetime.UTC))
+        spec: dict[str, Any] = {
             "holderIdentity": self.identity,
-            "leaseDurationSeconds": self.duration_s,
-            "renewTime": _format(now),
+            "leaseDurationSeconds": max(1, round(self.timings.duration_s)),
+            "renewTime": now,
         }
         try:
             if lease is None:
-                spec.update(acquireTime=_format(now), leaseTransitions=0)
-                self.kube.create(self._object(spec))
+                spec.update(acquireTime=now, leaseTransitions=0)
+                written = self.kube.create(self._object(spec), timeout_s=timeout)
             else:
                 old = lease.get("spec") or {}
                 if old.get("holderIdentity") != self.identity:
                     transitions = int(old.get("leaseTransitions") or 0) + 1
-                    spec.update(acquireTime=_format(now), leaseTransitions=transitions)
-                version = lease["metadata"].get("resourceVersion")
-                patch = {"metadata": {"resourceVersion": version}, "spec": spec}
-                self.kube.merge_patch(self._object({}), patch)
+                    spec.update(acquireTime=now, leaseTransitions=transitions)
+                written = self._update(lease, spec, timeout)
         except KubeError as error:
             if error.status in (409, 404):  # another replica was faster: try again later
                 return False
             raise
-        self._renewed_at = time.monotonic()
+        self._observe(written)
         return True
 
-    def acquire(self) -> None:
-        """Block until this replica holds the lease."""
-        while not self.try_acquire():
-            self.sleep(self.renew_every_s)
-        log.info("leader election: %s holds lease %s/%s", self.identity, self.namespace, self.name)
-
-    def keep(self, on_lost: Callable[[], None], stop: threading.Event) -> None:
-        """Renew until ``stop``; call ``on_lost`` once the lease could not be renewed in time."""
-        while not stop.wait(self.renew_every_s):
+    def acquire(self, stop: threading.Event | None = None) -> bool:
+        """Wait until this replica holds the lease (True), or until ``stop`` is set (False)."""
+        stop = stop or threading.Event()
+        while not stop.is_set():
             try:
-                renewed = self.try_acquire()
+                if self.try_acquire():
+                    log.info("leader election: %s holds lease %s/%s",
+                             self.identity, self.namespace, self.name)  # fmt: skip
+                    return True
+            except KubeError as error:
+                log.warning("leader election: acquiring failed: %s", error)
+            stop.wait(self.timings.retry_period_s)
+        return False
+
+    def renew(self) -> bool:
+        """Renew within the renew deadline, retrying every retry period; False when it passed."""
+        deadline = self.clock() + self.timings.renew_deadline_s
+        while (left := deadline - self.clock()) > 0:
+            try:
+                if self.try_acquire(timeout_s=left):
+                    return True
             except KubeError as error:
                 log.warning("leader election: renewing failed: %s", error)
-                renewed = False
-            if not renewed and time.monotonic() - self._renewed_at > self.duration_s:
-                log.error("leader election: lease %s lost; stopping", self.name)
+            self.sleep(min(self.timings.retry_period_s, max(0.0, deadline - self.clock())))
+        return False
+
+    def keep(self, on_lost: Callable[[], None], stop: threading.Event) -> None:
+        """Renew every retry period until ``stop``; call ``on_lost`` once a renewal missed the
+        renew deadline (before any standby can see the lease expire)."""
+        while not stop.wait(self.timings.retry_period_s):
+            if not self.renew() and not stop.is_set():
+                log.error("leader election: lease %s not renewed in time; stopping", self.name)
                 on_lost()
                 return
+
+    def release(self) -> None:
+        """Give the lease up if we hold it, so a standby takes over at its next retry."""
+        timeout = self.timings.retry_period_s
+        try:
+            lease = self.kube.get(
+                API_VERSION, "Lease", self.namespace, self.name, timeout_s=timeout
+            )
+            if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.identity:
+                return
+            now = _format(datetime.datetime.now(datetime.UTC))
+            spec = {"holderIdentity": None, "leaseDurationSeconds": 1, "renewTime": now}
+            self._update(lease, spec, timeout)
+        except KubeError as error:
+            log.warning("leader election: releasing failed: %s", error)
+            return
+        log.info("leader election: %s released lease %s", self.identity, self.name)
+
+    def _held_by_another(self, lease: Mapping[str, Any]) -> bool:
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity")
+        if not holder or holder == self.identity:
+            return False
+        duration = float(spec.get("leaseDurationSeconds") or self.timings.duration_s)
+        return self.clock() < self._observed_at + duration
+
+    def _observe(self, lease: Mapping[str, Any]) -> None:
+        record = _record(lease)
+        if record != self._observed:
+            self._observed, self._observed_at = record, self.clock()
+
+    def _update(self, lease: Mapping[str, Any], spec: dict[str, Any], timeout: float) -> Any:
+        """A merge patch guarded by the resourceVersion read: the server answers 409 when the
+        lease changed since."""
+        version = lease["metadata"].get("resourceVersion")
+        patch = {"metadata": {"resourceVersion": version}, "spec": spec}
+        return self.kube.merge_patch(self._object({}), patch, timeout_s=timeout)
 
     def _object(self, spec: dict[str, Any]) -> dict[str, Any]:
         obj: dict[str, Any] = {

@@ -132,7 +132,9 @@ class RecordingKube(Kube):
         super().__init__()
         self.applies: list[tuple[str, dict[str, Any]]] = []
 
-    def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any]:
+    def get(
+        self, api_version: str, kind: str, namespace: str, name: str, *, timeout_s: float = 10.0
+    ) -> dict[str, Any]:
         owned = {"manager": "cachefleet-operator", "operation": "Apply",
                  "fieldsV1": {"f:spec": {"f:replicas": {}}}}  # fmt: skip
         return {"metadata": {"name": name, "managedFields": [owned]}, "spec": {"replicas": 0}}

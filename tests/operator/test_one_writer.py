@@ -14,16 +14,15 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import attrs
-import kmock
 import pytest
-from support.kube.cluster import VERBS, Cluster
+from support.kube.cluster import Cluster
 from support.kube.fixtures import CIS_PATH, NS, Api, cis, live, must, service, serving
+from support.kube.leases import LeaseCluster
 
 from cachefleet.cli.main import build_parser
 from cachefleet.operator.operator_command import kopf_arguments
-from cachefleet.operator.reconcile.kube import Kube
-from cachefleet.operator.reconcile.lease import LeaseElector
+from cachefleet.operator.reconcile.kube import Kube, KubeError
+from cachefleet.operator.reconcile.lease import LeaseElector, LeaseTimings
 from cachefleet.operator.reconcile.locks import KeyedLocks
 from cachefleet.operator.reconcile.peering import paused_by_peers
 from cachefleet.operator.reconcile.periodic import Periodic
@@ -121,15 +120,6 @@ async def test_a_resync_applies_the_servers_spec_not_an_older_indexed_one(
 # --- leader election ------------------------------------------------------------------------
 
 
-@attrs.define(kw_only=True)
-class LeaseCluster(Cluster):
-    def __attrs_post_init__(self) -> None:
-        super().__attrs_post_init__()
-        self.resources["coordination.k8s.io/v1/leases"] = kmock.ResourceInfo(
-            kind="Lease", namespaced=True, verbs=VERBS, subresources=set()
-        )
-
-
 @pytest.fixture
 async def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Cluster]:
     async with serving(LeaseCluster(), tmp_path, monkeypatch) as emulator:
@@ -140,14 +130,20 @@ def lease(cluster: Cluster) -> dict[str, Any]:
     return must(live(cluster, "coordination.k8s.io/v1/leases", "op"))
 
 
-async def test_one_replica_holds_the_lease_and_another_takes_it_once_it_expires(
-    cluster: Cluster,
-) -> None:
+SHORT = LeaseTimings(duration_s=1.0, renew_deadline_s=0.6, retry_period_s=0.2)
+
+
+def elector(identity: str) -> LeaseElector:
     import kubernetes
 
     kubernetes.config.load_kube_config()  # type: ignore[no-untyped-call]
-    first = LeaseElector(Kube(), NS, "op", "pod-a", duration_s=1)
-    second = LeaseElector(Kube(), NS, "op", "pod-b", duration_s=1)
+    return LeaseElector(Kube(), NS, "op", identity, SHORT)
+
+
+async def test_one_replica_holds_the_lease_and_another_takes_it_once_it_expires(
+    cluster: Cluster,
+) -> None:
+    first, second = elector("pod-a"), elector("pod-b")
     assert await asyncio.to_thread(first.try_acquire)
     assert lease(cluster)["spec"]["holderIdentity"] == "pod-a"
     assert not await asyncio.to_thread(second.try_acquire)  # held and renewed: a standby
@@ -155,10 +151,58 @@ async def test_one_replica_holds_the_lease_and_another_takes_it_once_it_expires(
     renewals = [r for r in cluster["patch"] if r.url.path.endswith("/leases/op")]
     # Every update names the version it read: a real server refuses a concurrent one (409).
     assert all(r.data["metadata"]["resourceVersion"] for r in renewals)
+    assert not await asyncio.to_thread(second.try_acquire)  # a change seen: the wait restarts
     await asyncio.sleep(1.2)  # pod-a stopped renewing
     assert await asyncio.to_thread(second.try_acquire)
     spec = lease(cluster)["spec"]
     assert (spec["holderIdentity"], spec["leaseTransitions"]) == ("pod-b", 1)
+
+
+async def test_a_holder_whose_clock_is_behind_keeps_its_lease(cluster: Cluster, api: Api) -> None:
+    # The holder's node clock is a day behind: its renewTime looks long expired to a standby
+    # that compares it with its own clock. client-go's rule: expiry counts from when the standby
+    # saw the record change, on the standby's clock.
+    behind = {"holderIdentity": "pod-a", "leaseDurationSeconds": 1,
+              "renewTime": "2026-01-01T00:00:00.000000Z"}  # fmt: skip
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases"
+    await api.send("POST", path, {"metadata": {"name": "op", "namespace": NS}, "spec": behind})
+    standby = elector("pod-b")
+    for renewal in range(3):  # pod-a keeps renewing, with its own (late) clock
+        assert not await asyncio.to_thread(standby.try_acquire)
+        behind["renewTime"] = f"2026-01-01T00:00:0{renewal + 1}.000000Z"
+        await api.send("PATCH", f"{path}/op", {"spec": behind}, patch=True)
+        await asyncio.sleep(0.5)
+    assert lease(cluster)["spec"]["holderIdentity"] == "pod-a"
+    assert not await asyncio.to_thread(standby.try_acquire)  # sees the last renewal
+    await asyncio.sleep(1.2)  # now pod-a is gone: no change for a whole duration
+    assert await asyncio.to_thread(standby.try_acquire)
+
+
+async def test_a_write_naming_an_old_version_is_refused(cluster: Cluster) -> None:
+    first, second = elector("pod-a"), elector("pod-b")
+    assert await asyncio.to_thread(first.try_acquire)
+    read = lease(cluster)
+    assert await asyncio.to_thread(first.try_acquire)  # the version moves on
+    with pytest.raises(KubeError) as refused:  # what a replica that read before would send
+        await asyncio.to_thread(second._update, read, {"holderIdentity": "pod-b"}, 2.0)
+    assert refused.value.status == 409
+    assert lease(cluster)["spec"]["holderIdentity"] == "pod-a"
+
+
+async def test_release_hands_the_lease_over_at_once(cluster: Cluster) -> None:
+    first, second = elector("pod-a"), elector("pod-b")
+    assert await asyncio.to_thread(first.try_acquire)
+    assert not await asyncio.to_thread(second.try_acquire)
+    await asyncio.to_thread(first.release)
+    assert "holderIdentity" not in lease(cluster)["spec"]
+    assert await asyncio.to_thread(second.try_acquire)  # no wait for the lease to expire
+    await asyncio.to_thread(first.release)  # not the holder any more: changes nothing
+    assert lease(cluster)["spec"]["holderIdentity"] == "pod-b"
+
+
+def test_lease_timings_must_nest() -> None:
+    with pytest.raises(ValueError, match="renew deadline"):
+        LeaseTimings(duration_s=15, renew_deadline_s=15, retry_period_s=2)
 
 
 def test_leader_election_runs_kopf_standalone() -> None:
