@@ -45,6 +45,10 @@ RUNTIME_CHANGES = {
     # fetch-model's size bound (the model volume's sizeLimit), in the environment, which a
     # pinned older image ignores where it would refuse an unknown option.
     "spec.initContainers[fetch-model].env": "the download is bounded by storageSizeLimit",
+    # The container that fills the model emptyDir requests its sizeLimit of node disk, so the
+    # scheduler and the kubelet's eviction ranking count it.
+    "spec.initContainers[fetch-model].resources.requests.ephemeral-storage": "node disk counted",
+    "spec.initContainers[copy-models].resources.requests.ephemeral-storage": "node disk counted",
 }
 
 
