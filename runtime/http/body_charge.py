@@ -15,7 +15,6 @@ A request whose cost could never fit the whole budget (``--max-inflight-bytes``)
 
 from __future__ import annotations
 
-from cachefleet.runtime.errors import PayloadTooLargeError
 from cachefleet.runtime.service.request_budget import RequestBudget, body_cost
 
 #: Body bytes a request pays for ahead of their arrival (and so the most it holds of the
@@ -58,7 +57,7 @@ class BodyCharge:
         (as received: a compressed one may only grow) could never fit the whole budget."""
         cost = self._cost(self._ceiling if self._declared else self.covered, 0)
         if cost > self._budget.max_bytes:
-            raise self._over_budget(cost)
+            raise self._budget.over_budget(cost)
         return self._cost(self.covered, 0)
 
     async def cover(self, size: int) -> None:
@@ -87,14 +86,7 @@ class BodyCharge:
             return
         budget = self._budget
         if cost > budget.max_bytes:
-            raise self._over_budget(cost)
+            raise budget.over_budget(cost)
         if not budget.try_take(extra):
             await budget.take(extra)
         self.taken = cost
-
-    def _over_budget(self, cost: int) -> PayloadTooLargeError:
-        return PayloadTooLargeError(
-            f"the request would hold {cost} bytes while it is decoded, more than the whole "
-            f"budget of {self._budget.max_bytes} bytes of requests in flight "
-            "(--max-inflight-bytes)"
-        )

@@ -11,7 +11,8 @@ An HTTP request takes its bytes as its body arrives and inflates (:meth:`try_tak
 :meth:`take`, see ``http.body_charge``), not its declared length up front: a client that
 declares much and sends little holds only what it sent, and one whose body could never fit the
 whole budget is refused (413) rather than run alone. A gRPC message is whole before it is
-counted; one larger than the whole budget still runs alone.
+counted; one whose cost is larger than the whole budget is refused the same way when it enters
+(gRPC ``RESOURCE_EXHAUSTED``), so no request ever holds the whole budget alone.
 
 Used from the event loop only. The fast path is one synchronous call, :meth:`try_enter`, and
 the matching :meth:`leave`: no coroutine, no lock.
@@ -22,7 +23,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 
-from cachefleet.runtime.errors import OverloadedError
+from cachefleet.runtime.errors import OverloadedError, PayloadTooLargeError
 
 #: How long a request over the byte budget waits for room before its 503.
 WAIT_S = 2.0
@@ -64,7 +65,10 @@ class RequestBudget:
 
     def try_enter(self, cost: int) -> bool:
         """Count one request; True when its ``cost`` bytes fit now, False when the caller must
-        :meth:`wait` for them. Raises OverloadedError when no request may enter at all."""
+        :meth:`wait` for them. Raises OverloadedError when no request may enter at all, and
+        PayloadTooLargeError when ``cost`` could never fit the whole budget."""
+        if cost > self._max_bytes:
+            raise self.over_budget(cost)
         if self._requests >= self._max_requests:
             raise OverloadedError(
                 f"the server is answering {self._requests} requests, the most it may "
@@ -129,8 +133,15 @@ class RequestBudget:
         if self._waiters:
             self._wake()
 
+    def over_budget(self, cost: int) -> PayloadTooLargeError:
+        """The refusal of a request that would hold ``cost`` bytes, more than the whole budget."""
+        return PayloadTooLargeError(
+            f"the request would hold {cost} bytes while it is decoded, more than the whole "
+            f"budget of {self._max_bytes} bytes of requests in flight (--max-inflight-bytes)"
+        )
+
     def _fits(self, cost: int) -> bool:
-        return self._bytes + cost <= self._max_bytes or self._bytes == 0
+        return self._bytes + cost <= self._max_bytes
 
     def _wake(self) -> None:
         """Let every waiter look again (each checks whether its own cost fits now)."""

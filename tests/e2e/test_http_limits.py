@@ -305,6 +305,24 @@ def test_a_body_that_could_never_fit_the_budget_is_refused_at_once(
     assert _infer_simple(budget_server, 6)[0] == 200
 
 
+def test_a_grpc_message_that_could_never_fit_the_budget_is_refused(
+    make_server: Callable[..., ServerProcess],
+) -> None:
+    """A gRPC message is whole before it is counted, at twice its size: one over the whole
+    budget is RESOURCE_EXHAUSTED naming the flag, where it was once run alone (holding every
+    byte of the budget while other inferences waited and got UNAVAILABLE)."""
+    server = make_server("--max-request-size", "4Mi", "--max-inflight-bytes", "2Mi")
+    request = simple_grpc_request()
+    request.raw_input_contents[0] = bytes(3 * 1024 * 1024)  # 6 MiB counted, 2 MiB budget
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.ModelInfer(request, timeout=10)
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "--max-inflight-bytes" in (refused.value.details() or "")
+        assert stub.ModelInfer(simple_grpc_request(), timeout=10).outputs
+
+
 def _post_raw(sock: socket.socket, body: bytes, encoding: str) -> None:
     sock.sendall(
         b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"

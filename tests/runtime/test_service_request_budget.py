@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from cachefleet.runtime.errors import OverloadedError
+from cachefleet.runtime.errors import OverloadedError, PayloadTooLargeError
 from cachefleet.runtime.service.request_budget import JSON_EXPANSION, RequestBudget, body_cost
 
 
@@ -83,12 +83,12 @@ def test_a_request_that_waits_too_long_to_grow_keeps_what_it_took() -> None:
     asyncio.run(scenario())
 
 
-def test_a_request_larger_than_the_budget_runs_alone() -> None:
-    """As a gRPC message does (whole before it is counted); HTTP bodies that could never fit
-    are refused instead (``http.body_charge``)."""
+def test_a_request_larger_than_the_whole_budget_is_refused_and_counts_nothing() -> None:
+    """No request holds the whole budget alone (a gRPC message is whole before it is counted;
+    HTTP bodies are refused from their heads, ``http.body_charge``): 413, not a lone run."""
     budget = RequestBudget(max_requests=10, max_bytes=100)
-    assert budget.try_enter(500)
+    with pytest.raises(PayloadTooLargeError, match="max-inflight-bytes"):
+        budget.try_enter(101)
+    assert (budget.requests, budget.bytes) == (0, 0)
+    assert budget.try_enter(100)
     assert not budget.try_enter(1)
-    budget.leave(500)
-    budget.leave(0)
-    assert budget.try_enter(500)
