@@ -139,10 +139,14 @@ def test_every_container_states_what_a_quota_counts_the_model_copy_included() ->
     spec = {"runtime": {"resources": resources}, "cache": {"redis": {"resources": resources}}}
     for kind, template in templates(render(spec)).items():
         assert quota_refusals(template["spec"], QUOTA) == [], kind
-    # The copy asks for no more than the server, so the pod's effective request is the same.
+    # The copy asks for no more CPU and memory than the server, so the pod's effective request
+    # of those is the same; it adds the node disk the model volume may take (its sizeLimit).
     pod = templates(render({"runtime": {"resources": resources, "gpus": 1}}))["Deployment"]
     [copy_models] = pod["spec"]["initContainers"]
-    assert copy_models["resources"] == resources  # (without the server's GPU)
+    assert copy_models["resources"] == {  # (without the server's GPU)
+        "requests": {**resources["requests"], "ephemeral-storage": "10Gi"},
+        "limits": resources["limits"],
+    }
 
 
 def test_without_server_resources_the_model_copy_still_has_its_own() -> None:
