@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from support.cache_doubles import Model, ask, metric, request, settings
 from support.processes import RedisProcess
+from support.waiting import wait_for_async
 
 from cachefleet.runtime.cache.api import CacheStatus
 from cachefleet.runtime.cache.factory import build_cache
@@ -48,6 +49,10 @@ async def replicas(redis_server: RedisProcess) -> AsyncIterator[Any]:
             return made
 
         yield make
+
+
+async def _runs(model: Model) -> int:
+    return model.runs
 
 
 def waits(cache: ReadThroughCache, result: str, model: str = "simple") -> float:
@@ -175,7 +180,8 @@ async def test_a_slow_holder_delays_waiters_no_longer_than_the_deadline(replicas
     slow, quick = Model(delay_s=5.0), Model()
     req = request(12)
     holder = asyncio.ensure_future(ask(first, req, slow))
-    await asyncio.sleep(0.1)
+    # The holder has the lease and computes (a fixed 0.1 s was not always enough under load).
+    await wait_for_async(lambda: _runs(slow), "the holder to compute")
     started = time.monotonic()
     _, status = await ask(second, req, quick)
     assert status is CacheStatus.MISS
