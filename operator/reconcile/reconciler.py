@@ -25,6 +25,7 @@ from cachefleet.operator.manifests.redis_memory import maxmemory_bytes
 from cachefleet.operator.manifests.runtime import redis_password_ref, redis_url
 from cachefleet.operator.manifests.spec import ServiceSpec, parse_spec, read_spec
 from cachefleet.operator.reconcile import fleet_secret, init_failures, observe
+from cachefleet.operator.reconcile.admission import check_allowed
 from cachefleet.operator.reconcile.applied import AppliedVersions
 from cachefleet.operator.reconcile.children import Applied, apply_children, prune_children
 from cachefleet.operator.reconcile.conditions import (
@@ -206,8 +207,9 @@ class Reconciler:
         cache_secret: str | None = None,
         admin_token: str | None = None,
     ) -> list[dict[str, Any]]:
-        """The children, for an operator running in this operator's namespace."""
-        return build_children(
+        """The children, for an operator running in this operator's namespace; refused (see
+        ``admission``) when the operator's allow-lists do not admit their pods."""
+        children = build_children(
             spec,
             owner=owner,
             redis_password=password,
@@ -217,6 +219,8 @@ class Reconciler:
             runtime_image=self.settings.runtime_image,
             user_ids=self.settings.user_ids,
         )
+        check_allowed(children, self.settings)
+        return children
 
     def fleet_keys(
         self, spec: ServiceSpec, owner: Owner, body: Mapping[str, Any]
@@ -343,6 +347,8 @@ class Reconciler:
             return None
         external = spec.cache.redis.external
         if spec.cache.uses_redis and external is not None and external.mode != "standalone":
+            if not self.settings.external_redis_hosts:
+                return None  # tenant-named hosts are dialled only where the platform allows
             return read_topology_figures(self.external_redis(spec, owner)).to_status()
         if not spec.cache.managed_redis:
             return None
@@ -391,6 +397,7 @@ class Reconciler:
             external.sentinel_master,
             password,
             self.settings.redis_timeout_s,
+            self.settings.external_redis_hosts,
         )
 
     def redis_password(self, spec: ServiceSpec, owner: Owner) -> str | None:
