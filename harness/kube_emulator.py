@@ -184,7 +184,9 @@ class Cluster(kmock.KubernetesEmulator):
             return
         result = sent
         if content_type.startswith(APPLY):
-            by_uid = {r.get("uid"): r for r in live.get("metadata", {}).get("ownerReferences") or []}
+            by_uid = {
+                r.get("uid"): r for r in live.get("metadata", {}).get("ownerReferences") or []
+            }
             by_uid.update({r.get("uid"): r for r in sent})
             result = list(by_uid.values())
             request.data["metadata"]["ownerReferences"] = result
@@ -286,7 +288,7 @@ def _check_one_controller(body: dict[str, Any]) -> None:
         names = ", ".join(f"{r.get('kind')}/{r.get('name')}" for r in controllers)
         raise OwnerReferencesError(
             message="metadata.ownerReferences: Invalid value: Only one reference can have "
-            f"Controller set to true. Found \"true\" in references for {names}"
+            f'Controller set to true. Found "true" in references for {names}'
         )
 
 

@@ -51,14 +51,32 @@ def check_allowed(children: Iterable[Mapping[str, Any]], settings: OperatorSetti
 def image_allowed(image: str, allowed: Iterable[str]) -> bool:
     """Whether ``image`` comes from one of ``allowed``: a registry or repository prefix ending in
     ``/``, or a name that the image equals or continues with ``/``, ``:`` or ``@`` (so
-    ``ghcr.io/acme`` allows ``ghcr.io/acme/x`` and ``ghcr.io/acme:1``, not ``ghcr.io/acmex``)."""
+    ``ghcr.io/acme`` allows ``ghcr.io/acme/x`` and ``ghcr.io/acme:1``, not ``ghcr.io/acmex``).
+    Both sides are read as the container runtime reads them (``redis:7`` is
+    ``docker.io/library/redis:7``), so a short name cannot pass for another registry's."""
+    image = full_name(image)
     for entry in allowed:
         if entry.endswith("/"):
-            if image.startswith(entry):
+            if image.startswith(full_name(entry, entry=True)):
                 return True
-        elif image == entry or any(image.startswith(entry + end) for end in "/:@"):
+            continue
+        entry = full_name(entry, entry=True)
+        if image == entry or any(image.startswith(entry + end) for end in "/:@"):
             return True
     return False
+
+
+def full_name(reference: str, *, entry: bool = False) -> str:
+    """``reference`` with the registry the container runtime would pull it from: Docker Hub
+    (``docker.io``, with ``library/`` for a one-part name) unless its first part names a host
+    (a ``.`` or ``:`` in it, or ``localhost``). An allow-list ``entry`` of one part with a
+    ``.`` (``registry.example.com``) or ``localhost`` is a registry."""
+    first, slash, _ = reference.partition("/")
+    if slash and ("." in first or ":" in first or first == "localhost"):
+        return reference
+    if not slash and entry and ("." in first or first == "localhost"):
+        return reference
+    return f"docker.io/{reference}" if slash else f"docker.io/library/{reference}"
 
 
 def host_allowed(host: str, allowed: Iterable[str]) -> bool:

@@ -63,7 +63,9 @@ class FleetKeys:
         if not self.foreign:
             return children
         name = cache_secret_name(owner)
-        return [c for c in children if not (c["kind"] == "Secret" and c["metadata"]["name"] == name)]
+        return [
+            c for c in children if not (c["kind"] == "Secret" and c["metadata"]["name"] == name)
+        ]
 
 
 def read_fleet_keys(

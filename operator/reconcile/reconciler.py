@@ -35,8 +35,8 @@ from cachefleet.operator.reconcile.conditions import (
     stalled_conditions,
     summary_conditions,
 )
-from cachefleet.operator.reconcile.kube import Kube, KubeError
 from cachefleet.operator.reconcile.fleet_secret import share
+from cachefleet.operator.reconcile.kube import Kube, KubeError
 from cachefleet.operator.reconcile.passwords import existing_or_new_password, read_secret_key
 from cachefleet.operator.reconcile.redis_live import (
     RedisAddress,

@@ -72,7 +72,7 @@ def _options(redis_at: ExternalRedis) -> dict[str, Any]:
 def _cluster_figures(redis_at: ExternalRedis) -> CacheFigures:
     client = RedisCluster.from_url(redis_at.url, require_full_coverage=False, **_options(redis_at))
     try:
-        for node in client.get_primaries():
+        for node in client.get_primaries():  # type: ignore[no-untyped-call]
             _check_host(redis_at, node.host)
         replies = client.info(target_nodes=RedisCluster.PRIMARIES)
     finally:

@@ -48,15 +48,16 @@ class OperatorSettings:
     fewer are mid-rollout, so the fleets' caches do not all go cold together."""
 
     allowed_images: tuple[str, ...] = ()
-    """Where every container of a service must come from: registries (``registry.example.com``)
-    or repositories (``registry.example.com/ml/``), matched as written in the spec (name the
-    registry: ``docker.io/library/redis``, not ``redis``). Empty: any image. A service asking
-    for another is refused (reason NotAllowed) and nothing of it is applied."""
+    """Where every container of a service must come from: registries (`registry.example.com`)
+    or repositories (`registry.example.com/ml/`); a short name is Docker Hub's, as the
+    container runtime reads it (`redis:7.4-alpine` is `docker.io/library/redis:7.4-alpine`).
+    Empty: any image. A service asking for another is refused (reason NotAllowed) and nothing
+    of it is applied."""
     allowed_service_accounts: tuple[str, ...] = ()
-    """The ServiceAccounts a service's pods may run as (``default`` for pods that name none,
-    the managed Redis's among them). Empty: any of the namespace's."""
+    """The ServiceAccounts a service's pods may run as (`default` for pods that name none, the
+    managed Redis's among them). Empty: any of the namespace's."""
     external_redis_hosts: tuple[str, ...] = ()
-    """Hosts (shell patterns, ``*.redis.example.com``) of tenant-named external Redis the
+    """Hosts (shell patterns, `*.redis.example.com`) of tenant-named external Redis the
     operator itself may dial for cache figures (cluster and Sentinel modes). Empty: none; the
     pods still use them, from their own namespace's network position."""
 

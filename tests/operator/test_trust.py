@@ -16,15 +16,20 @@ from support.kube.validation import validate_child
 from cachefleet.operator.reconcile.admission import image_allowed
 from cachefleet.operator.reconcile.kube import Kube
 from cachefleet.operator.reconcile.reconciler import Outcome, Reconciler, restore_child
+from cachefleet.operator.reconcile.redis_live import RedisLiveError
 from cachefleet.operator.reconcile.settings import OperatorSettings
 
 pytest_plugins = ("support.kube.fixtures",)  # cluster, api
 pytestmark = pytest.mark.timeout(120)
 
 REGISTRY = "registry.example.com/ml/"
-ALLOWED = {
+ALLOWED: dict[str, Any] = {
     "runtime": {"image": f"{REGISTRY}cachefleet:1.0", "serviceAccountName": "inference"},
     "cache": {"redis": {"image": f"{REGISTRY}redis:7.4-alpine"}},
+}
+MODEL_IMAGE = {
+    "name": "simple",
+    "repository": {"image": {"image": "registry.example.com/mlx/models:1", "path": "/models"}},
 }
 POLICY = OperatorSettings(
     allowed_images=(REGISTRY,), allowed_service_accounts=("inference", "default")
@@ -59,11 +64,7 @@ def writes(cluster: Cluster) -> list[Any]:
             {**ALLOWED, "runtime": {**ALLOWED["runtime"], "serviceAccountName": "ci-deployer"}},
             "ServiceAccount ci-deployer",
         ),
-        (
-            {**ALLOWED, "model": {"name": "simple", "repository": {
-                "image": {"image": "registry.example.com/mlx/models:1", "path": "/models"}}}},
-            "image registry.example.com/mlx/models:1",
-        ),  # fmt: skip
+        ({**ALLOWED, "model": MODEL_IMAGE}, "image registry.example.com/mlx/models:1"),
     ],
     ids=["runtime-image", "default-redis-image", "service-account", "model-image"],
 )
@@ -108,12 +109,18 @@ async def test_a_service_inside_the_allow_lists_is_applied(cluster: Cluster, api
         ("ghcr.io.evil.com/acme/x:1", False),
         ("registry.example.com/ml/x", True),
         ("registry.example.com/mlx", False),
+        ("mirror.example.com/x:1", True),
+        ("mirror.example.comx/x:1", False),
+        # Short names are Docker Hub's, as the container runtime reads them.
+        ("redis:7.4-alpine", True),
+        ("docker.io/library/redis:7", True),
+        ("evil.example.com/library/redis:7", False),
+        ("someone/redis:7", False),
     ],
 )
-def test_images_match_a_registry_or_repository_not_a_longer_name(
-    image: str, allowed: bool
-) -> None:
-    assert image_allowed(image, ["ghcr.io/acme", "registry.example.com/ml/"]) is allowed
+def test_images_match_a_registry_or_repository_not_a_longer_name(image: str, allowed: bool) -> None:
+    entries = ["ghcr.io/acme", "registry.example.com/ml/", "mirror.example.com", "redis"]
+    assert image_allowed(image, entries) is allowed
 
 
 @pytest.fixture
@@ -151,7 +158,7 @@ async def test_the_operator_dials_no_tenant_redis_host_unless_allowed(
     assert figures is None
     assert dialled(listener) == 0
     elsewhere = OperatorSettings(external_redis_hosts=("*.redis.example.com",), redis_timeout_s=0.5)
-    with pytest.raises(Exception, match="may not dial 127.0.0.1"):
+    with pytest.raises(RedisLiveError, match=r"may not dial 127\.0\.0\.1"):
         await asyncio.to_thread(reconciler(elsewhere).cache_figures, body)
     assert dialled(listener) == 0
 
