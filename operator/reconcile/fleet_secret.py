@@ -92,8 +92,8 @@ def read_fleet_keys(
     live = kube.get("v1", "Secret", owner.namespace, name)
     foreign = live is not None and not _made_by(live, owner)
     regenerate = annotations.get(REGENERATE_ANNOTATION) == REGENERATE
-    read = _keys_pods_read(kube, owner) if not foreign else set()
     values: dict[str, str] = {}
+    read: set[str] | None = None  # the keys the pods read: looked up only when one is missing
     for key in wanted:
         value = secret_value(live, key) if live is not None else None
         if value is None and foreign:
@@ -102,8 +102,10 @@ def read_fleet_keys(
                 f"Secret {name} was not made by the operator and has no key {key}: add it "
                 "(the operator does not write into a Secret it did not create)",
             )
-        if value is None and key in read and not regenerate:
-            raise Refused(FLEET_SECRET_MISSING, _missing_message(name, key, live is None))
+        if value is None and not regenerate:
+            read = _keys_pods_read(kube, owner) if read is None else read
+            if key in read:
+                raise Refused(FLEET_SECRET_MISSING, _missing_message(name, key, live is None))
         values[key] = value or secrets.token_urlsafe(32)
     return FleetKeys(
         cache_secret=values.get(CACHE_SECRET_KEY, referenced),
