@@ -453,6 +453,12 @@ def restore_child(
             lambda paced: apply_children(reconciler.kube, paced, reconciler.versions),
         )
         return applied.written
+    except Refused as refusal:
+        # The cause came with this child (a fleet Secret deleted): said on the service at once,
+        # not at the next resync, minutes away. (A bad spec is its own handler's to report.)
+        conditions = stalled_conditions(str(refusal), refusal.reason)
+        reconciler.kube.patch_status(owner_body, Reconciler._status(owner_body, conditions))
+        return []
     except SpecError:
         return []  # the owner's own handler reports the spec problem
     except KubeError as error:

@@ -87,6 +87,8 @@ async def test_a_deleted_fleet_secret_is_not_regenerated_unasked(
     )
     assert written == []
     assert live(cluster, SECRETS, "svc-fleet") is None
+    said = must(condition(cis(cluster, "svc"), "Stalled"))  # on the service at once
+    assert (said["status"], said["reason"]) == ("True", "FleetSecretMissing")
 
     # Restored from a backup: the same keys, nothing rolls, Ready again.
     backup = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "svc-fleet"},
