@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from support.kube.cluster import Cluster
 from support.kube.fixtures import CIS_PATH, NS, Api, cis, condition, live, must, service
+from support.kube.validation import validate_child
 
 from cachefleet.operator.manifests.meta import CONFIG_HASH_ANNOTATION, MANAGER
 from cachefleet.operator.reconcile.fleet_secret import REGENERATE, REGENERATE_ANNOTATION
@@ -199,6 +200,7 @@ async def test_a_shared_secret_outlives_its_maker_and_rolls_every_reader(
     assert shares, "the reader sent no owner reference"
     assert shares[-1].params["fieldManager"] == f"{MANAGER}-share-{reader_uid}"
     sent = json.loads(shares[-1].body)  # as sent (the emulator merges into ``data``)
+    validate_child(sent)  # a real API server's schema takes the partial apply
     assert sent["metadata"]["ownerReferences"] == [
         {"apiVersion": "cachefleet.io/v1alpha1", "kind": "CachedInferenceService",
          "name": "reader", "uid": reader_uid}
