@@ -3,7 +3,8 @@
 kmock stores bodies as sent. A real server also assigns uid, resourceVersion, generation,
 creationTimestamp and generateName names, takes the namespace from the URL, creates an object on
 a server-side apply to a missing name, answers 422 when a JSON-patch ``test`` fails, and treats
-a merge or apply that changes nothing as a no-op (same resourceVersion, no watch event). This
+a merge or apply that changes nothing as a no-op (same resourceVersion, no watch event), merges
+an apply's ownerReferences by uid and refuses two controller references (422). This
 subclass adds exactly that (the operator is not changed for the emulator). The operator tests and
 ``python -m harness.operator_scale`` run the operator against it; kmock is a development
 dependency, so this module is only imported by them (and is not part of the wheel).
@@ -59,6 +60,13 @@ class ImmutableError(kmock.KubernetesError):
     message: str = "ConfigMap: Forbidden: field is immutable when `immutable` is set"
 
 
+@attrs.frozen
+class OwnerReferencesError(kmock.KubernetesError):
+    status: int = 422
+    reason: str = "Invalid"
+    message: str = "metadata.ownerReferences: Only one reference can have Controller set to true"
+
+
 @attrs.define(kw_only=True)
 class Cluster(kmock.KubernetesEmulator):
     """The emulator plus server-assigned metadata, apply-creates and JSON-patch tests."""
@@ -86,9 +94,11 @@ class Cluster(kmock.KubernetesEmulator):
         try:
             if request.resource is not None and isinstance(request.data, dict | list):
                 if request.action == kmock.action.CREATE and isinstance(request.data, dict):
+                    _check_one_controller(request.data)
                     self._stamp_new(request.data, request.namespace)
                 elif request.action == kmock.action.UPDATE and request.name is not None:
                     self._check_immutable(request)
+                    self._merge_owner_references(request)
                     unchanged = self._unchanged(request)
                     if unchanged is not None:
                         return aiohttp.web.json_response(unchanged)
@@ -157,6 +167,30 @@ class Cluster(kmock.KubernetesEmulator):
         fields = ("immutable", "data", "binaryData")
         if any(changed.get(f) != live.get(f) for f in fields):
             raise ImmutableError()
+
+    def _merge_owner_references(self, request: rendering.Request) -> None:
+        """Merge an apply's ``ownerReferences`` into the live ones by uid, as server-side apply
+        does (the list is a map keyed by uid: each field manager keeps its own entries), and
+        refuse, as the API server's validation does, an object left with two controllers."""
+        if request.subresource is not None or not isinstance(request.data, dict):
+            return
+        content_type = request.headers.get("Content-Type", "")
+        live = self._live((request.resource, request.namespace, request.name))
+        sent = (request.data.get("metadata") or {}).get("ownerReferences")
+        if live is None:
+            _check_one_controller(request.data)
+            return
+        if sent is None:
+            return
+        result = sent
+        if content_type.startswith(APPLY):
+            by_uid = {
+                r.get("uid"): r for r in live.get("metadata", {}).get("ownerReferences") or []
+            }
+            by_uid.update({r.get("uid"): r for r in sent})
+            result = list(by_uid.values())
+            request.data["metadata"]["ownerReferences"] = result
+        _check_one_controller({"metadata": {"ownerReferences": result}})
 
     def _unchanged(self, request: rendering.Request) -> dict[str, Any] | None:
         """The live object when a merge patch or apply would leave it as it is, else None."""
@@ -245,6 +279,17 @@ def _fresh(raw: dict[str, Any], seen: dict[tuple[str | None, str | None], int], 
         return False
     seen[key] = version
     return True
+
+
+def _check_one_controller(body: dict[str, Any]) -> None:
+    references = (body.get("metadata") or {}).get("ownerReferences") or []
+    controllers = [r for r in references if isinstance(r, dict) and r.get("controller")]
+    if len(controllers) > 1:
+        names = ", ".join(f"{r.get('kind')}/{r.get('name')}" for r in controllers)
+        raise OwnerReferencesError(
+            message="metadata.ownerReferences: Invalid value: Only one reference can have "
+            f'Controller set to true. Found "true" in references for {names}'
+        )
 
 
 def _check_tests(live: dict[str, Any], operations: list[Any]) -> None:

@@ -52,7 +52,8 @@ def build_children(
     :func:`needs_generated_password`) or the one in the user's Secret when it could be read. Its
     digest goes into the pod templates, so a rotated password rolls Redis and the runtime pods.
     ``cache_secret`` is the generated cache secret (required when
-    :func:`needs_generated_cache_secret`); a new one rolls the runtime pods likewise.
+    :func:`needs_generated_cache_secret`), or the content of the Secret ``spec.cache.secretRef``
+    names when it could be read; a new one rolls the runtime pods likewise.
     ``operator_namespace`` is where the operator runs, for the Redis NetworkPolicy.
     ``admin_token`` is the token of the restricted admin APIs (``spec.runtime.restrictedApis``):
     its Secret is a child when it is given (the operator and ``render`` always give one: the
@@ -74,6 +75,10 @@ def build_children(
         if cache_secret is None:
             raise ValueError("a generated cache secret must be passed in")
         generated["secret"] = cache_secret
+        secrets_digest += config_hash("cache-secret", cache_secret)
+    elif cache_secret is not None and spec.cache.uses_redis:
+        # The content of the Secret spec.cache.secretRef names (another fleet's, or the user's):
+        # its digest rolls these pods when it rotates, as the maker's pods roll.
         secrets_digest += config_hash("cache-secret", cache_secret)
     if admin_token is not None and spec.runtime.restricted_apis:
         generated["admin_token"] = admin_token

@@ -102,14 +102,19 @@ def queued_conditions(conditions: Iterable[Condition], message: str) -> list[Con
     return [replaced.get(c.type, c) for c in conditions]
 
 
-def stalled_conditions(message: str) -> list[Condition]:
-    """A spec that cannot be reconciled until someone edits it."""
+def stalled_conditions(message: str, reason: str = "InvalidSpec") -> list[Condition]:
+    """A spec that cannot be reconciled until someone edits it (or, with another ``reason``,
+    until the platform or a lost Secret allows it: see ``refusals``)."""
+    waiting = "waiting for the spec to be fixed" if reason == "InvalidSpec" else message
+    not_reconciled = (
+        "not reconciled: the spec is invalid" if reason == "InvalidSpec" else "not reconciled"
+    )
     return [
-        Condition("Ready", False, "InvalidSpec", message),
-        Condition("Reconciling", False, "InvalidSpec", "waiting for the spec to be fixed"),
-        Condition("Stalled", True, "InvalidSpec", message),
-        Condition("RedisReady", False, "InvalidSpec", "not reconciled: the spec is invalid"),
-        Condition("RuntimeReady", False, "InvalidSpec", "not reconciled: the spec is invalid"),
+        Condition("Ready", False, reason, message),
+        Condition("Reconciling", False, reason, waiting),
+        Condition("Stalled", True, reason, message),
+        Condition("RedisReady", False, reason, not_reconciled),
+        Condition("RuntimeReady", False, reason, not_reconciled),
     ]
 
 

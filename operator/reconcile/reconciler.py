@@ -15,7 +15,6 @@ from cachefleet.operator.manifests.autoscaling import SCALER_KINDS
 from cachefleet.operator.manifests.children import (
     CHILD_KINDS,
     build_children,
-    needs_generated_cache_secret,
     needs_generated_password,
     uses_redis_password,
 )
@@ -25,7 +24,8 @@ from cachefleet.operator.manifests.redis import password_ref
 from cachefleet.operator.manifests.redis_memory import maxmemory_bytes
 from cachefleet.operator.manifests.runtime import redis_password_ref, redis_url
 from cachefleet.operator.manifests.spec import ServiceSpec, parse_spec, read_spec
-from cachefleet.operator.reconcile import init_failures, observe
+from cachefleet.operator.reconcile import fleet_secret, init_failures, observe
+from cachefleet.operator.reconcile.admission import check_allowed
 from cachefleet.operator.reconcile.applied import AppliedVersions
 from cachefleet.operator.reconcile.children import Applied, apply_children, prune_children
 from cachefleet.operator.reconcile.conditions import (
@@ -35,13 +35,9 @@ from cachefleet.operator.reconcile.conditions import (
     stalled_conditions,
     summary_conditions,
 )
+from cachefleet.operator.reconcile.fleet_secret import share
 from cachefleet.operator.reconcile.kube import Kube, KubeError
-from cachefleet.operator.reconcile.passwords import (
-    existing_or_new_admin_token,
-    existing_or_new_cache_secret,
-    existing_or_new_password,
-    read_secret_key,
-)
+from cachefleet.operator.reconcile.passwords import existing_or_new_password, read_secret_key
 from cachefleet.operator.reconcile.redis_live import (
     RedisAddress,
     RedisLiveError,
@@ -49,6 +45,7 @@ from cachefleet.operator.reconcile.redis_live import (
     read_cache_figures,
 )
 from cachefleet.operator.reconcile.redis_topology import ExternalRedis, read_topology_figures
+from cachefleet.operator.reconcile.refusals import Refused
 from cachefleet.operator.reconcile.rollouts import (
     QUEUED_RETRY_S,
     Decision,
@@ -134,13 +131,15 @@ class Reconciler:
             read = read_spec(body.get("spec") or {})
             spec = read.spec
             password = self.redis_password(spec, owner)
-            children = self.build(
-                spec, owner, password, self.cache_secret(spec, owner), self.admin_token(spec, owner)
-            )
+            keys = self.fleet_keys(spec, owner, body)
+            children = self.build(spec, owner, password, keys.cache_secret, keys.admin_token)
+            children = keys.keep(children, owner)
         except SpecError as error:
-            message = f"invalid spec: {error}"
-            status = self._status(body, stalled_conditions(message))
-            return Outcome(status, [Event(True, "InvalidSpec", message)])
+            reason = error.reason if isinstance(error, Refused) else "InvalidSpec"
+            message = str(error) if isinstance(error, Refused) else f"invalid spec: {error}"
+            status = self._status(body, stalled_conditions(message, reason))
+            return Outcome(status, [Event(True, reason, message)])
+        share(self.kube, owner, keys)
         # Fields of a newer release's CRD (applied first, or kept after a rollback): reconciled
         # without them, and said so on the object.
         ignored = [Event(True, UNKNOWN_FIELDS, _ignored_message(p)) for p in [read.ignored] if p]
@@ -208,8 +207,9 @@ class Reconciler:
         cache_secret: str | None = None,
         admin_token: str | None = None,
     ) -> list[dict[str, Any]]:
-        """The children, for an operator running in this operator's namespace."""
-        return build_children(
+        """The children, for an operator running in this operator's namespace; refused (see
+        ``admission``) when the operator's allow-lists do not admit their pods."""
+        children = build_children(
             spec,
             owner=owner,
             redis_password=password,
@@ -219,13 +219,15 @@ class Reconciler:
             runtime_image=self.settings.runtime_image,
             user_ids=self.settings.user_ids,
         )
+        check_allowed(children, self.settings)
+        return children
 
-    def admin_token(self, spec: ServiceSpec, owner: Owner) -> str | None:
-        """The runtime's admin token (generated once, then read back from its Secret); None
-        when no API is restricted."""
-        if not spec.runtime.restricted_apis:
-            return None
-        return existing_or_new_admin_token(self.kube, owner)
+    def fleet_keys(
+        self, spec: ServiceSpec, owner: Owner, body: Mapping[str, Any]
+    ) -> fleet_secret.FleetKeys:
+        """The cache secret and admin token the pods read (see ``fleet_secret``)."""
+        annotations = (body.get("metadata") or {}).get("annotations") or {}
+        return fleet_secret.read_fleet_keys(self.kube, spec, owner, annotations)
 
     def _observe(
         self,
@@ -345,6 +347,8 @@ class Reconciler:
             return None
         external = spec.cache.redis.external
         if spec.cache.uses_redis and external is not None and external.mode != "standalone":
+            if not self.settings.external_redis_hosts:
+                return None  # tenant-named hosts are dialled only where the platform allows
             return read_topology_figures(self.external_redis(spec, owner)).to_status()
         if not spec.cache.managed_redis:
             return None
@@ -393,14 +397,8 @@ class Reconciler:
             external.sentinel_master,
             password,
             self.settings.redis_timeout_s,
+            self.settings.external_redis_hosts,
         )
-
-    def cache_secret(self, spec: ServiceSpec, owner: Owner) -> str | None:
-        """The generated cache secret (read back from its Secret, or made when there is none);
-        None when the pods read the user's, or use no Redis."""
-        if not needs_generated_cache_secret(spec):
-            return None
-        return existing_or_new_cache_secret(self.kube, owner)
 
     def redis_password(self, spec: ServiceSpec, owner: Owner) -> str | None:
         """The Redis password the pods will read: generated, or from the user's Secret.
@@ -438,13 +436,9 @@ def restore_child(
     try:
         spec = parse_spec(owner_body.get("spec") or {})
         password = reconciler.redis_password(spec, owner)
-        children = reconciler.build(
-            spec,
-            owner,
-            password,
-            reconciler.cache_secret(spec, owner),
-            reconciler.admin_token(spec, owner),
-        )
+        keys = reconciler.fleet_keys(spec, owner, owner_body)
+        children = reconciler.build(spec, owner, password, keys.cache_secret, keys.admin_token)
+        children = keys.keep(children, owner)
         generated = (
             meta.redis_auth_secret_name(owner),
             meta.cache_secret_name(owner),
@@ -459,6 +453,12 @@ def restore_child(
             lambda paced: apply_children(reconciler.kube, paced, reconciler.versions),
         )
         return applied.written
+    except Refused as refusal:
+        # The cause came with this child (a fleet Secret deleted): said on the service at once,
+        # not at the next resync, minutes away. (A bad spec is its own handler's to report.)
+        conditions = stalled_conditions(str(refusal), refusal.reason)
+        reconciler.kube.patch_status(owner_body, Reconciler._status(owner_body, conditions))
+        return []
     except SpecError:
         return []  # the owner's own handler reports the spec problem
     except KubeError as error:

@@ -19,6 +19,7 @@ from redis.connection import parse_url
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
+from cachefleet.operator.reconcile.admission import host_allowed
 from cachefleet.operator.reconcile.redis_live import CacheFigures, RedisLiveError
 
 
@@ -31,6 +32,8 @@ class ExternalRedis:
     sentinel_master: str | None
     password: str | None
     timeout_s: float
+    #: Hosts the operator may dial (shell patterns): the URL's, and every node it is told of.
+    allowed_hosts: tuple[str, ...] = ("*",)
 
     def __str__(self) -> str:
         scheme, _, rest = self.url.partition("://")
@@ -38,7 +41,12 @@ class ExternalRedis:
 
 
 def read_topology_figures(redis_at: ExternalRedis) -> CacheFigures:
-    """INFO from every primary of a cluster (summed), or from Sentinel's current primary."""
+    """INFO from every primary of a cluster (summed), or from Sentinel's current primary.
+
+    The URL is the tenant's: its host, and every node the cluster or Sentinel names, is dialled
+    only when ``allowed_hosts`` admits it (the operator's network position is not the tenant's).
+    """
+    _check_host(redis_at, parse_url(redis_at.url).get("host", "localhost"))  # type: ignore[no-untyped-call]
     try:
         if redis_at.mode == "cluster":
             return _cluster_figures(redis_at)
@@ -64,6 +72,8 @@ def _options(redis_at: ExternalRedis) -> dict[str, Any]:
 def _cluster_figures(redis_at: ExternalRedis) -> CacheFigures:
     client = RedisCluster.from_url(redis_at.url, require_full_coverage=False, **_options(redis_at))
     try:
+        for node in client.get_primaries():  # type: ignore[no-untyped-call]
+            _check_host(redis_at, node.host)
         replies = client.info(target_nodes=RedisCluster.PRIMARIES)
     finally:
         client.close()
@@ -89,6 +99,13 @@ def _sentinel_figures(redis_at: ExternalRedis) -> CacheFigures:
         **options,
     )
     assert redis_at.sentinel_master is not None
+    try:
+        host, _ = sentinel.discover_master(redis_at.sentinel_master)  # type: ignore[no-untyped-call]
+        _check_host(redis_at, str(host))
+    except RedisLiveError:
+        for client in sentinel.sentinels:
+            client.close()
+        raise
     primary = sentinel.master_for(redis_at.sentinel_master)  # type: ignore[no-untyped-call]
     try:
         info = primary.info()
@@ -114,3 +131,10 @@ def _summed(infos: Iterable[Mapping[str, Any]]) -> CacheFigures:
         keyspace_hits=total("keyspace_hits"),
         keyspace_misses=total("keyspace_misses"),
     )
+
+
+def _check_host(redis_at: ExternalRedis, host: str) -> None:
+    if not host_allowed(host, redis_at.allowed_hosts):
+        raise RedisLiveError(
+            f"{redis_at}: the operator may not dial {host} (not in its external Redis hosts)"
+        )

@@ -47,6 +47,20 @@ class OperatorSettings:
     pod template (an operator upgrade changes them all) waits, with reason RolloutQueued, until
     fewer are mid-rollout, so the fleets' caches do not all go cold together."""
 
+    allowed_images: tuple[str, ...] = ()
+    """Where every container of a service must come from: registries (`registry.example.com`)
+    or repositories (`registry.example.com/ml/`); a short name is Docker Hub's, as the
+    container runtime reads it (`redis:7.4-alpine` is `docker.io/library/redis:7.4-alpine`).
+    Empty: any image. A service asking for another is refused (reason NotAllowed) and nothing
+    of it is applied."""
+    allowed_service_accounts: tuple[str, ...] = ()
+    """The ServiceAccounts a service's pods may run as (`default` for pods that name none, the
+    managed Redis's among them). Empty: any of the namespace's."""
+    external_redis_hosts: tuple[str, ...] = ()
+    """Hosts (shell patterns, `*.redis.example.com`) of tenant-named external Redis the
+    operator itself may dial for cache figures (cluster and Sentinel modes). Empty: none; the
+    pods still use them, from their own namespace's network position."""
+
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> OperatorSettings:
         env = os.environ if environ is None else environ
@@ -66,6 +80,11 @@ class OperatorSettings:
             max_concurrent_rollouts=int(
                 env.get("CACHEFLEET_OPERATOR_MAX_CONCURRENT_ROLLOUTS", "3")
             ),
+            allowed_images=_listed(env.get("CACHEFLEET_OPERATOR_ALLOWED_IMAGES")),
+            allowed_service_accounts=_listed(
+                env.get("CACHEFLEET_OPERATOR_ALLOWED_SERVICE_ACCOUNTS")
+            ),
+            external_redis_hosts=_listed(env.get("CACHEFLEET_OPERATOR_EXTERNAL_REDIS_HOSTS")),
         )
 
 
@@ -75,3 +94,8 @@ def _user_ids(value: str) -> UserIds:
     if value == "platform":
         return "platform"
     raise ValueError(f"CACHEFLEET_OPERATOR_USER_IDS must be fixed or platform, not {value!r}")
+
+
+def _listed(value: str | None) -> tuple[str, ...]:
+    """A comma-separated list (blanks ignored)."""
+    return tuple(item.strip() for item in (value or "").split(",") if item.strip())

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from cachefleet.cli.main import build_parser
+from cachefleet.operator.reconcile.settings import OperatorSettings
 from delivery.support import CHART, NAMESPACE, RELEASE, REPO, Helm, Manifest, find, only
 
 #: The Kubernetes version the rendered objects are validated against.
@@ -171,6 +172,25 @@ def test_custom_values_reach_the_deployment(custom_objects: list[Manifest]) -> N
     assert account["metadata"]["annotations"] == {"iam.example.com/role": "cachefleet-operator"}
 
 
+def test_the_policy_allow_lists_reach_the_operators_settings(
+    custom_objects: list[Manifest], default_objects: list[Manifest]
+) -> None:
+    env = {e["name"]: e.get("value") for e in container(custom_objects)["env"]}
+    settings = OperatorSettings.from_environ({k: v for k, v in env.items() if v is not None})
+    assert settings.allowed_images == ("registry.example.com/ml/", "ghcr.io/cachefleet")
+    assert settings.allowed_service_accounts == ("default", "inference")
+    assert settings.external_redis_hosts == ("*.redis.example.com",)
+    # By default nothing is listed: any image and ServiceAccount, no tenant Redis host dialled.
+    defaults = {e["name"] for e in container(default_objects)["env"]}
+    assert not {n for n in defaults if "ALLOWED" in n or "REDIS_HOSTS" in n}
+    # The namespaced install (the same custom values) grants Secrets only in its namespaces.
+    for role in find(custom_objects, "Role"):
+        if any("secrets" in rule["resources"] for rule in role["rules"]):
+            assert role["metadata"]["namespace"] in ("team-a", "team-b")
+    cluster_rules = only(custom_objects, "ClusterRole", OPERATOR)["rules"]
+    assert not [r for r in cluster_rules if "secrets" in r["resources"]]
+
+
 def test_service_monitor_scrapes_the_runtime_services_of_the_watched_namespaces(
     custom_objects: list[Manifest], default_objects: list[Manifest]
 ) -> None:
@@ -207,6 +227,9 @@ def test_dashboard_config_map_is_labelled_for_the_grafana_sidecar(
         ("resources.limits.memory=lots", "/resources/limits/memory"),
         ("serviceMonitor.interval=often", "/serviceMonitor/interval"),
         ("liveness.port=0", "/liveness/port"),
+        ("policy.allowedImages={a b}", "/policy/allowedImages/0"),
+        ("policy.allowedServiceAccounts={Admin}", "/policy/allowedServiceAccounts/0"),
+        ("policy.allowedregistries={x}", "additional properties 'allowedregistries' not allowed"),
     ],
 )
 def test_values_schema_rejects_wrong_values(helm: Helm, setting: str, complaint: str) -> None:
