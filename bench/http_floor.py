@@ -180,11 +180,7 @@ def start(answers: Answers, logdir: Path, cpus: str | None) -> tuple[ManagedProc
         dict(os.environ),
     )
     base_url = f"http://127.0.0.1:{port}"
-    try:
-        process.wait_until(http_ok(f"{base_url}{READY_PATH}"), 60)
-    except BenchError:
-        process.stop()
-        raise
+    process.wait_until(http_ok(f"{base_url}{READY_PATH}"), 60)  # stops it if it never is
     return process, base_url
 
 

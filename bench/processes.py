@@ -1,18 +1,24 @@
 """The processes a benchmark starts (Redis, our server, the peer) and how they are stopped.
 
 Every process runs in its own session, so a Ctrl-C reaches only the harness, which then stops
-them in order: SIGINT (our server drains), SIGTERM, then SIGKILL. Callers register each process
-with an :class:`contextlib.ExitStack`, so errors and interrupts clean up too.
+them in order: SIGINT (our server drains), SIGTERM, then SIGKILL, and then kills whatever is
+left of the session's process group (a ``--workers N`` server's workers, whose supervisor would
+otherwise respawn them). Callers register each process with an :class:`contextlib.ExitStack`,
+so errors and interrupts clean up too; a process that never becomes ready is stopped the same
+way before the error is raised; and one started from the main thread gets SIGTERM from the
+kernel if its starter dies without cleaning up (killed by SIGKILL or a CI timeout).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -36,15 +42,30 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _orphan_guard() -> list[str]:
+    """A prefix that has the kernel send the process SIGTERM when its starter dies.
+
+    The parent-death signal follows the thread that started the process, not the process: it is
+    only set from the main thread (whose end is the process's), never from a worker thread that
+    may end while the process is still wanted. ``setpriv`` (util-linux, beside ``taskset``) sets
+    it and execs the command, so the process id stays the command's.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return []
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "TERM", "--"] if setpriv else []
+
+
 class ManagedProcess:
-    """A child process with a log file, stopped by :meth:`stop` (idempotent)."""
+    """A child process leading a process group of its own, with a log file, stopped with its
+    whole group by :meth:`stop` (idempotent)."""
 
     def __init__(self, name: str, command: list[str], log_path: Path, env: dict[str, str]) -> None:
         self.name = name
         self.log_path = log_path
         self._log: IO[bytes] = log_path.open("ab")
         self.process = subprocess.Popen(
-            command,
+            [*_orphan_guard(), *command],
             stdout=self._log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -63,19 +84,24 @@ class ManagedProcess:
             return ""
 
     def wait_until(self, predicate: Callable[[], bool], timeout_s: float) -> None:
-        """Poll ``predicate``; raise with the log's tail if the process dies or time runs out."""
+        """Poll ``predicate``; if the process dies or time runs out, stop it with its group and
+        raise with the log's tail (a failed start leaves no process behind)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
+                self.stop()
                 raise BenchError(
                     f"{self.name} exited with {self.process.returncode}:\n{self.log_tail()}"
                 )
             if predicate():
                 return
             time.sleep(0.1)
+        self.stop()
         raise BenchError(f"{self.name} not ready after {timeout_s:g}s:\n{self.log_tail()}")
 
     def stop(self) -> None:
+        """SIGINT, SIGTERM, then SIGKILL to the process until it exits, then SIGKILL to what is
+        left of its process group (its children, even if it died first and left them)."""
         for sig, wait_s in ((signal.SIGINT, 10.0), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
             if self.process.poll() is not None:
                 break
@@ -84,6 +110,9 @@ class ManagedProcess:
                 self.process.wait(wait_s)
             except subprocess.TimeoutExpired:
                 continue
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            # A new session's id is its leader's pid; the group outlives the leader.
+            os.killpg(self.process.pid, signal.SIGKILL)
         self._log.close()
 
 

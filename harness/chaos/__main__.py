@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cachefleet.bench.redis_topology import ClusterProcesses
+from harness.chaos.answers import MODEL
 from harness.chaos.control import ChaosOptions
 from harness.chaos.report import render_table
 from harness.chaos.run import run_chaos, run_cluster_chaos
@@ -28,7 +29,7 @@ def _fleet(workdir: Path) -> Iterator[tuple[list[str], RedisServer]]:
     from cachefleet.bench.harness import write_samples
     from cachefleet.bench.processes import RedisServer, start_server
 
-    repository = write_samples(workdir / "models")
+    repository = write_samples(workdir / "models", [MODEL])
     redis = RedisServer(workdir)
     redis.start()
     servers = []
@@ -49,7 +50,7 @@ def _cluster_fleet(workdir: Path) -> Iterator[tuple[list[str], ClusterProcesses]
     from cachefleet.bench.harness import write_samples
     from cachefleet.bench.processes import start_server
 
-    repository = write_samples(workdir / "models")
+    repository = write_samples(workdir / "models", [MODEL])
     cluster = ClusterProcesses(workdir, primaries=3, replicas=1)
     servers = []
     try:

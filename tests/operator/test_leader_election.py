@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 from collections.abc import AsyncIterator, Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +82,12 @@ def holder(cluster: LeaseCluster) -> Any:
     return ((live(cluster, LEASES, "op") or {}).get("spec") or {}).get("holderIdentity")
 
 
+def renewed_at(cluster: LeaseCluster) -> datetime:
+    """The Lease's renewTime, as the leader wrote it."""
+    spec = (live(cluster, LEASES, "op") or {}).get("spec") or {}
+    return datetime.fromisoformat(spec["renewTime"])
+
+
 class Holders:
     """Every holder the Lease had, in order, sampled while the test runs."""
 
@@ -114,10 +121,16 @@ async def test_a_standby_answers_liveness_and_takes_over_when_the_leader_is_kill
     holders = Holders(cluster)
     first, second = await start_leader_and_standby(cluster, replicas, tmp_path, (3, 2, 0.5))
     await second.answers("the standby")
-    for _ in range(10):  # the standby stays alive and answering while it waits
-        await asyncio.sleep(1)
+    # The standby stays alive and answering while it waits, and never takes over, through two
+    # lease durations (3 s) of the leader's renewals: counted on the Lease, not slept through.
+    first_renewal = renewed_at(cluster)
+    deadline = asyncio.get_running_loop().time() + 60
+    while renewed_at(cluster) - first_renewal < timedelta(seconds=2 * 3):
+        assert asyncio.get_running_loop().time() < deadline, "the leader stopped renewing"
         assert await second.live(), second.log.read_text()[-2000:]
         assert second.process.poll() is None
+        assert holder(cluster) == "pod-a"
+        await asyncio.sleep(0.5)
     assert holder(cluster) == "pod-a"
     first.process.send_signal(signal.SIGKILL)
     # The standby leads once the lease it last saw change expires: duration plus a retry.
