@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -81,12 +82,40 @@ def redis_server(make_redis: Callable[..., RedisProcess]) -> RedisProcess:
     return make_redis()
 
 
+#: The samples every server loads in a few milliseconds; the two DenseNets (31 MB each) cost
+#: a server about 1.4 s of CPU to load, and most test modules never send them a request.
+LIGHT_SAMPLES = ("simple", "simple_string", "simple_int8", "simple_identity")
+
+
 @pytest.fixture(scope="session")
-def model_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The sample model repository, written once per test session."""
+def full_model_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The whole sample repository, written once per test session."""
     path = tmp_path_factory.mktemp("models") / "repo"
     subprocess.run([*CACHEFLEET, "samples", str(path)], check=True)
     return path
+
+
+@pytest.fixture(scope="session")
+def light_model_repository(
+    full_model_repository: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """The samples without the DenseNets, copied (a few KB): the server follows no symlink out
+    of its repository."""
+    path = tmp_path_factory.mktemp("light-models") / "repo"
+    for name in LIGHT_SAMPLES:
+        shutil.copytree(full_model_repository / name, path / name)
+    return path
+
+
+@pytest.fixture(scope="module")
+def model_repository(
+    request: pytest.FixtureRequest, full_model_repository: Path, light_model_repository: Path
+) -> Path:
+    """The sample repository a module's servers load: the whole one for a module that names a
+    DenseNet anywhere in its source, else the light one (every server of the suite loading
+    both DenseNets cost minutes of the test command's budget)."""
+    source = Path(request.path).read_text(encoding="utf-8").lower()
+    return full_model_repository if "densenet" in source else light_model_repository
 
 
 @pytest.fixture(scope="module")
