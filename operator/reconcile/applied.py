@@ -47,6 +47,12 @@ class AppliedVersions:
                 self._sent[key] = sent
         return before is None or before[0] != version or version is None
 
+    def knows(self, key: Key) -> bool:
+        """Whether this process has applied the child before (a restarted operator has not:
+        its first apply of each child cannot tell a change from a re-apply)."""
+        with self._guard:
+            return key in self._versions
+
     def is_own(self, obj: Mapping[str, Any]) -> bool:
         """Whether this version of a child is what our last apply left (status aside)."""
         meta = obj.get("metadata") or {}
