@@ -92,8 +92,8 @@ class OperatorMetrics:
         )  # fmt: skip
         self.periodic_pending = Gauge(
             "cachefleet_operator_periodic_pending",
-            "Services the running periodic pass (resync, figures, served) has still to visit:"
-            " the operator's own queue.", ("pass",), registry=r,
+            "Services the running periodic pass (resync, refresh_figures, refresh_served) has"
+            " still to visit: the operator's own queue.", ("pass",), registry=r,
         )  # fmt: skip
         self.periodic_last_pass = Gauge(
             "cachefleet_operator_periodic_last_pass_timestamp_seconds",

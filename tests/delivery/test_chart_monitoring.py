@@ -117,6 +117,8 @@ def test_the_operator_service_monitor_scrapes_the_operator_pods(objects: list[Ma
         assert set(endpoint) <= ENDPOINT
         assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
         assert endpoint["path"] == "/metrics"
+        # The services' own namespace and service labels are kept, not renamed exported_*.
+        assert endpoint["honorLabels"] is True
 
 
 def test_the_prometheus_rule_has_the_documented_shape(objects: list[Manifest]) -> None:
