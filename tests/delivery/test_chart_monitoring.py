@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import subprocess
 from pathlib import Path
+
 import kubernetes_validate
 import pytest
 import yaml
@@ -78,7 +79,7 @@ def selectors(expr: str) -> list[tuple[str, set[str]]]:
     for match in SELECTOR.finditer(text):
         name, matchers = match.group(1), match.group(2) or ""
         rest = text[match.end() :].lstrip()
-        if name in KEYWORDS or rest.startswith("(") and not matchers:
+        if name in KEYWORDS or (rest.startswith("(") and not matchers):
             continue  # a function or an aggregation
         if re.fullmatch(r"[0-9].*", name) or (match.start() and text[match.start() - 1].isdigit()):
             continue  # a number or a duration (1h, 5m)
@@ -129,7 +130,9 @@ def test_the_prometheus_rule_has_the_documented_shape(objects: list[Manifest]) -
     assert set(rule["spec"]) == {"groups"}
     alerts = set()
     for group in rule["spec"]["groups"]:
-        assert set(group) <= RULE_GROUP and group["name"] and group["rules"]
+        assert set(group) <= RULE_GROUP
+        assert group["name"]
+        assert group["rules"]
         for alert in group["rules"]:
             assert set(alert) <= ALERTING_RULE
             assert alert["labels"]["severity"] in {"warning", "critical"}
@@ -198,4 +201,3 @@ def test_monitoring_is_off_by_default(default_objects: list[Manifest]) -> None:
     # The port is there all the same, for a Prometheus that scrapes pods by annotation.
     pod = only(default_objects, "Deployment", OPERATOR)["spec"]["template"]["spec"]
     assert "--metrics-port=8081" in pod["containers"][0]["args"]
-
