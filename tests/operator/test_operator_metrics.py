@@ -20,7 +20,7 @@ from cachefleet.operator.reconcile.metrics import OperatorMetrics
 
 pytest_plugins = ("support.kube.fixtures",)  # cluster, api
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(180)
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -71,7 +71,7 @@ async def test_the_operator_exports_what_it_does_on_its_metrics_port(
                 return value(found, "cachefleet_operator_reconciles_total",
                              trigger="create", result="ok") >= 1  # fmt: skip
 
-            deadline = asyncio.get_running_loop().time() + 60
+            deadline = asyncio.get_running_loop().time() + 90
             while not await reconciled():
                 assert asyncio.get_running_loop().time() < deadline, "no reconcile counted"
                 await asyncio.sleep(0.2)
