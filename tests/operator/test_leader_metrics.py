@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import datetime
 import os
-import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -46,10 +45,12 @@ async def leader(url: str) -> float | None:
 async def until(url: str, wanted: float, log: Path, timeout_s: float) -> None:
     deadline = asyncio.get_running_loop().time() + timeout_s
     while await leader(url) != wanted:
-        assert asyncio.get_running_loop().time() < deadline, (
-            f"not {wanted}: " + log.read_text()[-3000:]
-        )
+        assert asyncio.get_running_loop().time() < deadline, f"not {wanted}: {tail(log)}"
         await asyncio.sleep(0.2)
+
+
+def tail(log: Path) -> str:
+    return log.read_text()[-3000:]
 
 
 async def test_a_standby_reports_it_does_not_lead_until_it_does(
@@ -76,7 +77,9 @@ async def test_a_standby_reports_it_does_not_lead_until_it_does(
                "--lease-retry-period", "1"]  # fmt: skip
     log = tmp_path / "operator.log"
     with log.open("wb") as out:
-        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+        process = await asyncio.create_subprocess_exec(
+            *command, env=env, stdout=out, stderr=asyncio.subprocess.STDOUT
+        )
     try:
         # Another replica holds the lease: this one waits, and says so.
         await until(url, 0.0, log, timeout_s=60)
@@ -84,4 +87,4 @@ async def test_a_standby_reports_it_does_not_lead_until_it_does(
         await until(url, 1.0, log, timeout_s=LEASE_S + 90)
     finally:
         process.kill()
-        process.wait(10)
+        await asyncio.wait_for(process.wait(), 10)
