@@ -109,3 +109,37 @@ def test_a_failed_request_is_counted_by_its_code_and_an_unanswered_one_as_none()
     assert count(verb="get", code="404") == 1
     assert count(verb="list", code="200") == 1
     assert count(verb="patch", code="none") == 1
+
+
+async def test_a_periodic_pass_is_timed_and_forgets_services_that_are_gone() -> None:
+    from cachefleet.operator.reconcile.kube import Kube
+    from cachefleet.operator.reconcile.locks import KeyedLocks
+    from cachefleet.operator.reconcile.periodic import Periodic
+    from cachefleet.operator.reconcile.reconciler import Reconciler
+    from cachefleet.operator.reconcile.reporting import Reporter
+    from cachefleet.operator.reconcile.settings import OperatorSettings
+
+    metrics = OperatorMetrics()
+    metrics.readiness.observe(NS, "kept", False, "Progressing")
+    metrics.readiness.observe(NS, "deleted", False, "ModelDownloadFailed")
+    reconciler = Reconciler(Kube(), OperatorSettings())
+    periodic = Periodic(reconciler, KeyedLocks(), reporter=Reporter(metrics))
+    pending_seen: list[float | None] = []
+
+    def resync(body: dict[str, object]) -> None:
+        pending_seen.append(metrics.registry.get_sample_value(
+            "cachefleet_operator_periodic_pending", {"pass": "resync"}))  # fmt: skip
+
+    bodies = [{"metadata": {"namespace": NS, "name": name}} for name in ("kept", "new")]
+    await periodic.run_pass(resync, bodies)
+
+    def sample(name: str, **labels: str) -> float | None:
+        return metrics.registry.get_sample_value(name, labels)
+
+    assert sorted(v or 0 for v in pending_seen)[-1] == 2  # the whole pass was pending at first
+    assert sample("cachefleet_operator_periodic_pending", **{"pass": "resync"}) == 0
+    assert (sample("cachefleet_operator_periodic_last_pass_timestamp_seconds",
+                   **{"pass": "resync"}) or 0) > 0  # fmt: skip
+    not_ready = "cachefleet_operator_service_not_ready"
+    assert sample(not_ready, namespace=NS, service="kept", reason="Progressing") == 1
+    assert sample(not_ready, namespace=NS, service="deleted", reason="ModelDownloadFailed") is None
