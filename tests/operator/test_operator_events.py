@@ -19,6 +19,7 @@ from support.kube.cluster import Cluster
 from support.kube.fixtures import CIS_PATH, NS, Api, cis, condition, eventually, live, service
 
 from cachefleet.operator.reconcile.announcements import EventFilter, announced
+from cachefleet.operator.reconcile.applied import AppliedVersions
 
 pytest_plugins = ("support.kube.fixtures",)  # cluster, api
 
@@ -140,3 +141,21 @@ def test_a_restarted_operator_announces_only_what_it_knows_it_changed() -> None:
     changed = {"metadata": {"generation": 3}, "status": {"observedGeneration": 2}}
     assert announced(changed, written, first_seen) == written
     assert announced({"metadata": {"generation": 1}}, written, first_seen) == written
+
+
+def test_a_controller_writing_status_is_no_change_of_the_operators() -> None:
+    versions = AppliedVersions()
+    key = ("Deployment", NS, "svc")
+    assert versions.record(key, {"metadata": {"resourceVersion": "10", "generation": 1}})
+    # The Deployment controller wrote the status (resourceVersion 11); the next apply is a no-op.
+    assert not versions.record(key, {"metadata": {"resourceVersion": "11", "generation": 1}})
+    assert versions.record(key, {"metadata": {"resourceVersion": "12", "generation": 2}})
+    # Deleted and made again: a new object, whatever its generation.
+    assert versions.record(
+        key, {"metadata": {"resourceVersion": "20", "generation": 1, "uid": "new"}}
+    )
+    # Without a generation (a ConfigMap), a new resourceVersion is the only sign of a change.
+    config = ("ConfigMap", NS, "svc")
+    assert versions.record(config, {"metadata": {"resourceVersion": "5"}})
+    assert not versions.record(config, {"metadata": {"resourceVersion": "5"}})
+    assert versions.record(config, {"metadata": {"resourceVersion": "6"}})
