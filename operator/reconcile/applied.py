@@ -53,7 +53,7 @@ class AppliedVersions:
             return True
         if generation is not None and before[1] is not None:
             return before[1] != generation
-        return before[0] != version
+        return bool(before[0] != version)
 
     def knows(self, key: Key) -> bool:
         """Whether this process has applied the child before (a restarted operator has not:
