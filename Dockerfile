@@ -113,7 +113,8 @@ ENV PATH=/opt/cachefleet/bin:/opt/venv/bin:${PATH} \
     PYTHONDONTWRITEBYTECODE=1
 USER 10001:10001
 WORKDIR /tmp
-EXPOSE 8080
+EXPOSE 8080 8081
 ENTRYPOINT ["cachefleet"]
-# The arguments the chart and deploy/ pass (one replica): never join another operator's peering.
-CMD ["operator", "--liveness=http://0.0.0.0:8080/healthz", "--standalone", "--all-namespaces"]
+# The arguments the chart and deploy/ pass (one replica): never join another operator's peering;
+# the operator's metrics on 8081.
+CMD ["operator", "--liveness=http://0.0.0.0:8080/healthz", "--metrics-port=8081", "--standalone", "--all-namespaces"]

@@ -19,9 +19,11 @@ from cachefleet.operator.manifests.children import CHILD_KINDS
 from cachefleet.operator.manifests.meta import GROUP, KIND, MANAGER, PLURAL, VERSION
 from cachefleet.operator.reconcile.kube import PLURALS, Kube
 from cachefleet.operator.reconcile.locks import KeyedLocks
+from cachefleet.operator.reconcile.metrics import process_metrics
 from cachefleet.operator.reconcile.peering import Peering, PeeringGate
 from cachefleet.operator.reconcile.periodic import Periodic, object_key, status_changes
-from cachefleet.operator.reconcile.reconciler import Outcome, Reconciler, restore_child
+from cachefleet.operator.reconcile.reconciler import Event, Outcome, Reconciler, restore_child
+from cachefleet.operator.reconcile.reporting import Reporter
 from cachefleet.operator.reconcile.rollouts import RolloutGate, summary
 from cachefleet.operator.reconcile.settings import OperatorSettings
 
@@ -39,7 +41,10 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: 
     # Keep kopf's bookkeeping in annotations: the status holds only the documented fields.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
-    settings.posting.level = logging.WARNING
+    # Post what a user should see (Applied, Restored, Pruned, RedisConfigured and warnings);
+    # kopf's own log lines stay off the API (posting.loggers), and ``announcements`` bounds ours.
+    settings.posting.level = logging.INFO
+    settings.posting.loggers = False
     # Watch only the operator's own children, filtered by the API server: a cluster-wide watch
     # of every Secret (Helm's release Secrets included) would fill the operator's memory.
     for api_version, kind in CHILD_KINDS:
@@ -47,11 +52,14 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: 
     operator_settings = OperatorSettings.from_environ()
     deployments: kopf.Index[Any, Any] = kwargs["runtime_deployments"]  # the index below
     gate = RolloutGate(operator_settings.max_concurrent_rollouts, lambda: _values(deployments))
-    memo.reconciler = Reconciler(Kube(), operator_settings, rollouts=gate)
+    metrics = process_metrics()
+    memo.reconciler = Reconciler(Kube(metrics=metrics), operator_settings, rollouts=gate)
+    memo.reporter = Reporter(metrics)
+    metrics.leader.set(1)  # kopf runs the handlers here (with --leader-election: it leads)
     memo.locks = KeyedLocks()
     # Resync and cache figures run in one operator-level task, not kopf timers: a timer needs a
     # finalizer on every service, and a finalizer makes deletion wait for the operator.
-    periodic = Periodic(memo.reconciler, memo.locks)
+    periodic = Periodic(memo.reconciler, memo.locks, reporter=memo.reporter)
     index: kopf.Index[Any, Any] = kwargs["services"]  # the index below, by its id
     peering = _peering(settings, memo.reconciler.settings.operator_namespace)
     leading = PeeringGate(memo.reconciler.kube, peering)
@@ -60,6 +68,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: 
 
 @kopf.on.cleanup()
 async def stop_periodic(memo: kopf.Memo, **_: Any) -> None:
+    process_metrics().leader.set(0)
     task = memo.get("periodic")
     if task is not None:
         task.cancel()
@@ -87,11 +96,17 @@ def runtime_deployments(
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL)
 def reconcile(
-    body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, retry: int = 0, **_: Any
+    body: kopf.Body,
+    patch: kopf.Patch,
+    memo: kopf.Memo,
+    reason: str,
+    retry: int = 0,
+    **_: Any,
 ) -> None:
-    with memo.locks(object_key(body)):
+    with memo.reporter.metrics.reconciling(str(reason)), memo.locks(object_key(body)):
         outcome = memo.reconciler.reconcile(body)
-    _report(body, patch, outcome, outcome.retry_delay_s or retry_delay_s(retry))
+    events = memo.reporter.outcome(str(reason), body, outcome)
+    _report(body, patch, outcome, outcome.retry_delay_s or retry_delay_s(retry), events)
 
 
 def restore(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
@@ -108,12 +123,14 @@ def restore(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) ->
     owner = reconciler.kube.get(api_version, KIND, body.metadata.namespace, owners[0]["name"])
     if owner is None or owner["metadata"].get("deletionTimestamp"):
         return  # the owner is gone: garbage collection takes the children
-    with memo.locks(object_key(owner)):
+    with memo.reporter.metrics.reconciling("restore"), memo.locks(object_key(owner)):
         if event["type"] == "MODIFIED" and reconciler.versions.is_own(body):
             return
         written = restore_child(reconciler, owner, body["kind"], body.metadata.name)
-    for what in written:
-        kopf.info(owner, reason="Restored", message=f"restored {what}")
+    memo.reporter.metrics.reconciles.labels("restore", "ok").inc()
+    message = f"restored {', '.join(written)}"
+    if written and memo.reporter.events.admit(owner, "Restored", message):
+        kopf.info(owner, reason="Restored", message=message)
 
 
 for _api_version, _kind in CHILD_KINDS:
@@ -127,11 +144,16 @@ def retry_delay_s(retry: int) -> float:
 
 
 def _report(
-    body: kopf.Body, patch: kopf.Patch, outcome: Outcome, delay_s: float = RETRY_DELAY_S
+    body: kopf.Body,
+    patch: kopf.Patch,
+    outcome: Outcome,
+    delay_s: float = RETRY_DELAY_S,
+    events: list[Event] | None = None,
 ) -> None:
+    """Status changes into kopf's patch, ``events`` (the outcome's by default) posted."""
     for key, value in status_changes(body.get("status") or {}, outcome.status).items():
         patch.status[key] = value
-    for event in outcome.events:
+    for event in outcome.events if events is None else events:
         post = kopf.warn if event.warning else kopf.info
         post(body, reason=event.reason, message=event.message)
     if outcome.retry is not None:

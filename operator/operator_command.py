@@ -25,6 +25,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-L", "--liveness", help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz"
     )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve the operator's Prometheus metrics at http://0.0.0.0:PORT/metrics (a standby "
+        "too: it reports cachefleet_operator_leader 0)",
+    )
     parser.add_argument("--standalone", action="store_true", help="ignore peering, run alone")
     parser.add_argument(
         "--leader-election",
@@ -72,6 +79,10 @@ def run(args: argparse.Namespace) -> int:
     if not args.all_namespaces and not args.namespace:
         args.all_namespaces = True  # the chart's default: serve the whole cluster
     argv = kopf_arguments(args)
+    if args.metrics_port is not None:
+        from cachefleet.operator.reconcile.metrics import serve_metrics
+
+        serve_metrics(args.metrics_port)
     if not args.leader_election:
         kopf_main(args=argv, prog_name="cachefleet operator", standalone_mode=True)
         return 0
@@ -100,4 +111,7 @@ def _elector(args: argparse.Namespace) -> LeaseElector:
     timings = LeaseTimings(args.lease_duration, args.lease_renew_deadline, args.lease_retry_period)
     namespace = OperatorSettings.from_environ().operator_namespace
     identity = os.environ.get("POD_ID") or socket.gethostname()
-    return LeaseElector(Kube(), namespace, args.leader_election, identity, timings)
+    from cachefleet.operator.reconcile.metrics import process_metrics
+
+    kube = Kube(metrics=process_metrics())
+    return LeaseElector(kube, namespace, args.leader_election, identity, timings)

@@ -31,21 +31,35 @@ class AppliedVersions:
         self._guard = threading.Lock()
         self._versions: dict[Key, tuple[str | None, int | None]] = {}
         self._sent: dict[Key, Mapping[str, Any]] = {}
+        self._uids: dict[Key, Any] = {}
 
     def record(
         self, key: Key, response: Mapping[str, Any], sent: Mapping[str, Any] | None = None
     ) -> bool:
         """Remember an apply's response (and what was sent); True when it changed the object
-        (or it is new to us)."""
+        (or it is new to us, or was re-created). An object with a generation changed when its
+        generation moved: its resourceVersion also moves with every status write of its
+        controller (a Deployment counting ready pods), which is no change of ours."""
         meta = response.get("metadata") or {}
         version = meta.get("resourceVersion")
-        generation = meta.get("generation")
+        generation = None if meta.get("generation") is None else int(meta["generation"])
         with self._guard:
             before = self._versions.get(key)
-            self._versions[key] = (version, None if generation is None else int(generation))
+            self._versions[key] = (version, generation)
+            before_uid, self._uids[key] = self._uids.get(key), meta.get("uid")
             if sent is not None:
                 self._sent[key] = sent
-        return before is None or before[0] != version or version is None
+        if before is None or version is None or before_uid != meta.get("uid"):
+            return True
+        if generation is not None and before[1] is not None:
+            return before[1] != generation
+        return bool(before[0] != version)
+
+    def knows(self, key: Key) -> bool:
+        """Whether this process has applied the child before (a restarted operator has not:
+        its first apply of each child cannot tell a change from a re-apply)."""
+        with self._guard:
+            return key in self._versions
 
     def is_own(self, obj: Mapping[str, Any]) -> bool:
         """Whether this version of a child is what our last apply left (status aside)."""

@@ -52,6 +52,8 @@ class Applied:
     live: dict[str, dict[str, Any]] = field(default_factory=dict)
     blocked: list[str] = field(default_factory=list)
     unserved: list[str] = field(default_factory=list)
+    #: Written children this process had not applied before (see ``AppliedVersions.knows``).
+    first_seen: list[str] = field(default_factory=list)
 
 
 def apply_children(
@@ -67,8 +69,11 @@ def apply_children(
         if response is None:
             continue
         result.live[describe(child)] = response
+        known = versions.knows(key_of(child))
         if versions.record(key_of(child), response, child):
             result.written.append(describe(child))
+            if not known:
+                result.first_seen.append(describe(child))
     return result
 
 

@@ -16,6 +16,7 @@ import urllib3
 from kubernetes import client as k8s_client
 
 from cachefleet.operator.manifests.meta import MANAGER
+from cachefleet.operator.reconcile.metrics import OperatorMetrics
 
 PLURALS: dict[str, str] = {
     "Secret": "secrets",
@@ -96,8 +97,14 @@ def object_path(obj: Mapping[str, Any]) -> str:
 class Kube:
     """The calls the operator makes; one instance per process, shared by handler threads."""
 
-    def __init__(self, api_client: k8s_client.ApiClient | None = None) -> None:
+    def __init__(
+        self,
+        api_client: k8s_client.ApiClient | None = None,
+        metrics: OperatorMetrics | None = None,
+    ) -> None:
         self._client = api_client
+        #: Where each request is counted (by verb and code), if anywhere.
+        self._metrics = metrics
 
     @property
     def _api(self) -> k8s_client.ApiClient:
@@ -208,6 +215,30 @@ class Kube:
     ) -> dict[str, Any]:
         headers = {"Accept": "application/json", "Content-Type": content_type}
         try:
+            status, result = self._request(method, path, query, body, headers, timeout_s)
+        except KubeError as error:
+            self._count(method, content_type, query, error.status)
+            raise
+        self._count(method, content_type, query, status)
+        return result
+
+    def _count(
+        self, method: str, content_type: str, query: list[tuple[str, str]] | None, status: int
+    ) -> None:
+        if self._metrics is not None:
+            self._metrics.request(method, content_type, bool(query), status)
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        query: list[tuple[str, str]] | None,
+        body: Any,
+        headers: dict[str, str],
+        timeout_s: float,
+    ) -> tuple[int, dict[str, Any]]:
+        """The server's status code and answer; a KubeError for a failure."""
+        try:
             request = self._api.param_serialize(
                 method, path, query_params=query or [], header_params=headers, body=body,
                 auth_settings=["BearerToken"],
@@ -223,7 +254,7 @@ class Kube:
         if not 200 <= response.status < 300:
             raise status_error(response.status, f"{method} {path}", data)
         result: dict[str, Any] = json.loads(data)
-        return result
+        return response.status, result
 
 
 def status_error(

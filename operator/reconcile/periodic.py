@@ -32,6 +32,7 @@ from cachefleet.operator.reconcile.kube import KubeError
 from cachefleet.operator.reconcile.locks import KeyedLocks
 from cachefleet.operator.reconcile.reconciler import Reconciler
 from cachefleet.operator.reconcile.redis_live import RedisLiveError
+from cachefleet.operator.reconcile.reporting import Reporter
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,25 @@ def status_changes(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> dic
 def object_key(body: Mapping[str, Any]) -> str:
     """The per-object lock key, shared with the handlers."""
     return f"{body['metadata'].get('namespace')}/{body['metadata']['name']}"
+
+
+def _keys(bodies: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    return [(str(b["metadata"].get("namespace") or ""), str(b["metadata"]["name"])) for b in bodies]
+
+
+def _counted(
+    job: Callable[[Mapping[str, Any]], None], visit: Callable[[], None]
+) -> Callable[[Mapping[str, Any]], None]:
+    """``job``, marking each service visited (done or failed) for the pending figure."""
+
+    def counted(body: Mapping[str, Any]) -> None:
+        try:
+            job(body)
+        finally:
+            visit()
+
+    counted.__name__ = job.__name__
+    return counted
 
 
 def _age_s(stamp: Any) -> float:
@@ -105,6 +125,8 @@ class Periodic:
     reconciler: Reconciler
     locks: KeyedLocks
     backoff: Backoff = field(default_factory=Backoff)
+    #: Counts each resync's outcome and each pass (the operator's metrics), when given.
+    reporter: Reporter | None = None
 
     async def run(self, services: Snapshot, active: Active = lambda: True) -> None:
         """Until cancelled: a resync pass every resync interval (the first one interval after
@@ -151,6 +173,17 @@ class Periodic:
         Not in the event loop's default executor: kopf runs the sync handlers there, and a pass
         waiting on slow Redis servers must not hold up the handlers of new and changed services.
         """
+        if self.reporter is not None:
+            if job.__name__ == "resync":  # every service is in the snapshot: forget the rest
+                self.reporter.metrics.readiness.keep_only(_keys(visited))
+            with self.reporter.metrics.periodic_pass(job.__name__, len(visited)) as visit:
+                await self._run_pass(_counted(job, visit), visited)
+            return
+        await self._run_pass(job, visited)
+
+    async def _run_pass(
+        self, job: Callable[[Mapping[str, Any]], None], visited: Sequence[Mapping[str, Any]]
+    ) -> None:
         loop = asyncio.get_running_loop()
         workers = max(1, self.reconciler.settings.periodic_workers)
         pool = ThreadPoolExecutor(workers, thread_name_prefix=f"periodic-{job.__name__}")
@@ -190,6 +223,8 @@ class Periodic:
         with self.locks(object_key(body)):
             outcome = self.reconciler.reconcile(body, prune=False)
             self._write_status(body, outcome.status)
+        if self.reporter is not None:
+            self.reporter.outcome("resync", body, outcome)  # counted; the events are logged
         for event in outcome.events:
             level = logging.WARNING if event.warning else logging.INFO
             log.log(level, "%s: %s: %s", object_key(body), event.reason, event.message)

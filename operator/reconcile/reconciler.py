@@ -26,6 +26,7 @@ from cachefleet.operator.manifests.runtime import redis_password_ref, redis_url
 from cachefleet.operator.manifests.spec import ServiceSpec, parse_spec, read_spec
 from cachefleet.operator.reconcile import fleet_secret, init_failures, observe
 from cachefleet.operator.reconcile.admission import check_allowed
+from cachefleet.operator.reconcile.announcements import announced
 from cachefleet.operator.reconcile.applied import AppliedVersions
 from cachefleet.operator.reconcile.children import Applied, apply_children, prune_children
 from cachefleet.operator.reconcile.conditions import (
@@ -147,8 +148,10 @@ class Reconciler:
         applied, decision = self.apply_paced(
             owner, children, lambda paced: self._apply(owner, paced, pruned, prune=prune)
         )
-        events = [Event(False, "Applied", f"applied {x}") for x in applied.written]
-        events += [Event(False, "Pruned", f"deleted {x}") for x in pruned]
+        # One event per kind of change, naming what changed (not one per child).
+        written = announced(body, applied.written, applied.first_seen)
+        events = [Event(False, "Applied", f"applied {', '.join(written)}")] if written else []
+        events += [Event(False, "Pruned", f"deleted {', '.join(pruned)}")] if pruned else []
         for message in applied.blocked:
             events.append(Event(True, "ImmutableField", message))
         for message in applied.unserved:
@@ -452,7 +455,7 @@ def restore_child(
             children,
             lambda paced: apply_children(reconciler.kube, paced, reconciler.versions),
         )
-        return applied.written
+        return [x for x in applied.written if x not in applied.first_seen]
     except Refused as refusal:
         # The cause came with this child (a fleet Secret deleted): said on the service at once,
         # not at the next resync, minutes away. (A bad spec is its own handler's to report.)

@@ -81,6 +81,7 @@ def test_default_install_watches_every_namespace_with_the_operator_rules(
     assert operator["args"] == [
         "operator",
         "--liveness=http://0.0.0.0:8080/healthz",
+        "--metrics-port=8081",
         "--standalone",
         "--all-namespaces",
     ]
