@@ -58,6 +58,9 @@ SURFACED_REASONS = (
     "ErrImageNeverPull",
     "RunContainerError",
     "CrashLoopBackOff",
+    "Unschedulable",
+    "FailedAttachVolume",
+    "FailedMount",
     "Evicted",
 )
 

@@ -10,6 +10,11 @@ computed again from the live objects (``Reconciler.refresh``: nothing is applied
 only where it changed. A service marked again while its refresh runs is refreshed once more
 after it, never twice at once.
 
+A pod that waits on a node with no container started (``pod_problems.creating``) may be waiting
+for a volume, whose cause (Multi-Attach, a missing Secret) comes in events, not as a change of
+the pod: its service is looked at again a few times, further and further apart, while the pod
+stays so.
+
 The objects listed when a watch starts are only remembered: the resume handlers reconcile every
 service then, and an operator restart must not cost a second pass over the whole fleet.
 """
@@ -27,6 +32,7 @@ from cachefleet.operator.manifests.meta import GROUP, KIND, MANAGER, VERSION
 from cachefleet.operator.reconcile.kube import KubeError
 from cachefleet.operator.reconcile.locks import KeyedLocks
 from cachefleet.operator.reconcile.periodic import status_changes
+from cachefleet.operator.reconcile.pod_problems import creating
 from cachefleet.operator.reconcile.reconciler import Reconciler
 
 log = logging.getLogger(__name__)
@@ -40,6 +46,9 @@ MANAGED_BY = "app.kubernetes.io/managed-by"
 COMPONENTS = ("runtime", "redis")
 #: How long a marked service waits for more changes before its status is computed again.
 DELAY_S = 1.0
+#: When a pod waiting for its volumes has its service looked at again (seconds after it began
+#: waiting); later, the resync does.
+FOLLOW_UPS_S = (5.0, 15.0, 45.0, 135.0)
 
 
 def service_of(body: Mapping[str, Any]) -> ServiceKey | None:
@@ -148,6 +157,7 @@ class Follower:
         self._pending: dict[ServiceKey, asyncio.TimerHandle] = {}
         self._running: dict[ServiceKey, asyncio.Future[None]] = {}
         self._again: set[ServiceKey] = set()
+        self._follow_ups: dict[tuple[str, str, str], list[asyncio.TimerHandle]] = {}
         #: Refreshes started so far (for the operator's own figures and the tests).
         self.refreshes = 0
 
@@ -160,13 +170,25 @@ class Follower:
         ident = (str(body.get("kind")), key[0], str(meta.get("name")))
         if event_type == "DELETED":
             self._signatures.pop(ident, None)
+            self._cancel_follow_ups(ident)
             self.mark(key)
             return
         mark = signature(body)
         before = self._signatures.get(ident)
         self._signatures[ident] = mark
-        if event_type is not None and before != mark:  # None: listed when the watch started
-            self.mark(key)
+        if event_type is None or before == mark:  # None: listed when the watch started
+            return
+        self.mark(key)
+        self._cancel_follow_ups(ident)
+        if body.get("kind") == "Pod" and creating(body):
+            loop = asyncio.get_running_loop()
+            self._follow_ups[ident] = [
+                loop.call_later(delay, self.mark, key) for delay in FOLLOW_UPS_S
+            ]
+
+    def _cancel_follow_ups(self, ident: tuple[str, str, str]) -> None:
+        for handle in self._follow_ups.pop(ident, ()):
+            handle.cancel()
 
     def mark(self, key: ServiceKey) -> None:
         """Refresh ``key`` after the delay, once however often it is marked meanwhile."""
@@ -203,5 +225,7 @@ class Follower:
         for handle in self._pending.values():
             handle.cancel()
         self._pending.clear()
+        for ident in list(self._follow_ups):
+            self._cancel_follow_ups(ident)
         self._again.clear()
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -5,9 +5,16 @@ ready" until the rollout's progress deadline, ten minutes later, says nothing mo
 pods say why at once, in their status: a container waiting with the kubelet's reason (a missing
 Secret or key is ``CreateContainerConfigError``, a wrong image or pull secret ``ErrImagePull`` then
 ``ImagePullBackOff``, a container that keeps exiting ``CrashLoopBackOff``), a failed model
-download (``init_failures``), or a pod the kubelet evicted (over its emptyDir limit, or node
-pressure). The first such cause becomes the component's condition, with the kubelet's own reason
-and message, which Ready passes on.
+download (``init_failures``), a pod no node can take (``Unschedulable``, the scheduler's
+message), or a pod the kubelet evicted (over its emptyDir limit, or node pressure). The first
+such cause becomes the component's condition, with its own reason and message, which Ready
+passes on.
+
+A volume that cannot be attached or mounted (a ``pvc://`` claim already attached to another
+node: Multi-Attach; a Secret volume whose Secret is missing, as a TLS Secret) leaves no trace in
+the pod's status: the pod only waits in ``ContainerCreating``. Its cause is in the pod's events
+(``FailedAttachVolume``, ``FailedMount``), read for a few such pods only, and only for pods
+that wait so.
 
 An eviction is said without the pod's name: a fleet whose model outgrows its volume is evicted
 again with every new pod, and the same message then leaves the status as it is (one write, not
@@ -17,7 +24,7 @@ one per eviction).
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from cachefleet.operator.reconcile.conditions import Condition
@@ -37,32 +44,50 @@ WAITING_REASONS = (
     "CrashLoopBackOff",
 )
 EVICTED = "Evicted"
+UNSCHEDULABLE = "Unschedulable"
+#: Event reasons of a volume that cannot be attached (Multi-Attach) or mounted.
+VOLUME_REASONS = ("FailedAttachVolume", "FailedMount")
+#: Waiting reasons of a container whose pod has not started any container yet.
+CREATING = ("ContainerCreating", "PodInitializing")
+#: Pods waiting so whose events are read in one look (they share their volumes' fate).
+EVENTS_READ_MOST = 2
 #: Every reason this module gives (ModelDownloadFailed is ``init_failures``'s).
-REASONS = (*WAITING_REASONS, EVICTED)
+REASONS = (*WAITING_REASONS, UNSCHEDULABLE, *VOLUME_REASONS, EVICTED)
 #: An evicted pod stays listed (phase Failed) until the pod garbage collector's threshold, which
-#: is thousands of pods: only a recent eviction is taken as the present state.
+#: is thousands of pods: only a recent eviction (or volume event) is taken as the present state.
 EVICTION_FRESHNESS = datetime.timedelta(minutes=10)
+
+
+EventsOf = Callable[[str], Iterable[Mapping[str, Any]]]
+"""The events about the pod of this name (in the component's namespace)."""
 
 
 def pod_problem(
     condition_type: str,
     pods: Iterable[Mapping[str, Any]],
     *,
+    events_of: EventsOf | None = None,
     now: datetime.datetime | None = None,
 ) -> Condition | None:
     """The component's condition (``RuntimeReady`` or ``RedisReady``) from the first cause
-    found: a failed download, then a container waiting on a problem (pods by name), then the
-    newest recent eviction; None when the pods show none."""
+    found: a failed download, a container waiting on a problem, a pod no node takes (pods by
+    name), a volume that is not attached or mounted (with ``events_of``), then the newest
+    recent eviction; None when the pods show none."""
     listed = sorted(pods, key=lambda p: str((p.get("metadata") or {}).get("name")))
+    now = now or datetime.datetime.now(datetime.UTC)
     download = download_failure(listed)
     if download is not None:
         return Condition(condition_type, False, download.reason, download.message)
-    for pod in listed:
-        found = _waiting(pod)
+    for find in (_waiting, _unschedulable):
+        for pod in listed:
+            found = find(pod)
+            if found is not None:
+                return Condition(condition_type, False, *found)
+    if events_of is not None:
+        found = _volume(listed, events_of, now)
         if found is not None:
-            reason, message = found
-            return Condition(condition_type, False, reason, message)
-    evicted = _newest_eviction(listed, now or datetime.datetime.now(datetime.UTC))
+            return Condition(condition_type, False, *found)
+    evicted = _newest_eviction(listed, now)
     if evicted is not None:
         return Condition(condition_type, False, EVICTED, f"a pod was evicted: {evicted}")
     return None
@@ -86,6 +111,60 @@ def _waiting(pod: Mapping[str, Any]) -> tuple[str, str] | None:
             detail = _last_exit(container) or "it keeps exiting"
         text = f"pod {meta.get('name')}, container {container.get('name')}: {reason}"
         return str(reason), (f"{text}: {detail}" if detail else text)[:MESSAGE_LIMIT]
+    return None
+
+
+def _unschedulable(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The scheduler's word on a pod no node can take (GPUs, selectors, taints, a claim)."""
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return None
+    for condition in (pod.get("status") or {}).get("conditions") or ():
+        if (condition.get("type"), condition.get("status")) != ("PodScheduled", "False"):
+            continue
+        if condition.get("reason") == UNSCHEDULABLE:
+            name = (pod.get("metadata") or {}).get("name")
+            message = str(condition.get("message") or "").strip()
+            return UNSCHEDULABLE, f"pod {name}: {message}"[:MESSAGE_LIMIT]
+    return None
+
+
+def creating(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod is on a node and none of its containers has started: it waits for its
+    volumes (or pulls its images, which its events also tell)."""
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    if meta.get("deletionTimestamp") or status.get("phase") != "Pending":
+        return False
+    scheduled = any(
+        (c.get("type"), c.get("status")) == ("PodScheduled", "True")
+        for c in status.get("conditions") or ()
+    )
+    containers = [*(status.get("initContainerStatuses") or ()),
+                  *(status.get("containerStatuses") or ())]  # fmt: skip
+    states = [c.get("state") or {} for c in containers]
+    return (
+        scheduled
+        and bool(states)
+        and all((state.get("waiting") or {}).get("reason") in CREATING for state in states)
+    )
+
+
+def _volume(
+    pods: Iterable[Mapping[str, Any]], events_of: EventsOf, now: datetime.datetime
+) -> tuple[str, str] | None:
+    """The newest recent volume event of the first waiting pods that have one."""
+    waiting = [p for p in pods if creating(p)][:EVENTS_READ_MOST]
+    for pod in waiting:
+        name = str((pod.get("metadata") or {}).get("name"))
+        newest: tuple[datetime.datetime, str, str] | None = None
+        for event in events_of(name):
+            reason = str(event.get("reason") or "")
+            when = event_time(event)
+            if reason not in VOLUME_REASONS or when is None or now - when > EVICTION_FRESHNESS:
+                continue
+            if newest is None or when > newest[0]:
+                newest = (when, reason, str(event.get("message") or "").strip())
+        if newest is not None:
+            return newest[1], f"pod {name}: {newest[2]}"[:MESSAGE_LIMIT]
     return None
 
 
@@ -120,6 +199,17 @@ def _evicted_at(pod: Mapping[str, Any]) -> datetime.datetime | None:
     stamps += [status.get("startTime"), (pod.get("metadata") or {}).get("creationTimestamp")]
     times = [t for t in (_parse(s) for s in stamps if s) if t is not None]
     return max(times) if times else None
+
+
+def event_time(event: Mapping[str, Any]) -> datetime.datetime | None:
+    """When an event last happened (core/v1 or events.k8s.io fields)."""
+    series = event.get("series") or {}
+    for stamp in (event.get("lastTimestamp"), series.get("lastObservedTime"),
+                  event.get("eventTime"), event.get("firstTimestamp")):  # fmt: skip
+        parsed = _parse(stamp) if stamp else None
+        if parsed is not None:
+            return parsed
+    return None
 
 
 def _parse(stamp: Any) -> datetime.datetime | None:

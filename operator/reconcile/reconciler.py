@@ -344,14 +344,18 @@ class Reconciler:
 
     def _pod_problem(self, owner: Owner, component: str, condition: str) -> Condition | None:
         """The component's condition from why its pods do not start (a failed download, a
-        missing Secret, an image pull, an eviction), if they say."""
+        missing Secret, an image pull, a volume, an eviction), if they say."""
         labels = meta.selector_labels(owner, component)
         pods: Sequence[Mapping[str, Any]]
         if self.pods is not None:
             pods = self.pods(owner.namespace, labels)
         else:
             pods = self.kube.list_labelled("v1", "Pod", owner.namespace, labels)
-        return pod_problems.pod_problem(condition, pods)
+
+        def events_of(name: str) -> list[dict[str, Any]]:
+            return self.kube.list_events(owner.namespace, "Pod", name)
+
+        return pod_problems.pod_problem(condition, pods, events_of=events_of)
 
     def _live(
         self, applied: Applied, api_version: str, kind: str, name: str, owner: Owner

@@ -301,3 +301,54 @@ async def test_repeated_evictions_are_reported_once(cluster: Cluster, api: Api) 
     )
     assert status_writes(cluster) == writes + 1
     assert live(cluster, "v1/pods", "svc-c") is not None
+
+
+def test_a_pod_no_node_takes_gives_the_schedulers_message() -> None:
+    message = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
+    unscheduled = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                   "message": message}  # fmt: skip
+    found = pod_problems.pod_problem("RuntimeReady", [pod("svc-a", conditions=[unscheduled])])
+    assert found is not None
+    assert (found.reason, found.message) == ("Unschedulable", f"pod svc-a: {message}")
+
+
+MULTI_ATTACH = (
+    'Multi-Attach error for volume "pvc-6b1f" Volume is already used by pod(s) other-7d9c-x2x9z'
+)
+MISSING_TLS = 'MountVolume.SetUp failed for volume "tls" : secret "svc-tls" not found'
+
+
+def creating_pod(name: str) -> dict[str, Any]:
+    """On a node, its container not started: what a pod waiting for its volumes shows."""
+    scheduled = {"type": "PodScheduled", "status": "True"}
+    return pod(name, conditions=[scheduled], **waiting("ContainerCreating", ""))
+
+
+def pod_event(pod_name: str, reason: str, message: str) -> dict[str, Any]:
+    """What the attach-detach controller or the kubelet posts about the pod."""
+    now = stamp(datetime.datetime.now(datetime.UTC))
+    return {"apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"{pod_name}.{reason.lower()}", "namespace": NS},
+            "involvedObject": {"kind": "Pod", "name": pod_name, "namespace": NS},
+            "reason": reason, "type": "Warning", "message": message,
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1}  # fmt: skip
+
+
+@pytest.mark.usefixtures("operator")
+@pytest.mark.parametrize(
+    ("reason", "message"),
+    [("FailedAttachVolume", MULTI_ATTACH), ("FailedMount", MISSING_TLS)],
+    ids=["multi-attach", "missing-tls-secret"],
+)
+async def test_a_volume_that_is_not_attached_or_mounted_says_why(
+    cluster: Cluster, api: Api, reason: str, message: str
+) -> None:
+    await create_service(cluster, api, cache={"mode": "local"})
+    await api.send("POST", PODS, creating_pod("svc-a"))
+    # The pod does not change again: the cause comes later, as an event only.
+    await api.send("POST", f"/api/v1/namespaces/{NS}/events", pod_event("svc-a", reason, message))
+    found = await eventually(
+        lambda: (reason_of(cluster, "Ready") or ("", ""))[1] == reason, reason, 60
+    )
+    assert found
+    assert reason_of(cluster, "RuntimeReady") == ("False", reason, f"pod svc-a: {message}")
