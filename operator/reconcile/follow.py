@@ -158,8 +158,7 @@ class Follower:
         self._running: dict[ServiceKey, asyncio.Future[None]] = {}
         self._again: set[ServiceKey] = set()
         self._follow_ups: dict[tuple[str, str, str], list[asyncio.TimerHandle]] = {}
-        #: Refreshes started so far (for the operator's own figures and the tests).
-        self.refreshes = 0
+        self._closed = False
 
     def seen(self, event_type: str | None, body: Mapping[str, Any]) -> None:
         """A watch event of a workload or pod: mark its service if its status part moved."""
@@ -192,6 +191,8 @@ class Follower:
 
     def mark(self, key: ServiceKey) -> None:
         """Refresh ``key`` after the delay, once however often it is marked meanwhile."""
+        if self._closed:
+            return
         if key in self._running:
             self._again.add(key)
             return
@@ -201,7 +202,6 @@ class Follower:
 
     def _start(self, key: ServiceKey) -> None:
         del self._pending[key]
-        self.refreshes += 1
         future = asyncio.get_running_loop().run_in_executor(self._pool, self._guarded, key)
         self._running[key] = future
         future.add_done_callback(lambda done: self._finished(key, done))
@@ -222,6 +222,7 @@ class Follower:
 
     def close(self) -> None:
         """Cancel what is waiting; a refresh already running ends on its own."""
+        self._closed = True
         for handle in self._pending.values():
             handle.cancel()
         self._pending.clear()
