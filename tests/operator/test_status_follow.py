@@ -352,3 +352,21 @@ async def test_a_volume_that_is_not_attached_or_mounted_says_why(
     )
     assert found
     assert reason_of(cluster, "RuntimeReady") == ("False", reason, f"pod svc-a: {message}")
+
+
+@pytest.mark.usefixtures("operator")
+async def test_a_replica_failure_says_so_within_seconds(cluster: Cluster, api: Api) -> None:
+    await create_service(cluster, api, cache={"mode": "local"})
+    quota = ('pods "svc-7d9c6b5f4-x2x9z" is forbidden: exceeded quota: compute, requested: '
+             "requests.nvidia.com/gpu=1, used: requests.nvidia.com/gpu=4, limited: "
+             "requests.nvidia.com/gpu=4")  # fmt: skip
+    failure = {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate",
+               "message": quota}  # fmt: skip
+    path = f"/apis/apps/v1/namespaces/{NS}/deployments/svc/status"
+    await api.send("PATCH", path, {"status": {"conditions": [failure]}}, patch=True)
+    found = await eventually(
+        lambda: (reason_of(cluster, "Ready") or ("", ""))[1] == "PodsRefused", "PodsRefused",
+        WITHIN_S,
+    )  # fmt: skip
+    assert found
+    assert quota in (reason_of(cluster, "RuntimeReady") or ("", "", ""))[2]
