@@ -2,10 +2,12 @@
 
 kmock stores bodies as sent. A real server also assigns uid, resourceVersion, generation,
 creationTimestamp and generateName names, takes the namespace from the URL, creates an object on
-a server-side apply to a missing name, answers 422 when a JSON-patch ``test`` fails, and treats
+a server-side apply to a missing name, answers 422 when a JSON-patch ``test`` fails, treats
 a merge or apply that changes nothing as a no-op (same resourceVersion, no watch event), merges
-an apply's ownerReferences by uid and refuses two controller references (422). This
-subclass adds exactly that (the operator is not changed for the emulator). The operator tests and
+an apply's ownerReferences by uid and refuses two controller references (422), and lists and
+watches only the objects a ``labelSelector`` selects (equality and existence terms; a set-based
+term is refused with 400 rather than ignored). This subclass adds exactly that (the operator is
+not changed for the emulator). The operator tests and
 ``python -m harness.operator_scale`` run the operator against it; kmock is a development
 dependency, so this module is only imported by them (and is not part of the wheel).
 """
@@ -15,7 +17,7 @@ from __future__ import annotations
 import copy
 import datetime
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import aiohttp.web
@@ -214,9 +216,11 @@ class Cluster(kmock.KubernetesEmulator):
         return str(self._version)
 
     async def _serve_list(self, request: rendering.Request) -> rendering.Payload:
+        selector = label_selector(request.params.get("labelSelector"))
         listing = await super()._serve_list(request)
         assert isinstance(listing, dict)
         listing["metadata"] = {"resourceVersion": str(self._version)}
+        listing["items"] = [item for item in listing["items"] if selector(item)]
         return listing
 
     async def _serve_watch(self, request: rendering.Request) -> AsyncIterator[rendering.Payload]:
@@ -225,6 +229,7 @@ class Cluster(kmock.KubernetesEmulator):
         kmock snapshots first and subscribes later, so a write in between is lost, and it replays
         every object on each watch, so a watch resumed after a list sees stale versions.
         """
+        selector = label_selector(request.params.get("labelSelector"))
         yield b""
         assert request.resource is not None
         bus = self._buses[request.resource]
@@ -241,17 +246,58 @@ class Cluster(kmock.KubernetesEmulator):
                     and not obj.deleted
                 ]
             for raw in snapshot:
-                if _fresh(raw, seen, since):
+                if selector(raw) and _fresh(raw, seen, since):
                     yield {"type": "ADDED", "object": raw}
             async for event in bus.stream(since=mark):
                 raw = event.get("object", {})
                 namespace = raw.get("metadata", {}).get("namespace")
-                if request.namespace not in (None, namespace):
+                if request.namespace not in (None, namespace) or not selector(raw):
                     continue
                 if event.get("type") == "DELETED" or _fresh(raw, seen, since):
                     yield event
         finally:
             await bus.unmark(mark)
+
+
+@attrs.frozen
+class SelectorError(kmock.KubernetesError):
+    status: int = 400
+    reason: str = "BadRequest"
+    message: str = "unable to parse the label selector (set-based terms are not emulated)"
+
+
+def label_selector(text: str | None) -> Callable[[dict[str, Any]], bool]:
+    """Whether an object carries the labels a selector asks for: ``k=v``, ``k==v``, ``k!=v``,
+    ``k`` and ``!k`` terms joined by commas, as the API server reads them."""
+    terms: list[tuple[str, str, str]] = []  # (operator, key, value)
+    for term in (t.strip() for t in (text or "").split(",")):
+        if not term:
+            continue
+        if " in " in term or " notin " in term or "(" in term:
+            raise SelectorError()
+        if "!=" in term:
+            key, value = term.split("!=", 1)
+            terms.append(("!=", key.strip(), value.strip()))
+        elif "=" in term:
+            key, value = term.replace("==", "=").split("=", 1)
+            terms.append(("=", key.strip(), value.strip()))
+        elif term.startswith("!"):
+            terms.append(("absent", term[1:].strip(), ""))
+        else:
+            terms.append(("present", term, ""))
+
+    def holds(labels: dict[str, str], operator: str, key: str, value: str) -> bool:
+        if operator == "=":
+            return labels.get(key) == value
+        if operator == "!=":
+            return labels.get(key) != value
+        return (key in labels) == (operator == "present")
+
+    def selects(obj: dict[str, Any]) -> bool:
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        return all(holds(labels, *term) for term in terms)
+
+    return selects
 
 
 def _merge(target: Any, patch: Any) -> Any:

@@ -13,7 +13,10 @@ time of the emulator (this process), which bounds the wall time on a small machi
 for exists (checked against a fixed list per shape, not the operator's own builders), and the
 status is written for the current generation (``observedGeneration``) with ``Stalled=False``
 and ``Reconciling=True`` (pods are never ready, so ``Ready`` stays False). After the spec
-change, converged also means the Deployment carries the new replica count.
+change, converged also means the Deployment carries the new replica count. A last phase writes
+what the Deployment controller would once every runtime pod is ready (each Deployment's
+status), and converged then means the service's ``RuntimeReady`` is True: the operator follows
+its children's status through its watches, without a resync.
 
 Memory is the operator process's resident set from ``/proc/<pid>/status``: ``VmRSS`` idle
 (watching, no objects), when converged, and after a settle period, and ``VmHWM`` (its peak).
@@ -135,7 +138,9 @@ def _runtime_config(deployment: Mapping[str, Any] | None) -> str:
     return names[0] if names else ""
 
 
-def converged(get: Lookup, service: Service, *, generation: int = 1, replicas: int = 0) -> bool:
+def converged(
+    get: Lookup, service: Service, *, generation: int = 1, replicas: int = 0, runtime_ready: int = 0
+) -> bool:
     """Every child exists and the status describes this generation (see the module docstring)."""
     if any(
         get(resource, name.format(service.name)) is None
@@ -149,6 +154,8 @@ def converged(get: Lookup, service: Service, *, generation: int = 1, replicas: i
     if status.get("observedGeneration") != generation:
         return False
     conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    if runtime_ready:
+        return conditions.get("RuntimeReady") == "True"
     if conditions.get("Stalled") != "False" or conditions.get("Reconciling") != "True":
         return False
     if replicas and not service.shape.autoscaled:
@@ -157,10 +164,8 @@ def converged(get: Lookup, service: Service, *, generation: int = 1, replicas: i
     return True
 
 
-def pending(
-    get: Lookup, items: Iterable[Service], *, generation: int = 1, replicas: int = 0
-) -> list[Service]:
-    return [s for s in items if not converged(get, s, generation=generation, replicas=replicas)]
+def pending(get: Lookup, items: Iterable[Service], **want: int) -> list[Service]:
+    return [s for s in items if not converged(get, s, **want)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -364,16 +369,27 @@ async def _phases(
         )
 
     await phase("create", lambda s: send("POST", path, s.body(), "application/json"), generation=1)
-    if skip_change:
-        return
-    await phase(
-        "change every spec (replicas 3)",
-        lambda s: send(
-            "PATCH", f"{path}/{s.name}", {"spec": {"replicas": 3}}, "application/merge-patch+json"
-        ),
-        generation=2,
-        replicas=3,
-    )
+    if not skip_change:
+        await phase(
+            "change every spec (replicas 3)",
+            lambda s: send(
+                "PATCH", f"{path}/{s.name}", {"spec": {"replicas": 3}},
+                "application/merge-patch+json",
+            ),
+            generation=2,
+            replicas=3,
+        )  # fmt: skip
+
+    def pods_ready(service: Service) -> Any:
+        deployment = get(DEPLOYMENTS, service.name) or {}
+        wanted = int((deployment.get("spec") or {}).get("replicas") or 1)
+        counts = ("replicas", "updatedReplicas", "readyReplicas", "availableReplicas")
+        status: dict[str, Any] = dict.fromkeys(counts, wanted)
+        status["observedGeneration"] = (deployment.get("metadata") or {}).get("generation")
+        target = f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{service.name}/status"
+        return send("PATCH", target, {"status": status}, "application/merge-patch+json")
+
+    await phase("runtime pods ready (Deployment status)", pods_ready, runtime_ready=1)
 
 
 async def _stop(process: asyncio.subprocess.Process) -> None:
@@ -487,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--skip-change", action="store_true",
-        help="create and settle only (the settled load at a large count, in less time)",
+        help="no spec change phase (the settled load at a large count, in less time)",
     )  # fmt: skip
     args = parser.parse_args(argv)
     result = asyncio.run(

@@ -17,6 +17,7 @@ import kopf
 
 from cachefleet.operator.manifests.children import CHILD_KINDS
 from cachefleet.operator.manifests.meta import GROUP, KIND, MANAGER, PLURAL, VERSION
+from cachefleet.operator.reconcile import follow
 from cachefleet.operator.reconcile.kube import PLURALS, Kube
 from cachefleet.operator.reconcile.locks import KeyedLocks
 from cachefleet.operator.reconcile.metrics import process_metrics
@@ -47,16 +48,24 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: 
     settings.posting.loggers = False
     # Watch only the operator's own children, filtered by the API server: a cluster-wide watch
     # of every Secret (Helm's release Secrets included) would fill the operator's memory.
-    for api_version, kind in CHILD_KINDS:
+    for api_version, kind in (*CHILD_KINDS, ("v1", "Pod")):
         settings.watching.label_selectors[api_version, PLURALS[kind]] = MANAGED_SELECTOR
     operator_settings = OperatorSettings.from_environ()
     deployments: kopf.Index[Any, Any] = kwargs["runtime_deployments"]  # the index below
     gate = RolloutGate(operator_settings.max_concurrent_rollouts, lambda: _values(deployments))
     metrics = process_metrics()
-    memo.reconciler = Reconciler(Kube(metrics=metrics), operator_settings, rollouts=gate)
+    pods: kopf.Index[Any, Any] = kwargs["fleet_pods"]  # the index below
+    memo.reconciler = Reconciler(
+        Kube(metrics=metrics),
+        operator_settings,
+        rollouts=gate,
+        pods=lambda ns, labels: _pods(pods, ns, labels),
+    )
     memo.reporter = Reporter(metrics)
     metrics.leader.set(1)  # kopf runs the handlers here (with --leader-election: it leads)
     memo.locks = KeyedLocks()
+    refresh = follow.StatusRefresh(memo.reconciler, memo.locks)
+    memo.follower = follow.Follower(refresh, delay_s=follow.DELAY_S)
     # Resync and cache figures run in one operator-level task, not kopf timers: a timer needs a
     # finalizer on every service, and a finalizer makes deletion wait for the operator.
     periodic = Periodic(memo.reconciler, memo.locks, reporter=memo.reporter)
@@ -69,6 +78,9 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: 
 @kopf.on.cleanup()
 async def stop_periodic(memo: kopf.Memo, **_: Any) -> None:
     process_metrics().leader.set(0)
+    follower = memo.get("follower")
+    if follower is not None:
+        follower.close()
     task = memo.get("periodic")
     if task is not None:
         task.cancel()
@@ -90,6 +102,28 @@ def runtime_deployments(
     pacing of rollouts: kopf fills it before any handler runs, so a restarted operator knows at
     once which fleets are mid-rollout."""
     return {(namespace, name): summary(body)}
+
+
+@kopf.index("v1", "pods", labels=MANAGED, id="fleet_pods")
+def fleet_pods(
+    namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
+) -> dict[Any, Any]:
+    """Every fleet's pods by (namespace, service, component), their status only: why pods do
+    not start is read here, not listed per service."""
+    key = (namespace, labels.get(follow.INSTANCE), labels.get(follow.COMPONENT))
+    kept = ("name", "namespace", "labels", "creationTimestamp", "deletionTimestamp")
+    meta = {k: copy.deepcopy(body.metadata[k]) for k in kept if k in body.metadata}
+    return {key: {"metadata": meta, "status": copy.deepcopy(dict(body.status))}}
+
+
+async def follow_status(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """A fleet's workload or pod changed: its service's status follows within seconds."""
+    memo.follower.seen(event["type"], body)
+
+
+for _api_version, _plural in (("apps/v1", "deployments"), ("apps/v1", "statefulsets"),
+                              ("v1", "pods")):  # fmt: skip
+    kopf.on.event(_api_version, _plural, labels=MANAGED)(follow_status)
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)
@@ -173,6 +207,17 @@ def _values(index: kopf.Index[Any, Any]) -> list[Mapping[str, Any]]:
         except (RuntimeError, KeyError):  # changed size, or a key dropped, during the copy
             continue
     return _snapshot(index)
+
+
+def _pods(index: kopf.Index[Any, Any], namespace: str, labels: Mapping[str, str]) -> list[Any]:
+    """One component's pods from the index, copied from a handler thread (see ``_values``)."""
+    key = (namespace, labels.get(follow.INSTANCE), labels.get(follow.COMPONENT))
+    for _ in range(COPY_TRIES):
+        try:
+            return list(index.get(key, ()))
+        except (RuntimeError, KeyError):
+            continue
+    return list(index.get(key, ()))
 
 
 def _peering(settings: kopf.OperatorSettings, operator_namespace: str) -> Peering:

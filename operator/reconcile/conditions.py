@@ -45,8 +45,24 @@ def render_conditions(
     return [c.render(generation, by_type.get(c.type)) for c in conditions]
 
 
-#: Component reasons the summary passes on, so that Ready says why rather than "Progressing".
-SURFACED_REASONS = ("PodsRefused", "ModelDownloadFailed")
+#: Component reasons the summary passes on, so that Ready says why rather than "Progressing"
+#: (the pods' own reasons: ``pod_problems``).
+SURFACED_REASONS = (
+    "PodsRefused",
+    "ModelDownloadFailed",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "ErrImageNeverPull",
+    "RunContainerError",
+    "CrashLoopBackOff",
+    "Unschedulable",
+    "FailedAttachVolume",
+    "FailedMount",
+    "Evicted",
+)
 
 
 def summary_conditions(

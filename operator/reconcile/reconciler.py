@@ -6,7 +6,7 @@ raises on a bad spec (Stalled) or a failed API call or Redis command (Reconcilin
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +24,7 @@ from cachefleet.operator.manifests.redis import password_ref
 from cachefleet.operator.manifests.redis_memory import maxmemory_bytes
 from cachefleet.operator.manifests.runtime import redis_password_ref, redis_url
 from cachefleet.operator.manifests.spec import ServiceSpec, parse_spec, read_spec
-from cachefleet.operator.reconcile import fleet_secret, init_failures, observe
+from cachefleet.operator.reconcile import fleet_secret, observe, pod_problems
 from cachefleet.operator.reconcile.admission import check_allowed
 from cachefleet.operator.reconcile.announcements import announced
 from cachefleet.operator.reconcile.applied import AppliedVersions
@@ -77,6 +77,22 @@ class Event:
     message: str
 
 
+@dataclass(frozen=True)
+class Decided:
+    """What a service's last full reconcile decided that the live objects do not show: a
+    status refresh (``Reconciler.refresh``) keeps it until the next reconcile."""
+
+    generation: int | None
+    blocked: tuple[str, ...] = ()
+    unserved: tuple[str, ...] = ()
+    queued: str | None = None
+
+
+PodSource = Callable[[str, Mapping[str, str]], Sequence[Mapping[str, Any]]]
+"""The pods of a namespace that carry all the given labels (the operator's handlers read kopf's
+index of the fleets' pods; without one, the API is asked)."""
+
+
 @dataclass
 class Outcome:
     """What one reconciliation found: the status to write, events to post, whether to retry."""
@@ -98,6 +114,10 @@ class Reconciler:
     #: Paces pod template changes across fleets; off unless given one (the operator's handlers
     #: give one that reads kopf's index of the live runtime Deployments).
     rollouts: RolloutGate = field(default_factory=lambda: RolloutGate(0))
+    #: Where the pods are read from: the handlers' watch index, else a list call.
+    pods: PodSource | None = None
+    #: Each service's last full reconcile's decisions, by (namespace, name), for ``refresh``.
+    decided: dict[tuple[str, str], Decided] = field(default_factory=dict)
 
     def reconcile(self, body: Mapping[str, Any], *, prune: bool = True) -> Outcome:
         """Apply, prune, configure Redis live and observe; API failures become a status.
@@ -105,9 +125,12 @@ class Reconciler:
         ``prune`` looks for children the spec stopped asking for (one list call per kind): the
         periodic resync skips it, since only a spec change can drop a child.
         """
+        owner = Owner.from_body(body)
+        self.decided.pop((owner.namespace, owner.name), None)  # only a finished one leaves one
         try:
             return self._reconcile(body, prune=prune)
         except KubeError as error:
+            self.decided.pop((owner.namespace, owner.name), None)
             if error.namespace_terminating:
                 # The namespace is going, the service and its children with it: nothing to do,
                 # nothing to report (a status write would only race the deletion).
@@ -157,7 +180,28 @@ class Reconciler:
         for message in applied.unserved:
             events.append(Event(True, NOT_INSTALLED, message))
         queued = None if decision.proceed else decision.message
+        generation = (body.get("metadata") or {}).get("generation")
+        self.decided[(owner.namespace, owner.name)] = Decided(
+            generation, tuple(applied.blocked), tuple(applied.unserved), queued
+        )
         return self._observe(body, spec, owner, password, applied, ignored + events, queued)
+
+    def refresh(self, body: Mapping[str, Any]) -> Outcome | None:
+        """The status from the live children and pods, with what the last full reconcile of
+        this generation decided (no apply); None when there is no such reconcile (it failed,
+        the spec changed since, or this process has not reconciled the service yet): the
+        handlers' reconcile writes the status then."""
+        owner = Owner.from_body(body)
+        decided = self.decided.get((owner.namespace, owner.name))
+        generation = (body.get("metadata") or {}).get("generation")
+        if decided is None or decided.generation != generation:
+            return None
+        try:
+            spec = parse_spec(body.get("spec") or {})
+        except SpecError:
+            return None
+        applied = Applied(blocked=list(decided.blocked), unserved=list(decided.unserved))
+        return self._observe(body, spec, owner, None, applied, [], decided.queued)
 
     def apply_paced(
         self,
@@ -255,6 +299,8 @@ class Reconciler:
             if found is not None:
                 redis = found.condition("RedisReady")
                 refusals.append(found)
+        if statefulset is not None and redis.reason in ("Starting", "Restarting"):
+            redis = self._pod_problem(owner, "redis", "RedisReady") or redis
         persistence = spec.cache.redis.persistence_or_default
         if redis.status and spec.cache.managed_redis and persistence.enabled:
             claim = self.kube.get(
@@ -270,9 +316,9 @@ class Reconciler:
         floor = spec.autoscaling.min_replicas if spec.autoscaling is not None else 0
         runtime = observe.runtime_condition(deployment, floor=floor)
         refused = observe.deployment_refusal(deployment)
-        download = None if runtime.status else self._download_failure(spec, owner)
-        if download is not None:  # before a progress deadline it also causes
-            runtime = download
+        failing = None if runtime.status else self._pod_problem(owner, "runtime", "RuntimeReady")
+        if failing is not None:  # before a progress deadline it also causes
+            runtime = failing
         elif refused is not None and not runtime.status:
             runtime = refused.condition("RuntimeReady")
             refusals.append(refused)
@@ -301,14 +347,20 @@ class Reconciler:
             return Outcome(status, events, retry=queued, retry_delay_s=QUEUED_RETRY_S)
         return Outcome(status, events, retry=problem)
 
-    def _download_failure(self, spec: ServiceSpec, owner: Owner) -> Condition | None:
-        """RuntimeReady from a runtime pod whose model download failed, if the model is
-        downloaded and one did."""
-        if spec.model.download is None:
-            return None
-        labels = meta.selector_labels(owner, "runtime")
-        pods = self.kube.list_labelled("v1", "Pod", owner.namespace, labels)
-        return init_failures.download_failure(pods)
+    def _pod_problem(self, owner: Owner, component: str, condition: str) -> Condition | None:
+        """The component's condition from why its pods do not start (a failed download, a
+        missing Secret, an image pull, a volume, an eviction), if they say."""
+        labels = meta.selector_labels(owner, component)
+        pods: Sequence[Mapping[str, Any]]
+        if self.pods is not None:
+            pods = self.pods(owner.namespace, labels)
+        else:
+            pods = self.kube.list_labelled("v1", "Pod", owner.namespace, labels)
+
+        def events_of(name: str) -> list[dict[str, Any]]:
+            return self.kube.list_events(owner.namespace, "Pod", name)
+
+        return pod_problems.pod_problem(condition, pods, events_of=events_of)
 
     def _live(
         self, applied: Applied, api_version: str, kind: str, name: str, owner: Owner
