@@ -45,6 +45,7 @@ def build_children(
     admin_token: str | None = None,
     runtime_image: str = RELEASE_RUNTIME_IMAGE,
     user_ids: UserIds = "fixed",
+    tls_digest: str = "",
 ) -> list[dict[str, Any]]:
     """All children.
 
@@ -59,7 +60,8 @@ def build_children(
     generated token, or the one already in the Secret), and its digest rolls the pods.
     ``runtime_image`` runs where the spec names none (the operator's release's runtime, or the
     operator's configured mirror of it). ``user_ids`` is the operator's setting for services
-    whose spec leaves ``userIds`` unset (platform on OpenShift).
+    whose spec leaves ``userIds`` unset (platform on OpenShift). ``tls_digest`` is the digest of
+    the runtime's TLS Secret (``manifests.tls``): a renewed certificate rolls the runtime pods.
     """
     check_name(owner.name)
     if spec.user_ids is None:
@@ -84,7 +86,11 @@ def build_children(
     children.append(runtime.build_runtime_service(spec, owner=owner))
     children.append(
         runtime.build_runtime_deployment(
-            spec, owner=owner, password_digest=secrets_digest, runtime_image=runtime_image
+            spec,
+            owner=owner,
+            password_digest=secrets_digest,
+            runtime_image=runtime_image,
+            tls_digest=tls_digest,
         )
     )
     if spec.autoscaling is not None:
