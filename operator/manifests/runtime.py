@@ -16,7 +16,7 @@ from cachefleet.operator.manifests.redis import password_ref
 from cachefleet.operator.manifests.release import RELEASE_RUNTIME_IMAGE
 from cachefleet.operator.manifests.security import container_security, pod_security
 from cachefleet.operator.manifests.spec import ImageSource, SecretKeyRef, ServiceSpec
-from cachefleet.operator.manifests.tls import TLS_HASH_ANNOTATION
+from cachefleet.operator.manifests.tls import SCHEME_LABEL, TLS_HASH_ANNOTATION
 from cachefleet.operator.manifests.tracing import tracing_env
 from cachefleet.runtime.config import (
     CacheSettings,
@@ -231,10 +231,13 @@ def is_runtime_configmap(owner: Owner, name: str) -> bool:
 
 
 def build_runtime_service(spec: ServiceSpec, *, owner: Owner) -> dict[str, Any]:
+    metadata = meta.metadata(owner, owner.name, COMPONENT)
+    if spec.runtime.tls is not None:  # (scraped over HTTPS: ``manifests.tls``)
+        metadata["labels"][SCHEME_LABEL] = "https"
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": meta.metadata(owner, owner.name, COMPONENT),
+        "metadata": metadata,
         "spec": {
             "type": "ClusterIP",
             "selector": meta.selector_labels(owner, COMPONENT),

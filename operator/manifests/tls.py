@@ -17,6 +17,9 @@ from cachefleet.operator.manifests.meta import config_hash
 
 #: On the runtime's pod template: a digest of the TLS Secret's certificate, key and CA.
 TLS_HASH_ANNOTATION = "cachefleet.io/tls-hash"
+#: On the runtime Service of a TLS fleet (value "https"): the chart's ServiceMonitor scrapes the
+#: Services carrying it over HTTPS, the others over HTTP.
+SCHEME_LABEL = "cachefleet.io/scheme"
 #: The keys of a kubernetes.io/tls Secret the runtime reads (``manifests.runtime.TLS_DIR``):
 #: a change to any other key (a keystore cert-manager adds, say) changes nothing it serves.
 SERVED_KEYS = ("tls.crt", "tls.key", "ca.crt")
