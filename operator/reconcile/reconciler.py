@@ -224,6 +224,7 @@ class Reconciler:
             runtime_image=self.settings.runtime_image,
             user_ids=self.settings.user_ids,
             tls_digest=tls_digest(read_tls_secret(self.kube, owner.namespace, spec)),
+            runtime_access=self.settings.runtime_network_policy,
         )
 
     def admin_token(self, spec: ServiceSpec, owner: Owner) -> str | None:

@@ -51,6 +51,11 @@ class OperatorSettings:
     served_pass_budget_s: float = 120.0
     """The most a served pass may run: the services it has not started by then wait for the
     next pass (the order is shuffled every pass, so none is always the one left out)."""
+    runtime_network_policy: bool = False
+    """Give every runtime a NetworkPolicy admitting the operator's pods to its HTTP port (the
+    served pass asks each pod what it serves). For namespaces that deny ingress by default:
+    any policy selecting a pod isolates it, so elsewhere it would cut the runtime off from its
+    clients."""
     max_concurrent_rollouts: int = 3
     """Fleets whose runtime pods may roll at once (0: no limit). A change to another fleet's
     pod template (an operator upgrade changes them all) waits, with reason RolloutQueued, until
@@ -75,6 +80,10 @@ class OperatorSettings:
             served_timeout_s=float(env.get("CACHEFLEET_OPERATOR_SERVED_TIMEOUT", "2")),
             served_concurrency=int(env.get("CACHEFLEET_OPERATOR_SERVED_CONCURRENCY", "64")),
             served_pass_budget_s=float(env.get("CACHEFLEET_OPERATOR_SERVED_BUDGET", "120")),
+            runtime_network_policy=_flag(
+                "CACHEFLEET_OPERATOR_RUNTIME_NETWORK_POLICY",
+                env.get("CACHEFLEET_OPERATOR_RUNTIME_NETWORK_POLICY", "false"),
+            ),
             max_concurrent_rollouts=int(
                 env.get("CACHEFLEET_OPERATOR_MAX_CONCURRENT_ROLLOUTS", "3")
             ),
@@ -87,3 +96,12 @@ def _user_ids(value: str) -> UserIds:
     if value == "platform":
         return "platform"
     raise ValueError(f"CACHEFLEET_OPERATOR_USER_IDS must be fixed or platform, not {value!r}")
+
+
+def _flag(name: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("true", "1", "yes"):
+        return True
+    if value in ("false", "0", "no", ""):
+        return False
+    raise ValueError(f"{name} must be true or false, not {value!r}")
