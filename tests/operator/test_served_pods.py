@@ -120,11 +120,11 @@ async def test_pods_are_never_asked_through_the_operators_proxy(
             monkeypatch.delenv(variable, raising=False)
         # urllib's shared opener reads the proxy variables once, when first used: start afresh,
         # as an operator started with HTTPS_PROXY set does (and again after, for other tests).
-        urllib.request.install_opener(None)  # type: ignore[arg-type]
+        urllib.request.install_opener(None)
         try:
             await asyncio.to_thread(passes.refresh_served, must(cis(cluster, "svc")))
         finally:
-            urllib.request.install_opener(None)  # type: ignore[arg-type]
+            urllib.request.install_opener(None)
         assert proxy.accepted == 0
     assert served(cluster, "svc") == [{"pod": "svc-a", "fingerprint": fingerprint}]
 
