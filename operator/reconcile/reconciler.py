@@ -296,7 +296,7 @@ class Reconciler:
             replicas=replicas,
             readyReplicas=ready,
             selector=meta.label_selector(owner, "runtime"),
-            url=meta.service_url(owner),
+            url=meta.service_url(owner, https=spec.runtime.tls is not None),
             redisUrl=redis_url(spec, owner=owner) or "",
         )
         if problem is None and queued is not None and stalled is None:
