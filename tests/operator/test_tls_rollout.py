@@ -102,7 +102,9 @@ async def test_a_renewed_certificate_rolls_the_runtime_and_nothing_else_about_th
     )
 
 
-async def test_a_fleet_without_tls_gets_no_digest_and_an_http_url(cluster: Cluster, api: Api) -> None:
+async def test_a_fleet_without_tls_gets_no_digest_and_an_http_url(
+    cluster: Cluster, api: Api
+) -> None:
     await api.send("POST", CIS_PATH, service("plain", cache=LOCAL_ONLY))
     assert TLS_HASH_ANNOTATION not in pod_annotations(await resync("plain", cluster))
     assert must(cis(cluster, "plain"))["status"]["url"] == f"http://plain.{NS}.svc:8000"
