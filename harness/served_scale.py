@@ -192,18 +192,49 @@ async def run_pass(bodies: Path) -> dict[str, float]:
     return {"pass_s": time.monotonic() - began, "cpu_s": _cpu_s() - cpu}
 
 
+def run_dials(services: int, pods: int, where: str) -> Result:
+    """The pass's dials alone (no API server): each service's pods asked with the operator's
+    dialer, ``served_concurrency`` services at once, as the pass does."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from cachefleet.operator.reconcile.served import Access, PodDialer
+    from cachefleet.operator.reconcile.settings import OperatorSettings
+
+    settings = OperatorSettings.from_environ()
+    result = Result(services, pods, f"{where} (dials only, no API server)",
+                    settings.served_concurrency, settings.served_timeout_s, 0.0)  # fmt: skip
+    dialer = PodDialer(timeout_s=settings.served_timeout_s,
+                       concurrency=settings.served_concurrency)  # fmt: skip
+    with tempfile.TemporaryDirectory() as folder, _pods_at(where, Path(folder)) as port:
+        addresses = [f"127.0.0.1:{port}"] * pods
+        cpu, began = _cpu_s(), time.monotonic()
+        with ThreadPoolExecutor(settings.served_concurrency) as pool:
+            answers = list(pool.map(
+                lambda _: dialer.ask_all(addresses, "simple", Access()), range(services)
+            ))  # fmt: skip
+        result.pass_s, result.cpu_s = time.monotonic() - began, _cpu_s() - cpu
+    result.written = len(answers)
+    result.answered = sum(1 for found in answers for fingerprint in found if fingerprint)
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.served_scale")
     parser.add_argument("--services", type=int, default=1000, help="services (1000)")
     parser.add_argument("--pods", type=int, default=5, help="ready pods per service (5)")
     parser.add_argument("--pods-are", choices=("answering", "silent", "refused"),
                         default="answering", help="what the pods do (answering)")  # fmt: skip
+    parser.add_argument("--dials-only", action="store_true",
+                        help="time the pass's dials alone, without the emulator")  # fmt: skip
     parser.add_argument("--run-pass", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.run_pass is not None:
         print(json.dumps(asyncio.run(run_pass(args.run_pass))))
         return 0
-    result = asyncio.run(run(args.services, args.pods, args.pods_are))
+    if args.dials_only:
+        result = run_dials(args.services, args.pods, args.pods_are)
+    else:
+        result = asyncio.run(run(args.services, args.pods, args.pods_are))
     print(result.table())
     return 0
 
