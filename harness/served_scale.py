@@ -58,7 +58,8 @@ class Result:
             ("services x ready pods", f"{self.services} x {self.pods}"),
             ("pods", self.where),
             ("served concurrency / timeout / budget",
-             f"{self.concurrency} / {self.timeout_s:g} s / {self.budget_s:g} s"),
+             f"{self.concurrency} / {self.timeout_s:g} s / "
+             + (f"{self.budget_s:g} s" if self.budget_s else "none")),
             ("one served pass (wall)", f"{self.pass_s:.1f} s"),
             ("services whose status.served was written", str(self.written)),
             ("pods that reported a fingerprint", str(self.answered)),
