@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cachefleet.operator.manifests import autoscaling, redis, runtime
+from cachefleet.operator.manifests import autoscaling, operator_access, redis, runtime
 from cachefleet.operator.manifests.meta import DEFAULT_OPERATOR_NAMESPACE, Owner, config_hash
 from cachefleet.operator.manifests.names import check_name
 from cachefleet.operator.manifests.release import RELEASE_RUNTIME_IMAGE
@@ -45,6 +45,8 @@ def build_children(
     admin_token: str | None = None,
     runtime_image: str = RELEASE_RUNTIME_IMAGE,
     user_ids: UserIds = "fixed",
+    tls_digest: str = "",
+    runtime_access: bool = False,
 ) -> list[dict[str, Any]]:
     """All children.
 
@@ -60,7 +62,10 @@ def build_children(
     generated token, or the one already in the Secret), and its digest rolls the pods.
     ``runtime_image`` runs where the spec names none (the operator's release's runtime, or the
     operator's configured mirror of it). ``user_ids`` is the operator's setting for services
-    whose spec leaves ``userIds`` unset (platform on OpenShift).
+    whose spec leaves ``userIds`` unset (platform on OpenShift). ``tls_digest`` is the digest of
+    the runtime's TLS Secret (``manifests.tls``): a renewed certificate rolls the runtime pods.
+    ``runtime_access`` adds the NetworkPolicy that admits the operator to the runtime pods
+    (``manifests.operator_access``).
     """
     check_name(owner.name)
     if spec.user_ids is None:
@@ -89,9 +94,19 @@ def build_children(
     children.append(runtime.build_runtime_service(spec, owner=owner))
     children.append(
         runtime.build_runtime_deployment(
-            spec, owner=owner, password_digest=secrets_digest, runtime_image=runtime_image
+            spec,
+            owner=owner,
+            password_digest=secrets_digest,
+            runtime_image=runtime_image,
+            tls_digest=tls_digest,
         )
     )
+    if runtime_access:
+        children.append(
+            operator_access.build_runtime_access_policy(
+                owner, operator_namespace=operator_namespace
+            )
+        )
     if spec.autoscaling is not None:
         children.append(autoscaling.build_scaler(spec, owner=owner))
     return children

@@ -112,8 +112,9 @@ def cache_secret_name(owner: Owner) -> str:
     return f"{owner.name}-fleet"
 
 
-def service_url(owner: Owner) -> str:
-    return f"http://{owner.name}.{owner.namespace}.svc:{RUNTIME_PORT}"
+def service_url(owner: Owner, *, https: bool = False) -> str:
+    """The runtime Service's HTTP endpoint (``https`` for a fleet with a TLS Secret)."""
+    return f"{'https' if https else 'http'}://{owner.name}.{owner.namespace}.svc:{RUNTIME_PORT}"
 
 
 def managed_redis_url(owner: Owner) -> str:

@@ -7,6 +7,7 @@ from typing import Any
 
 from cachefleet.operator.manifests import meta
 from cachefleet.operator.manifests.meta import REDIS_PORT, Owner
+from cachefleet.operator.manifests.operator_access import operator_peer
 from cachefleet.operator.manifests.redis_conf import render_redis_conf, restart_settings
 from cachefleet.operator.manifests.security import container_security, pod_security
 from cachefleet.operator.manifests.spec import SecretKeyRef, ServiceSpec
@@ -97,15 +98,7 @@ def build_redis_networkpolicy(
     """
     operator_namespace = spec.cache.redis.network_policy.operator_namespace or operator_namespace
     runtime_pods = {"podSelector": {"matchLabels": meta.selector_labels(owner, "runtime")}}
-    operator_pods = {
-        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": operator_namespace}},
-        "podSelector": {
-            "matchLabels": {
-                "app.kubernetes.io/name": meta.APP_NAME,
-                "app.kubernetes.io/component": "operator",
-            }
-        },
-    }
+    operator_pods = operator_peer(operator_namespace)
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",

@@ -16,6 +16,7 @@ from cachefleet.operator.manifests.redis import password_ref
 from cachefleet.operator.manifests.release import RELEASE_RUNTIME_IMAGE
 from cachefleet.operator.manifests.security import container_security, pod_security
 from cachefleet.operator.manifests.spec import ImageSource, SecretKeyRef, ServiceSpec
+from cachefleet.operator.manifests.tls import SCHEME_LABEL, TLS_HASH_ANNOTATION
 from cachefleet.operator.manifests.tracing import tracing_env
 from cachefleet.runtime.config import (
     CacheSettings,
@@ -230,10 +231,13 @@ def is_runtime_configmap(owner: Owner, name: str) -> bool:
 
 
 def build_runtime_service(spec: ServiceSpec, *, owner: Owner) -> dict[str, Any]:
+    metadata = meta.metadata(owner, owner.name, COMPONENT)
+    if spec.runtime.tls is not None:  # (scraped over HTTPS: ``manifests.tls``)
+        metadata["labels"][SCHEME_LABEL] = "https"
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": meta.metadata(owner, owner.name, COMPONENT),
+        "metadata": metadata,
         "spec": {
             "type": "ClusterIP",
             "selector": meta.selector_labels(owner, COMPONENT),
@@ -251,9 +255,11 @@ def build_runtime_deployment(
     owner: Owner,
     password_digest: str = "",
     runtime_image: str = RELEASE_RUNTIME_IMAGE,
+    tls_digest: str = "",
 ) -> dict[str, Any]:
     """The server pods; ``password_digest`` (of the secrets they read at start: the Redis
-    password, the cache secret) rolls them when a generated one was replaced.
+    password, the cache secret) rolls them when a generated one was replaced, ``tls_digest``
+    (``manifests.tls``) when their certificate was renewed.
 
     ``runtime_image`` runs when the spec names no image: the operator's own release's runtime.
     """
@@ -261,6 +267,8 @@ def build_runtime_deployment(
     pod = _pod_spec(spec, owner, runtime_image, configmap["metadata"]["name"])
     template = {"metadata": _pod_metadata(spec, owner, pod, configmap, password_digest),
                 "spec": pod}  # fmt: skip
+    if spec.runtime.tls is not None and tls_digest:
+        template["metadata"]["annotations"][TLS_HASH_ANNOTATION] = tls_digest
     deployment_spec: dict[str, Any] = {
         "selector": {"matchLabels": meta.selector_labels(owner, COMPONENT)},
         "template": template,

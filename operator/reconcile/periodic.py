@@ -142,8 +142,8 @@ class Periodic:
                         self.resync, active),
             self._every(settings.cache_figures_interval_s, 0.0, services, self.refresh_figures,
                         active),
-            self._every(settings.resync_interval_s, settings.cache_figures_interval_s, services,
-                        self.refresh_served, active),
+            self._every(settings.resync_interval_s, settings.cache_figures_interval_s,
+                        self._shuffled(services), self.refresh_served, active),
         )  # fmt: skip
 
     async def _every(
@@ -165,6 +165,18 @@ class Periodic:
                 )
             await asyncio.sleep(interval_s)
 
+    @staticmethod
+    def _shuffled(services: Snapshot) -> Snapshot:
+        """``services`` in a new order each time: a pass cut short by its budget leaves other
+        services out each time."""
+
+        def shuffled() -> list[Mapping[str, Any]]:
+            found = list(services())
+            random.shuffle(found)
+            return found
+
+        return shuffled
+
     async def run_pass(
         self, job: Callable[[Mapping[str, Any]], None], visited: Sequence[Mapping[str, Any]]
     ) -> None:
@@ -172,6 +184,8 @@ class Periodic:
 
         Not in the event loop's default executor: kopf runs the sync handlers there, and a pass
         waiting on slow Redis servers must not hold up the handlers of new and changed services.
+        The served pass mostly waits on pods: it handles more services at once, and stops
+        starting new ones when its budget is spent.
         """
         if self.reporter is not None:
             if job.__name__ == "resync":  # every service is in the snapshot: forget the rest
@@ -185,12 +199,23 @@ class Periodic:
         self, job: Callable[[Mapping[str, Any]], None], visited: Sequence[Mapping[str, Any]]
     ) -> None:
         loop = asyncio.get_running_loop()
-        workers = max(1, self.reconciler.settings.periodic_workers)
+        settings = self.reconciler.settings
+        workers, budget_s = max(1, settings.periodic_workers), None
+        if job == self.refresh_served:
+            workers, budget_s = max(1, settings.served_concurrency), settings.served_pass_budget_s
         pool = ThreadPoolExecutor(workers, thread_name_prefix=f"periodic-{job.__name__}")
         try:
-            await asyncio.gather(
-                *(loop.run_in_executor(pool, self._guarded, job, body) for body in visited)
+            await asyncio.wait_for(
+                asyncio.gather(
+                    *(loop.run_in_executor(pool, self._guarded, job, body) for body in visited)
+                ),
+                budget_s,
             )
+        except TimeoutError:
+            log.warning(
+                "periodic %s pass stopped after its budget of %.0f s: the services it did not "
+                "reach wait for the next pass", job.__name__, budget_s,
+            )  # fmt: skip
         finally:
             # Not ``with``: its exit waits for the threads, and when the pass is cancelled (the
             # operator stops) that would block the event loop until a service's API calls or

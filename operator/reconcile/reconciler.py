@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from cachefleet.operator.manifests import meta
@@ -24,6 +25,7 @@ from cachefleet.operator.manifests.redis import password_ref
 from cachefleet.operator.manifests.redis_memory import maxmemory_bytes
 from cachefleet.operator.manifests.runtime import redis_password_ref, redis_url
 from cachefleet.operator.manifests.spec import ServiceSpec, parse_spec, read_spec
+from cachefleet.operator.manifests.tls import tls_digest
 from cachefleet.operator.reconcile import fleet_secret, observe, pod_problems
 from cachefleet.operator.reconcile.admission import check_allowed
 from cachefleet.operator.reconcile.announcements import announced
@@ -54,8 +56,10 @@ from cachefleet.operator.reconcile.rollouts import (
     with_live_template,
 )
 from cachefleet.operator.reconcile.runtime_configs import NeededConfigs
-from cachefleet.operator.reconcile.served import read_served
+from cachefleet.operator.reconcile.served import PodDialer, read_served
+from cachefleet.operator.reconcile.served_access import served_access
 from cachefleet.operator.reconcile.settings import OperatorSettings
+from cachefleet.operator.reconcile.tls_secret import read_tls_secret
 
 #: The reason of a service whose children need an API the cluster does not serve (KEDA).
 NOT_INSTALLED = "NotInstalled"
@@ -254,8 +258,9 @@ class Reconciler:
         cache_secret: str | None = None,
         admin_token: str | None = None,
     ) -> list[dict[str, Any]]:
-        """The children, for an operator running in this operator's namespace; refused (see
-        ``admission``) when the operator's allow-lists do not admit their pods."""
+        """The children, for an operator running in this operator's namespace (the runtime's
+        TLS Secret read for its digest); refused (see ``admission``) when the operator's
+        allow-lists do not admit their pods."""
         children = build_children(
             spec,
             owner=owner,
@@ -265,6 +270,8 @@ class Reconciler:
             admin_token=admin_token,
             runtime_image=self.settings.runtime_image,
             user_ids=self.settings.user_ids,
+            tls_digest=tls_digest(read_tls_secret(self.kube, owner.namespace, spec)),
+            runtime_access=self.settings.runtime_network_policy,
         )
         check_allowed(children, self.settings)
         return children
@@ -340,7 +347,7 @@ class Reconciler:
             replicas=replicas,
             readyReplicas=ready,
             selector=meta.label_selector(owner, "runtime"),
-            url=meta.service_url(owner),
+            url=meta.service_url(owner, https=spec.runtime.tls is not None),
             redisUrl=redis_url(spec, owner=owner) or "",
         )
         if problem is None and queued is not None and stalled is None:
@@ -417,7 +424,16 @@ class Reconciler:
             spec = parse_spec(body.get("spec") or {})
         except SpecError:
             return None
-        return read_served(self.kube, owner, spec.model.name, self.settings.redis_timeout_s)
+        access = served_access(self.kube, owner, spec)
+        return read_served(self.kube, owner, spec.model.name, access, self.dialer)
+
+    @cached_property
+    def dialer(self) -> PodDialer:
+        """The pods' dialer of the served passes (its threads start on first use)."""
+        return PodDialer(
+            timeout_s=self.settings.served_timeout_s,
+            concurrency=self.settings.served_concurrency,
+        )
 
     def redis_address(
         self, spec: ServiceSpec, owner: Owner, password: str | None = None

@@ -42,6 +42,20 @@ class OperatorSettings:
     periodic_workers: int = 4
     """Services handled at once by a periodic pass, so one slow Redis or API call does not hold
     up the others."""
+    served_timeout_s: float = 2.0
+    """How long the served pass waits for one runtime pod to connect, and then for each read
+    of its answer."""
+    served_concurrency: int = 64
+    """Runtime pods asked at once by a served pass (and services handled at once): a pass over
+    5,000 pods that all time out takes 5,000 x the timeout / this."""
+    served_pass_budget_s: float = 120.0
+    """The most a served pass may run: the services it has not started by then wait for the
+    next pass (the order is shuffled every pass, so none is always the one left out)."""
+    runtime_network_policy: bool = False
+    """Give every runtime a NetworkPolicy admitting the operator's pods to its HTTP port (the
+    served pass asks each pod what it serves). For namespaces that deny ingress by default:
+    any policy selecting a pod isolates it, so elsewhere it would cut the runtime off from its
+    clients."""
     max_concurrent_rollouts: int = 3
     """Fleets whose runtime pods may roll at once (0: no limit). A change to another fleet's
     pod template (an operator upgrade changes them all) waits, with reason RolloutQueued, until
@@ -77,6 +91,13 @@ class OperatorSettings:
                 env.get("CACHEFLEET_OPERATOR_CACHE_WRITE_INTERVAL", "300")
             ),
             periodic_workers=int(env.get("CACHEFLEET_OPERATOR_PERIODIC_WORKERS", "4")),
+            served_timeout_s=float(env.get("CACHEFLEET_OPERATOR_SERVED_TIMEOUT", "2")),
+            served_concurrency=int(env.get("CACHEFLEET_OPERATOR_SERVED_CONCURRENCY", "64")),
+            served_pass_budget_s=float(env.get("CACHEFLEET_OPERATOR_SERVED_BUDGET", "120")),
+            runtime_network_policy=_flag(
+                "CACHEFLEET_OPERATOR_RUNTIME_NETWORK_POLICY",
+                env.get("CACHEFLEET_OPERATOR_RUNTIME_NETWORK_POLICY", "false"),
+            ),
             max_concurrent_rollouts=int(
                 env.get("CACHEFLEET_OPERATOR_MAX_CONCURRENT_ROLLOUTS", "3")
             ),
@@ -99,3 +120,12 @@ def _user_ids(value: str) -> UserIds:
 def _listed(value: str | None) -> tuple[str, ...]:
     """A comma-separated list (blanks ignored)."""
     return tuple(item.strip() for item in (value or "").split(",") if item.strip())
+
+
+def _flag(name: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("true", "1", "yes"):
+        return True
+    if value in ("false", "0", "no", ""):
+        return False
+    raise ValueError(f"{name} must be true or false, not {value!r}")

@@ -6,7 +6,6 @@ signs the server and a client, and a second CA that the server does not trust.
 
 from __future__ import annotations
 
-import os
 import ssl
 import subprocess
 from collections.abc import Callable, Iterator
@@ -19,7 +18,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 from support import loopback
 from support.certificates import Authority, Issued, make_authority
-from support.processes import CACHEFLEET, ManagedProcess, ServerProcess
+from support.processes import CACHEFLEET, ServerProcess
+from support.tls_servers import https_url, start_https_server
 from tritonclient.utils import InferenceServerException
 
 pytestmark = pytest.mark.slow
@@ -118,31 +118,9 @@ def test_tls_settings_that_cannot_work_are_refused_at_start(
 def https_server(
     model_repository: Path, tmp_path: Path, pki: dict[str, Any]
 ) -> Iterator[ServerProcess]:
-    server_cert: Issued = pki["server"]
-    server = ServerProcess(
-        ["--model-repository", str(model_repository), "--ssl-certfile", str(server_cert.cert),
-         "--ssl-keyfile", str(server_cert.key)],
-        tmp_path,
-    )  # fmt: skip
-    command = [*CACHEFLEET, "serve", "--host", "127.0.0.1", "--port", str(server.port),
-               "--grpc-port", str(server.grpc_port), *server.args]  # fmt: skip
-    server.managed = ManagedProcess("https", command, server.log_path, dict(os.environ))
-    context = ssl.create_default_context(cafile=str(pki["ca"].cert))
-
-    def ready() -> bool:
-        try:
-            answer = httpx.get(_https(server, "/v2/health/ready"), verify=context)  # noqa: TID251
-            return answer.status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    server.managed.wait_until(ready, 180)
+    server = start_https_server(model_repository, tmp_path, pki["server"], pki["ca"].cert)
     yield server
     server.stop()
-
-
-def _https(server: ServerProcess, path: str) -> str:
-    return f"https://127.0.0.1:{server.port}{path}"
 
 
 def test_http_over_tls(https_server: ServerProcess, pki: dict[str, Any]) -> None:
@@ -154,16 +132,16 @@ def test_http_over_tls(https_server: ServerProcess, pki: dict[str, Any]) -> None
         ]
     }
     answer = httpx.post(  # noqa: TID251 (its own CA)
-        _https(https_server, "/v2/models/simple/infer"), json=body, verify=context
+        https_url(https_server, "/v2/models/simple/infer"), json=body, verify=context
     )
     assert answer.status_code == 200
     assert answer.json()["outputs"][0]["data"] == [2 * i for i in range(16)]
     rogue = ssl.create_default_context(cafile=str(pki["rogue"].cert))
     with pytest.raises(httpx.ConnectError):
-        httpx.get(_https(https_server, "/v2/health/ready"), verify=rogue)  # noqa: TID251 (its own CA)
+        httpx.get(https_url(https_server, "/v2/health/ready"), verify=rogue)  # noqa: TID251 (its own CA)
     with pytest.raises(httpx.HTTPError):  # plain text to the TLS port is not served
         loopback.get(f"http://127.0.0.1:{https_server.port}/v2/health/ready", timeout=5)
-    flush = [*CACHEFLEET, "flush", "--model", "simple", "--server", _https(https_server, "")]
+    flush = [*CACHEFLEET, "flush", "--model", "simple", "--server", https_url(https_server, "")]
     untrusted = subprocess.run(flush, capture_output=True, text=True, timeout=60)
     assert untrusted.returncode == 1
     assert "CERTIFICATE_VERIFY_FAILED" in untrusted.stderr

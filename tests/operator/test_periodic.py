@@ -15,10 +15,19 @@ from typing import Any
 
 import pytest
 from support.kube.cluster import Cluster
-from support.kube.fixtures import CIS_PATH, NS, Api, cis, eventually, live, must, service
+from support.kube.fixtures import (
+    CIS_PATH,
+    NS,
+    Api,
+    cis,
+    eventually,
+    live,
+    must,
+    runtime_pod,
+    service,
+)
 from support.processes import free_port
 
-from cachefleet.operator.manifests.meta import Owner, selector_labels
 from cachefleet.operator.reconcile.kube import Kube
 from cachefleet.operator.reconcile.locks import KeyedLocks
 from cachefleet.operator.reconcile.periodic import Periodic
@@ -156,19 +165,6 @@ async def test_the_running_operator_resyncs_the_services_it_watches(
     # service in kopf's index of watched services.
     await eventually(lambda: applies() >= first + 2, "resync applies")
     assert not must(cis(cluster, "svc"))["metadata"].get("finalizers")
-
-
-def runtime_pod(name: str, port: int, *, ready: bool = True) -> dict[str, Any]:
-    """A runtime pod of ``svc`` as the kubelet reports it, at 127.0.0.1:``port``."""
-    return {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": NS,
-                     "labels": selector_labels(Owner("svc", NS), "runtime")},
-        "spec": {"containers": [{"name": "server", "image": "x",
-                                 "ports": [{"name": "http", "containerPort": port}]}]},
-        "status": {"podIP": "127.0.0.1",
-                   "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
-    }  # fmt: skip
 
 
 async def test_the_status_lists_what_each_ready_replica_serves(

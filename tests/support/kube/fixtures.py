@@ -20,6 +20,7 @@ import kmock
 import pytest
 import yaml
 
+from cachefleet.operator.manifests.meta import Owner, selector_labels
 from support.kube.cluster import Cluster
 
 NS = "ml"
@@ -177,3 +178,18 @@ def cis(cluster: Cluster, name: str) -> dict[str, Any] | None:
 def condition(body: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
     conditions = ((body or {}).get("status") or {}).get("conditions") or []
     return next((c for c in conditions if c["type"] == kind), None)
+
+
+def runtime_pod(
+    name: str, port: int, *, ready: bool = True, owner: str = "svc", ip: str = "127.0.0.1"
+) -> dict[str, Any]:
+    """A runtime pod of ``owner`` as the kubelet reports it, at ``ip``:``port``."""
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS,
+                     "labels": selector_labels(Owner(owner, NS), "runtime")},
+        "spec": {"containers": [{"name": "server", "image": "x",
+                                 "ports": [{"name": "http", "containerPort": port}]}]},
+        "status": {"podIP": ip,
+                   "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }  # fmt: skip

@@ -1,0 +1,244 @@
+"""One served pass (``status.served``) at scale: many services, several ready pods each.
+
+``python -m harness.served_scale [--services 1000] [--pods 5] [--pods-are answering|silent|
+refused]`` (or ``bash scripts/harness served_scale ...``) starts the emulator (a real HTTP API
+server on loopback, :mod:`harness.kube_emulator`) in this process, creates the services (each in
+a namespace of its own: the emulator ignores label selectors, so a shared namespace would answer
+every pod list with every pod) and their ready runtime pods, then runs the operator's own served
+pass (``Periodic.run_pass`` over ``refresh_served``, with the operator's settings from the
+environment) once, in a process of its own as the operator runs, and prints a Markdown table:
+the pass's wall time, the services whose status it wrote, and the pass process's CPU time.
+
+Where the pods are: ``answering`` is one real ``cachefleet serve`` on the sample models, which
+every pod's address points at (5,000 config requests to one server); ``silent`` is a socket that
+accepts and never answers, so each dial costs the whole timeout (a NetworkPolicy that drops the
+operator's packets costs the same); ``refused`` is a closed port. The emulator (Python, on the
+same machine) answers the pass's pod lists and status writes more slowly than an API server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cachefleet.bench.processes import ServerProcess, free_port
+from harness.operator_scale import _kubeconfig
+
+CIS = "cachefleet.io/v1alpha1/cachedinferenceservices"
+MODEL = {"name": "simple", "repository": {"pvc": {"claimName": "models"}}}
+
+
+@dataclass
+class Result:
+    services: int
+    pods: int
+    where: str
+    concurrency: int = 0
+    timeout_s: float = 0.0
+    budget_s: float = 0.0
+    pass_s: float = 0.0
+    written: int = 0
+    answered: int = 0
+    cpu_s: float = 0.0
+
+    def table(self) -> str:
+        rows = [
+            ("services x ready pods", f"{self.services} x {self.pods}"),
+            ("pods", self.where),
+            ("served concurrency / timeout / budget",
+             f"{self.concurrency} / {self.timeout_s:g} s / "
+             + (f"{self.budget_s:g} s" if self.budget_s else "none")),
+            ("one served pass (wall)", f"{self.pass_s:.1f} s"),
+            ("services whose status.served was written", str(self.written)),
+            ("pods that reported a fingerprint", str(self.answered)),
+            ("CPU of the pass's process", f"{self.cpu_s:.1f} s"),
+        ]  # fmt: skip
+        lines = ["| | |", "|---|---|"] + [f"| {name} | {value} |" for name, value in rows]
+        return "\n".join(lines)
+
+
+def _cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+@contextmanager
+def _pods_at(where: str, logdir: Path) -> Iterator[int]:
+    """The port every pod's address points at."""
+    if where == "answering":
+        from cachefleet.runtime.samples.repository import write_samples
+
+        repository = logdir / "models"
+        write_samples(repository, ("simple",))
+        server = ServerProcess(["--model-repository", str(repository), "--cache", "local"], logdir)
+        server.start()
+        try:
+            yield server.port
+        finally:
+            server.stop()
+    elif where == "silent":
+        with socket.create_server(("127.0.0.1", 0), backlog=4096) as hole:
+            yield hole.getsockname()[1]
+    else:
+        yield free_port()
+
+
+def _service(namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "cachefleet.io/v1alpha1", "kind": "CachedInferenceService",
+        "metadata": {"name": "svc", "namespace": namespace},
+        "spec": {"model": MODEL, "cache": {"mode": "local"}},
+    }  # fmt: skip
+
+
+def _pod(namespace: str, index: int, port: int) -> dict[str, Any]:
+    from cachefleet.operator.manifests.meta import Owner, selector_labels
+
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": f"svc-{index}", "namespace": namespace,
+                     "labels": selector_labels(Owner("svc", namespace), "runtime")},
+        "spec": {"containers": [{"name": "server", "image": "x",
+                                 "ports": [{"name": "http", "containerPort": port}]}]},
+        "status": {"podIP": "127.0.0.1",
+                   "conditions": [{"type": "Ready", "status": "True"}]},
+    }  # fmt: skip
+
+
+async def _create(session: Any, bodies: list[tuple[str, dict[str, Any]]]) -> list[Any]:
+    limit = asyncio.Semaphore(32)
+
+    async def send(path: str, body: dict[str, Any]) -> Any:
+        async with limit, session.post(path, json=body) as response:
+            assert response.status < 300, await response.text()
+            return await response.json()
+
+    return list(await asyncio.gather(*(send(path, body) for path, body in bodies)))
+
+
+async def run(services: int, pods: int, where: str) -> Result:
+    import aiohttp
+    import kmock
+
+    from cachefleet.operator.reconcile.settings import OperatorSettings
+    from harness.kube_emulator import Cluster
+
+    settings = OperatorSettings.from_environ()
+    result = Result(services, pods, where, settings.served_concurrency,
+                    settings.served_timeout_s, settings.served_pass_budget_s)  # fmt: skip
+    namespaces = [f"team-{i:04d}" for i in range(services)]
+    with tempfile.TemporaryDirectory() as folder, _pods_at(where, Path(folder)) as port:
+        async with Cluster(forget_requests=True) as cluster, kmock.Server(cluster):
+            url = str(cluster.url).rstrip("/")
+            kubeconfig = _kubeconfig(Path(folder), url)
+            async with aiohttp.ClientSession(base_url=url) as session:
+                created = await _create(session, [
+                    (f"/apis/{CIS.split('/', 2)[0]}/v1alpha1/namespaces/{ns}/"
+                     "cachedinferenceservices", _service(ns)) for ns in namespaces
+                ])  # fmt: skip
+                await _create(session, [
+                    (f"/api/v1/namespaces/{ns}/pods", _pod(ns, j, port))
+                    for ns in namespaces for j in range(pods)
+                ])  # fmt: skip
+            # The pass runs in a process of its own, as the operator does: sharing this one's
+            # interpreter with the emulator would measure the emulator's lock, not the pass.
+            bodies = Path(folder) / "services.json"
+            bodies.write_text(json.dumps(created))
+            child = await asyncio.create_subprocess_exec(
+                sys.executable, "-P", "-m", "harness.served_scale", "--run-pass", str(bodies),
+                env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+                stdout=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            out, _ = await child.communicate()
+            figures = json.loads(out.decode().strip().splitlines()[-1])
+            result.pass_s, result.cpu_s = figures["pass_s"], figures["cpu_s"]
+            for ns in namespaces:
+                try:
+                    status = cluster.objects[CIS, ns, "svc"].raw.get("status") or {}
+                except KeyError:
+                    continue
+                if "served" in status:
+                    result.written += 1
+                    result.answered += sum(1 for s in status["served"] if s["fingerprint"])
+    return result
+
+
+async def run_pass(bodies: Path) -> dict[str, float]:
+    """The operator's served pass over the services in ``bodies`` (against ``$KUBECONFIG``)."""
+    import kubernetes
+
+    from cachefleet.operator.reconcile.kube import Kube
+    from cachefleet.operator.reconcile.locks import KeyedLocks
+    from cachefleet.operator.reconcile.periodic import Periodic
+    from cachefleet.operator.reconcile.reconciler import Reconciler
+    from cachefleet.operator.reconcile.settings import OperatorSettings
+
+    kubernetes.config.load_kube_config()  # type: ignore[no-untyped-call]
+    passes = Periodic(Reconciler(Kube(), OperatorSettings.from_environ()), KeyedLocks())
+    services = json.loads(bodies.read_text())  # noqa: ASYNC240 (before the clock starts)
+    cpu, began = _cpu_s(), time.monotonic()
+    await passes.run_pass(passes.refresh_served, services)
+    return {"pass_s": time.monotonic() - began, "cpu_s": _cpu_s() - cpu}
+
+
+def run_dials(services: int, pods: int, where: str) -> Result:
+    """The pass's dials alone (no API server): each service's pods asked with the operator's
+    dialer, ``served_concurrency`` services at once, as the pass does."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from cachefleet.operator.reconcile.served import Access, PodDialer
+    from cachefleet.operator.reconcile.settings import OperatorSettings
+
+    settings = OperatorSettings.from_environ()
+    result = Result(services, pods, f"{where} (dials only, no API server)",
+                    settings.served_concurrency, settings.served_timeout_s, 0.0)  # fmt: skip
+    dialer = PodDialer(timeout_s=settings.served_timeout_s,
+                       concurrency=settings.served_concurrency)  # fmt: skip
+    with tempfile.TemporaryDirectory() as folder, _pods_at(where, Path(folder)) as port:
+        addresses = [f"127.0.0.1:{port}"] * pods
+        cpu, began = _cpu_s(), time.monotonic()
+        with ThreadPoolExecutor(settings.served_concurrency) as pool:
+            answers = list(pool.map(
+                lambda _: dialer.ask_all(addresses, "simple", Access()), range(services)
+            ))  # fmt: skip
+        result.pass_s, result.cpu_s = time.monotonic() - began, _cpu_s() - cpu
+    result.written = len(answers)
+    result.answered = sum(1 for found in answers for fingerprint in found if fingerprint)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.served_scale")
+    parser.add_argument("--services", type=int, default=1000, help="services (1000)")
+    parser.add_argument("--pods", type=int, default=5, help="ready pods per service (5)")
+    parser.add_argument("--pods-are", choices=("answering", "silent", "refused"),
+                        default="answering", help="what the pods do (answering)")  # fmt: skip
+    parser.add_argument("--dials-only", action="store_true",
+                        help="time the pass's dials alone, without the emulator")  # fmt: skip
+    parser.add_argument("--run-pass", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.run_pass is not None:
+        print(json.dumps(asyncio.run(run_pass(args.run_pass))))
+        return 0
+    if args.dials_only:
+        result = run_dials(args.services, args.pods, args.pods_are)
+    else:
+        result = asyncio.run(run(args.services, args.pods, args.pods_are))
+    print(result.table())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
