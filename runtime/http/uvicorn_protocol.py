@@ -1,8 +1,13 @@
-"""Deadlines and a connection cap on uvicorn's HTTP protocols, so that slow clients are cut off.
+"""Everything of the HTTP path that reaches below ASGI, in one module: uvicorn's protocols with
+the connection guard and head holding. Nothing else in the project imports uvicorn's internals.
 
-uvicorn closes a keep-alive connection that stays idle, and nothing else: a client that sends
-its request head one byte a second, or its body that slowly, holds a connection (and whatever
-it has sent) for as long as it likes. :class:`ConnectionGuard` adds, per connection:
+ASGI cannot express either: it sees a request only once its head is in, and has no say in how a
+response's bytes are written.
+
+**The connection guard.** uvicorn closes a keep-alive connection that stays idle, and nothing
+else: a client that sends its request head one byte a second, or its body that slowly, holds a
+connection (and whatever it has sent) for as long as it likes. :class:`ConnectionGuard` adds,
+per connection:
 
 - a **head deadline**: a request head must arrive whole within ``head_timeout_s`` of its first
   byte (of the connection, for the first request), and within :data:`MAX_HEAD_BYTES`;
@@ -18,9 +23,22 @@ being read then sees the client gone. The checks run on one timer per connection
 :func:`tick_s` seconds, so a cut comes within a tick of its deadline; the hot path pays one
 addition per ``data_received``.
 
-This module touches uvicorn's protocol internals (``connections``, ``cycle``, ``flow``,
-``on_response_complete``), which is why uvicorn's version is bounded from above in
-``pyproject.toml``; ``tests/e2e/test_http_limits.py`` fails when they move.
+**Head holding** (httptools only). uvicorn writes the status line and headers when the
+application sends ``http.response.start``, and the body when it sends ``http.response.body``:
+two ``send`` system calls per response. Here the protocol's transport holds a response head
+back and writes it together with whatever comes next, which for every response of ours is its
+body, in the same event-loop step. A held head goes out with the next write, when the
+connection closes, or at the next turn of the event loop (a ``HEAD`` answer or
+``100 Continue`` has no body to wait for), whichever comes first.
+
+The internals read here: the protocols' ``connections``, ``cycle`` (``more_body``,
+``response_complete``), ``flow`` (``read_paused``), ``transport``, ``loop``, ``app`` and
+``on_response_complete``, and the form of the heads uvicorn writes. That is why uvicorn is
+bounded in ``pyproject.toml`` to the minor releases the dependency-floor test runs
+(``tests/test_dependency_floors.py``: its lowest release, and the development environment's
+highest); ``tests/runtime/test_http_connection_guard.py``, ``tests/e2e/test_http_limits.py``
+and ``tests/e2e/test_http_head_holding.py`` fail when they move. The classes are defined at
+module level because uvicorn pickles the protocol class to its worker processes.
 """
 
 from __future__ import annotations
@@ -29,6 +47,7 @@ import asyncio
 from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from cachefleet.runtime.config import LimitSettings
 
@@ -53,7 +72,7 @@ def tick_s(limits: LimitSettings) -> float:
 
 class ConnectionGuard:
     """Mixed in before a uvicorn HTTP protocol class. The limits are the served application's
-    (``app.limits``, which :class:`~cachefleet.runtime.http.infer_shortcut.InferShortcut` has):
+    (``app.limits``, which :class:`~cachefleet.runtime.http.infer_front.InferFront` has):
     uvicorn builds protocols from a class it pickles to its worker processes, so the class
     itself cannot carry them."""
 
@@ -158,5 +177,61 @@ def _limits_of(app: Any) -> LimitSettings:
     return ConnectionGuard.limits
 
 
+#: How every head uvicorn writes starts and ends (its status lines are all HTTP/1.1).
+_HEAD_START = b"HTTP/1.1 "
+_HEAD_END = b"\r\n\r\n"
+
+
+class HeadHoldingHttpToolsProtocol(HttpToolsProtocol):
+    """:class:`HttpToolsProtocol` over a :class:`HeadHoldingTransport`."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self.transport = HeadHoldingTransport(transport, self.loop)  # type: ignore[assignment]
+
+
+class HeadHoldingTransport:
+    """A transport that holds a written response head until the next write (see module)."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._head: bytes | None = None
+
+    def write(self, data: bytes) -> None:
+        head = self._head
+        if head is not None:
+            self._head = None
+            self._transport.write(head + data)
+        elif data.startswith(_HEAD_START) and data.endswith(_HEAD_END):
+            self._head = data
+            self._loop.call_soon(self.flush)
+        else:
+            self._transport.write(data)
+
+    def flush(self) -> None:
+        """Write a held head now."""
+        head = self._head
+        if head is not None:
+            self._head = None
+            if not self._transport.is_closing():
+                self._transport.write(head)
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        """Everything else is the real transport's (``get_extra_info``, ``set_protocol``...)."""
+        return getattr(self._transport, name)
+
+
 class GuardedH11Protocol(ConnectionGuard, H11Protocol):
     """uvicorn's h11 protocol with the guard (where httptools is not installed)."""
+
+
+class GuardedHttpToolsProtocol(ConnectionGuard, HeadHoldingHttpToolsProtocol):
+    """httptools, a response's head and body in one write, slow clients cut off."""
