@@ -1,13 +1,12 @@
 """Everything of the HTTP path that reaches below ASGI, in one module: uvicorn's protocols with
-the connection guard and head holding. Nothing else in the project imports uvicorn's internals.
+the connection guard. Nothing else in the project imports uvicorn's internals.
 
-ASGI cannot express either: it sees a request only once its head is in, and has no say in how a
-response's bytes are written.
+ASGI cannot express it: an application sees a request only once its head is in, and cannot
+close a connection whose client stalls before that.
 
-**The connection guard.** uvicorn closes a keep-alive connection that stays idle, and nothing
-else: a client that sends its request head one byte a second, or its body that slowly, holds a
-connection (and whatever it has sent) for as long as it likes. :class:`ConnectionGuard` adds,
-per connection:
+uvicorn closes a keep-alive connection that stays idle, and nothing else: a client that sends
+its request head one byte a second, or its body that slowly, holds a connection (and whatever
+it has sent) for as long as it likes. :class:`ConnectionGuard` adds, per connection:
 
 - a **head deadline**: a request head must arrive whole within ``head_timeout_s`` of its first
   byte (of the connection, for the first request), and within :data:`MAX_HEAD_BYTES`;
@@ -23,22 +22,18 @@ being read then sees the client gone. The checks run on one timer per connection
 :func:`tick_s` seconds, so a cut comes within a tick of its deadline; the hot path pays one
 addition per ``data_received``.
 
-**Head holding** (httptools only). uvicorn writes the status line and headers when the
-application sends ``http.response.start``, and the body when it sends ``http.response.body``:
-two ``send`` system calls per response. Here the protocol's transport holds a response head
-back and writes it together with whatever comes next, which for every response of ours is its
-body, in the same event-loop step. A held head goes out with the next write, when the
-connection closes, or at the next turn of the event loop (a ``HEAD`` answer or
-``100 Continue`` has no body to wait for), whichever comes first.
+(A transport that held a response's head back to write it with its body, saving a system call
+per answer, lived here too; measured side by side under the same load it made no difference
+beyond the noise, so it went: ``bench/results/2026-11-28-http-path.md``.)
 
 The internals read here: the protocols' ``connections``, ``cycle`` (``more_body``,
 ``response_complete``), ``flow`` (``read_paused``), ``transport``, ``loop``, ``app`` and
-``on_response_complete``, and the form of the heads uvicorn writes. That is why uvicorn is
-bounded in ``pyproject.toml`` to the minor releases the dependency-floor test runs
-(``tests/test_dependency_floors.py``: its lowest release, and the development environment's
-highest); ``tests/runtime/test_http_connection_guard.py``, ``tests/e2e/test_http_limits.py``
-and ``tests/e2e/test_http_head_holding.py`` fail when they move. The classes are defined at
-module level because uvicorn pickles the protocol class to its worker processes.
+``on_response_complete``. That is why uvicorn is bounded in ``pyproject.toml`` to the minor
+releases the dependency-floor test runs (``tests/test_dependency_floors.py``: its lowest
+release, and the development environment's highest);
+``tests/runtime/test_http_connection_guard.py`` and ``tests/e2e/test_http_limits.py`` fail when
+they move. The classes are defined at module level because uvicorn pickles the protocol class
+to its worker processes.
 """
 
 from __future__ import annotations
@@ -177,61 +172,9 @@ def _limits_of(app: Any) -> LimitSettings:
     return ConnectionGuard.limits
 
 
-#: How every head uvicorn writes starts and ends (its status lines are all HTTP/1.1).
-_HEAD_START = b"HTTP/1.1 "
-_HEAD_END = b"\r\n\r\n"
-
-
-class HeadHoldingHttpToolsProtocol(HttpToolsProtocol):
-    """:class:`HttpToolsProtocol` over a :class:`HeadHoldingTransport`."""
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self.transport = HeadHoldingTransport(transport, self.loop)  # type: ignore[assignment]
-
-
-class HeadHoldingTransport:
-    """A transport that holds a written response head until the next write (see module)."""
-
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
-        self._transport = transport
-        self._loop = loop
-        self._head: bytes | None = None
-
-    def write(self, data: bytes) -> None:
-        head = self._head
-        if head is not None:
-            self._head = None
-            self._transport.write(head + data)
-        elif data.startswith(_HEAD_START) and data.endswith(_HEAD_END):
-            self._head = data
-            self._loop.call_soon(self.flush)
-        else:
-            self._transport.write(data)
-
-    def flush(self) -> None:
-        """Write a held head now."""
-        head = self._head
-        if head is not None:
-            self._head = None
-            if not self._transport.is_closing():
-                self._transport.write(head)
-
-    def is_closing(self) -> bool:
-        return self._transport.is_closing()
-
-    def close(self) -> None:
-        self.flush()
-        self._transport.close()
-
-    def __getattr__(self, name: str) -> Any:
-        """Everything else is the real transport's (``get_extra_info``, ``set_protocol``...)."""
-        return getattr(self._transport, name)
-
-
 class GuardedH11Protocol(ConnectionGuard, H11Protocol):
     """uvicorn's h11 protocol with the guard (where httptools is not installed)."""
 
 
-class GuardedHttpToolsProtocol(ConnectionGuard, HeadHoldingHttpToolsProtocol):
-    """httptools, a response's head and body in one write, slow clients cut off."""
+class GuardedHttpToolsProtocol(ConnectionGuard, HttpToolsProtocol):
+    """uvicorn's httptools protocol with the guard."""
