@@ -85,9 +85,9 @@ def _http_protocol() -> type[asyncio.Protocol]:
     """httptools (with a response's head and body in one write) when installed, else h11;
     either with the deadlines and connection cap of the settings' limits."""
     if importlib.util.find_spec("httptools") is None:
-        from cachefleet.runtime.http.connection_guard import GuardedH11Protocol
+        from cachefleet.runtime.http.uvicorn_protocol import GuardedH11Protocol
 
         return GuardedH11Protocol
-    from cachefleet.runtime.http.httptools_protocol import GuardedHttpToolsProtocol
+    from cachefleet.runtime.http.uvicorn_protocol import GuardedHttpToolsProtocol
 
     return GuardedHttpToolsProtocol

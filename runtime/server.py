@@ -18,15 +18,14 @@ from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.grpc.server import start_grpc_server, stop_grpc_server
 from cachefleet.runtime.http.app import create_app
 from cachefleet.runtime.http.environment import configure_logging, settings_from_environment
-from cachefleet.runtime.http.traced import TracedInfer
 from cachefleet.runtime.tracing.switch import Exporter, exporter_asked
 
 
 def create_server(settings: RuntimeSettings) -> ASGIApp:
     """The server for ``settings``; models load when it starts, not here.
 
-    Whether to trace is decided here, once, from ``OTEL_*``: only then is the HTTP server
-    fronted by :class:`TracedInfer` and the runtime opened with a span pipeline.
+    Whether to trace is decided here, once, from ``OTEL_*``: only then are infer requests
+    served in spans and the runtime opened with a span pipeline.
     """
     slot = RuntimeSlot(settings)
     exporter = exporter_asked(os.environ)
@@ -36,8 +35,7 @@ def create_server(settings: RuntimeSettings) -> ASGIApp:
         async with _serving(slot, exporter):
             yield
 
-    app = create_app(slot, lifespan)
-    return app if exporter is None else TracedInfer(app, slot)
+    return create_app(slot, lifespan, traced=exporter is not None)
 
 
 def create_server_from_environment() -> ASGIApp:

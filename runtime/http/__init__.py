@@ -1,7 +1,9 @@
-"""HTTP, one of the two sibling transports: the FastAPI app over a runtime slot, the one infer
-endpoint (with its shortcut in front of the router and the memo of rendered responses around
-the service's answer), the routes, and the one mapping of errors to responses. It receives the
-runtime from the composition root and never imports ``grpc``."""
+"""HTTP, one of the two sibling transports: the FastAPI app over a runtime slot, with the infer
+front before it (``infer_front``: each infer request described once by ``infer_request`` and
+answered by the one infer endpoint, memo hits from the runtime's answer memo included), the
+other routes, the one mapping of errors to responses, and the one module that reaches below
+ASGI into uvicorn (``uvicorn_protocol``). It receives the runtime from the composition root
+and never imports ``grpc``."""
 
 from cachefleet.runtime.http.app import create_app
 

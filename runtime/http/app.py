@@ -1,4 +1,4 @@
-"""The HTTP application: the FastAPI app with the infer shortcut in front, over a runtime slot.
+"""The HTTP application: the FastAPI app with the infer front before it, over a runtime slot.
 
 ``create_app`` does no work: it builds neither models nor a cache. The runtime arrives in the
 slot when whoever serves the app opens it (``server``, in the app's lifespan); until then
@@ -17,17 +17,20 @@ from cachefleet.runtime.composition import RuntimeSlot
 from cachefleet.runtime.errors import ServingError
 from cachefleet.runtime.http.errors import handle_error
 from cachefleet.runtime.http.infer_endpoint import InferEndpoint
-from cachefleet.runtime.http.infer_shortcut import InferShortcut
-from cachefleet.runtime.http.memo_front import MemoFront
+from cachefleet.runtime.http.infer_front import InferFront, Serve
+from cachefleet.runtime.http.infer_request import InferHeads
 from cachefleet.runtime.http.routes import build_routes
+from cachefleet.runtime.http.traced import TracedInfer
 
 #: The app's lifespan: what runs around serving (opens the runtime into the slot).
 Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
 
 
-def create_app(slot: RuntimeSlot, lifespan: Lifespan | None = None) -> InferShortcut:
-    """The HTTP server over ``slot``, as uvicorn serves it."""
-    infer = InferEndpoint(slot)
+def create_app(
+    slot: RuntimeSlot, lifespan: Lifespan | None = None, *, traced: bool = False
+) -> InferFront:
+    """The HTTP server over ``slot``, as uvicorn serves it; ``traced``: infer requests are
+    served in spans (decided once, by ``server.create_server``)."""
     app = FastAPI(
         title="cachefleet",
         version=slot.version,
@@ -37,8 +40,11 @@ def create_app(slot: RuntimeSlot, lifespan: Lifespan | None = None) -> InferShor
         openapi_url=None,
         # The server exports Prometheus metrics itself; skip FastAPI's per-request telemetry.
         telemetry={"tracing": False, "metrics": False, "logs": False},
-        routes=build_routes(slot, infer),
+        routes=build_routes(slot),
     )
     for error_type in (ServingError, HTTPException, Exception):
         app.add_exception_handler(error_type, handle_error)
-    return InferShortcut(app, infer, slot.settings.limits, MemoFront(slot, infer))
+    serve: Serve = InferEndpoint(slot).serve
+    if traced:
+        serve = TracedInfer(serve, slot)
+    return InferFront(app, InferHeads(slot.settings), serve, slot.settings.limits)

@@ -1,4 +1,4 @@
-"""Reading request bodies within the size limit, and the binary extension's header length.
+"""Reading request bodies within the size limit.
 
 The limit is checked twice: against ``Content-Length`` before reading anything, and against the
 bytes actually received (chunked bodies have no length; a compressed body is limited after
@@ -56,8 +56,10 @@ async def read_body(request: Request, limit: int) -> bytes:
     """The (decompressed) body of a routed request, or PayloadTooLargeError past ``limit``
     bytes: :func:`receive_parts`, then :func:`joined` or :func:`inflate`."""
     headers = request.headers
+    length = headers.get("content-length")
+    declared = int(length) if length is not None and length.isdigit() else None
     try:
-        parts = await receive_parts(request.receive, headers.get("content-length"), limit, None)
+        parts = await receive_parts(request.receive, declared, limit, None)
     except ClientGoneError:
         raise ClientDisconnect from None
     encoding = headers.get("content-encoding")
@@ -68,7 +70,7 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 async def receive_parts(
     receive: Receive,
-    declared: str | None,
+    declared: int | None,
     limit: int,
     hasher: Hasher | None,
     charge: Charge | None = None,
@@ -80,8 +82,8 @@ async def receive_parts(
     A caller that only needs the body's digest never joins (copies) it; one that needs the
     body joins it with :func:`joined`. Raises ClientGoneError if the client hangs up first.
     """
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise _too_large(int(declared), limit)
+    if declared is not None and declared > limit:
+        raise _too_large(declared, limit)
     parts: list[bytes] = []
     size = 0
     while True:
@@ -143,18 +145,6 @@ async def inflate(parts: list[bytes], encoding: str, limit: int, charge: Charge 
     if not decompressor.eof:
         raise BadRequestError(f"the {encoding} body is truncated")
     return pieces[0] if len(pieces) == 1 else b"".join(pieces)
-
-
-def parse_header_length(value: str | None) -> int | None:
-    """The ``Inference-Header-Content-Length`` value as an int (None: absent)."""
-    if value is None:
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise BadRequestError(
-            f"Inference-Header-Content-Length must be an integer, got {value!r}"
-        ) from None
 
 
 def _too_large(size: int, limit: int, *, at_least: bool = False) -> PayloadTooLargeError:

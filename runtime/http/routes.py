@@ -18,7 +18,6 @@ from cachefleet.runtime.composition import RuntimeSlot
 from cachefleet.runtime.config import ApiGroup
 from cachefleet.runtime.errors import BadRequestError
 from cachefleet.runtime.http.body import read_body
-from cachefleet.runtime.http.infer_endpoint import InferEndpoint
 from cachefleet.runtime.http.restricted import ApiGuard
 from cachefleet.runtime.http.shared_memory_routes import shared_memory_routes
 from cachefleet.runtime.protocol import server_metadata
@@ -27,21 +26,18 @@ _JSON = "application/json"
 _MODEL_PATHS = ("/v2/models/{model}", "/v2/models/{model}/versions/{version}")
 
 
-def build_routes(slot: RuntimeSlot, infer: InferEndpoint) -> list[BaseRoute]:
-    """Every route of the server, bound to ``slot``; infer first, as routes match in order.
+def build_routes(slot: RuntimeSlot) -> list[BaseRoute]:
+    """Every route of the server but infer (the infer front serves it before the router),
+    bound to ``slot``.
 
     Each endpoint is guarded by its API group's restriction (``--http-restricted-api``), with
     Triton's groups: ``/metrics`` belongs to none, as Triton serves it on a port of its own.
-    The infer endpoint checks its own (it is also reached without the router).
     """
     endpoints = Endpoints(slot)
     guard = ApiGuard(slot.settings.security.http_restricted_api)
-    routes: list[BaseRoute] = [
-        Route(f"{base}/infer", infer, methods=["POST"]) for base in _MODEL_PATHS
-    ]
     # Before "/v2/models/{model}", which would take "stats" for a model name.
     statistics = guard("statistics", endpoints.statistics)
-    routes += [
+    routes: list[BaseRoute] = [
         Route(path, statistics, methods=["GET"])
         for path in ("/v2/models/stats", *(f"{base}/stats" for base in _MODEL_PATHS))
     ]

@@ -1,12 +1,14 @@
 """The HTTP side of tracing: one server span per inference request.
 
-Put in front of the server only when tracing is on (see ``server.create_server``). For each
-``POST .../infer`` it starts a span under the request's W3C trace context, sets it as
+Wrapped around the infer endpoint's ``serve`` only when tracing is on (see
+``app.create_app``), inside the infer front, so it reads the request's description (route,
+model, version) instead of parsing the path again, and whatever wraps the server cannot take
+any answer away from it. For each infer request it starts a span under the request's W3C trace
+context, sets it as
 :data:`cachefleet.runtime.tracing.current.CURRENT` while the request is answered (the layers
 below add the model version, the cache's answer and execution times to it), reads the status,
 ``X-Cache`` and, on failure, the error message from what is sent, and ends the span. Every way
-an infer request is answered passes here: the memo, the full path, and every refusal. Other
-requests pass through untouched.
+an infer request is answered passes here: the memo, the full path, and every refusal.
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ from collections.abc import Mapping
 
 import orjson
 from opentelemetry.util.types import AttributeValue
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from cachefleet.runtime.composition import RuntimeSlot
-from cachefleet.runtime.http.infer_shortcut import infer_route
+from cachefleet.runtime.http.infer_front import Serve
+from cachefleet.runtime.http.infer_request import InferHead
 from cachefleet.runtime.tracing import attributes as names
 from cachefleet.runtime.tracing.current import CURRENT
 from cachefleet.runtime.tracing.propagation import context_from_headers
@@ -29,34 +32,29 @@ _VERSIONED_ROUTE = "/v2/models/{model}/versions/{version}/infer"
 
 
 class TracedInfer:
-    """An ASGI app that traces inference requests, then calls ``app``."""
+    """Serves an infer request through ``serve`` in a span of its own."""
 
-    def __init__(self, app: ASGIApp, slot: RuntimeSlot) -> None:
-        #: Named ``app``, as middlewares name the next one: the connection guard finds the limits
-        #: through it.
-        self.app = app
+    def __init__(self, serve: Serve, slot: RuntimeSlot) -> None:
+        self._serve = serve
         self._slot = slot
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def __call__(self, head: InferHead, scope: Scope, receive: Receive, send: Send) -> None:
         runtime = self._slot.runtime
         tracing = runtime.tracing if runtime is not None else None
-        route = None
-        if tracing is not None and scope["type"] == "http" and scope["method"] == "POST":
-            route = infer_route(scope["path"])
-        if tracing is None or route is None:  # not an inference, or the models still load
-            await self.app(scope, receive, send)
+        if tracing is None:  # the models still load
+            await self._serve(head, scope, receive, send)
             return
-        template = _ROUTE if route[1] is None else _VERSIONED_ROUTE
+        template = _ROUTE if head.version is None else _VERSIONED_ROUTE
         traced = start_request(
             tracing.tracer,
             f"POST {template}",
             context_from_headers(scope["headers"]),
-            _request_attributes(scope, route, template),
+            _request_attributes(scope, head, template),
         )
         answer = _Answer(send)
         token = CURRENT.set(traced)
         try:
-            await self.app(scope, receive, answer.send)
+            await self._serve(head, scope, receive, answer.send)
         finally:
             CURRENT.reset(token)
             error = None
@@ -71,18 +69,18 @@ class TracedInfer:
 
 
 def _request_attributes(
-    scope: Scope, route: tuple[str, str | None], template: str
+    scope: Scope, head: InferHead, template: str
 ) -> Mapping[str, AttributeValue]:
     attributes: dict[str, AttributeValue] = {
         names.TRANSPORT: "http",
         names.HTTP_METHOD: "POST",
         names.HTTP_ROUTE: template,
-        names.URL_PATH: scope["path"],
+        names.URL_PATH: head.path,
         names.URL_SCHEME: scope.get("scheme", "http"),
-        names.MODEL_NAME: route[0],
+        names.MODEL_NAME: head.model,
     }
-    if route[1] is not None:
-        attributes[names.MODEL_VERSION] = route[1]
+    if head.version is not None:
+        attributes[names.MODEL_VERSION] = head.version
     return attributes
 
 

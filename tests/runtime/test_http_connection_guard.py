@@ -16,8 +16,7 @@ from support.slow_clients import dribble_until_closed
 from support.uvicorn_thread import serving
 
 from cachefleet.runtime.config import LimitSettings
-from cachefleet.runtime.http.connection_guard import GuardedH11Protocol
-from cachefleet.runtime.http.httptools_protocol import GuardedHttpToolsProtocol
+from cachefleet.runtime.http.uvicorn_protocol import GuardedH11Protocol, GuardedHttpToolsProtocol
 
 LIMITS = LimitSettings(
     head_timeout_s=0.6, body_timeout_s=0.6, body_deadline_s=2.0, max_connections=3

@@ -1,5 +1,6 @@
 """Tracing is chosen once, at start-up: without OTEL_* the server is built exactly as before (no
-front reading trace headers, the plain request ledger, no span pipeline); with them, all three."""
+span around the infer endpoint, the plain request ledger, no span pipeline); with them, all
+three, and the infer front stays in front, memo and all."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 from cachefleet.runtime.composition import Runtime
 from cachefleet.runtime.config import RuntimeSettings
-from cachefleet.runtime.http.infer_shortcut import InferShortcut
+from cachefleet.runtime.http.infer_front import InferFront
 from cachefleet.runtime.http.traced import TracedInfer
 from cachefleet.runtime.server import create_server
 from cachefleet.runtime.service.request_ledger import RequestLedger
@@ -31,16 +32,18 @@ def no_otel_variables(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_without_otel_variables_the_server_is_the_plain_one(settings: RuntimeSettings) -> None:
-    assert type(create_server(settings)) is InferShortcut
+    server = create_server(settings)
+    assert type(server) is InferFront
+    assert not isinstance(server.serve, TracedInfer)
 
 
-def test_an_otlp_endpoint_puts_the_tracing_front_before_it(
+def test_an_otlp_endpoint_serves_infer_requests_in_spans_behind_the_same_front(
     settings: RuntimeSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
     server = create_server(settings)
-    assert isinstance(server, TracedInfer)
-    assert isinstance(server.app, InferShortcut)
+    assert type(server) is InferFront
+    assert isinstance(server.serve, TracedInfer)
 
 
 async def test_the_runtime_traces_only_with_an_exporter(settings: RuntimeSettings) -> None:

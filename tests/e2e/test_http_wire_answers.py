@@ -1,8 +1,8 @@
-"""The server writes a response's head and body together: what a client can tell of it.
+"""Whole answers on the wire: what a client can tell of how the server writes them.
 
-Raw sockets against a real server, so that what uvicorn's protocol and the transport that
-holds a head back put on the wire is read byte for byte: heads with and without bodies, the
-interim ``100 Continue``, pipelined requests on one connection and ``Connection: close``.
+Raw sockets against a real server, so that what uvicorn's protocol puts on the wire is read
+byte for byte: heads with and without bodies, the interim ``100 Continue``, pipelined requests
+on one connection and ``Connection: close``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""Deadlines and a connection cap on uvicorn's HTTP protocols, so that slow clients are cut off.
+"""Everything of the HTTP path that reaches below ASGI, in one module: uvicorn's protocols with
+the connection guard. Nothing else in the project imports uvicorn's internals.
+
+ASGI cannot express it: an application sees a request only once its head is in, and cannot
+close a connection whose client stalls before that.
 
 uvicorn closes a keep-alive connection that stays idle, and nothing else: a client that sends
 its request head one byte a second, or its body that slowly, holds a connection (and whatever
@@ -18,9 +22,18 @@ being read then sees the client gone. The checks run on one timer per connection
 :func:`tick_s` seconds, so a cut comes within a tick of its deadline; the hot path pays one
 addition per ``data_received``.
 
-This module touches uvicorn's protocol internals (``connections``, ``cycle``, ``flow``,
-``on_response_complete``), which is why uvicorn's version is bounded from above in
-``pyproject.toml``; ``tests/e2e/test_http_limits.py`` fails when they move.
+(A transport that held a response's head back to write it with its body, saving a system call
+per answer, lived here too; measured side by side under the same load it made no difference
+beyond the noise, so it went: ``bench/results/2026-11-28-http-path.md``.)
+
+The internals read here: the protocols' ``connections``, ``cycle`` (``more_body``,
+``response_complete``), ``flow`` (``read_paused``), ``transport``, ``loop``, ``app`` and
+``on_response_complete``. That is why uvicorn is bounded in ``pyproject.toml`` to the minor
+releases the dependency-floor test runs (``tests/test_dependency_floors.py``: its lowest
+release, and the development environment's highest);
+``tests/runtime/test_http_connection_guard.py`` and ``tests/e2e/test_http_limits.py`` fail when
+they move. The classes are defined at module level because uvicorn pickles the protocol class
+to its worker processes.
 """
 
 from __future__ import annotations
@@ -29,6 +42,7 @@ import asyncio
 from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from cachefleet.runtime.config import LimitSettings
 
@@ -53,7 +67,7 @@ def tick_s(limits: LimitSettings) -> float:
 
 class ConnectionGuard:
     """Mixed in before a uvicorn HTTP protocol class. The limits are the served application's
-    (``app.limits``, which :class:`~cachefleet.runtime.http.infer_shortcut.InferShortcut` has):
+    (``app.limits``, which :class:`~cachefleet.runtime.http.infer_front.InferFront` has):
     uvicorn builds protocols from a class it pickles to its worker processes, so the class
     itself cannot carry them."""
 
@@ -160,3 +174,7 @@ def _limits_of(app: Any) -> LimitSettings:
 
 class GuardedH11Protocol(ConnectionGuard, H11Protocol):
     """uvicorn's h11 protocol with the guard (where httptools is not installed)."""
+
+
+class GuardedHttpToolsProtocol(ConnectionGuard, HttpToolsProtocol):
+    """uvicorn's httptools protocol with the guard."""

@@ -1,11 +1,11 @@
-"""Memoized infer answers written by the HTTP protocol itself: what a client sees of them.
+"""Memoized infer answers on the wire: what a client sees of them.
 
-A repeated request whose answer is memoized is answered by the server's HTTP protocol before
-any of the application runs (``runtime/http/memo_protocol.py``). Raw sockets against a real
-server read what goes on the wire byte for byte: the same answer as the application gives,
-counted the same, in request order on a pipelined connection, and every request the protocol
-must not answer (split bodies, ``Connection: close``, restricted inference, cache directives,
-compression, a flushed entry) answered as before.
+A repeated request whose answer is memoized is answered by the infer front, a plain ASGI
+callable in front of the application (``runtime/http/infer_front.py``), from the answer memo.
+Raw sockets against a real server read what goes on the wire byte for byte: the same answer as
+the full path gives, counted the same, in request order on a pipelined connection, and every
+request the memo must not answer alone (split bodies, ``Connection: close``, restricted
+inference, cache directives, compression, a flushed entry) answered as before.
 """
 
 from __future__ import annotations
@@ -240,10 +240,10 @@ def _sized_request(size: int) -> tuple[bytes, bytes]:
 def test_bodies_at_the_held_size_are_answered_however_they_are_split(
     server: ServerProcess, size: int, held_back: int | None
 ) -> None:
-    """The memo holds a body of up to 64 KiB before uvicorn's request cycle exists; the
-    connection guard must not take that held body for an overlong head and close the
-    connection. ``held_back``: the body's last bytes, sent in a second write (None: the head
-    alone first, then the whole body)."""
+    """Bodies around uvicorn's 64 KiB read size, split any way, are answered (memoized or not):
+    the connection guard never takes a body for an overlong head and closes the connection.
+    ``held_back``: the body's last bytes, sent in a second write (None: the head alone first,
+    then the whole body)."""
     head, body = _sized_request(size)
     if held_back is None:
         writes = [head, body]
@@ -251,7 +251,7 @@ def test_bodies_at_the_held_size_are_answered_however_they_are_split(
         writes = [head + body[: len(body) - held_back], body[len(body) - held_back :]]
     with raw_http.connect(server) as stream:
         buffer = bytearray()
-        for _ in range(2):  # a miss, then the same request again (held by the memo)
+        for _ in range(2):  # a miss, then the same request again (from the memo)
             for write in writes:
                 stream.sendall(write)
                 time.sleep(0.05)

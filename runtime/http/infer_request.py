@@ -1,0 +1,120 @@
+"""An HTTP infer request, decided once: its route and the headers that matter, read in one pass.
+
+:class:`InferHeads` turns an ASGI scope into an :class:`InferHead` (or None: not an infer path)
+before anything else looks at the request: the model and version the path names, the declared
+body length, the binary extension's header length, the body's encoding, the encodings the client
+accepts, its cache directives, the ``--http-restricted-api`` verdict for the inference group, and
+whether its answer may come from the memo. Everything after it (the memo lookup, the endpoint,
+the body reader, the budget's charge, tracing, the error mapping) reads the head: no later step
+parses the path, scans the headers or checks the restriction again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from starlette.types import Scope
+
+from cachefleet.runtime.cache.api import CacheDirectives
+from cachefleet.runtime.config import RuntimeSettings
+from cachefleet.runtime.errors import BadRequestError
+from cachefleet.runtime.http.restricted import ApiGuard, refusal_message
+from cachefleet.runtime.protocol.cache_control import directives_from
+
+_PREFIX = "/v2/models/"
+_SUFFIX = "/infer"
+
+
+@dataclass(frozen=True, slots=True)
+class InferHead:
+    """What one infer request is, as its head says (see the module)."""
+
+    method: str
+    #: The request's path (for error logs and spans).
+    path: str
+    #: The model and version as the path names them (None: the latest).
+    model: str
+    version: str | None
+    #: ``Content-Length`` when it is a number, else None (chunked, absent or garbage).
+    declared: int | None
+    #: ``Inference-Header-Content-Length`` (None: absent).
+    header_length: int | None
+    #: A header length that is not an integer, refused once the body is in (the body limit
+    #: comes first).
+    bad_header: BadRequestError | None
+    #: ``Content-Encoding`` when the body must be inflated (None: absent or ``identity``).
+    encoding: str | None
+    #: ``Accept-Encoding`` (None: the answer goes out as rendered).
+    accept: str | None
+    directives: CacheDirectives
+    #: Why the inference group's restriction refuses the request; None when it admits it.
+    refusal: str | None
+    #: Whether the memo may answer (the cache is looked up and the header length is sound);
+    #: whether there is a memo is the runtime's (``Runtime.memo``).
+    memo: bool
+
+
+class InferHeads:
+    """Describes the infer requests of a server with ``settings`` (see the module)."""
+
+    def __init__(self, settings: RuntimeSettings) -> None:
+        restriction = ApiGuard(settings.security.http_restricted_api).restriction("inference")
+        self._restriction = restriction
+        #: The (lower-case) header the restriction reads, b"" when there is none.
+        self._header = b"" if restriction is None else restriction.header.lower().encode()
+        self._refusal = None if restriction is None else refusal_message(restriction)
+
+    def __call__(self, scope: Scope) -> InferHead | None:
+        """The head of ``scope``'s request when its path is an infer path, else None."""
+        path: str = scope["path"]
+        route = infer_route(path)
+        if route is None:
+            return None
+        declared = header_length = bad_header = encoding = accept = cache_control = None
+        presented = None
+        restricted = self._header
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                declared = int(value) if value.isdigit() else None
+            elif name == b"inference-header-content-length":
+                header_length, bad_header = _header_length(value)
+            elif name == b"content-encoding":
+                encoding = None if value == b"identity" else value.decode("latin-1")
+            elif name == b"accept-encoding":
+                accept = value.decode("latin-1")
+            elif name == b"cache-control":
+                cache_control = value.decode("latin-1")
+            elif name == restricted:
+                presented = value
+        refusal = None
+        if self._restriction is not None and not self._restriction.admits(presented):
+            refusal = self._refusal
+        directives = directives_from(cache_control)
+        return InferHead(
+            scope["method"], path, route[0], route[1], declared, header_length, bad_header,
+            encoding, accept, directives, refusal,
+            memo=directives.lookup and bad_header is None,
+        )  # fmt: skip
+
+
+def infer_route(path: str) -> tuple[str, str | None] | None:
+    """``(model, version)`` of an infer path, None for any other path: ``/v2/models/{m}/infer``
+    and ``/v2/models/{m}/versions/{v}/infer``, each segment non-empty and free of ``/``."""
+    if not path.startswith(_PREFIX) or not path.endswith(_SUFFIX):
+        return None
+    parts = path[len(_PREFIX) : -len(_SUFFIX)].split("/")
+    if len(parts) == 1 and parts[0]:
+        return parts[0], None
+    if len(parts) == 3 and parts[1] == "versions" and parts[0] and parts[2]:
+        return parts[0], parts[2]
+    return None
+
+
+def _header_length(value: bytes) -> tuple[int | None, BadRequestError | None]:
+    """The binary extension's header length, or the error to answer once the body is read."""
+    try:
+        return int(value), None
+    except ValueError:
+        text = value.decode("latin-1")
+        message = f"Inference-Header-Content-Length must be an integer, got {text!r}"
+        return None, BadRequestError(message)
