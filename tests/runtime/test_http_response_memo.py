@@ -120,7 +120,7 @@ def test_memo_and_local_tier_together_stay_within_their_bounds() -> None:
         for index in range(400):
             key = CacheKey("m", "1", index.to_bytes(32, "little"))
             output = Tensor("out", "UINT8", (64 * 1024,), bytes([index % 256]) * (64 * 1024))
-            local.put(key, [output], ttl_s=0)
+            local.insert(key, [output], ttl_s=0)
             entry = local.entry(key)
             assert entry is not None
             memo.put(index.to_bytes(32, "little"), model, token(key, entry), b"r" * 200, None)
