@@ -76,7 +76,7 @@ class LocalTier:
     def asks(self, key: CacheKey) -> bool:
         return True
 
-    async def lookup(self, key: CacheKey) -> Found | None:
+    def lookup(self, key: CacheKey) -> Found | None:
         """The live entry's outputs and identity (see :meth:`entry`), marked as recently used;
         None when absent or expired."""
         slot = self._live(key)
@@ -85,8 +85,8 @@ class LocalTier:
         outputs, _, _, identity = slot
         return Found([Tensor.trusted(*fields) for fields in outputs], None, identity)
 
-    async def lookup_many(self, keys: Sequence[CacheKey]) -> list[Found | None]:
-        return [await self.lookup(key) for key in keys]
+    def lookup_many(self, keys: Sequence[CacheKey]) -> list[Found | None]:
+        return [self.lookup(key) for key in keys]
 
     def entry(self, key: CacheKey) -> object | None:
         """The live entry's identity for ``key``, an opaque object, marked as recently used;
@@ -140,7 +140,7 @@ class LocalTier:
                 self._remove(plain)
                 self._on_size(self._bytes)
 
-    async def flush(self, model: str) -> int:
+    def flush(self, model: str) -> int:
         """Drop every entry of ``model``; returns how many were dropped."""
         with self._lock:
             doomed = [plain for plain in self._slots if plain[0] == model]

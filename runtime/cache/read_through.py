@@ -32,12 +32,11 @@ makes a miss. Only compute's own exceptions propagate, and a failed compute stor
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from cachefleet.runtime.cache.admission import AdmissionPolicy, ModelAdmission
 from cachefleet.runtime.cache.api import (
@@ -56,7 +55,7 @@ from cachefleet.runtime.cache.flush_marks import FlushMarks
 from cachefleet.runtime.cache.key import CacheKey, compute_key
 from cachefleet.runtime.cache.metrics import CacheMetrics, ModelCacheMetrics
 from cachefleet.runtime.cache.singleflight import SingleFlight
-from cachefleet.runtime.cache.tier import Found, Tier
+from cachefleet.runtime.cache.tier import Found, Tier, flushed
 from cachefleet.runtime.cache.writebehind import WriteBehind
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.tensor import Tensor
@@ -66,12 +65,33 @@ if TYPE_CHECKING:  # redis-py is imported only by servers that use Redis (see fa
 
 logger = logging.getLogger(__name__)
 _Outcome = tuple[list[Tensor], CacheStatus]
-#: A tier of output tensors keyed by request key (local, Redis).
-TensorTier = Tier[CacheKey, Found, Sequence[Tensor]]
+
+
+class TensorTier(Tier[CacheKey, Found, Sequence[Tensor]], Protocol):
+    """A tier of output tensors by request key (local, Redis), which the loop looks up."""
+
+    def asks(self, key: CacheKey) -> bool:
+        """Whether a lookup of ``key`` would reach the tier now: an in-process tier always
+        does; the shared tier not while the breaker of ``key``'s shard is open (a True may be
+        that breaker's one probe, so a lookup follows it). A tier not asked is no lookup:
+        neither timed nor counted."""
+        ...
+
+    def lookup_many(
+        self, keys: Sequence[CacheKey]
+    ) -> list[Found | None] | Awaitable[list[Found | None]]:
+        """``lookup`` of several keys (a batched request's rows) at once: one round trip per
+        shard for the shared tier, which asks its breakers itself."""
+        ...
 
 
 class InProcessTier(TensorTier, Protocol):
-    """A tier in this process, whose entries have identities a liveness token can name."""
+    """A tier in this process: it answers at once, and its entries have identities a
+    liveness token can name."""
+
+    def lookup(self, key: CacheKey) -> Found | None: ...
+
+    def flush(self, model: str) -> int: ...
 
     def entry(self, key: CacheKey) -> object | None: ...
 
@@ -112,14 +132,18 @@ class ReadThroughCache:
         admission: AdmissionPolicy | None = None,
         fleet: FleetCoalescing | None = None,
         listen: Listen | None = None,
+        front: Sequence[Tier[Any, Any, Any]] = (),
     ) -> None:
         """``near``: the in-process tiers, looked up first, in order; ``shared``: the tier all
         replicas share, looked up last, once per key (single-flight) and fleet (``fleet``);
+        ``front``: the tiers in front of this cache, of rendered answers (the memo), which the
+        transports consult and this cache flushes with the others;
         ``listen``: makes the listener that drops this replica's copies when another replica
         flushes a model; ``admission``: which tiers each model uses (by default every tier,
         always)."""
         self.metrics = metrics
         self.model_metrics = cache_metrics or CacheMetrics(metrics)
+        self.front = tuple(front)
         self.near = tuple(near)
         self.shared = shared
         self.tiers: tuple[TensorTier, ...] = (*near, *((shared,) if shared else ()))
@@ -127,11 +151,10 @@ class ReadThroughCache:
         names = tuple(tier.name for tier in self.tiers)
         self.admission = admission or AdmissionPolicy("always", names)  # type: ignore[arg-type]
         self.fleet = fleet
-        self.listener = listen(self._heard_flush) if listen is not None else None
+        self.listener = listen(self.drop_near) if listen is not None else None
         self._flight: SingleFlight[_Outcome] = SingleFlight()
         #: Each in-process tier's check of its liveness tokens, bound once.
         self._confirms = {id(tier): functools.partial(self._confirm, tier) for tier in near}
-        self._drops: set[asyncio.Task[None]] = set()
 
     @property
     def writes(self) -> WriteBehind:
@@ -230,7 +253,9 @@ class ReadThroughCache:
             since = self.marks.now()
             began = time.perf_counter() if first_from is None else first_from
             first_from = None
-            found = await tier.lookup(key)
+            found = tier.lookup(key)
+            if found is not None and not isinstance(found, Found):
+                found = await found  # a tier that waits (see ``tier``)
             now = time.perf_counter()
             self._looked_up(plan, tier, now - began, found is not None)
             if found is not None:
@@ -381,28 +406,21 @@ class ReadThroughCache:
         self.marks.mark(model)
         removed = 0
         try:
-            for tier in self.tiers:
-                removed += await tier.flush(model)
+            for tier in (*self.front, *self.tiers):
+                removed += await flushed(tier, model)
         finally:
             # Copies promoted while the shared tier was walked go too (see the docstring).
             if self.shared is not None:
-                await self.drop_near(model)
+                self.drop_near(model)
         logger.info("cache: flushed %d entries of model %r", removed, model)
         return removed
 
-    async def drop_near(self, model: str) -> None:
+    def drop_near(self, model: str) -> None:
         """Another replica flushed ``model`` (or this one's flush walked the shared tier):
         forget this replica's copies, and keep none read before now."""
         self.marks.mark(model)
         for tier in self.near:
-            await tier.flush(model)
-
-    def _heard_flush(self, model: str) -> None:
-        """A flush another replica announced: marked now, the tiers emptied on the loop."""
-        self.marks.mark(model)
-        task = asyncio.ensure_future(self.drop_near(model))
-        self._drops.add(task)
-        task.add_done_callback(self._drops.discard)
+            tier.flush(model)
 
     async def get_rows_or_compute(
         self, rows: Sequence[CacheRequest], compute: RowsCompute
@@ -422,7 +440,9 @@ class ReadThroughCache:
                 break
             since = self.marks.now()
             began = time.perf_counter()
-            answers = await tier.lookup_many([keys[i] for i in remaining])
+            answers = tier.lookup_many([keys[i] for i in remaining])
+            if not isinstance(answers, list):
+                answers = await answers
             elapsed = time.perf_counter() - began
             plan.series.lookup[tier.name].observe(elapsed)
             judge = plan.admission.tier(tier.name)

@@ -17,21 +17,23 @@ cannot be made is dropped, and the tier counts and reports them. Only a flush ra
 (:class:`~cachefleet.runtime.cache.errors.CacheTierError`): a flush that silently did nothing
 would leave stale answers in place.
 
-Lookups and flushes may wait (a round trip to Redis), so they are coroutines; an insert and a
-delete never wait (an in-process tier makes them at once, the shared tier queues them behind
-the response), so they are plain calls.
+Lookups and flushes of an in-process tier (the memo, the local tier) are made at once, and
+must be: the memo is read from gRPC's threads. The shared tier's wait for Redis, so they return
+an awaitable, and whoever composes tiers awaits what is awaitable (as the write-behind queue
+does with its jobs). An insert and a delete never wait (an in-process tier makes them at once,
+the shared tier queues them behind the response), so they are plain calls everywhere.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from cachefleet.runtime.tensor import Tensor
 
 K = TypeVar("K", contravariant=True)
-A = TypeVar("A")
+A = TypeVar("A", covariant=True)
 V = TypeVar("V", contravariant=True)
 
 
@@ -52,7 +54,7 @@ class TierFigures:
 
     #: Entries and bytes held now; None where the tier cannot tell cheaply (a shared store).
     entries: int | None
-    size_bytes: int | None
+    bytes: int | None
     hits: int
     misses: int
     #: Entries dropped to make room (not expired, flushed or deleted ones).
@@ -66,33 +68,30 @@ class Tier(Protocol[K, A, V]):
     @property
     def name(self) -> str: ...
 
-    def asks(self, key: K) -> bool:
-        """Whether a lookup of ``key`` would reach the tier now: an in-process tier always
-        does; the shared tier not while the breaker of ``key``'s shard is open (a True may be
-        that breaker's one probe, so :meth:`lookup` follows it). A tier not asked is no
-        lookup: neither timed nor counted."""
-        ...
-
-    async def lookup(self, key: K) -> A | None:
+    def lookup(self, key: K) -> A | Awaitable[A | None] | None:
         """The live answer kept under ``key``, or None (absent, expired, unreadable, or the
-        tier unreachable: all misses to the caller)."""
-        ...
-
-    async def lookup_many(self, keys: Sequence[K]) -> list[A | None]:
-        """:meth:`lookup` of several keys at once (one round trip where the tier has them)."""
+        tier unreachable: all misses to the caller). An in-process tier answers at once; one
+        that must wait answers with an awaitable."""
         ...
 
     def insert(self, key: K, value: V, ttl_s: float) -> bool:
-        """Keep ``value`` under ``key`` for ``ttl_s`` seconds (0: no expiry); False when it
-        is not kept (too large for the tier, or its queue full: counted by the tier)."""
+        """Keep ``value`` under ``key`` for ``ttl_s`` seconds (0: as long as the tier keeps
+        anything); False when it is not kept (too large for the tier, or its queue full:
+        counted by the tier)."""
         ...
 
     def delete(self, key: K) -> None:
         """Drop ``key``'s entry, if any."""
         ...
 
-    async def flush(self, model: str) -> int:
-        """Drop every entry of ``model``; returns how many went."""
+    def flush(self, model: str) -> int | Awaitable[int]:
+        """Drop every entry of ``model``; how many went (at once, or once awaited)."""
         ...
 
     def figures(self) -> TierFigures: ...
+
+
+async def flushed(tier: Tier[Any, Any, Any], model: str) -> int:
+    """``tier.flush(model)``, awaited when the tier must wait for it."""
+    removed = tier.flush(model)
+    return removed if isinstance(removed, int) else await removed

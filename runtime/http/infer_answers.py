@@ -123,7 +123,7 @@ class MemoizedAnswers(ServiceAnswers):
     def memoized(
         self, name: str, version: str | None, digest: bytes, started_ns: int
     ) -> MemoEntry | None:
-        found = self.memo.get(digest)
+        found = self.memo.lookup(digest)
         if found is None:
             return None
         try:
@@ -132,7 +132,7 @@ class MemoizedAnswers(ServiceAnswers):
             return None  # its own path refuses it, and counts the failure
         now_ns = found.token.confirm(started_ns) if found.model is model else None
         if now_ns is None:
-            self.memo.discard(digest)  # stale: its entry or its model is gone
+            self.memo.delete(digest)  # stale: its entry or its model is gone
             return None
         passage = self._ledger.open(model, "http", started_ns)
         passage.cache_status, passage.cache_ns = CacheStatus.HIT_LOCAL, now_ns - started_ns
@@ -165,10 +165,9 @@ class MemoizedAnswers(ServiceAnswers):
             outputs = answer.request.outputs
             shared = decode.read_shared_memory or any(o.shared_memory is not None for o in outputs)
             if token is not None and not shared:
-                self.memo.put(
-                    key, outcome.body, answer.model, token, name, version or "",
-                    answer_headers(outcome.body, outcome.header_length, HIT_LOCAL),
-                )  # fmt: skip
+                headers = answer_headers(outcome.body, outcome.header_length, HIT_LOCAL)
+                entry = MemoEntry(outcome.body, answer.model, token, name, version or "", headers)
+                self.memo.insert(key, entry)
             return outcome
 
         return await self._service.answer(

@@ -5,8 +5,6 @@ from __future__ import annotations
 import gc
 import random
 import threading
-from collections.abc import Coroutine
-from typing import Any, TypeVar
 
 import numpy as np
 
@@ -14,8 +12,6 @@ from cachefleet.runtime.cache.key import CacheKey
 from cachefleet.runtime.cache.local import LocalTier, entry_size
 from cachefleet.runtime.cache.tier import TierFigures
 from cachefleet.runtime.tensor import Tensor
-
-T = TypeVar("T")
 
 
 class Clock:
@@ -36,17 +32,8 @@ def outputs(size: int) -> list[Tensor]:
     return [Tensor("y", "UINT8", (size,), bytes(size))]
 
 
-def run(step: Coroutine[Any, Any, T]) -> T:
-    """An in-process tier's coroutine, run to its end here: it never waits (from any thread)."""
-    try:
-        step.send(None)
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-    raise AssertionError("an in-process tier waited")
-
-
 def get(tier: LocalTier, at: CacheKey) -> list[Tensor] | None:
-    found = run(tier.lookup(at))
+    found = tier.lookup(at)
     return None if found is None else found.outputs
 
 
@@ -116,7 +103,7 @@ def test_a_flush_drops_only_that_model() -> None:
     for index in range(5):
         tier.insert(key(index, "a"), outputs(10), ttl_s=60)
         tier.insert(key(index, "b"), outputs(10), ttl_s=60)
-    assert run(tier.flush("a")) == 5
+    assert tier.flush("a") == 5
     assert get(tier, key(0, "a")) is None
     assert get(tier, key(0, "b")) is not None
     assert len(tier) == 5
@@ -196,7 +183,7 @@ def test_an_entry_identity_lives_exactly_as_long_as_the_entry() -> None:
 
     tier.insert(key(1), outputs(100), ttl_s=10)
     assert tier.entry(key(1)) is not None
-    run(tier.flush("m"))
+    tier.flush("m")
     assert tier.entry(key(1)) is None
 
 

@@ -43,7 +43,7 @@ class OneBodyFront(MemoFront):
             return None
         self.answered += 1
         headers = answer_headers(self.answer_body, None, HIT_LOCAL)
-        return MemoEntry(self.answer_body, None, None, "m", "", 0, headers)  # type: ignore[arg-type]
+        return MemoEntry(self.answer_body, None, None, "m", "", headers)  # type: ignore[arg-type]
 
 
 class Application:
