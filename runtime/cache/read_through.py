@@ -218,7 +218,7 @@ class ReadThroughCache:
         tier is skipped mostly never does."""
         series = self.model_metrics.of(request.model, request.version)
         admission = self.admission.of(request.model, request.version)
-        plan = _Plan(request, series, admission)
+        plan = _Plan(request, series, admission, self._key)
         if not request.enabled or not directives.lookup:
             plan.store = request.enabled and directives.store
             return plan
@@ -265,6 +265,13 @@ class ReadThroughCache:
                 self._promote(key, found, plan.tiers[: plan.tiers.index(tier)], plan, since)
                 return tier, found
         return None
+
+    @staticmethod
+    def _key(request: CacheRequest) -> CacheKey:
+        """The request's cache key (``key``); an attribute, so a profile can wrap it."""
+        return compute_key(
+            request.model, request.version, request.fingerprint, request.inputs, request.parameters
+        )
 
     def _looked_up(self, plan: _Plan, tier: TensorTier, elapsed_s: float, hit: bool) -> None:
         """Count one lookup of ``tier``: the one place lookups are timed and hits counted."""
@@ -432,7 +439,7 @@ class ReadThroughCache:
             return []
         started = time.perf_counter()
         plan = self._plan(rows[0], CacheDirectives())
-        keys = [_key(row) for row in rows]
+        keys = [self._key(row) for row in rows]
         found: list[RowHit | None] = [None] * len(rows)
         remaining = list(range(len(rows)))
         for index, tier in enumerate(plan.tiers):
@@ -456,7 +463,7 @@ class ReadThroughCache:
                 self.metrics.triton.record(
                     rows[row].model, rows[row].version, hit=True, duration_s=elapsed
                 )
-                row_plan = _Plan(rows[row], plan.series, plan.admission)
+                row_plan = _Plan(rows[row], plan.series, plan.admission, self._key)
                 self._promote(keys[row], answer, plan.tiers[:index], row_plan, since)
             plan.series.row_hits[tier.name].inc(held)
             remaining = [row for row in remaining if found[row] is None]
@@ -477,12 +484,17 @@ class ReadThroughCache:
 class _Plan:
     """One request's decisions, made once by :meth:`ReadThroughCache._plan`."""
 
-    __slots__ = ("_key", "admission", "bypass", "request", "series", "store", "tiers")
+    __slots__ = ("_key", "_keyer", "admission", "bypass", "request", "series", "store", "tiers")
 
     def __init__(
-        self, request: CacheRequest, series: ModelCacheMetrics, admission: ModelAdmission
+        self,
+        request: CacheRequest,
+        series: ModelCacheMetrics,
+        admission: ModelAdmission,
+        keyer: Callable[[CacheRequest], CacheKey],
     ) -> None:
         self.request = request
+        self._keyer = keyer
         self.series = series
         self.admission = admission
         #: The tiers this request uses, in order.
@@ -495,14 +507,8 @@ class _Plan:
     def key(self) -> CacheKey:
         """The request's key, made on first use."""
         if self._key is None:
-            self._key = _key(self.request)
+            self._key = self._keyer(self.request)
         return self._key
-
-
-def _key(request: CacheRequest) -> CacheKey:
-    return compute_key(
-        request.model, request.version, request.fingerprint, request.inputs, request.parameters
-    )
 
 
 def _hit(tier: TensorTier) -> CacheStatus:
