@@ -152,16 +152,14 @@ class ReadThroughCache:
         self.admission = admission or AdmissionPolicy("always", names)  # type: ignore[arg-type]
         self.fleet = fleet
         self.listener = listen(self.drop_near) if listen is not None else None
+        #: The shared tier's write-behind queue (what tests and profiles wait on to drain);
+        #: without a shared tier, one that nothing is ever written to.
+        self.writes = shared.writes if shared is not None else WriteBehind(1)
         self._flight: SingleFlight[_Outcome] = SingleFlight()
+        #: The ``X-Cache`` value of a hit in each tier (``hit-<name>``).
+        self._hits = {id(tier): CacheStatus(f"hit-{tier.name}") for tier in self.tiers}
         #: Each in-process tier's check of its liveness tokens, bound once.
         self._confirms = {id(tier): functools.partial(self._confirm, tier) for tier in near}
-
-    @property
-    def writes(self) -> WriteBehind:
-        """The shared tier's write-behind queue (what a test waits for to drain)."""
-        if self.shared is None:
-            raise LookupError("no shared tier: nothing is written behind")
-        return self.shared.writes
 
     async def start(self) -> None:
         if self.shared is not None:
@@ -192,14 +190,13 @@ class ReadThroughCache:
             if plan.store:
                 self._store(plan.key(), outputs, request.ttl_s, since, self.tiers)
             return CacheAnswer(outputs, CacheStatus.BYPASS)
-        near = [tier for tier in plan.tiers if tier is not self.shared]
-        hit = await self._first_hit(plan, near, started, first_from=started)
+        hit = await self._first_hit(plan, plan.near, started, first_from=started)
         if hit is not None:
             tier, found = hit
             token = None
             if found.identity is not None:
                 token = LocalEntryToken(plan.key(), found.identity, self._confirms[id(tier)])
-            return CacheAnswer(found.outputs, _hit(tier), token)
+            return CacheAnswer(found.outputs, self._hits[id(tier)], token)
         key = plan.key()
         if key in self._flight:
             # Counted apart from hits and misses: those count what the tiers and the model did,
@@ -231,6 +228,8 @@ class ReadThroughCache:
                 sampled = admission.in_sample(request.inputs, plan.key)
             if judge.admitted or judge.wants(bool(sampled)):
                 plan.tiers.append(tier)
+                if tier is not self.shared:
+                    plan.near.append(tier)
         plan.bypass = not plan.tiers  # every tier skipped: what ``--cache none`` does
         return plan
 
@@ -250,7 +249,8 @@ class ReadThroughCache:
         for tier in tiers:
             if not tier.asks(key):
                 continue
-            since = self.marks.now()
+            # When it was read, for a promotion (none from the first tier: nothing before it).
+            since = self.marks.now() if tier is not plan.tiers[0] else 0.0
             began = time.perf_counter() if first_from is None else first_from
             first_from = None
             found = tier.lookup(key)
@@ -262,7 +262,8 @@ class ReadThroughCache:
                 self.metrics.triton.record(
                     plan.request.model, plan.request.version, hit=True, duration_s=now - started
                 )
-                self._promote(key, found, plan.tiers[: plan.tiers.index(tier)], plan, since)
+                if since:
+                    self._promote(key, found, plan.tiers[: plan.tiers.index(tier)], plan, since)
                 return tier, found
         return None
 
@@ -302,7 +303,7 @@ class ReadThroughCache:
         shared = [tier for tier in plan.tiers if tier is self.shared]
         hit = await self._first_hit(plan, shared, started) if shared else None
         if hit is not None:
-            return hit[1].outputs, _hit(hit[0])
+            return hit[1].outputs, self._hits[id(hit[0])]
         lookup_s = time.perf_counter() - started
         since = self.marks.now()
         turn = await self._fleet_turn(key, plan)
@@ -312,7 +313,7 @@ class ReadThroughCache:
                 request.model, request.version, hit=True, duration_s=time.perf_counter() - started
             )
             self._promote(key, turn.filled, plan.tiers[:-1], plan, since)
-            return turn.filled.outputs, _hit(self.shared)
+            return turn.filled.outputs, self._hits[id(self.shared)]
         plan.series.misses.inc()
         since = self.marks.now()
         try:
@@ -459,7 +460,7 @@ class ReadThroughCache:
                 if answer is None:
                     continue
                 held += 1
-                found[row] = (answer.outputs, _hit(tier))
+                found[row] = (answer.outputs, self._hits[id(tier)])
                 self.metrics.triton.record(
                     rows[row].model, rows[row].version, hit=True, duration_s=elapsed
                 )
@@ -484,7 +485,9 @@ class ReadThroughCache:
 class _Plan:
     """One request's decisions, made once by :meth:`ReadThroughCache._plan`."""
 
-    __slots__ = ("_key", "_keyer", "admission", "bypass", "request", "series", "store", "tiers")
+    __slots__ = (
+        "_key", "_keyer", "admission", "bypass", "near", "request", "series", "store", "tiers",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -497,8 +500,9 @@ class _Plan:
         self._keyer = keyer
         self.series = series
         self.admission = admission
-        #: The tiers this request uses, in order.
+        #: The tiers this request uses, in order, and those of them in this process.
         self.tiers: list[TensorTier] = []
+        self.near: list[TensorTier] = []
         #: Computed without a lookup; ``store``: and inserted all the same (``no-cache``).
         self.bypass = True
         self.store = False
@@ -509,8 +513,3 @@ class _Plan:
         if self._key is None:
             self._key = self._keyer(self.request)
         return self._key
-
-
-def _hit(tier: TensorTier) -> CacheStatus:
-    """The ``X-Cache`` value of a hit in ``tier``: ``hit-<name>``."""
-    return CacheStatus(f"hit-{tier.name}")
