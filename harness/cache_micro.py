@@ -69,7 +69,10 @@ def summary(name: str, samples: list[float]) -> str:
 
 async def cache_for(mode: str, redis_url: str | None) -> ReadThroughCache:
     settings = RuntimeSettings.model_validate(
-        {"cache": {"mode": mode, "local_size_bytes": 2**30}, "redis": {"url": redis_url}}
+        {
+            "cache": {"mode": mode, "local_size_bytes": 2**30, "admission": "always"},
+            "redis": {"url": redis_url},
+        }
     )
     cache = build_cache(settings, RuntimeMetrics())
     assert isinstance(cache, ReadThroughCache)

@@ -24,9 +24,8 @@ from typing import TYPE_CHECKING
 
 from cachefleet.runtime.cache.admission import AdmissionPolicy
 from cachefleet.runtime.cache.api import ResponseCache
-from cachefleet.runtime.cache.factory import build_admission, build_cache
+from cachefleet.runtime.cache.factory import build_admission, build_cache, build_memo
 from cachefleet.runtime.cache.memo import ResponseMemo
-from cachefleet.runtime.cache.memo_metrics import MemoCollector
 from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.errors import NotReadyError
 from cachefleet.runtime.metrics import RuntimeMetrics
@@ -114,7 +113,8 @@ class Runtime:
             )
             stack.callback(executor.shutdown, wait=True, cancel_futures=True)
             admission = build_admission(settings)
-            cache = build_cache(settings, metrics, admission)
+            memo = build_memo(settings)
+            cache = build_cache(settings, metrics, admission, memo)
             stack.push_async_callback(cache.close)
             await cache.start()
             shared_memory = SharedMemoryRegistry(
@@ -142,7 +142,6 @@ class Runtime:
                 settle=ledger.settle,
             )
             control.on_release(service.release_model)
-            memo = _build_memo(settings, metrics)
             if memo is not None:
                 control.on_release(_forgetting(memo))
             limits = settings.limits
@@ -178,16 +177,6 @@ class RuntimeSlot:
         if self.runtime is None:
             raise NotReadyError("the server is still loading its models")
         return self.runtime
-
-
-def _build_memo(settings: RuntimeSettings, metrics: RuntimeMetrics) -> ResponseMemo | None:
-    """The one answer memo, an eighth of the local tier's bound, counted in ``metrics``; None
-    unless a local tier (``local``, ``tiered``) can vouch for what it keeps."""
-    if settings.cache.mode not in ("local", "tiered"):
-        return None
-    memo = ResponseMemo(settings.cache.local_size_bytes // 8)
-    metrics.registry.register(MemoCollector(memo))
-    return memo
 
 
 def _forgetting(memo: ResponseMemo) -> Callable[[str], Awaitable[None]]:

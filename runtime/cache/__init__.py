@@ -1,17 +1,24 @@
-"""The response cache: keys, entries, tiers (local, Redis), coalescing and write-behind.
+"""The response cache: keys, entries, tiers (memo, local, Redis), coalescing and write-behind.
 
 Layer rule: imports only ``cachefleet.runtime.{tensor,errors,config,metrics}`` and itself;
 knows nothing of HTTP or of ONNX Runtime.
 
 - ``api``: the seam the service uses (``ResponseCache``, ``CacheRequest``, ``CacheStatus``).
+- ``tier``: what every tier is (``Tier``: lookup, insert, delete, flush, figures).
+- The tiers: ``memo`` (rendered answers by raw request bytes, which the transports consult),
+  ``local`` (the byte-bounded in-process LRU of output tensors), ``shared_tier`` (Redis as a
+  tier: entries sealed and checked, breakers, write-behind) over ``redis_tier`` (the commands,
+  with ``batch`` and ``pipelined``; the client from ``redis_clients`` and ``redis_endpoint``).
 - ``key`` / ``entry``: pure data, no I/O: the BLAKE3 request key and the checked entry format.
-- ``local``: the byte-bounded in-process LRU. ``redis_tier``: Redis, with its errors translated.
-- ``breaker``, ``singleflight``, ``writebehind``: the small mechanisms ``read_through`` composes.
+- What composes around the tiers: ``admission`` (which tiers each model uses, from measured
+  costs; ``admission_metrics``: its decisions in ``/metrics``), ``singleflight``, ``fleet``
+  (with ``fleet_lease``, ``fleet_fills``, ``fleet_policy``, ``fleet_setup``: one computation per
+  fleet), ``writebehind``, ``breaker`` / ``breakers``, ``flush_marks``, ``invalidation`` (the
+  pub/sub channel that carries flushes to every replica, on ``channel_listener``).
 - ``completion``: the type that marks a compute as running to completion once started, so
   that ``singleflight`` may lead it in the caller's task.
-- ``invalidation``: the pub/sub channel that carries flushes to every replica.
-- ``metrics``: the cache's metric children, bound once per model version.
-- ``admission``: which tiers each model uses, from measured costs; ``admission_metrics``: its
-  decisions in ``/metrics``.
-- ``read_through``: the cache itself, over zero to two tiers; ``factory``: settings in, cache out.
+- ``metrics``: the cache's per-model metric children, bound once per model version;
+  ``tier_metrics``: every tier's figures in ``/metrics``.
+- ``read_through``: the cache itself, one loop over its tiers; ``factory``: settings in, cache
+  out, and the one place the tiers are listed.
 """

@@ -206,6 +206,7 @@ class ModelAdmission:
     pays one dictionary lookup to find them)."""
 
     __slots__ = (
+        "_by_name",
         "_credit",
         "_decides",
         "_tuning",
@@ -222,6 +223,7 @@ class ModelAdmission:
         self.compute_s = MovingAverage(tuning.weight)
         self.local = TierAdmission("local", self, tuning, decides=decides)
         self.redis = TierAdmission("redis", self, tuning, decides=decides)
+        self._by_name = {"local": self.local, "redis": self.redis}
         self._credit = 0.0
         self._tuning = tuning
         self._decides = decides
@@ -268,8 +270,9 @@ class ModelAdmission:
         """One answer took ``seconds`` to compute."""
         self.compute_s.add(seconds)
 
-    def tier(self, tier: Tier) -> TierAdmission:
-        return self.local if tier == "local" else self.redis
+    def tier(self, tier: str) -> TierAdmission:
+        """The figures of the tier named ``tier`` (a tier's ``name``)."""
+        return self._by_name[tier]
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,8 +31,8 @@ from cachefleet.runtime.cache.errors import CacheTierError
 from cachefleet.runtime.cache.fleet_lease import FleetLeases, coalescible
 from cachefleet.runtime.cache.fleet_policy import FleetPolicy
 from cachefleet.runtime.cache.key import CacheKey
+from cachefleet.runtime.cache.tier import Found
 from cachefleet.runtime.metrics import RuntimeMetrics
-from cachefleet.runtime.tensor import Tensor
 
 if TYPE_CHECKING:  # redis-py is imported only by servers that use Redis (see factory.py)
     from cachefleet.runtime.cache.fleet_fills import FillListener
@@ -40,8 +40,8 @@ if TYPE_CHECKING:  # redis-py is imported only by servers that use Redis (see fa
 logger = logging.getLogger(__name__)
 #: How a wait for another replica ended (the ``result`` label).
 WaitResult = Literal["filled", "lead", "deadline", "error"]
-#: The outputs of a Redis entry, None if it is not a valid one (then deleted and counted).
-Accept = Callable[[bytes], list[Tensor] | None]
+#: The answer in a Redis entry, None if it is not a valid one (then deleted and counted).
+Accept = Callable[[bytes], Found | None]
 #: The Redis insert of an answer: the future it returns resolves once Redis has it.
 Write = Callable[[], Awaitable[None]]
 #: Told of a Redis fault: count it, feed the breaker.
@@ -56,7 +56,7 @@ class FleetTurn:
         key: CacheKey,
         *,
         fleet: FleetCoalescing | None = None,
-        filled: list[Tensor] | None = None,
+        filled: Found | None = None,
         token: str | None = None,
     ) -> None:
         self.key = key

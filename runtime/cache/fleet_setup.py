@@ -1,28 +1,36 @@
-"""Builds fleet-wide coalescing for a read-through cache with a Redis tier."""
+"""Builds fleet-wide coalescing around the shared tier."""
 
 from __future__ import annotations
 
+from cachefleet.runtime.cache.admission import AdmissionPolicy
 from cachefleet.runtime.cache.fleet import FleetCoalescing
 from cachefleet.runtime.cache.fleet_fills import FillListener
 from cachefleet.runtime.cache.fleet_lease import FleetLeases
 from cachefleet.runtime.cache.fleet_policy import AdmittedCompute
-from cachefleet.runtime.cache.read_through import ReadThroughCache
-from cachefleet.runtime.cache.redis_tier import RedisTier, error_kind
+from cachefleet.runtime.cache.redis_tier import error_kind
+from cachefleet.runtime.cache.shared_tier import SharedTier
 from cachefleet.runtime.config import RuntimeSettings
+from cachefleet.runtime.metrics import RuntimeMetrics
 
 
 def build_fleet(
-    cache: ReadThroughCache, redis: RedisTier, settings: RuntimeSettings
-) -> FleetCoalescing:
-    """The fleet's leases, fills subscription and policy for ``cache`` (nothing connects here).
+    shared: SharedTier,
+    settings: RuntimeSettings,
+    admission: AdmissionPolicy,
+    metrics: RuntimeMetrics,
+) -> FleetCoalescing | None:
+    """The fleet's leases, fills subscription and policy around ``shared`` (nothing connects
+    here); None when ``--cache-fleet-coalescing`` is off.
 
-    Faults are the cache's own: counted in ``cachefleet_cache_errors_total{tier="redis"}`` and
-    told to the key's breaker, as a lookup's are.
+    Faults are the shared tier's own: counted in ``cachefleet_cache_errors_total{tier="redis"}``
+    and told to the key's breaker, as a lookup's are.
     """
-    leases = FleetLeases(redis, cache.keys)
+    if settings.cache.fleet_coalescing != "auto":
+        return None
+    leases = FleetLeases(shared.redis, shared.keys)
 
     def subscription_lost(error: BaseException) -> None:
-        cache.metrics.cache_errors.labels("redis", error_kind(error)).inc()
+        metrics.cache_errors.labels("redis", error_kind(error)).inc()
 
     listener = FillListener(
         settings.redis,
@@ -31,15 +39,10 @@ def build_fleet(
         on_fault=subscription_lost,
     )
     policy = AdmittedCompute(
-        cache.admission,
+        admission,
         min_compute_s=settings.cache.fleet_min_compute_s,
         max_wait_s=settings.cache.fleet_max_wait_s,
     )
     return FleetCoalescing(
-        leases,
-        listener,
-        policy,
-        cache.metrics,
-        breaker_of=cache.redis_breaker,
-        on_fault=cache.redis_fault,
+        leases, listener, policy, metrics, breaker_of=shared.breaker, on_fault=shared.fault
     )

@@ -1,4 +1,4 @@
-"""The in-process tier: an LRU bounded by bytes, with per-entry TTLs.
+"""The in-process tier: an LRU bounded by bytes, with per-entry TTLs (a ``tier.Tier``).
 
 An ``OrderedDict`` gives O(1) lookup, recency update and eviction; one lock makes it safe
 from any thread. It holds decoded tensors (immutable bytes), so a local hit costs a dict lookup
@@ -21,6 +21,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 from cachefleet.runtime.cache.key import CacheKey
+from cachefleet.runtime.cache.tier import Found, TierFigures
 from cachefleet.runtime.tensor import Tensor
 
 #: Bytes charged per entry and per tensor for the objects that hold them (measured roughly).
@@ -49,6 +50,8 @@ _Key = tuple[str, str, bytes]
 class LocalTier:
     """A byte-bounded, TTL-aware LRU of request keys to output tensors."""
 
+    name = "local"
+
     def __init__(
         self,
         max_bytes: int,
@@ -60,6 +63,7 @@ class LocalTier:
         self._clock = clock
         self._slots: OrderedDict[_Key, _Slot] = OrderedDict()
         self._bytes = 0
+        self._hits = self._misses = self._evictions = 0
         self._lock = threading.Lock()
 
     @property
@@ -69,18 +73,20 @@ class LocalTier:
     def __len__(self) -> int:
         return len(self._slots)
 
-    def get(self, key: CacheKey) -> list[Tensor] | None:
-        found = self.lookup(key)
-        return None if found is None else found[0]
+    def asks(self, key: CacheKey) -> bool:
+        return True
 
-    def lookup(self, key: CacheKey) -> tuple[list[Tensor], object] | None:
+    def lookup(self, key: CacheKey) -> Found | None:
         """The live entry's outputs and identity (see :meth:`entry`), marked as recently used;
         None when absent or expired."""
         slot = self._live(key)
         if slot is None:
             return None
         outputs, _, _, identity = slot
-        return [Tensor.trusted(*fields) for fields in outputs], identity
+        return Found([Tensor.trusted(*fields) for fields in outputs], None, identity)
+
+    def lookup_many(self, keys: Sequence[CacheKey]) -> list[Found | None]:
+        return [self.lookup(key) for key in keys]
 
     def entry(self, key: CacheKey) -> object | None:
         """The live entry's identity for ``key``, an opaque object, marked as recently used;
@@ -95,17 +101,21 @@ class LocalTier:
         with self._lock:
             slot = self._slots.get(plain)
             if slot is None:
+                self._misses += 1
                 return None
             _, _, expires_at, _ = slot
             if expires_at <= self._clock():
                 self._remove(plain)
                 self._on_size(self._bytes)
+                self._misses += 1
                 return None
             self._slots.move_to_end(plain)
+            self._hits += 1
             return slot
 
-    def put(self, key: CacheKey, outputs: Sequence[Tensor], ttl_s: float) -> bool:
+    def insert(self, key: CacheKey, value: Sequence[Tensor], ttl_s: float) -> bool:
         """Store an entry, evicting the least recently used; False if it can never fit."""
+        outputs = value
         size = entry_size(outputs)
         if size > self.max_bytes:
             return False
@@ -117,12 +127,20 @@ class LocalTier:
                 self._remove(plain)
             while self._bytes + size > self.max_bytes:
                 self._remove(next(iter(self._slots)))
+                self._evictions += 1
             self._slots[plain] = (fields, size, expires_at, object())
             self._bytes += size
             self._on_size(self._bytes)
         return True
 
-    def remove_model(self, model: str) -> int:
+    def delete(self, key: CacheKey) -> None:
+        plain = (key.model, key.version, key.digest)
+        with self._lock:
+            if plain in self._slots:
+                self._remove(plain)
+                self._on_size(self._bytes)
+
+    def flush(self, model: str) -> int:
         """Drop every entry of ``model``; returns how many were dropped."""
         with self._lock:
             doomed = [plain for plain in self._slots if plain[0] == model]
@@ -130,6 +148,12 @@ class LocalTier:
                 self._remove(key)
             self._on_size(self._bytes)
         return len(doomed)
+
+    def figures(self) -> TierFigures:
+        with self._lock:
+            return TierFigures(
+                len(self._slots), self._bytes, self._hits, self._misses, self._evictions
+            )
 
     def clear(self) -> None:
         with self._lock:

@@ -2,8 +2,10 @@
 request bytes they answer.
 
 Why it is a tier: like the local tier it maps a key to an answer, is bounded by bytes and
-evicts the least recently used, is flushed with a model's entries and forgotten when the model
-is unloaded or loaded again, and is counted (:meth:`ResponseMemo.figures`). Unlike the other
+evicts the least recently used, and it implements the same interface (``tier.Tier``: lookup,
+insert, delete, flush, figures), so the cache's flush empties it with the other tiers and its
+figures are exported with theirs (``tier_metrics``); it is also forgotten when a model is
+unloaded or loaded again. Unlike the other
 tiers it keeps answers as a transport sent them (the HTTP body, the encoded
 ``ModelInferResponse``), so a byte-identical repeat skips decoding, the cache key and rendering.
 
@@ -33,11 +35,11 @@ import struct
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from blake3 import blake3
 
 from cachefleet.runtime.cache.api import LocalEntryToken
+from cachefleet.runtime.cache.tier import TierFigures
 
 #: Bytes charged per entry for the objects around the answer bytes.
 ENTRY_OVERHEAD_BYTES = 320
@@ -81,24 +83,19 @@ class MemoEntry:
     #: The model's name and its version as the request named them ("" for the latest).
     name: str
     version: str
-    #: Bytes charged for it against the bound.
-    size: int
     #: The transport's own header bytes for it (HTTP: the response headers), made on first use.
     headers: list[tuple[bytes, bytes]] | None = None
 
-
-class MemoFigures(NamedTuple):
-    """What the memo holds and how it has done, for the metrics."""
-
-    entries: int
-    bytes: int
-    hits: int
-    misses: int
-    evictions: int
+    @property
+    def size(self) -> int:
+        """Bytes charged for it against the bound."""
+        return ENTRY_OVERHEAD_BYTES + len(self.body)
 
 
 class ResponseMemo:
     """Request digest -> rendered answer, LRU, at most ``max_bytes`` of entries; any thread."""
+
+    name = "memo"
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
@@ -112,42 +109,40 @@ class ResponseMemo:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def get(self, digest: bytes) -> MemoEntry | None:
-        """The entry under ``digest`` (now the most recently used), counted as a hit; None,
-        counted as a miss. The caller still checks it (model object, token): one that fails is
-        given back with :meth:`discard`."""
+    def lookup(self, key: bytes) -> MemoEntry | None:
+        """The entry under digest ``key`` (now the most recently used), counted as a hit;
+        None, counted as a miss. The caller still checks it (model object, token): one that
+        fails is given back with :meth:`delete`."""
         with self._lock:
-            found = self._entries.get(digest)
+            found = self._entries.get(key)
             if found is None:
                 self._misses += 1
                 return None
-            self._entries.move_to_end(digest)
+            self._entries.move_to_end(key)
             self._hits += 1
             return found
 
-    def put(
-        self, digest: bytes, body: bytes, model: object, token: LocalEntryToken, name: str,
-        version: str, headers: list[tuple[bytes, bytes]] | None = None,
-    ) -> None:  # fmt: skip
-        """Keep ``body`` under ``digest`` (replacing what was there), evicting the least
-        recently used entries to make room; an answer larger than the bound is not kept."""
-        size = ENTRY_OVERHEAD_BYTES + len(body)
+    def insert(self, key: bytes, value: MemoEntry, ttl_s: float = 0) -> bool:
+        """Keep ``value`` under digest ``key`` (replacing what was there), evicting the least
+        recently used entries to make room; an answer larger than the bound is not kept.
+        ``ttl_s`` is not needed: an entry lives no longer than its local entry (its token)."""
+        size = value.size
         if size > self.max_bytes:
-            return
-        entry = MemoEntry(body, model, token, name, version, size, headers)
+            return False
         with self._lock:
-            self._remove(digest)
+            self._remove(key)
             while self._bytes + size > self.max_bytes:
                 self._remove(next(iter(self._entries)))
                 self._evictions += 1
-            self._entries[digest] = entry
+            self._entries[key] = value
             self._bytes += size
+        return True
 
-    def discard(self, digest: bytes) -> None:
-        """Drop the entry :meth:`get` found under ``digest`` because it is stale (its local
+    def delete(self, key: bytes) -> None:
+        """Drop the entry :meth:`lookup` found under ``key`` because it is stale (its local
         entry or its model is gone): the lookup counts as a miss, not a hit."""
         with self._lock:
-            if self._remove(digest):
+            if self._remove(key):
                 self._hits -= 1
                 self._misses += 1
 
@@ -164,9 +159,9 @@ class ResponseMemo:
                 self._remove(digest)
             return len(gone)
 
-    def figures(self) -> MemoFigures:
+    def figures(self) -> TierFigures:
         with self._lock:
-            return MemoFigures(
+            return TierFigures(
                 len(self._entries), self._bytes, self._hits, self._misses, self._evictions
             )
 

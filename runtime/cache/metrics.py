@@ -1,7 +1,9 @@
 """The cache's metric children (counters and histograms) per model version, bound once.
 
 ``Counter.labels(...)`` costs a lock and a dict lookup per call; a local hit would pay it four
-times. Binding each model version's children once keeps the hit path to plain increments.
+times. Binding each model version's children once keeps the hit path to plain increments. The
+children labelled ``tier`` are bound for every tier of ``admission.TIERS`` and read by the
+tier's ``name``, so a new tier needs no field here.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from dataclasses import dataclass
 
 from prometheus_client import Counter, Histogram
 
+from cachefleet.runtime.cache.admission import TIERS
 from cachefleet.runtime.metrics import RuntimeMetrics
 
 
@@ -19,18 +22,15 @@ class ModelCacheMetrics:
 
     model: str
     version: str
-    hits_local: Counter
-    hits_redis: Counter
+    #: By tier name, as the rest below.
+    hits: dict[str, Counter]
     misses: Counter
     bypass: Counter
     coalesced: Counter
-    inserts_local: Counter
-    inserts_redis: Counter
+    inserts: dict[str, Counter]
     insert_dropped: Counter
-    lookup_local: Histogram
-    lookup_redis: Histogram
-    row_hits_local: Counter
-    row_hits_redis: Counter
+    lookup: dict[str, Histogram]
+    row_hits: dict[str, Counter]
     row_misses: Counter
 
 
@@ -53,17 +53,13 @@ class CacheMetrics:
         return ModelCacheMetrics(
             model=model,
             version=version,
-            hits_local=m.cache_hits.labels(*labels, "local"),
-            hits_redis=m.cache_hits.labels(*labels, "redis"),
+            hits={tier: m.cache_hits.labels(*labels, tier) for tier in TIERS},
             misses=m.cache_misses.labels(*labels),
             bypass=m.cache_bypass.labels(*labels),
             coalesced=m.cache_coalesced.labels(*labels),
-            inserts_local=m.cache_inserts.labels(*labels, "local"),
-            inserts_redis=m.cache_inserts.labels(*labels, "redis"),
+            inserts={tier: m.cache_inserts.labels(*labels, tier) for tier in TIERS},
             insert_dropped=m.cache_insert_dropped.labels(*labels),
-            lookup_local=m.cache_lookup_seconds.labels(*labels, "local"),
-            lookup_redis=m.cache_lookup_seconds.labels(*labels, "redis"),
-            row_hits_local=m.cache_row_hits.labels(*labels, "local"),
-            row_hits_redis=m.cache_row_hits.labels(*labels, "redis"),
+            lookup={tier: m.cache_lookup_seconds.labels(*labels, tier) for tier in TIERS},
+            row_hits={tier: m.cache_row_hits.labels(*labels, tier) for tier in TIERS},
             row_misses=m.cache_row_misses.labels(*labels),
         )

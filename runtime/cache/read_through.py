@@ -1,42 +1,44 @@
-"""The read-through response cache: local tier, then Redis, then the model; writes behind.
+"""The read-through response cache: its tiers in order, then the model; writes behind.
 
-One class serves ``local``, ``redis`` and ``tiered`` (a missing tier is simply skipped), so it is
-named for what it does, read through its tiers to the model, not for one mode. The path of a
-request:
+One class serves ``local``, ``redis`` and ``tiered``: it holds the in-process tiers (the local
+tier) and at most one shared tier (Redis), each a :class:`~cachefleet.runtime.cache.tier.Tier`,
+and never names one. A request:
 
-1. not enabled for the model, or ``no-cache``/``no-store``: compute (and, for ``no-cache``,
-   store), status ``bypass``;
-2. local tier hit: ``hit-local`` (a dict lookup, no parsing);
-3. otherwise, once per key in this process (single-flight): Redis ``GET`` unless the breaker
-   is open; a valid entry is promoted to the local tier, ``hit-redis``; else compute, store in
-   the local tier at once and in Redis through the write-behind queue, ``miss``.
+1. decides once which tiers it uses (``admission``; a model whose tiers all cost more than they
+   save skips them), and whether it bypasses the cache (not enabled for the model,
+   ``no-cache``/``no-store``, or admission re-measuring the model): a bypass computes, timed
+   and counted like any compute, status ``bypass``;
+2. looks its in-process tiers up in turn (:meth:`ReadThroughCache._first_hit`, the one loop
+   over tiers: each lookup timed, counted and told to admission the same way); a hit is
+   ``hit-<tier>``;
+3. otherwise, once per key in this process (single-flight), looks up the shared tier with the
+   same loop, then asks the fleet (``fleet``: one computation per key in the fleet), then
+   computes, ``miss``. A hit in a later tier is promoted to the earlier ones; a computed answer
+   is inserted into every tier the request uses (the shared tier's insert goes behind the
+   response, or, for a fleet lease's holder, at once).
 
-For the row cache, ``get_rows_or_compute`` looks up the rows of a batched request (local tier
-first, the rest from Redis in one round trip), computes the missing ones in one call and
-inserts them the same way.
+The row cache (:meth:`ReadThroughCache.get_rows_or_compute`) takes the same steps with many
+keys at once: the same admission, the same loop over tiers (one batched lookup per tier), the
+same counters (its own row counters, and Triton's), the same inserts.
 
 Keys hold the model version's fingerprint, so a reload or a rollout onto other files moves to
 another key space: no flush is needed for correctness, and a flush is a tool. A flush marks the
-model at its start and again once Redis is walked; a Redis hit read by a lookup that started
-before the last mark is answered but never promoted to the local tier, and the local tier is
-emptied at both marks, so no copy read during a flush outlives it.
+model (``flush_marks``) at its start and again once every tier is walked; an answer read or
+computed by work that started before the last mark is answered but never kept.
 
-Nothing here fails a request because of the cache: every tier fault becomes a miss, is counted
-in ``cachefleet_cache_errors_total{tier,kind}`` and fed to the breaker. Only compute's own
-exceptions propagate, and a failed compute stores nothing.
+Nothing here fails a request because of the cache: every tier fault is the tier's to count and
+makes a miss. Only compute's own exceptions propagate, and a failed compute stores nothing.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
-from cachefleet.runtime.cache.admission import AdmissionPolicy, ModelAdmission, Tier
+from cachefleet.runtime.cache.admission import AdmissionPolicy, ModelAdmission
 from cachefleet.runtime.cache.api import (
     CacheAnswer,
     CacheDirectives,
@@ -47,89 +49,122 @@ from cachefleet.runtime.cache.api import (
     RowHit,
     RowsCompute,
 )
-from cachefleet.runtime.cache.breaker import CircuitBreaker
-from cachefleet.runtime.cache.breakers import ShardBreakers
 from cachefleet.runtime.cache.completion import passed_on
-from cachefleet.runtime.cache.entry import EntryMac, encode_entry, read_entry
-from cachefleet.runtime.cache.errors import (
-    CacheTierError,
-    CorruptEntryError,
-    ErrorKind,
-    ForgedEntryError,
-    is_outage,
-)
 from cachefleet.runtime.cache.fleet import FleetCoalescing, FleetTurn
-from cachefleet.runtime.cache.key import CacheKey, KeySpace, compute_key
-from cachefleet.runtime.cache.local import LocalTier, entry_size
+from cachefleet.runtime.cache.flush_marks import FlushMarks
+from cachefleet.runtime.cache.key import CacheKey, compute_key
 from cachefleet.runtime.cache.metrics import CacheMetrics, ModelCacheMetrics
 from cachefleet.runtime.cache.singleflight import SingleFlight
-from cachefleet.runtime.cache.writebehind import Job as WriteJob
+from cachefleet.runtime.cache.tier import Found, Tier, flushed
 from cachefleet.runtime.cache.writebehind import WriteBehind
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.tensor import Tensor
 
 if TYPE_CHECKING:  # redis-py is imported only by servers that use Redis (see factory.py)
     from cachefleet.runtime.cache.invalidation import InvalidationListener
-    from cachefleet.runtime.cache.redis_tier import RedisTier
 
 logger = logging.getLogger(__name__)
-#: A Redis lookup that found nothing (or could not ask): no outputs, nothing refused.
-_ABSENT: tuple[None, bool] = (None, False)
 _Outcome = tuple[list[Tensor], CacheStatus]
 
 
+class TensorTier(Tier[CacheKey, Found, Sequence[Tensor]], Protocol):
+    """A tier of output tensors by request key (local, Redis), which the loop looks up."""
+
+    def asks(self, key: CacheKey) -> bool:
+        """Whether a lookup of ``key`` would reach the tier now: an in-process tier always
+        does; the shared tier not while the breaker of ``key``'s shard is open (a True may be
+        that breaker's one probe, so a lookup follows it). A tier not asked is no lookup:
+        neither timed nor counted."""
+        ...
+
+    def lookup_many(
+        self, keys: Sequence[CacheKey]
+    ) -> list[Found | None] | Awaitable[list[Found | None]]:
+        """``lookup`` of several keys (a batched request's rows) at once: one round trip per
+        shard for the shared tier, which asks its breakers itself."""
+        ...
+
+
+class InProcessTier(TensorTier, Protocol):
+    """A tier in this process: it answers at once, and its entries have identities a
+    liveness token can name."""
+
+    def lookup(self, key: CacheKey) -> Found | None: ...
+
+    def flush(self, model: str) -> int: ...
+
+    def entry(self, key: CacheKey) -> object | None: ...
+
+
+class SharedTierLike(TensorTier, Protocol):
+    """The shared tier, as fleet coalescing and the write-behind need it."""
+
+    writes: WriteBehind
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    def accept(self, key: CacheKey, blob: bytes | None) -> Found | None: ...
+
+    def insert_job(
+        self, key: CacheKey, outputs: tuple[Tensor, ...], ttl_s: float
+    ) -> Callable[[], Awaitable[None]]: ...
+
+    def refused(self, key: CacheKey) -> bool: ...
+
+
+#: Makes the flush listener, given what to call for each flush another replica announces.
+Listen = Callable[[Callable[[str], None]], "InvalidationListener"]
+
+
 class ReadThroughCache:
-    """A :class:`~cachefleet.runtime.cache.api.ResponseCache` over zero to two tiers."""
+    """A :class:`~cachefleet.runtime.cache.api.ResponseCache` over its tiers."""
 
     def __init__(
         self,
         metrics: RuntimeMetrics,
+        near: Sequence[InProcessTier],
+        shared: SharedTierLike | None = None,
         *,
-        local: LocalTier | None = None,
-        redis: RedisTier | None = None,
-        breakers: ShardBreakers | None = None,
-        insert_queue_size: int = 1024,
-        insert_queue_bytes: int = 64 * 2**20,
-        listener: InvalidationListener | None = None,
-        wall_clock: Callable[[], float] = time.time,
-        keys: KeySpace | None = None,
-        mac: EntryMac | None = None,
+        cache_metrics: CacheMetrics | None = None,
+        marks: FlushMarks | None = None,
         admission: AdmissionPolicy | None = None,
+        fleet: FleetCoalescing | None = None,
+        listen: Listen | None = None,
+        front: Sequence[Tier[Any, Any, Any]] = (),
     ) -> None:
-        """``keys``: the fleet's namespace in Redis; ``mac``: seals and checks Redis entries
-        (the fleet's secret), None to trust them as they are; ``admission``: which tiers each
-        model uses (by default every tier, always)."""
+        """``near``: the in-process tiers, looked up first, in order; ``shared``: the tier all
+        replicas share, looked up last, once per key (single-flight) and fleet (``fleet``);
+        ``front``: the tiers in front of this cache, of rendered answers (the memo), which the
+        transports consult and this cache flushes with the others;
+        ``listen``: makes the listener that drops this replica's copies when another replica
+        flushes a model; ``admission``: which tiers each model uses (by default every tier,
+        always)."""
         self.metrics = metrics
-        self.keys = keys if keys is not None else KeySpace()
-        self._mac = mac
-        #: Unix time, for entry expiry (shared by every replica through Redis); injectable, like
-        #: the local tier's and the breaker's clocks, so expiry is tested without waiting.
-        self._wall_clock = wall_clock
-        self.model_metrics = CacheMetrics(metrics)
-        self.local = local
-        self.redis = redis
-        #: One breaker per Redis shard (one in all in standalone and sentinel modes).
-        self.breakers = breakers or ShardBreakers(3, 1.0)
-        self.writes = WriteBehind(insert_queue_size, insert_queue_bytes)
-        self.listener = listener
-        #: One computation per fleet for expensive misses (``fleet``); set by the factory.
-        self.fleet: FleetCoalescing | None = None
-        self.admission = admission or AdmissionPolicy("always", _tiers_of(local, redis))
+        self.model_metrics = cache_metrics or CacheMetrics(metrics)
+        self.front = tuple(front)
+        self.near = tuple(near)
+        self.shared = shared
+        self.tiers: tuple[TensorTier, ...] = (*near, *((shared,) if shared else ()))
+        self.marks = marks or FlushMarks()
+        names = tuple(tier.name for tier in self.tiers)
+        self.admission = admission or AdmissionPolicy("always", names)  # type: ignore[arg-type]
+        self.fleet = fleet
+        self.listener = listen(self.drop_near) if listen is not None else None
+        #: The shared tier's write-behind queue (what tests and profiles wait on to drain);
+        #: without a shared tier, one that nothing is ever written to.
+        self.writes = shared.writes if shared is not None else WriteBehind(1)
         self._flight: SingleFlight[_Outcome] = SingleFlight()
-        #: model -> monotonic time of its last flush; writes of answers computed before are void.
-        self._flushed_at: dict[str, float] = {}
-        #: Non-outage fault kinds already logged (an OOM Redis would otherwise log per insert).
-        self._reported: set[str] = set()
+        #: The ``X-Cache`` value of a hit in each tier (``hit-<name>``).
+        self._hits = {id(tier): CacheStatus(f"hit-{tier.name}") for tier in self.tiers}
+        #: Each in-process tier's check of its liveness tokens, bound once.
+        self._confirms = {id(tier): functools.partial(self._confirm, tier) for tier in near}
 
     async def start(self) -> None:
-        if self.redis is not None:
-            await self.redis.start()
-            try:
-                await self.redis.ping()
-                logger.info("cache: Redis tier at %s answers", self.redis.where)
-            except CacheTierError as error:
-                logger.warning("cache: Redis not reachable yet, serving without it: %s", error)
-        await self.writes.start()
+        if self.shared is not None:
+            await self.shared.start()
+            await self.shared.writes.start()
         if self.listener is not None:
             await self.listener.start()
         if self.fleet is not None:
@@ -140,309 +175,192 @@ class ReadThroughCache:
             await self.fleet.close()
         if self.listener is not None:
             await self.listener.close()
-        await self.writes.close()
-        if self.redis is not None:
-            await self.redis.close()
+        if self.shared is not None:
+            await self.shared.writes.close()
+            await self.shared.close()
 
     async def get_or_compute(
         self, request: CacheRequest, directives: CacheDirectives, compute: Compute
     ) -> CacheAnswer:
-        series = self.model_metrics.of(request.model, request.version)
-        admission = self.admission.of(request.model, request.version)
-        if not request.enabled or not directives.lookup:
-            series.bypass.inc()
-            started = time.monotonic()
-            outputs = await _timed(compute, admission)
-            if request.enabled and directives.store:
-                self._store(self._key(request), outputs, request.ttl_s, started)
-            return CacheAnswer(outputs, CacheStatus.BYPASS)
-        if admission.recomputes():  # refreshes what a hit saves (see ``admission.py``)
-            series.bypass.inc()
-            return CacheAnswer(await _timed(compute, admission), CacheStatus.BYPASS)
         started = time.perf_counter()
-        # Admission (``admission.py``): a tier that costs this model more than it saves is
-        # skipped, but for a sample that keeps it measured. The key is made only once a tier
-        # is used: a model whose every tier is skipped mostly never needs it.
-        keyed: list[CacheKey] = []
-
-        def key_of() -> CacheKey:
-            if not keyed:
-                keyed.append(self._key(request))
-            return keyed[0]
-
-        sampled: bool | None = None
-        use_local = use_redis = False
-        if self.local is not None:
-            use_local = admission.local.admitted
-            if not use_local:
-                sampled = admission.in_sample(request.inputs, key_of)
-                use_local = admission.local.wants(sampled)
-        if self.redis is not None:
-            use_redis = admission.redis.admitted
-            if not use_redis:
-                if sampled is None:
-                    sampled = admission.in_sample(request.inputs, key_of)
-                use_redis = admission.redis.wants(sampled)
-        if not (use_local or use_redis):
-            # Every tier skipped: what ``--cache none`` does, and the compute measured (timed
-            # here rather than through ``_timed``: this is most requests of such a model).
-            series.bypass.inc()
-            began = time.perf_counter()
-            outputs = await compute()
-            admission.computed(time.perf_counter() - began)
+        plan = self._plan(request, directives)
+        if plan.bypass:
+            since = self.marks.now()
+            outputs = await self._computed(compute, plan)
+            if plan.store:
+                self._store(plan.key(), outputs, request.ttl_s, since, self.tiers)
             return CacheAnswer(outputs, CacheStatus.BYPASS)
-        key = key_of()
-        if use_local and self.local is not None:
-            hit = self.local.lookup(key)
-            elapsed = time.perf_counter() - started
-            self._looked_up_local(key, elapsed, hit=hit is not None)
-            admission.local.looked_up(elapsed, hit is not None)
-            if hit is not None:
-                token = LocalEntryToken(key, hit[1], self._confirm_local)
-                return CacheAnswer(hit[0], CacheStatus.HIT_LOCAL, token)
-        store = directives.store
+        hit = await self._first_hit(plan, plan.near, started, first_from=started)
+        if hit is not None:
+            tier, found = hit
+            token = None
+            if found.identity is not None:
+                token = LocalEntryToken(plan.key(), found.identity, self._confirms[id(tier)])
+            return CacheAnswer(found.outputs, self._hits[id(tier)], token)
+        key = plan.key()
         if key in self._flight:
             # Counted apart from hits and misses: those count what the tiers and the model did,
             # once per key, and this request made neither do anything.
-            series.coalesced.inc()
-        tiers = _Tiers(admission, use_local, use_redis)
+            plan.series.coalesced.inc()
         # The fill's last await is ``compute``: if that runs to completion once started (the
         # single-flight then leads it in this task), so does the fill.
-        fill = passed_on(compute, lambda: self._fill(key, request, store, compute, started, tiers))
+        fill = passed_on(compute, lambda: self._fill(plan, directives.store, compute, started))
         outputs, status = await self._flight.do(key, fill)
         return CacheAnswer(list(outputs), status)
 
-    async def flush(self, model: str) -> int:
-        """Drop ``model`` from this replica's local tier and from Redis, then tell the others.
+    def _plan(self, request: CacheRequest, directives: CacheDirectives) -> _Plan:
+        """Which tiers ``request`` uses, decided once: admission's per-tier verdicts (a tier
+        that costs this model more than it saves is skipped, but for a sample that keeps it
+        measured), or a bypass. The key is made only once a tier needs it: a model whose every
+        tier is skipped mostly never does."""
+        series = self.model_metrics.of(request.model, request.version)
+        admission = self.admission.of(request.model, request.version)
+        plan = _Plan(request, series, admission, self._key)
+        if not request.enabled or not directives.lookup:
+            plan.store = request.enabled and directives.store
+            return plan
+        if admission.recomputes():  # refreshes what a hit saves (see ``admission.py``)
+            return plan
+        sampled: bool | None = None
+        for tier in self.tiers:
+            judge = admission.tier(tier.name)
+            if not judge.admitted and sampled is None:
+                sampled = admission.in_sample(request.inputs, plan.key)
+            if judge.admitted or judge.wants(bool(sampled)):
+                plan.tiers.append(tier)
+                if tier is not self.shared:
+                    plan.near.append(tier)
+        plan.bypass = not plan.tiers  # every tier skipped: what ``--cache none`` does
+        return plan
 
-        Raises :class:`CacheTierError` when Redis cannot be flushed: unlike a lookup, a flush
-        that silently did nothing would leave stale answers in place.
-        """
-        self._flushed_at[model] = time.monotonic()
-        removed = self.local.remove_model(model) if self.local is not None else 0
-        if self.redis is not None:
-            try:
-                removed += await self.redis.flush_model(model, self.keys)
-            finally:
-                # Copies promoted while Redis was walked go too (see the module docstring).
-                self.drop_local(model)
-            try:
-                await self.redis.publish(self.keys.flush_channel, model)
-            except CacheTierError as error:
-                self._fault("redis", error, self.breakers.of("redis"))
-        logger.info("cache: flushed %d entries of model %r", removed, model)
-        return removed
-
-    def drop_local(self, model: str) -> None:
-        """Another replica flushed ``model`` (or this one's flush walked Redis): forget this
-        replica's copies, and keep none read before now."""
-        self._flushed_at[model] = time.monotonic()
-        if self.local is not None:
-            self.local.remove_model(model)
-
-    def _looked_up_local(self, key: CacheKey, elapsed_s: float, *, hit: bool) -> None:
-        """Count a local lookup and, when it found the entry, the hit: the one place local
-        hits are counted (a lookup's, and a liveness token's)."""
-        series = self.model_metrics.of(key.model, key.version)
-        series.lookup_local.observe(elapsed_s)
-        if hit:
-            series.hits_local.inc()
-            self.metrics.triton.record(key.model, key.version, hit=True, duration_s=elapsed_s)
-
-    def _confirm_local(self, key: CacheKey, identity: object, started_ns: int) -> int | None:
-        """A :class:`LocalEntryToken`'s check: the entry still lives, and counts a hit."""
-        if self.local is None or self.local.entry(key) is not identity:
-            return None
-        now_ns = time.perf_counter_ns()
-        self._looked_up_local(key, (now_ns - started_ns) / 1e9, hit=True)
-        return now_ns
+    async def _first_hit(
+        self,
+        plan: _Plan,
+        tiers: Sequence[TensorTier],
+        started: float,
+        first_from: float | None = None,
+    ) -> tuple[TensorTier, Found] | None:
+        """The one loop over tiers: look each up in turn (a tier that cannot be asked now is
+        passed over, uncounted); the first hit is promoted to the earlier tiers of the plan.
+        Each lookup is timed (the request's first from its start, ``first_from``, so that it
+        includes the key), counted and told to admission; a hit's time for Triton's counters
+        is from the request's start (``started``)."""
+        key = plan.key()
+        for tier in tiers:
+            if not tier.asks(key):
+                continue
+            # When it was read, for a promotion (none from the first tier: nothing before it).
+            since = self.marks.now() if tier is not plan.tiers[0] else 0.0
+            began = time.perf_counter() if first_from is None else first_from
+            first_from = None
+            found = tier.lookup(key)
+            if found is not None and not isinstance(found, Found):
+                found = await found  # a tier that waits (see ``tier``)
+            now = time.perf_counter()
+            self._looked_up(plan, tier, now - began, found is not None)
+            if found is not None:
+                self.metrics.triton.record(
+                    plan.request.model, plan.request.version, hit=True, duration_s=now - started
+                )
+                if since:
+                    self._promote(key, found, plan.tiers[: plan.tiers.index(tier)], plan, since)
+                return tier, found
+        return None
 
     @staticmethod
     def _key(request: CacheRequest) -> CacheKey:
+        """The request's cache key (``key``); an attribute, so a profile can wrap it."""
         return compute_key(
             request.model, request.version, request.fingerprint, request.inputs, request.parameters
         )
 
-    async def _fill(
-        self,
-        key: CacheKey,
-        request: CacheRequest,
-        store: bool,
-        compute: Compute,
-        started: float,
-        tiers: _Tiers,
-    ) -> _Outcome:
-        labels = (request.model, request.version)
-        series = self.model_metrics.of(*labels)
-        found, refused = await self._redis_lookup(key, request, tiers) if tiers.redis else _ABSENT
-        if found is not None:
-            self.metrics.triton.record(*labels, hit=True, duration_s=time.perf_counter() - started)
-            return found, CacheStatus.HIT_REDIS
+    def _looked_up(self, plan: _Plan, tier: TensorTier, elapsed_s: float, hit: bool) -> None:
+        """Count one lookup of ``tier``: the one place lookups are timed and hits counted."""
+        plan.series.lookup[tier.name].observe(elapsed_s)
+        plan.admission.tier(tier.name).looked_up(elapsed_s, hit)
+        if hit:
+            plan.series.hits[tier.name].inc()
+
+    def _confirm(
+        self, tier: InProcessTier, key: CacheKey, identity: object, started_ns: int
+    ) -> int | None:
+        """A :class:`LocalEntryToken`'s check: the entry still lives, and counts a hit as a
+        lookup of its tier does."""
+        if tier.entry(key) is not identity:
+            return None
+        now_ns = time.perf_counter_ns()
+        elapsed = (now_ns - started_ns) / 1e9
+        series = self.model_metrics.of(key.model, key.version)
+        series.lookup[tier.name].observe(elapsed)
+        series.hits[tier.name].inc()
+        self.metrics.triton.record(key.model, key.version, hit=True, duration_s=elapsed)
+        return now_ns
+
+    async def _fill(self, plan: _Plan, store: bool, compute: Compute, started: float) -> _Outcome:
+        """A miss of every in-process tier, once per key here: the shared tier, the fleet,
+        then the model."""
+        request, key = plan.request, plan.key()
+        shared = [tier for tier in plan.tiers if tier is self.shared]
+        hit = await self._first_hit(plan, shared, started) if shared else None
+        if hit is not None:
+            return hit[1].outputs, self._hits[id(hit[0])]
         lookup_s = time.perf_counter() - started
-        # An entry just refused (corrupt or forged) is being replaced by this computation: no
-        # lease, whose script would read the same bad entry again before its delete lands.
-        turn = FleetTurn(key) if refused else await self._fleet_turn(key, request, tiers)
-        if turn.filled is not None:  # another replica computed it meanwhile
-            series.hits_redis.inc()
-            self.metrics.triton.record(*labels, hit=True, duration_s=time.perf_counter() - started)
-            return turn.filled, CacheStatus.HIT_REDIS
-        series.misses.inc()
-        computed_at = time.monotonic()
+        since = self.marks.now()
+        turn = await self._fleet_turn(key, plan)
+        if turn.filled is not None and self.shared is not None:  # another replica computed it
+            plan.series.hits[self.shared.name].inc()
+            self.metrics.triton.record(
+                request.model, request.version, hit=True, duration_s=time.perf_counter() - started
+            )
+            self._promote(key, turn.filled, plan.tiers[:-1], plan, since)
+            return turn.filled.outputs, self._hits[id(self.shared)]
+        plan.series.misses.inc()
+        since = self.marks.now()
         try:
-            outputs = await _timed(compute, tiers.admission)
+            outputs = await self._computed(compute, plan)
             insert_started = time.perf_counter()
             if store:
-                self._store(key, outputs, request.ttl_s, computed_at, tiers, turn)
+                self._store(key, outputs, request.ttl_s, since, plan.tiers, plan, turn)
         finally:
             turn.finish()
         insert_s = time.perf_counter() - insert_started
-        self.metrics.triton.record(*labels, hit=False, duration_s=lookup_s + insert_s)
+        self.metrics.triton.record(
+            request.model, request.version, hit=False, duration_s=lookup_s + insert_s
+        )
         return outputs, CacheStatus.MISS
 
-    async def _fleet_turn(self, key: CacheKey, request: CacheRequest, tiers: _Tiers) -> FleetTurn:
+    async def _fleet_turn(self, key: CacheKey, plan: _Plan) -> FleetTurn:
         """Where this process's one computation of ``key`` is about to start: the fleet may
-        answer it, or let this replica compute (``fleet``)."""
-        if self.fleet is None or self.redis is None or not tiers.redis:
+        answer it, or let this replica compute (``fleet``). An entry the lookup just refused
+        (corrupt or forged) is being replaced by this computation: no lease, whose script would
+        read the same bad entry again before its delete lands."""
+        shared = self.shared
+        if self.fleet is None or shared is None or shared not in plan.tiers:
             return FleetTurn(key)
-        since = time.monotonic()
-        return await self.fleet.turn(
-            key, lambda blob: self._accept(key, blob, request.ttl_s, since, tiers.local)
-        )
+        if shared.refused(key):
+            return FleetTurn(key)
+        return await self.fleet.turn(key, functools.partial(shared.accept, key))
 
-    async def _redis_lookup(
-        self, key: CacheKey, request: CacheRequest, tiers: _Tiers
-    ) -> tuple[list[Tensor] | None, bool]:
-        """The outputs of ``key``'s Redis entry, or None; and whether an entry was there but
-        refused (corrupt or forged)."""
-        if self.redis is None:
-            return _ABSENT
-        breaker = self._breaker(key)
-        if not breaker.allow():
-            return _ABSENT
-        series = self.model_metrics.of(request.model, request.version)
-        since = time.monotonic()
-        started = time.perf_counter()
-        try:
-            blob = await self.redis.get(self.keys.redis_key(key))
-        except CacheTierError as error:
-            self._fault("redis", error, breaker)
-            return _ABSENT
-        finally:
-            elapsed = time.perf_counter() - started
-            series.lookup_redis.observe(elapsed)
-        breaker.record_success()
-        outputs = (
-            None if blob is None else self._accept(key, blob, request.ttl_s, since, tiers.local)
-        )
-        tiers.admission.redis.looked_up(elapsed, outputs is not None)
-        if outputs is not None:
-            series.hits_redis.inc()
-        return outputs, blob is not None and outputs is None
+    async def _computed(self, compute: Compute, plan: _Plan) -> list[Tensor]:
+        """Compute, and tell admission how long it took (what a hit would save): every compute
+        of a cached model, bypass or miss, is timed here."""
+        if plan.bypass:
+            plan.series.bypass.inc()
+        began = time.perf_counter()
+        outputs = await compute()
+        plan.admission.computed(time.perf_counter() - began)
+        return outputs
 
-    async def get_rows_or_compute(
-        self, rows: Sequence[CacheRequest], compute: RowsCompute
-    ) -> list[RowHit]:
-        """Each row from the local tier, else the rest from Redis in one round trip, else
-        computed (all missing rows in one call) and inserted like any answer."""
-        if not rows:
-            return []
-        series = self.model_metrics.of(rows[0].model, rows[0].version)
-        keys = [self._key(row) for row in rows]
-        found: list[RowHit | None] = [None] * len(rows)
-        if self.local is not None:
-            for index, key in enumerate(keys):
-                hit = self.local.get(key)
-                if hit is not None:
-                    found[index] = (hit, CacheStatus.HIT_LOCAL)
-        series.row_hits_local.inc(sum(1 for each in found if each is not None))
-        remaining = [index for index, each in enumerate(found) if each is None]
-        since = time.monotonic()
-        blobs = await self._redis_get_many([keys[index] for index in remaining], series)
-        for index, blob in zip(remaining, blobs, strict=True):
-            if blob is None:
-                continue
-            outputs = self._accept(keys[index], blob, rows[index].ttl_s, since)
-            if outputs is not None:
-                found[index] = (outputs, CacheStatus.HIT_REDIS)
-                series.row_hits_redis.inc()
-        missing = [index for index, each in enumerate(found) if each is None]
-        if missing:
-            series.row_misses.inc(len(missing))
-            since = time.monotonic()
-            computed = await compute(missing)
-            for index, row_outputs in zip(missing, computed, strict=True):
-                self._store(keys[index], row_outputs, rows[index].ttl_s, since)
-                found[index] = (list(row_outputs), CacheStatus.MISS)
-        return [each for each in found if each is not None]
-
-    async def _redis_get_many(
-        self, keys: Sequence[CacheKey], series: ModelCacheMetrics
-    ) -> list[bytes | None]:
-        """The keys' entries in one round trip per shard, the shards asked concurrently (one
-        in standalone and sentinel modes). A shard whose breaker is open is not asked, and a
-        shard that fails costs only its own keys: they are misses, the others still hit."""
-        blobs: list[bytes | None] = [None] * len(keys)
-        if not keys or self.redis is None:
-            return blobs
-        shards: dict[str, list[int]] = {}
-        for index, key in enumerate(keys):
-            shards.setdefault(self.redis.shard_of(self.keys.redis_key(key)), []).append(index)
-        asked = {
-            shard: indices
-            for shard, indices in shards.items()
-            if self.breakers.of(shard).allow()  # one probe per shard
-        }
-        if not asked:
-            return blobs
-        started = time.perf_counter()
-        found = await asyncio.gather(
-            *(self._shard_get_many(shard, [keys[i] for i in idx]) for shard, idx in asked.items())
-        )
-        series.lookup_redis.observe(time.perf_counter() - started)
-        for indices, values in zip(asked.values(), found, strict=True):
-            for index, blob in zip(indices, values, strict=True):
-                blobs[index] = blob
-        return blobs
-
-    async def _shard_get_many(self, shard: str, keys: Sequence[CacheKey]) -> list[bytes | None]:
-        assert self.redis is not None
-        breaker = self.breakers.of(shard)
-        try:
-            values = await self.redis.get_many([self.keys.redis_key(key) for key in keys])
-        except CacheTierError as error:
-            self._fault("redis", error, breaker)
-            return [None] * len(keys)
-        breaker.record_success()
-        return values
-
-    def _accept(
-        self, key: CacheKey, blob: bytes, ttl_s: float, since: float, promote: bool = True
-    ) -> list[Tensor] | None:
-        """The outputs of a Redis entry read by a lookup that started at ``since`` (monotonic),
-        promoted to the local tier unless a flush of the model began since; None (and the
-        entry deleted) if it is corrupt or forged."""
-        try:
-            entry = read_entry(blob, key.digest, self._mac)
-        except CorruptEntryError as error:
-            kind: ErrorKind = "forged" if isinstance(error, ForgedEntryError) else "corrupt"
-            logger.warning("cache: dropping %s entry %s: %s", kind, self.keys.redis_key(key), error)
-            self.metrics.cache_errors.labels("redis", kind).inc()
-            self._submit(key, self._delete_job(key))
-            return None
-        if self._flushed_at.get(key.model, -1.0) >= since:
-            return entry.outputs  # read before a flush ended: answered, never kept
-        # A promoted copy lives no longer than the Redis entry it came from (ttl 0: forever).
-        if entry.expires_at is not None:
-            ttl_s = entry.expires_at - self._wall_clock()
-        fresh = entry.expires_at is None or ttl_s > 0
-        if (
-            promote
-            and self.local is not None
-            and fresh
-            and self.local.put(key, entry.outputs, ttl_s)
-        ):
-            self.model_metrics.of(key.model, key.version).inserts_local.inc()
-        return entry.outputs
+    def _promote(
+        self, key: CacheKey, found: Found, tiers: Sequence[TensorTier], plan: _Plan, since: float
+    ) -> None:
+        """Keep a later tier's answer in the earlier ``tiers`` too, unless a flush of the model
+        began since it was read, for no longer than the entry it copies has left."""
+        if not tiers or self.marks.stale(key.model, since):
+            return
+        ttl_s = plan.request.ttl_s if found.ttl_s is None else found.ttl_s
+        if found.ttl_s is None or ttl_s > 0:
+            self._insert_into(tiers, key, found.outputs, ttl_s, plan.series)
 
     def _store(
         self,
@@ -450,148 +368,148 @@ class ReadThroughCache:
         outputs: Sequence[Tensor],
         ttl_s: float,
         since: float,
-        tiers: _Tiers | None = None,
+        tiers: Sequence[TensorTier],
+        plan: _Plan | None = None,
         turn: FleetTurn | None = None,
     ) -> None:
-        """Insert a fresh answer: local at once (cheap), Redis behind the response (or, for
-        a fleet lease's holder, at once and then announced: ``turn``); only into the tiers
-        admission lets this request use (``tiers``; every tier when None)."""
-        if self._flushed_at.get(key.model, -1.0) >= since:
+        """Insert a fresh answer computed since ``since`` into ``tiers``: in-process ones at
+        once, the shared one behind the response (or, for a fleet lease's holder, at once and
+        then announced: ``turn``)."""
+        if self.marks.stale(key.model, since):
             return  # computed before a flush of its model: it may be stale
-        if self.local is not None and (tiers is None or tiers.local):
-            started = time.perf_counter()
-            kept = self.local.put(key, outputs, ttl_s)
-            if tiers is not None:
-                tiers.admission.local.inserted(time.perf_counter() - started)
-            if kept:
-                self.model_metrics.of(key.model, key.version).inserts_local.inc()
-        if self.redis is not None and (tiers is None or tiers.redis):
-            job = self._insert_job(key, tuple(outputs), ttl_s, since)
-            if turn is None or not turn.hand_over(job):
-                self._submit(key, job, entry_size(outputs))
+        shared = self.shared
+        if (
+            shared is not None
+            and turn is not None
+            and shared in tiers
+            and turn.hand_over(shared.insert_job(key, tuple(outputs), ttl_s))
+        ):
+            tiers = [tier for tier in tiers if tier is not shared]
+        series = plan.series if plan else self.model_metrics.of(key.model, key.version)
+        self._insert_into(tiers, key, outputs, ttl_s, series)
 
-    def _submit(self, key: CacheKey, job: WriteJob, size_bytes: int = 0) -> None:
-        if not self.writes.submit(job, size_bytes):
-            self.model_metrics.of(key.model, key.version).insert_dropped.inc()
-
-    def _insert_job(
-        self, key: CacheKey, outputs: tuple[Tensor, ...], ttl_s: float, since: float
-    ) -> WriteJob:
-        """The insert of one answer: it queues its SET and returns the future of its outcome, so
-        that a drain of inserts needs neither a coroutine nor a task per insert."""
-
-        def insert() -> asyncio.Future[None]:
-            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            if self.redis is None or self._flushed_at.get(key.model, -1.0) >= since:
-                done.set_result(None)
-                return done
-            breaker = self._breaker(key)
-            if not breaker.allow():
-                done.set_result(None)
-                return done
-            started = time.perf_counter()
-            expires_at = self._wall_clock() + ttl_s if ttl_s > 0 else None
-            blob = encode_entry(key.digest, outputs, expires_at, self._mac)
-            sent = self.redis.set_soon(self.keys.redis_key(key), blob, ttl_s)
-            admission = self.admission.of(key.model, key.version)
-            admission.redis.inserted(time.perf_counter() - started)
-            sent.add_done_callback(functools.partial(self._inserted, key, breaker, done))
-            return done
-
-        return insert
-
-    def _inserted(
+    def _insert_into(
         self,
+        tiers: Sequence[TensorTier],
         key: CacheKey,
-        breaker: CircuitBreaker,
-        done: asyncio.Future[None],
-        sent: asyncio.Future[Any],
+        outputs: Sequence[Tensor],
+        ttl_s: float,
+        series: ModelCacheMetrics,
     ) -> None:
-        """Count an insert's outcome and feed the breaker, as a lookup's is."""
-        if self._written(breaker, done, sent):
-            self._reported.clear()
-            self.model_metrics.of(key.model, key.version).inserts_redis.inc()
+        """The one place answers go into tiers: each in-process insert timed for admission
+        and counted (the shared tier counts its own once Redis has it)."""
+        admission = self.admission.of(key.model, key.version)
+        for tier in tiers:
+            began = time.perf_counter()
+            kept = tier.insert(key, outputs, ttl_s)
+            if tier is not self.shared:
+                admission.tier(tier.name).inserted(time.perf_counter() - began)
+                if kept:
+                    series.inserts[tier.name].inc()
 
-    def _written(
-        self, breaker: CircuitBreaker, done: asyncio.Future[None], sent: asyncio.Future[Any]
-    ) -> bool:
-        """Resolve ``done`` with the outcome of a write; whether Redis took it."""
-        if sent.cancelled():
-            done.cancel()
-            return False
-        error = sent.exception()
-        if error is not None and not isinstance(error, CacheTierError):
-            done.set_exception(error)  # a bug: the write-behind worker logs it
-            return False
-        if error is not None:
-            self._fault("redis", error, breaker)
-        else:
-            breaker.record_success()
-        done.set_result(None)
-        return error is None
+    async def flush(self, model: str) -> int:
+        """Drop ``model`` from every tier (and tell the other replicas, through the shared
+        tier). Raises :class:`CacheTierError` when a tier cannot be flushed: unlike a lookup,
+        a flush that silently did nothing would leave stale answers in place."""
+        self.marks.mark(model)
+        removed = 0
+        try:
+            for tier in (*self.front, *self.tiers):
+                removed += await flushed(tier, model)
+        finally:
+            # Copies promoted while the shared tier was walked go too (see the docstring).
+            if self.shared is not None:
+                self.drop_near(model)
+        logger.info("cache: flushed %d entries of model %r", removed, model)
+        return removed
 
-    def _delete_job(self, key: CacheKey) -> WriteJob:
-        """The removal of a corrupt entry. Like an insert, it queues its UNLINK when the drain
-        takes it, so it stays ahead of the insert of the right answer, queued after it."""
+    def drop_near(self, model: str) -> None:
+        """Another replica flushed ``model`` (or this one's flush walked the shared tier):
+        forget this replica's copies, and keep none read before now."""
+        self.marks.mark(model)
+        for tier in self.near:
+            tier.flush(model)
 
-        def delete() -> asyncio.Future[None]:
-            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            if self.redis is None or not (breaker := self._breaker(key)).allow():
-                done.set_result(None)
-                return done
-            sent = self.redis.delete_soon(self.keys.redis_key(key))
-            sent.add_done_callback(functools.partial(self._written, breaker, done))
-            return done
-
-        return delete
-
-    def redis_breaker(self, key: CacheKey) -> CircuitBreaker:
-        """The breaker of ``key``'s Redis shard, for the fleet's commands on that key."""
-        return self._breaker(key)
-
-    def redis_fault(self, error: CacheTierError, breaker: CircuitBreaker) -> None:
-        """Count a Redis fault of the fleet's commands and tell ``breaker``, as for a lookup."""
-        self._fault("redis", error, breaker)
-
-    def _breaker(self, key: CacheKey) -> CircuitBreaker:
-        """The breaker of the shard that serves ``key`` (the only one outside cluster mode)."""
-        assert self.redis is not None
-        return self.breakers.of(self.redis.shard_of(self.keys.redis_key(key)))
-
-    def _fault(self, tier: str, error: CacheTierError, *breakers: CircuitBreaker) -> None:
-        """Count a fault once, and tell the breakers of every shard the call went to."""
-        kind: ErrorKind = error.kind
-        self.metrics.cache_errors.labels(tier, kind).inc()
-        if is_outage(kind):
-            for breaker in breakers:
-                breaker.record_failure(f"{kind}: {error!s}")
-        elif kind == "pool":
-            logger.debug("cache: %s", str(error))  # load, not a Redis fault: counted only
-        else:
-            for breaker in breakers:
-                breaker.record_success()  # Redis answered; it is up, just unhappy
-            if kind not in self._reported:
-                self._reported.add(kind)
-                logger.warning("cache: %s (logged once until an insert succeeds)", str(error))
-
-
-@dataclass(frozen=True, slots=True)
-class _Tiers:
-    """The tiers one request uses, as admission decided when it was looked up."""
-
-    admission: ModelAdmission
-    local: bool
-    redis: bool
-
-
-def _tiers_of(local: LocalTier | None, redis: RedisTier | None) -> tuple[Tier, ...]:
-    """The tiers a cache has, as admission reports them."""
-    return (*(("local",) if local is not None else ()), *(("redis",) if redis is not None else ()))
+    async def get_rows_or_compute(
+        self, rows: Sequence[CacheRequest], compute: RowsCompute
+    ) -> list[RowHit]:
+        """Each row from the first tier that holds it (one batched lookup per tier, through
+        the same loop's counting), else computed (all missing rows in one call) and inserted
+        like any answer."""
+        if not rows:
+            return []
+        started = time.perf_counter()
+        plan = self._plan(rows[0], CacheDirectives())
+        keys = [self._key(row) for row in rows]
+        found: list[RowHit | None] = [None] * len(rows)
+        remaining = list(range(len(rows)))
+        for index, tier in enumerate(plan.tiers):
+            if not remaining:
+                break
+            since = self.marks.now()
+            began = time.perf_counter()
+            answers = tier.lookup_many([keys[i] for i in remaining])
+            if not isinstance(answers, list):
+                answers = await answers
+            elapsed = time.perf_counter() - began
+            plan.series.lookup[tier.name].observe(elapsed)
+            judge = plan.admission.tier(tier.name)
+            held = 0
+            for row, answer in zip(remaining, answers, strict=True):
+                judge.looked_up(elapsed / len(remaining), answer is not None)
+                if answer is None:
+                    continue
+                held += 1
+                found[row] = (answer.outputs, self._hits[id(tier)])
+                self.metrics.triton.record(
+                    rows[row].model, rows[row].version, hit=True, duration_s=elapsed
+                )
+                row_plan = _Plan(rows[row], plan.series, plan.admission, self._key)
+                self._promote(keys[row], answer, plan.tiers[:index], row_plan, since)
+            plan.series.row_hits[tier.name].inc(held)
+            remaining = [row for row in remaining if found[row] is None]
+        if remaining:
+            plan.series.row_misses.inc(len(remaining))
+            lookup_s = time.perf_counter() - started
+            since = self.marks.now()
+            computed = await compute(remaining)
+            for row, row_outputs in zip(remaining, computed, strict=True):
+                self._store(keys[row], row_outputs, rows[row].ttl_s, since, plan.tiers, plan)
+                found[row] = (list(row_outputs), CacheStatus.MISS)
+                self.metrics.triton.record(
+                    rows[row].model, rows[row].version, hit=False, duration_s=lookup_s
+                )
+        return [each for each in found if each is not None]
 
 
-async def _timed(compute: Compute, admission: ModelAdmission) -> list[Tensor]:
-    """Compute, and tell admission how long it took (what a hit would save)."""
-    started = time.perf_counter()
-    outputs = await compute()
-    admission.computed(time.perf_counter() - started)
-    return outputs
+class _Plan:
+    """One request's decisions, made once by :meth:`ReadThroughCache._plan`."""
+
+    __slots__ = (
+        "_key", "_keyer", "admission", "bypass", "near", "request", "series", "store", "tiers",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        request: CacheRequest,
+        series: ModelCacheMetrics,
+        admission: ModelAdmission,
+        keyer: Callable[[CacheRequest], CacheKey],
+    ) -> None:
+        self.request = request
+        self._keyer = keyer
+        self.series = series
+        self.admission = admission
+        #: The tiers this request uses, in order, and those of them in this process.
+        self.tiers: list[TensorTier] = []
+        self.near: list[TensorTier] = []
+        #: Computed without a lookup; ``store``: and inserted all the same (``no-cache``).
+        self.bypass = True
+        self.store = False
+        self._key: CacheKey | None = None
+
+    def key(self) -> CacheKey:
+        """The request's key, made on first use."""
+        if self._key is None:
+            self._key = self._keyer(self.request)
+        return self._key

@@ -93,7 +93,7 @@ class MemoizedAnswers(ServiceAnswers):
         return http_hasher(head.model, head.version, head.header_length)
 
     def memoized(self, head: InferHead, digest: bytes, started_ns: int) -> MemoEntry | None:
-        found = self.memo.get(digest)
+        found = self.memo.lookup(digest)
         if found is None:
             return None
         # Resolved now, with the body in: an unload or reload may have come while it arrived.
@@ -103,7 +103,7 @@ class MemoizedAnswers(ServiceAnswers):
             model = None  # its own path refuses it, and counts the failure
         now_ns = found.token.confirm(started_ns) if found.model is model else None
         if model is None or now_ns is None:
-            self.memo.discard(digest)  # stale: its entry or its model is gone
+            self.memo.delete(digest)  # stale: its entry or its model is gone
             return None
         passage = self._ledger.open(model, "http", started_ns)
         passage.cache_status, passage.cache_ns = CacheStatus.HIT_LOCAL, now_ns - started_ns
@@ -128,10 +128,10 @@ class MemoizedAnswers(ServiceAnswers):
             shared = decode.read_shared_memory or any(o.shared_memory is not None for o in outputs)
             if token is not None and not shared:
                 headers = answer_headers(outcome.body, outcome.header_length, HIT_LOCAL)
-                self.memo.put(
-                    key, outcome.body, answer.model, token, head.model, head.version or "",
-                    headers,
-                )  # fmt: skip
+                entry = MemoEntry(
+                    outcome.body, answer.model, token, head.model, head.version or "", headers
+                )
+                self.memo.insert(key, entry)
             return outcome
 
         return await self._service.answer(

@@ -124,9 +124,7 @@ class Endpoints:
     async def flush(self, request: Request) -> Response:
         name = request.path_params["model"]
         runtime = self._slot.ready()
-        removed = await runtime.service.flush(name)
-        if runtime.memo is not None:  # its answers of the model go with the entries they came from
-            runtime.memo.flush(name)
+        removed = await runtime.service.flush(name)  # every tier, the memo included
         return _json({"model": name, "removed": removed})
 
     async def metrics(self, request: Request) -> Response:

@@ -124,7 +124,9 @@ def test_cli_flush_through_a_server(make_server: MakeServer) -> None:
     assert x_cache(server, "simple", 0) == "hit-local"
     result = flush_cli("--model", "simple", "--server", server.base_url)
     assert result.returncode == 0, result.stderr
-    assert '"removed":1' in result.stdout.replace(" ", "")
+    # The local entry and the answer the memo rendered from it at the hit: a flush counts
+    # what every tier dropped.
+    assert '"removed":2' in result.stdout.replace(" ", "")
     assert x_cache(server, "simple", 0) == "miss"
     unknown = flush_cli("--model", "nope", "--server", server.base_url)
     assert unknown.returncode == 1

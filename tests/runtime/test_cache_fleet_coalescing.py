@@ -14,7 +14,7 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 import pytest
-from support.cache_doubles import Model, ask, metric, request, settings
+from support.cache_doubles import Model, ask, metric, request, settings, shared_tier
 from support.processes import RedisProcess
 from support.waiting import wait_for_async
 
@@ -261,7 +261,7 @@ async def test_an_open_breaker_computes_at_once_without_a_lease(
     replicas: Any, redis_server: RedisProcess
 ) -> None:
     (cache,) = await replicas(1)
-    breaker = cache.breakers.of("redis")
+    breaker = shared_tier(cache).breakers.of("redis")
     breaker.reset_s = 60  # open for the whole test: no probe, however slow the machine
     for _ in range(breaker.failure_threshold):
         breaker.record_failure("test")

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from support.cache_doubles import Model, ask, request, settings
+from support.cache_doubles import Model, ask, key_of, local_tier, request, settings
 from support.processes import RedisProcess
 from support.waiting import wait_for_async
 
@@ -39,12 +39,12 @@ def redis_keys(redis: RedisProcess, model: str) -> list[bytes]:
 
 
 async def eventually_miss(cache: ReadThroughCache, value: int, model: str) -> None:
-    local = cache.local
+    local = local_tier(cache)
     assert local is not None
-    key = cache._key(request(value, model=model))
+    key = key_of(request(value, model=model))
 
     async def dropped() -> bool:
-        return local.get(key) is None
+        return local.entry(key) is None
 
     await wait_for_async(dropped, "the flush to reach this replica", timeout_s=5)
 
@@ -177,8 +177,7 @@ async def test_a_redis_hit_read_while_a_flush_runs_is_answered_but_never_kept(
         flush = asyncio.create_task(reader.flush("simple"))
         assert (await lookup)[1] is CacheStatus.HIT_REDIS
         await flush
-        assert reader.local is not None
-        assert reader.local.get(reader._key(request(0))) is None
+        assert local_tier(reader).entry(key_of(request(0))) is None
         assert (await ask(reader, request(0), Model()))[1] is CacheStatus.MISS
     finally:
         await writer.close()

@@ -12,11 +12,12 @@ from cachefleet.runtime.cache.key import CacheKey
 from cachefleet.runtime.cache.local import LocalTier
 from cachefleet.runtime.cache.memo import (
     ENTRY_OVERHEAD_BYTES,
-    MemoFigures,
+    MemoEntry,
     ResponseMemo,
     grpc_digest,
     http_hasher,
 )
+from cachefleet.runtime.cache.tier import TierFigures
 from cachefleet.runtime.models.types import ModelConfig
 from cachefleet.runtime.tensor import Tensor
 
@@ -79,26 +80,28 @@ def test_the_memo_is_an_lru_bounded_by_bytes() -> None:
     memo = ResponseMemo(3 * size)
     model = FakeModel("m")
     for index in range(3):
-        memo.put(bytes([index]), response, model, token(), "m", "")
-    assert memo.get(bytes([0])) is not None  # 0 is now the most recently used
-    memo.put(bytes([3]), response, model, token(), "m", "1", [(b"x-cache", b"hit-local")])
+        memo.insert(bytes([index]), MemoEntry(response, model, token(), "m", ""))
+    assert memo.lookup(bytes([0])) is not None  # 0 is now the most recently used
+    memo.insert(
+        bytes([3]), MemoEntry(response, model, token(), "m", "1", [(b"x-cache", b"hit-local")])
+    )
 
-    assert memo.get(bytes([1])) is None
-    assert [memo.get(bytes([i])) is not None for i in (0, 2, 3)] == [True, True, True]
+    assert memo.lookup(bytes([1])) is None
+    assert [memo.lookup(bytes([i])) is not None for i in (0, 2, 3)] == [True, True, True]
     assert memo.figures().bytes == 3 * size <= memo.max_bytes
-    found = memo.get(bytes([3]))
+    found = memo.lookup(bytes([3]))
     assert found is not None
     assert (found.body, found.name, found.version) == (response, "m", "1")
     assert found.headers == [(b"x-cache", b"hit-local")]
 
-    memo.put(b"big", b"y" * (3 * size), model, token(), "m", "")  # can never fit
-    assert memo.get(b"big") is None
+    assert not memo.insert(b"big", MemoEntry(b"y" * (3 * size), model, token(), "m", ""))
+    assert memo.lookup(b"big") is None
     assert len(memo) == 3
-    memo.discard(bytes([0]))
+    memo.delete(bytes([0]))
     assert memo.figures().bytes == 2 * size
     # 5 lookups found an entry, one of which its caller gave back as stale (a miss); 2 found
     # none.
-    assert memo.figures() == MemoFigures(2, 2 * size, hits=4, misses=3, evictions=1)
+    assert memo.figures() == TierFigures(2, 2 * size, hits=4, misses=3, evictions=1)
 
 
 def test_a_body_hashed_in_pieces_has_the_digest_of_the_whole() -> None:
@@ -126,11 +129,11 @@ def test_memo_and_local_tier_together_stay_within_their_bounds() -> None:
         for index in range(400):
             key = CacheKey("m", "1", index.to_bytes(32, "little"))
             output = Tensor("out", "UINT8", (64 * 1024,), bytes([index % 256]) * (64 * 1024))
-            local.put(key, [output], ttl_s=0)
+            local.insert(key, [output], ttl_s=0)
             entry = local.entry(key)
             assert entry is not None
             digest = index.to_bytes(32, "little")
-            memo.put(digest, b"r" * 200, model, token(key, entry), "m", "")
+            memo.insert(digest, MemoEntry(b"r" * 200, model, token(key, entry), "m", ""))
         held, _ = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -141,10 +144,10 @@ def test_memo_and_local_tier_together_stay_within_their_bounds() -> None:
 def test_forgetting_or_flushing_a_model_drops_its_answers_only() -> None:
     memo = ResponseMemo(max_bytes=10_000)
     for digest, name in ((b"a", "m"), (b"b", "n"), (b"c", "m")):
-        memo.put(digest * 32, b"x", FakeModel(name), token(), name, "")
+        memo.insert(digest * 32, MemoEntry(b"x", FakeModel(name), token(), name, ""))
     assert memo.flush("m") == 2
-    assert memo.get(b"a" * 32) is None
-    assert memo.get(b"b" * 32) is not None
+    assert memo.lookup(b"a" * 32) is None
+    assert memo.lookup(b"b" * 32) is not None
     assert memo.figures().bytes == ENTRY_OVERHEAD_BYTES + 1
     memo.forget_model("n")
     assert len(memo) == 0

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 import redis.exceptions as rexc
-from support.cache_doubles import Model, ask, metric, request, settings
+from support.cache_doubles import Model, ask, metric, request, settings, shared_tier
 from support.processes import RedisProcess, free_port, openssl
 
 from cachefleet.runtime.cache.api import CacheStatus
@@ -198,9 +198,8 @@ async def test_the_inserts_of_one_drain_are_one_write_and_all_counted(
     # Write-behind batching: a fleet lease's holder would write its answer at once instead.
     cache = build_cache(settings("redis", redis_server.url, fleet_coalescing="off"), metrics)
     assert isinstance(cache, ReadThroughCache)
-    assert cache.redis is not None
-    await cache.redis.start()  # the tier, but not the write-behind workers: inserts queue up
-    tier = cache.redis
+    tier = shared_tier(cache).redis
+    await tier.start()  # the tier, but not the write-behind workers: inserts queue up
     sent: list[list[tuple[Any, ...]]] = []
     send = tier._send
 

@@ -9,12 +9,21 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from support.cache_doubles import Model, ask, metric, redis_key, request, settings
+from support.cache_doubles import (
+    Model,
+    ask,
+    local_tier,
+    metric,
+    redis_key,
+    request,
+    settings,
+    shared_tier,
+)
 from support.processes import RedisProcess
 
 from cachefleet.runtime.cache.api import CacheDirectives, CacheRequest, CacheStatus
 from cachefleet.runtime.cache.completion import RunsToCompletion
-from cachefleet.runtime.cache.factory import build_cache
+from cachefleet.runtime.cache.factory import build_admission, build_cache, read_through
 from cachefleet.runtime.cache.local import LocalTier
 from cachefleet.runtime.cache.read_through import ReadThroughCache
 from cachefleet.runtime.cache.redis_tier import RedisTier
@@ -99,8 +108,7 @@ async def test_models_without_caching_bypass_and_store_nothing(caches: Callable[
         _, status = await ask(cache, request(1, enabled=False), model)
         assert status is CacheStatus.BYPASS
     assert model.runs == 2
-    assert cache.local is not None
-    assert len(cache.local) == 0
+    assert len(local_tier(cache)) == 0
     assert metric(metrics, "cachefleet_cache_bypass_total", model="simple", version="1") == 2
 
 
@@ -176,8 +184,9 @@ async def test_full_write_behind_queue_drops_and_counts(redis_server: RedisProce
         settings("redis", redis_server.url, insert_queue_size=2, fleet_coalescing="off"), metrics
     )
     assert isinstance(cache, ReadThroughCache)
-    assert cache.redis is not None
-    await cache.redis.start()  # the tier, but not the write-behind workers: the queue fills
+    await shared_tier(
+        cache
+    ).redis.start()  # the tier, not the write-behind workers: the queue fills
     try:
         for value in range(5):
             assert (await ask(cache, request(value), Model()))[1] is CacheStatus.MISS
@@ -237,8 +246,7 @@ async def test_large_answers_are_dropped_past_the_byte_bound(redis_server: Redis
     metrics = RuntimeMetrics()
     cache = build_cache(settings("redis", redis_server.url, insert_queue_bytes=1000), metrics)
     assert isinstance(cache, ReadThroughCache)
-    assert cache.redis is not None
-    await cache.redis.start()  # no workers: what is queued stays queued
+    await shared_tier(cache).redis.start()  # no workers: what is queued stays queued
     try:
         for value in range(5):
             assert (await ask(cache, request(value), Model()))[1] is CacheStatus.MISS
@@ -277,10 +285,13 @@ async def test_promoted_copy_expires_with_the_redis_entry(redis_server: RedisPro
     clock = FakeClock()
 
     def replica() -> ReadThroughCache:
-        return ReadThroughCache(
+        tiered = settings("tiered", redis_server.url)
+        return read_through(
+            tiered,
             RuntimeMetrics(),
-            local=LocalTier(1 << 20, clock=clock.monotonic),
-            redis=RedisTier(settings("tiered", redis_server.url).redis),
+            build_admission(tiered),
+            LocalTier(1 << 20, clock=clock.monotonic),
+            RedisTier(tiered.redis),
             wall_clock=clock.wall,
         )
 
@@ -307,7 +318,7 @@ async def test_promoted_copy_expires_with_the_redis_entry(redis_server: RedisPro
 
 async def test_a_compute_that_runs_to_completion_is_filled_in_the_callers_task() -> None:
     """The fill around compute keeps its mark, so the single-flight leads it in this task."""
-    cache = ReadThroughCache(RuntimeMetrics(), local=LocalTier(max_bytes=1 << 20))
+    cache = ReadThroughCache(RuntimeMetrics(), [LocalTier(max_bytes=1 << 20)])
     await cache.start()
     ran_in: list[object] = []
 

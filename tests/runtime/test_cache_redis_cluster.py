@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from support.cache_doubles import Model, ask, metric, request
+from support.cache_doubles import Model, ask, key_of, local_tier, metric, request, shared_tier
 from support.redis_nodes import ClusterProcesses, command
 
 from cachefleet.runtime.cache.api import CacheStatus
@@ -52,8 +52,8 @@ def expected(value: int) -> list[Tensor]:
 
 
 def shard(cache: ReadThroughCache, value: int) -> str:
-    assert cache.redis is not None
-    return cache.redis.shard_of(cache.keys.redis_key(cache._key(request(value))))
+    shared = shared_tier(cache)
+    return shared.redis.shard_of(shared.keys.redis_key(key_of(request(value))))
 
 
 async def test_two_caches_share_answers_spread_over_the_primaries_and_flush_empties_them(
@@ -110,7 +110,7 @@ async def test_a_dead_primary_costs_only_its_own_keys(redis_cluster: ClusterProc
                 else:
                     assert status is CacheStatus.HIT_REDIS, (value, shards[value])
         assert metric(metrics, "cachefleet_redis_circuit_open") == 1
-        assert cache.breakers.open_shards == [dead]
+        assert shared_tier(cache).breakers.open_shards == [dead]
         assert metric(metrics, "cachefleet_cache_errors_total", tier="redis", kind="connection")
         # Failures stopped at the breaker's threshold plus one probe per reset: asking a dead
         # shard again and again does not mean one failed connection per request.
@@ -169,11 +169,10 @@ async def test_a_cluster_down_at_start_does_not_stop_the_cache() -> None:
     from support.processes import free_port
 
     cache, metrics = await started("tiered", f"redis://127.0.0.1:{free_port()}/0")
-    assert cache.local is not None
     try:
         for _ in range(5):
             assert await ask(cache, request(1), Model()) == (expected(1), CacheStatus.MISS)
-            cache.local.remove_model("simple")  # so the next request asks Redis again
+            local_tier(cache).flush("simple")  # so the next request asks Redis again
         assert metric(metrics, "cachefleet_cache_errors_total", tier="redis", kind="connection")
         assert metric(metrics, "cachefleet_redis_circuit_open") == 1
     finally:
@@ -209,7 +208,7 @@ async def test_row_lookups_span_the_shards_and_skip_only_a_dead_one(
         for value in range(30):
             wanted = CacheStatus.MISS if shards[value] == dead else CacheStatus.HIT_REDIS
             assert statuses[value] is wanted, (value, shards[value])
-        assert cache.breakers.open_shards == [dead]
+        assert shared_tier(cache).breakers.open_shards == [dead]
     finally:
         await writer.close()
         await cache.close()

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import redis.exceptions as redis_exceptions
-from support.cache_doubles import Model, ask, metric, request, settings
+from support.cache_doubles import Model, ask, metric, request, settings, shared_tier
 from support.processes import RedisProcess
 from support.waiting import wait_for_async
 
@@ -157,8 +157,7 @@ async def test_a_saturated_pool_leaves_the_hot_commands_alone(
     only connection busy, lookups and inserts still work, and nothing opens the breaker."""
     cache, metrics = await started("redis", redis_server, pool_size=1)
     try:
-        assert cache.redis is not None
-        pool = cache.redis.client.connection_pool
+        pool = shared_tier(cache).redis.client.connection_pool
         held = await pool.get_connection()  # the only one, busy
         try:
             for value in range(5):

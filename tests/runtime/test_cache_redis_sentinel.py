@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 import pytest
-from support.cache_doubles import Model, ask, request
+from support.cache_doubles import Model, ask, key_of, request, shared_tier
 from support.redis_nodes import MASTER_NAME, SentinelProcesses, command
 
 from cachefleet.runtime.cache.api import CacheStatus
@@ -98,12 +98,15 @@ async def test_a_sentinel_failover_is_followed_without_a_restart(
         while True:
             await ask(writer, request(value), Model())
             await writer.writes.join()
-            if command(new, "EXISTS", writer.keys.redis_key(writer._key(request(value)))) == 1:
+            if (
+                command(new, "EXISTS", shared_tier(writer).keys.redis_key(key_of(request(value))))
+                == 1
+            ):
                 break
             assert time.monotonic() < deadline, (
                 "writes never reached the new primary",
                 new,
-                writer.redis.client.connection_pool.master_address if writer.redis else None,
+                shared_tier(writer).redis.client.connection_pool.master_address,
                 redis_sentinel.primary_port(),
             )
             value += 1

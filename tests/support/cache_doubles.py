@@ -8,16 +8,20 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from cachefleet.runtime.cache.api import CacheDirectives, CacheRequest, CacheStatus
-from cachefleet.runtime.cache.key import KeySpace, compute_key
+from cachefleet.runtime.cache.key import CacheKey, KeySpace, compute_key
+from cachefleet.runtime.cache.local import LocalTier
 from cachefleet.runtime.cache.read_through import ReadThroughCache
 from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.tensor import Tensor
+
+if TYPE_CHECKING:  # redis-py is imported only by the tests that use Redis
+    from cachefleet.runtime.cache.shared_tier import SharedTier
 
 DEFAULT = CacheDirectives()
 
@@ -41,10 +45,28 @@ def request(
     )
 
 
+def key_of(req: CacheRequest) -> CacheKey:
+    return compute_key(req.model, req.version, req.fingerprint, req.inputs, req.parameters)
+
+
 def redis_key(req: CacheRequest, keys: KeySpace | None = None) -> str:
     """The Redis key of ``req`` in ``keys`` (the default namespace when None)."""
-    key = compute_key(req.model, req.version, req.fingerprint, req.inputs, req.parameters)
-    return (keys or KeySpace()).redis_key(key)
+    return (keys or KeySpace()).redis_key(key_of(req))
+
+
+def local_tier(cache: ReadThroughCache) -> LocalTier:
+    """The cache's local tier (in ``local`` and ``tiered`` modes)."""
+    (tier,) = cache.near
+    assert isinstance(tier, LocalTier)
+    return tier
+
+
+def shared_tier(cache: ReadThroughCache) -> SharedTier:
+    """The cache's shared tier (in ``redis`` and ``tiered`` modes)."""
+    from cachefleet.runtime.cache.shared_tier import SharedTier
+
+    assert isinstance(cache.shared, SharedTier)
+    return cache.shared
 
 
 class Model:

@@ -1,0 +1,113 @@
+"""The tiers behind one interface: flushed together (the memo in front included), each one's
+figures in ``/metrics``, and the row cache going through the same admission and counters."""
+
+from __future__ import annotations
+
+import numpy as np
+from support.cache_doubles import DEFAULT, Model, metric, request, settings
+from support.processes import RedisProcess
+
+from cachefleet.runtime.cache.admission import AdmissionPolicy
+from cachefleet.runtime.cache.api import CacheRequest, CacheStatus
+from cachefleet.runtime.cache.factory import build_cache, build_memo
+from cachefleet.runtime.cache.key import CacheKey
+from cachefleet.runtime.cache.memo import MemoEntry
+from cachefleet.runtime.cache.read_through import ReadThroughCache
+from cachefleet.runtime.metrics import RuntimeMetrics
+from cachefleet.runtime.tensor import Tensor
+
+
+def rows_of(count: int, first: int = 0) -> list[CacheRequest]:
+    """``count`` one-row requests of ``simple`` (the rows of one batched request)."""
+    return [request(first + index) for index in range(count)]
+
+
+async def doubled(rows: list[CacheRequest], missing: list[int]) -> list[list[Tensor]]:
+    return [[Tensor.from_numpy("OUTPUT0", rows[i].inputs[0].to_numpy() * 2)] for i in missing]
+
+
+async def test_a_cache_flush_empties_the_memo_in_front_with_the_other_tiers() -> None:
+    """The flush endpoint calls the cache's flush only: the memo's answers of the model go
+    with it, counted among what was removed."""
+    local = settings("local")
+    memo = build_memo(local)
+    assert memo is not None
+    cache = build_cache(local, RuntimeMetrics(), memo=memo)
+    await cache.start()
+    req, model = request(1), Model()
+    await cache.get_or_compute(req, DEFAULT, model.for_request(req))
+    hit = await cache.get_or_compute(req, DEFAULT, model.for_request(req))
+    assert hit.status is CacheStatus.HIT_LOCAL
+    assert hit.local_entry is not None
+    memo.insert(b"d" * 32, MemoEntry(b"answer", object(), hit.local_entry, "simple", ""))
+    try:
+        assert await cache.flush("simple") == 2, "the local entry and its memoized answer"
+        assert memo.lookup(b"d" * 32) is None
+        assert memo.figures().entries == 0
+    finally:
+        await cache.close()
+
+
+async def test_every_tier_reports_its_figures_in_the_metrics(redis_server: RedisProcess) -> None:
+    tiered = settings("tiered", redis_server.url)
+    metrics = RuntimeMetrics()
+    cache = build_cache(tiered, metrics, memo=build_memo(tiered))
+    await cache.start()
+    req, model = request(2), Model()
+    try:
+        for _ in range(3):  # a miss of both tiers, then two local hits
+            await cache.get_or_compute(req, DEFAULT, model.for_request(req))
+    finally:
+        await cache.close()
+
+    def figure(name: str, tier: str) -> float | None:
+        return metrics.registry.get_sample_value(name, {"tier": tier})
+
+    assert figure("cachefleet_cache_tier_entries", "local") == 1
+    assert figure("cachefleet_cache_tier_hits_total", "local") == 2
+    assert figure("cachefleet_cache_tier_misses_total", "local") == 1
+    assert figure("cachefleet_cache_tier_misses_total", "redis") == 1
+    assert figure("cachefleet_cache_tier_entries", "memo") == 0
+    # What a shared Redis holds is not this replica's to tell: no sample rather than a 0.
+    assert figure("cachefleet_cache_tier_entries", "redis") is None
+
+
+async def test_row_lookups_are_counted_in_tritons_cache_counters() -> None:
+    """A batched request answered row by row counts each row as Triton counts a request: a
+    dashboard of ``nv_cache_*`` sees the row cache's hits and misses."""
+    metrics = RuntimeMetrics()
+    cache = build_cache(settings("local"), metrics)
+    assert isinstance(cache, ReadThroughCache)
+    rows = rows_of(3)
+    first = await cache.get_rows_or_compute(rows, lambda missing: doubled(rows, list(missing)))
+    again = await cache.get_rows_or_compute(rows, lambda missing: doubled(rows, list(missing)))
+    assert [status for _, status in first] == [CacheStatus.MISS] * 3
+    assert [status for _, status in again] == [CacheStatus.HIT_LOCAL] * 3
+    labels = {"model": "simple", "version": "1"}
+    assert metric(metrics, "nv_cache_num_misses_per_model", **labels) == 3
+    assert metric(metrics, "nv_cache_num_hits_per_model", **labels) == 3
+    assert metric(metrics, "cachefleet_cache_row_hits_total", tier="local", **labels) == 3
+
+
+async def test_rows_skip_a_tier_that_admission_skips_for_the_model() -> None:
+    """A model whose local tier costs more than it saves keeps its rows out of it too."""
+    admission = AdmissionPolicy("auto", ("local",))
+    judged = admission.of("simple", "1").local
+    judged.admitted = False
+    judged.lookup_s.add(1.0)  # a lookup dearer than any probe budget
+    metrics = RuntimeMetrics()
+    cache = build_cache(settings("local"), metrics, admission)
+    assert isinstance(cache, ReadThroughCache)
+    model = admission.of("simple", "1")
+    rows = [req for req in rows_of(64) if not model.in_sample(req.inputs, never_keyed)][:4]
+    for _ in range(2):
+        answered = await cache.get_rows_or_compute(
+            rows, lambda missing: doubled(rows, list(missing))
+        )
+        assert [status for _, status in answered] == [CacheStatus.MISS] * 4
+    assert np.array_equal(answered[0][0][0].to_numpy(), rows[0].inputs[0].to_numpy() * 2)
+    assert cache.near[0].figures().entries == 0, "nothing kept in the skipped tier"
+
+
+def never_keyed() -> CacheKey:
+    raise AssertionError("small inputs are sampled by their bytes, never by their key")
