@@ -111,7 +111,8 @@ def test_chart_renders_the_example_runtime_when_enabled(
     helm: Helm, tmp_path: Path, cluster_scoped: bool
 ) -> None:
     values = tmp_path / "values.yaml"
-    values.write_text(yaml.safe_dump({"kserve": {"enabled": True, "clusterScoped": cluster_scoped}}))
+    kserve = {"enabled": True, "clusterScoped": cluster_scoped}
+    values.write_text(yaml.safe_dump({"kserve": kserve}))
     [runtime] = kserve_objects(helm.template(values))
     example = load(CLUSTER if cluster_scoped else NAMESPACED)
     assert runtime["kind"] == example["kind"]
