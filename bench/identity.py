@@ -91,8 +91,8 @@ def fingerprint_ms(model_folder: Path, rounds: int) -> tuple[float, int]:
     samples = []
     for _ in range(rounds):
         started = time.perf_counter()
-        files = files_digest(model_folder, 1, [])
-        files_digest(model_folder, 1, [])
+        files = files_digest(model_folder, version, [])
+        files_digest(model_folder, version, [])
         fingerprint(b"config", files)
         samples.append(time.perf_counter() - started)
     return statistics.median(samples) * 1e3, size

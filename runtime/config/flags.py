@@ -49,6 +49,13 @@ class Flag:
 
 FLAGS: tuple[Flag, ...] = (
     Flag("model-repository", "models", "repository", "Triton-layout model repository folder."),
+    Flag(
+        "model-name",
+        "models",
+        "name",
+        "Serve a repository that is one model's files (a model.onnx or config.pbtxt at its "
+        "top, as KServe leaves them) as this model.",
+    ),
     Flag("host", "server", "host", "Address to listen on (default 0.0.0.0)."),
     Flag("port", "server", "port", "Port to listen on (default 8000)."),
     Flag("grpc-port", "server", "grpc_port", "gRPC port (default 8001; 0 turns gRPC off)."),

@@ -125,6 +125,12 @@ class ModelSettings(_Group):
     """The model repository and how models are executed."""
 
     repository: Path | None = None
+    name: str | None = Field(
+        None,
+        description="Serve a repository that is one model's files (a model.onnx or "
+        "config.pbtxt at its top, as KServe's storage initializer leaves them) under this name; "
+        "a repository of model folders keeps its folders' names.",
+    )
     cache_all_models: bool = Field(
         False, description="Cache every model, even those whose config does not enable it."
     )

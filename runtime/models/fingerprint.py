@@ -38,14 +38,14 @@ def fingerprint(config: bytes, files: bytes) -> str:
     return str(digest.hexdigest())
 
 
-def files_digest(model_folder: Path, version: int, named: Sequence[str]) -> bytes:
+def files_digest(model_folder: Path, version_folder: Path, named: Sequence[str]) -> bytes:
     """BLAKE3 of every file of the version folder and of each ``named`` file (relative to
-    the model folder), framed as the module docstring says.
+    the model folder), framed as the module docstring says. The version folder is the model
+    folder itself for a bare model (see ``single_model``).
 
     Raises ModelLoadError when a file cannot be read.
     """
     digest = blake3()
-    version_folder = model_folder / str(version)
     try:
         for path in _files_under(version_folder):
             _add(digest, b"version", model_folder, path)

@@ -39,12 +39,17 @@ from cachefleet.runtime.models.onnx_backend import OnnxModel, open_session, sign
 from cachefleet.runtime.models.placement import runs_inline
 from cachefleet.runtime.models.providers import ExecutionPlan, plan_execution
 from cachefleet.runtime.models.scheduling import scheduling_policy
+from cachefleet.runtime.models.single_model import (
+    BARE_VERSION,
+    CONFIG_FILE,
+    holds_one_model,
+    version_folder,
+)
 from cachefleet.runtime.models.types import Model, ModelConfig, ModelIndexEntry
 from cachefleet.runtime.models.versions import select_versions, version_folders
 
 logger = logging.getLogger(__name__)
 
-CONFIG_FILE = "config.pbtxt"
 READY = "READY"
 UNAVAILABLE = "UNAVAILABLE"
 #: The reason shown for a model that is in the repository but not loaded (explicit mode).
@@ -68,11 +73,18 @@ class LocalModelRepository:
     """
 
     def __init__(
-        self, path: Path, models: Mapping[str, _ModelState], settings: ModelSettings | None = None
+        self,
+        path: Path,
+        models: Mapping[str, _ModelState],
+        settings: ModelSettings | None = None,
+        *,
+        single: str | None = None,
     ) -> None:
         self.path = path
         self._models = dict(models)
         self._settings = settings or ModelSettings()
+        #: The one model's name when ``path`` is that model's files (see ``single_model``).
+        self._single = single
 
     def index(self) -> list[ModelIndexEntry]:
         entries: list[ModelIndexEntry] = []
@@ -118,7 +130,7 @@ class LocalModelRepository:
 
     def names(self) -> list[str]:
         """Every model folder of the repository on disk, loaded or not."""
-        return _model_folders(self.path)
+        return [self._single] if self._single is not None else _model_folders(self.path)
 
     def load(self, name: str, config_json: str | None = None, source: Path | None = None) -> None:
         """(Re)load model ``name`` from its folder, optionally with a JSON config instead of
@@ -130,10 +142,11 @@ class LocalModelRepository:
         state (serving or not) is then kept, as Triton keeps a model whose reload failed.
         """
         check_model_name(name)
-        folder = source if source is not None else self.path / name
+        single = source is None and name == self._single
+        folder = source if source is not None else self.path if single else self.path / name
         if not folder.is_dir():
             raise ModelLoadError(f"no model folder {name!r} in the model repository")
-        state = _load_model(folder, self._settings, config_json)
+        state = _load_model(folder, self._settings, config_json, name=name, single=single)
         if not state.loaded:
             reasons = "; ".join(state.failed.values()) or "no version loaded"
             raise ModelLoadError(reasons)
@@ -164,6 +177,14 @@ def load_repository(
     """
     if not path.is_dir():
         raise ModelLoadError(f"model repository {path} is not a directory")
+    if settings.name is not None:
+        if holds_one_model(path):
+            return _load_single(path, settings, only)
+        logger.info(
+            "--model-name %r not applied: %s holds model folders, served under their names",
+            settings.name,
+            path,
+        )
     folders = _model_folders(path)
     models = {
         name: _load_model(path / name, settings)
@@ -183,6 +204,22 @@ def load_repository(
     return repository
 
 
+def _load_single(
+    path: Path, settings: ModelSettings, only: Collection[str] | None
+) -> LocalModelRepository:
+    """``path`` as one model's files, served as ``settings.name`` (KServe's layout)."""
+    name = settings.name or ""
+    check_model_name(name)
+    if only is None or name in only:
+        state = _load_model(path, settings, name=name, single=True)
+    else:
+        state = _ModelState(loaded={}, failed={None: NOT_LOADED})
+    for version, reason in state.failed.items():
+        if reason != NOT_LOADED:
+            logger.error("model %r %s: UNAVAILABLE: %s", name, version or "", reason)
+    return LocalModelRepository(path, {name: state}, settings, single=name)
+
+
 def _model_folders(path: Path) -> list[str]:
     return sorted(
         folder.name
@@ -192,20 +229,31 @@ def _model_folders(path: Path) -> list[str]:
 
 
 def _load_model(
-    folder: Path, settings: ModelSettings, config_json: str | None = None
+    folder: Path,
+    settings: ModelSettings,
+    config_json: str | None = None,
+    *,
+    name: str | None = None,
+    single: bool = False,
 ) -> _ModelState:
+    """Load the model in ``folder`` (named ``name``, else by its folder). ``single``: the
+    folder is the whole repository, so symlinks stay in it, and files with no version folder
+    are version 1 (a bare model)."""
     state = _ModelState(loaded={}, failed={})
+    available = version_folders(folder)
+    bare = single and not available
     try:
-        message = _read_config(folder, config_json)
+        message = _read_config(folder, config_json, name or folder.name)
         check_names(message)
-        chosen, missing = select_versions(message, version_folders(folder))
+        chosen, missing = select_versions(message, [BARE_VERSION] if bare else available)
         plan = plan_execution(config_document(message), settings, ort.get_available_providers())
     except ModelLoadError as error:
         state.failed[None] = str(error)
         return state
     for version in missing:
         state.failed[version] = f"version folder {version}/ named by version_policy is missing"
-    loader = _VersionLoader(folder, message, plan)
+    root = folder if single else folder.parent
+    loader = _VersionLoader(folder, message, plan, root=root, bare=bare)
     for version in chosen:
         try:
             state.loaded[version] = loader.load(version)
@@ -217,25 +265,31 @@ def _load_model(
 class _VersionLoader:
     """Loads a model's versions; the config is settled by the first version that opens."""
 
-    def __init__(self, folder: Path, message: ConfigMessage, plan: ExecutionPlan) -> None:
+    def __init__(
+        self, folder: Path, message: ConfigMessage, plan: ExecutionPlan, *, root: Path, bare: bool
+    ) -> None:
         self._folder = folder
+        self._root = root
+        self._bare = bare
         self._message = message
         self._plan = plan
         self._config: ModelConfig | None = None
         self._labels: Mapping[str, Sequence[str]] = {}
 
     def load(self, version: int) -> OnnxModel:
+        files_folder = version_folder(self._folder, version, bare=self._bare)
         model_file = confined_file(
-            self._folder / str(version),
+            files_folder,
             self._message.default_model_filename,
             field="default_model_filename",
-            root=self._folder.parent,
+            root=self._root,
         )
         if not model_file.is_file():
-            raise ModelLoadError(f"{model_file.name} not found in version folder {version}/")
+            where = "the model's folder" if self._bare else f"version folder {version}/"
+            raise ModelLoadError(f"{model_file.name} not found in {where}")
         named = [spec.label_filename for spec in self._message.output if spec.label_filename]
         try:
-            before = files_digest(self._folder, version, named)
+            before = files_digest(self._folder, files_folder, named)
         except ModelLoadError:
             before = None  # an unreadable file is reported below, after the config's own errors
         session = open_session(model_file, self._plan, shown=shown_path(model_file, self._folder))
@@ -244,7 +298,7 @@ class _VersionLoader:
         check_config(config, signature)
         # Hashed again once loaded: a file replaced while the session read it would otherwise
         # leave a fingerprint of files other than those answering.
-        files = files_digest(self._folder, version, named)
+        files = files_digest(self._folder, files_folder, named)
         if files != before:
             raise ModelLoadError(f"files of version folder {version}/ changed while it loaded")
         fingerprint_hex = fingerprint(self._message.SerializeToString(deterministic=True), files)
@@ -264,28 +318,28 @@ class _VersionLoader:
             _complete_tensors(self._message, signature)
         config = to_model_config(self._message)
         scheduling_policy(config)  # refuse a bad dynamic_batching block at load, not per request
-        self._labels = _read_labels(self._folder, config)
+        self._labels = _read_labels(self._folder, config, root=self._root)
         log_ignored_fields(self._message)
         self._config = config
         return config
 
 
-def _read_config(folder: Path, config_json: str | None = None) -> ConfigMessage:
+def _read_config(folder: Path, config_json: str | None, name: str) -> ConfigMessage:
     """The folder's config.pbtxt (or ``config_json``, Triton's load override), completed with
-    Triton's defaults; empty if there is neither."""
+    Triton's defaults for model ``name``; empty if there is neither."""
     path = folder / CONFIG_FILE
     if config_json is not None:
-        message = _parse_json_config(config_json, folder.name)
+        message = _parse_json_config(config_json, name)
     elif path.is_file():
         try:
             text = path.read_text()
         except (OSError, UnicodeDecodeError) as error:
             raise ModelLoadError(f"{shown_path(path, folder)}: {_reason(error)}") from None
-        message = parse_config(text, source=f"{folder.name}/{CONFIG_FILE}")
+        message = parse_config(text, source=f"{name}/{CONFIG_FILE}")
     else:
-        logger.info("model %r: no %s, deriving the config from the model", folder.name, CONFIG_FILE)
+        logger.info("model %r: no %s, deriving the config from the model", name, CONFIG_FILE)
         message = new_model_config()
-    complete_config(message, folder.name)
+    complete_config(message, name)
     return message
 
 
@@ -316,13 +370,13 @@ def _complete_tensors(message: ConfigMessage, signature: GraphSignature) -> None
         message.output.extend(derived.output)
 
 
-def _read_labels(folder: Path, config: ModelConfig) -> dict[str, list[str]]:
+def _read_labels(folder: Path, config: ModelConfig, *, root: Path) -> dict[str, list[str]]:
     """Each output's label file, one label a line, read once at load."""
     labels: dict[str, list[str]] = {}
     for spec in config.outputs:
         if spec.label_filename:
             field = f"output {spec.name!r} label_filename"
-            path = confined_file(folder, spec.label_filename, field=field, root=folder.parent)
+            path = confined_file(folder, spec.label_filename, field=field, root=root)
             try:
                 labels[spec.name] = path.read_text().splitlines()
             except (OSError, UnicodeDecodeError) as error:

@@ -1,0 +1,66 @@
+"""Walk a manifest against OpenAPI-generated client models (``openapi_types``/``attribute_map``).
+
+The Kubernetes Python client (and KServe's SDK, generated the same way) carries, for every
+object type, its fields' JSON names and types. Walking a YAML manifest against them finds a
+misspelt or unknown field and a wrongly typed scalar, which a YAML parser never would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+#: Scalar type names of the generators, and the Python types a manifest's values may have.
+SCALARS: dict[str, tuple[type, ...]] = {
+    "str": (str,),
+    "int": (int,),
+    "float": (int, float),
+    "bool": (bool,),
+    "object": (object,),  # IntOrString, RawExtension: anything
+    "datetime": (str,),
+    "date": (str,),
+}
+
+Resolve = Callable[[str], Any]
+
+
+def unknown_fields(value: Any, type_name: str, resolve: Resolve, path: str = "") -> list[str]:
+    """Every problem of ``value`` as a ``type_name`` (``V1Container``, ``list[V1EnvVar]``,
+    ``dict(str, str)``; newer generators write ``List[...]`` and ``Dict[str, ...]``), each naming
+    its path; empty when the manifest fits the models. ``resolve`` turns a model's name into its
+    class."""
+    if type_name.startswith(("list[", "List[")):
+        if not isinstance(value, list):
+            return [f"{path}: a list expected"]
+        inner = type_name[len("list[") : -1]
+        return [
+            problem
+            for index, item in enumerate(value)
+            for problem in unknown_fields(item, inner, resolve, f"{path}[{index}]")
+        ]
+    if type_name.startswith(("dict(", "Dict[")):
+        if not isinstance(value, dict):
+            return [f"{path}: a map expected"]
+        inner = type_name[len("dict(") : -1].split(", ", 1)[1]
+        return [
+            problem
+            for key, item in value.items()
+            for problem in unknown_fields(item, inner, resolve, f"{path}.{key}")
+        ]
+    if type_name in SCALARS:
+        wanted = SCALARS[type_name]
+        if isinstance(value, bool) and bool not in wanted and object not in wanted:
+            return [f"{path}: {type_name} expected, not a boolean"]
+        return [] if isinstance(value, wanted) else [f"{path}: {type_name} expected"]
+    model = resolve(type_name)
+    if not isinstance(value, dict):
+        return [f"{path}: a {type_name} object expected"]
+    attributes = {json_name: name for name, json_name in model.attribute_map.items()}
+    problems: list[str] = []
+    for key, item in value.items():
+        if key not in attributes:
+            problems.append(f"{path}.{key}: not a field of {type_name}")
+        else:
+            field_type = model.openapi_types[attributes[key]]
+            problems += unknown_fields(item, field_type, resolve, f"{path}.{key}")
+    return problems
