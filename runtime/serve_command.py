@@ -71,10 +71,18 @@ def run(args: argparse.Namespace) -> int:
         # uvicorn types it int, but only hands it to call_later: a fraction of a second works.
         timeout_keep_alive=cast(int, settings.limits.keep_alive_timeout_s),
         timeout_graceful_shutdown=10,
+        # With --workers N, uvicorn's supervisor kills a worker that does not answer its ping in
+        # time, and its default (5 s) is shorter than a worker's imports on a busy node: every
+        # new worker was killed before it started, for as long as the node stayed busy.
+        timeout_worker_healthcheck=WORKER_HEALTHCHECK_TIMEOUT_S,
         ssl_certfile=_path(settings.security.ssl_certfile),
         ssl_keyfile=_path(settings.security.ssl_keyfile),
     )
     return 0
+
+
+#: How long a worker may take to answer the supervisor's ping (see ``run``).
+WORKER_HEALTHCHECK_TIMEOUT_S = 60
 
 
 def _path(path: Path | None) -> str | None:
