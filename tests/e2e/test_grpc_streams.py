@@ -19,7 +19,7 @@ from support.sample_requests import simple_grpc_request
 from support.waiting import wait_for
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from cachefleet.runtime.grpc.threaded_server import THREADS
+from cachefleet.runtime.grpc.server import THREADS
 
 #: Seconds within which a call that must answer has answered (a bounded wait, not a timing).
 ANSWERS_WITHIN_S = 20
