@@ -48,7 +48,8 @@ RUN python3 -m venv /opt/venv \
 # ---- runtime-package: the wheel alone, --no-deps (the only layer a code change rebuilds) ------
 FROM runtime-deps AS runtime-package
 COPY --from=wheel /wheels /wheels
-RUN /opt/venv/bin/pip install --no-deps --no-compile --target /opt/cachefleet /wheels/cachefleet-*.whl
+RUN /opt/venv/bin/pip install --no-deps --no-compile --target /opt/cachefleet /wheels/cachefleet-*.whl \
+ && /opt/venv/bin/python -m cachefleet.cli.main samples /opt/cachefleet-samples --model simple
 
 # ---- runtime-venv: the dependencies without pip ----------------------------------------------
 FROM runtime-deps AS runtime-venv
@@ -68,6 +69,9 @@ RUN apt-get update \
       --shell /usr/sbin/nologin cachefleet
 COPY --from=runtime-venv /opt/venv /opt/venv
 COPY --from=runtime-package /opt/cachefleet /opt/cachefleet
+# The `simple` sample, generated at build time (never downloaded): examples/quickstart.yaml copies
+# it out of this image (model.repository.image), so a first service needs no storage at all.
+COPY --from=runtime-package /opt/cachefleet-samples /opt/cachefleet-samples
 ENV PATH=/opt/cachefleet/bin:/opt/venv/bin:${PATH} \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1

@@ -77,17 +77,8 @@ def render(record: RunRecord, command: str) -> str:
             else []
         ),
         *[f"- Note: {note}" for note in record.notes],
-        "",
-        "## Targets",
-        "",
-        "| target | measured | met (as stated) | met (by server CPU/req) |",
-        "|---|---|---|---|",
     ]
-    for target in check(record.measurements):
-        lines.append(
-            f"| {target.target} | {target.measured} | {_verdict(target.met)} "
-            f"| {_verdict(target.met_by_cpu)} |"
-        )
+    lines += _targets(record.measurements)
     for group, title in GROUP_TITLES.items():
         rows = [m for m in record.measurements if m.scenario.group == group]
         if rows:
@@ -138,6 +129,31 @@ def render(record: RunRecord, command: str) -> str:
         lines += ["", "## Failed scenarios", ""]
         lines += [f"- {f.scenario.label}: {f.reason}" for f in record.failures]
     return "\n".join(lines) + "\n"
+
+
+def _targets(measurements: Sequence[Measurement]) -> list[str]:
+    """The targets this run measured; the others are named in one line, not as rows of "not
+    measured" (a demo or a focused run measures two or three of them)."""
+    checks = check(measurements)
+    measured = [t for t in checks if t.met is not None or t.met_by_cpu is not None]
+    lines = ["", "## Targets", ""]
+    if measured:
+        lines += [
+            "| target | measured | met (as stated) | met (by server CPU/req) |",
+            "|---|---|---|---|",
+            *(
+                f"| {t.target} | {t.measured} | {_verdict(t.met)} | {_verdict(t.met_by_cpu)} |"
+                for t in measured
+            ),
+        ]
+    skipped = len(checks) - len(measured)
+    if skipped:
+        lines += [
+            "",
+            f"{skipped} of the {len(checks)} targets need scenarios this run did not include "
+            "(`cachefleet bench` with no options runs them all).",
+        ]
+    return lines
 
 
 def write(record: RunRecord, command: str, folder: Path, name: str) -> Path:

@@ -7,6 +7,12 @@ expects ``X-Cache: miss`` then ``hit-local`` with the right sums, and asks gRPC 
 and a ModelInfer with tritonclient.grpc. What a user of the image sees, through the published
 ports.
 
+``python -m harness.image_smoke copy-command FILE`` prints, one per line, the model volume's mount
+path and the shell script of the ``copy-models`` init container the operator renders for the
+service in FILE (``examples/quickstart.yaml``): the script copies the sample repository out of
+the runtime image, and ``scripts/build-images`` runs it in the image exactly so before serving
+what it copied, as a pod of the quickstart does.
+
 ``python -m harness.image_smoke operator --image IMAGE`` starts the Kubernetes emulator
 (:mod:`harness.kube_emulator`) on a loopback port, runs the operator image against it on the
 host's network with a kubeconfig mounted in, creates one CachedInferenceService with a managed
@@ -204,12 +210,33 @@ async def _converge(engine: str, image: str) -> None:
     print(f"image_smoke: operator reconciled one CachedInferenceService: {children}")
 
 
+# ---------------------------------------------------------------------------------------------
+# The quickstart's copy out of the runtime image
+# ---------------------------------------------------------------------------------------------
+
+
+def copy_command(path: Path) -> tuple[str, str]:
+    """The ``copy-models`` init container's mount path and ``sh -c`` script for ``path``."""
+    from cachefleet.operator.render_command import render_file
+
+    for child in render_file(path):
+        if child["kind"] == "Deployment":
+            for container in child["spec"]["template"]["spec"].get("initContainers", []):
+                if container["name"] == "copy-models":
+                    shell, flag, script = container["command"]
+                    assert (shell, flag) == ("sh", "-c"), container["command"]
+                    return container["volumeMounts"][0]["mountPath"], script
+    raise SmokeError(f"{path} renders no copy-models init container")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.image_smoke", description=__doc__)
     commands = parser.add_subparsers(dest="target", required=True)
     runtime = commands.add_parser("runtime", help="check a running runtime container")
     runtime.add_argument("--http-port", type=int, required=True)
     runtime.add_argument("--grpc-port", type=int, required=True)
+    copy = commands.add_parser("copy-command", help="print a service's copy-models script")
+    copy.add_argument("file", type=Path)
     operator = commands.add_parser("operator", help="run the operator image against an emulator")
     operator.add_argument("--image", required=True)
     operator.add_argument("--engine", default="podman")
@@ -217,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.target == "runtime":
             check_runtime(args.http_port, args.grpc_port)
+        elif args.target == "copy-command":
+            print("\n".join(copy_command(args.file)))
         else:
             asyncio.run(_converge(args.engine, args.image))
     except SmokeError as error:

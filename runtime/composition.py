@@ -15,7 +15,7 @@ import asyncio
 import gc
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING
 from cachefleet.runtime.cache.admission import AdmissionPolicy
 from cachefleet.runtime.cache.api import ResponseCache
 from cachefleet.runtime.cache.factory import build_admission, build_cache
+from cachefleet.runtime.cache.memo import ResponseMemo
+from cachefleet.runtime.cache.memo_metrics import MemoCollector
 from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.errors import NotReadyError
 from cachefleet.runtime.metrics import RuntimeMetrics
@@ -76,6 +78,9 @@ class Runtime:
     budget: RequestBudget
     #: The span pipeline when the server traces (``OTEL_*``), else None.
     tracing: TracingPipeline | None = None
+    #: The answer memo both transports consult (see ``cache.memo``); None where no local tier
+    #: can vouch for its answers (``--cache none`` or ``redis``).
+    memo: ResponseMemo | None = None
 
     @classmethod
     @asynccontextmanager
@@ -136,12 +141,15 @@ class Runtime:
                 max_file_bytes=settings.server.max_request_bytes,
             )
             control.on_release(service.release_model)
+            memo = _build_memo(settings, metrics)
+            if memo is not None:
+                control.on_release(_forgetting(memo))
             limits = settings.limits
             budget = RequestBudget(limits.max_requests_in_flight, limits.max_inflight_bytes)
             runtime = cls(
                 settings, metrics, repository, cache, admission, ledger, service, control,
                 shared_memory,
-                budget, tracing,
+                budget, tracing, memo,
             )  # fmt: skip
             # Everything made so far (modules, models, sessions) lives as long as the server:
             # out of the collector's sight, a full collection walks only what requests and the
@@ -169,6 +177,25 @@ class RuntimeSlot:
         if self.runtime is None:
             raise NotReadyError("the server is still loading its models")
         return self.runtime
+
+
+def _build_memo(settings: RuntimeSettings, metrics: RuntimeMetrics) -> ResponseMemo | None:
+    """The one answer memo, an eighth of the local tier's bound, counted in ``metrics``; None
+    unless a local tier (``local``, ``tiered``) can vouch for what it keeps."""
+    if settings.cache.mode not in ("local", "tiered"):
+        return None
+    memo = ResponseMemo(settings.cache.local_size_bytes // 8)
+    metrics.registry.register(MemoCollector(memo))
+    return memo
+
+
+def _forgetting(memo: ResponseMemo) -> Callable[[str], Awaitable[None]]:
+    """What model control calls when a model is unloaded or loaded again."""
+
+    async def forget(name: str) -> None:
+        memo.forget_model(name)
+
+    return forget
 
 
 def _models_to_load(settings: RuntimeSettings) -> frozenset[str] | None:

@@ -30,6 +30,16 @@ def test_pyproject_the_operator_the_chart_and_the_changelog_name_one_version() -
     assert RELEASE_RUNTIME_IMAGE.endswith(f":{version}")
 
 
+def test_the_quickstart_copies_the_samples_out_of_this_releases_runtime_image() -> None:
+    """The quickstart names the runtime image by tag: a release that moves the version and not
+    the example would start new users on the previous runtime (or on an image not yet built)."""
+    service = yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())
+    source = service["spec"]["model"]["repository"]["image"]
+    assert source["image"] == RELEASE_RUNTIME_IMAGE
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert f"samples {source['path']} --model {service['spec']['model']['name']}" in dockerfile
+
+
 def test_every_recorded_release_has_a_changelog_entry_and_a_full_commit() -> None:
     entries = changelog_versions()
     assert entries == sorted(entries, key=lambda v: tuple(map(int, v.split("."))), reverse=True)

@@ -18,10 +18,16 @@ from blake3 import blake3
 
 from cachefleet.runtime.cache.admission import AdmissionPolicy
 from cachefleet.runtime.cache.api import CacheDirectives, CacheStatus
+from cachefleet.runtime.cache.memo import MemoEntry, ResponseMemo, http_hasher
 from cachefleet.runtime.composition import Runtime
 from cachefleet.runtime.errors import ServingError
-from cachefleet.runtime.http.infer_codec import BodyDecoder, InferOutcome, render
-from cachefleet.runtime.http.response_memo import Memoized, ResponseMemo, digest_hasher
+from cachefleet.runtime.http.infer_codec import (
+    HIT_LOCAL,
+    BodyDecoder,
+    InferOutcome,
+    answer_headers,
+    render,
+)
 from cachefleet.runtime.service import InferAnswer, InferenceService, SharedMemoryRegistry
 from cachefleet.runtime.service.request_ledger import RequestLedger
 from cachefleet.runtime.service.scheduler import OnWait
@@ -42,7 +48,7 @@ class ServiceAnswers:
 
     def memoized(
         self, name: str, version: str | None, digest: bytes, started_ns: int
-    ) -> Memoized | None:
+    ) -> MemoEntry | None:
         """The memoized answer for ``digest``, counted; None, nothing counted, when there is
         none (``started_ns``: ``time.perf_counter_ns()`` when the body was in)."""
         return None
@@ -112,11 +118,11 @@ class MemoizedAnswers(ServiceAnswers):
             return None
         if not self._admission.admitted(model.name, "local", model.version):
             return None
-        return digest_hasher(name, version, header_length)
+        return http_hasher(name, version, header_length)
 
     def memoized(
         self, name: str, version: str | None, digest: bytes, started_ns: int
-    ) -> Memoized | None:
+    ) -> MemoEntry | None:
         found = self.memo.get(digest)
         if found is None:
             return None
@@ -159,7 +165,10 @@ class MemoizedAnswers(ServiceAnswers):
             outputs = answer.request.outputs
             shared = decode.read_shared_memory or any(o.shared_memory is not None for o in outputs)
             if token is not None and not shared:
-                self.memo.put(key, answer.model, token, outcome.body, outcome.header_length)
+                self.memo.put(
+                    key, outcome.body, answer.model, token, name, version or "",
+                    answer_headers(outcome.body, outcome.header_length, HIT_LOCAL),
+                )  # fmt: skip
             return outcome
 
         return await self._service.answer(
@@ -168,18 +177,10 @@ class MemoizedAnswers(ServiceAnswers):
 
 
 def answers_for(runtime: Runtime) -> ServiceAnswers:
-    """The infer endpoint's answers: memoized where a local tier can vouch for them (``local``,
-    ``tiered``), with a memo of an eighth of the local tier's bound, on top of it. A model
-    unloaded or loaded again takes its memoized responses with it."""
-    settings = runtime.settings
-    if settings.cache.mode not in ("local", "tiered"):
+    """The infer endpoint's answers: memoized when the runtime has a memo (a local tier can
+    vouch for its answers: ``local``, ``tiered``)."""
+    if runtime.memo is None:
         return ServiceAnswers(runtime.service, runtime.shared_memory)
-    memo = ResponseMemo(settings.cache.local_size_bytes // 8)
-
-    async def forget(name: str) -> None:
-        memo.discard_model(name)
-
-    runtime.control.on_release(forget)
     return MemoizedAnswers(
-        runtime.service, runtime.shared_memory, memo, runtime.ledger, runtime.admission
+        runtime.service, runtime.shared_memory, runtime.memo, runtime.ledger, runtime.admission
     )

@@ -18,6 +18,12 @@ from cachefleet.runtime.protocol import InferRequest, decode_request, encode_res
 from cachefleet.runtime.service import InferAnswer, SharedMemoryRegistry
 from cachefleet.runtime.service.shared_memory import RequestReads
 
+_JSON = b"application/json"
+_BINARY = b"application/octet-stream"
+_HEADER_LENGTH = b"inference-header-content-length"
+#: The ``X-Cache`` value of a memoized answer.
+HIT_LOCAL = b"hit-local"
+
 
 @dataclass(frozen=True, slots=True)
 class InferOutcome:
@@ -103,3 +109,26 @@ def render(answer: InferAnswer) -> InferOutcome:
         batched=model.config.max_batch_size > 0,
     )
     return InferOutcome(encoded.body, encoded.header_length, answer.cache_status)
+
+
+def answer_headers(
+    body: bytes, header_length: int | None, cache_status: bytes
+) -> list[tuple[bytes, bytes]]:
+    """An answer's headers: its length and type, how the cache answered, and the binary
+    extension's header length when binary outputs follow the JSON header."""
+    headers = [(b"content-length", b"%d" % len(body))]
+    if header_length is None:
+        headers.append((b"content-type", _JSON))
+    else:
+        headers.append((b"content-type", _BINARY))
+        headers.append((_HEADER_LENGTH, b"%d" % header_length))
+    headers.append((b"x-cache", cache_status))
+    return headers
+
+
+def header_length_of(headers: list[tuple[bytes, bytes]]) -> int | None:
+    """The binary extension's header length that :func:`answer_headers` put in ``headers``."""
+    for name, value in headers:
+        if name == _HEADER_LENGTH:
+            return int(value)
+    return None

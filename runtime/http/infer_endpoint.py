@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from cachefleet.runtime.cache.api import CacheDirectives
+from cachefleet.runtime.cache.memo import MemoEntry
 from cachefleet.runtime.composition import Runtime, RuntimeSlot
 from cachefleet.runtime.errors import BadRequestError, ServingError
 from cachefleet.runtime.http.body import (
@@ -37,7 +38,7 @@ from cachefleet.runtime.http.client_watch import ClientWatch
 from cachefleet.runtime.http.compression import compress_for
 from cachefleet.runtime.http.errors import error_answer
 from cachefleet.runtime.http.infer_answers import ServiceAnswers, answers_for
-from cachefleet.runtime.http.response_memo import Memoized
+from cachefleet.runtime.http.infer_codec import answer_headers, header_length_of
 from cachefleet.runtime.http.restricted import ApiGuard, RestrictedApiError, refusal_message
 from cachefleet.runtime.protocol.cache_control import directives_from
 from cachefleet.runtime.service.request_budget import RequestBudget
@@ -45,9 +46,6 @@ from cachefleet.runtime.service.request_budget import RequestBudget
 log = logging.getLogger(__name__)
 
 _JSON = b"application/json"
-_BINARY = b"application/octet-stream"
-#: The ``X-Cache`` value of a memoized answer.
-HIT_LOCAL = b"hit-local"
 
 
 class InferEndpoint:
@@ -241,15 +239,11 @@ class InferEndpoint:
         )
 
 
-async def _send_memoized(send: Send, found: Memoized, accept: bytes | None) -> None:
+async def _send_memoized(send: Send, found: MemoEntry, accept: bytes | None) -> None:
+    headers = found.headers or []
     if accept is not None:  # compressed per request: the memo holds the plain response
-        await _send_answer(send, found.body, found.header_length, "hit-local", accept)
+        await _send_answer(send, found.body, header_length_of(headers), "hit-local", accept)
         return
-    headers = found.response_headers
-    if headers is None:
-        headers = found.response_headers = answer_headers(
-            found.body, found.header_length, HIT_LOCAL
-        )
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": found.body})
 
@@ -265,21 +259,6 @@ async def _send_answer(
         headers.append((b"content-encoding", encoding.encode()))
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": body})
-
-
-def answer_headers(
-    body: bytes, header_length: int | None, cache_status: bytes
-) -> list[tuple[bytes, bytes]]:
-    """An answer's headers: its length and type, how the cache answered, and the binary
-    extension's header length when binary outputs follow the JSON header."""
-    headers = [(b"content-length", b"%d" % len(body))]
-    if header_length is None:
-        headers.append((b"content-type", _JSON))
-    else:
-        headers.append((b"content-type", _BINARY))
-        headers.append((b"inference-header-content-length", b"%d" % header_length))
-    headers.append((b"x-cache", cache_status))
-    return headers
 
 
 def _header_length(value: bytes | None) -> tuple[int | None, BadRequestError | None]:

@@ -23,10 +23,10 @@ from __future__ import annotations
 import time
 from typing import NamedTuple
 
+from cachefleet.runtime.cache.memo import MemoEntry
 from cachefleet.runtime.composition import RuntimeSlot
-from cachefleet.runtime.http.infer_endpoint import HIT_LOCAL, InferEndpoint, answer_headers
+from cachefleet.runtime.http.infer_endpoint import InferEndpoint
 from cachefleet.runtime.http.infer_shortcut import infer_route
-from cachefleet.runtime.http.response_memo import Memoized
 from cachefleet.runtime.protocol.cache_control import directives_from
 
 #: The longest body the protocol holds for the memo: more is read the ordinary way, with the
@@ -83,7 +83,7 @@ class MemoFront:
         header_length = None if header_text is None else int(header_text)
         return Ticket(route[0], route[1], header_length)
 
-    def answer(self, ticket: Ticket, body: list[bytes]) -> Memoized | None:
+    def answer(self, ticket: Ticket, body: list[bytes]) -> MemoEntry | None:
         """The memoized response for ``ticket``'s request with ``body`` (its pieces), counted
         as the endpoint counts a memoized answer; None (nothing counted) when there is none."""
         runtime = self._slot.runtime
@@ -100,10 +100,6 @@ class MemoFront:
         return answers.memoized(model, version, hasher.digest(), started_ns)
 
 
-def header_lines(found: Memoized) -> bytes:
-    """``found``'s response headers as HTTP/1.1 header lines, made once per memo entry."""
-    lines = found.header_lines
-    if lines is None:
-        headers = answer_headers(found.body, found.header_length, HIT_LOCAL)
-        lines = found.header_lines = b"".join(b"%s: %s\r\n" % pair for pair in headers)
-    return lines
+def header_lines(found: MemoEntry) -> bytes:
+    """``found``'s response headers as HTTP/1.1 header lines."""
+    return b"".join(b"%s: %s\r\n" % pair for pair in found.headers or ())

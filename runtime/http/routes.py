@@ -127,7 +127,10 @@ class Endpoints:
 
     async def flush(self, request: Request) -> Response:
         name = request.path_params["model"]
-        removed = await self._slot.ready().service.flush(name)
+        runtime = self._slot.ready()
+        removed = await runtime.service.flush(name)
+        if runtime.memo is not None:  # its answers of the model go with the entries they came from
+            runtime.memo.flush(name)
         return _json({"model": name, "removed": removed})
 
     async def metrics(self, request: Request) -> Response:

@@ -96,6 +96,7 @@ def test_demo_without_wrk_loads_with_python_senders_and_says_so(tmp_path: Path) 
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert "wrk is not installed" in completed.stdout
     assert "Python http.client" in completed.stdout
+    assert "Install wrk" in completed.stdout  # and why its figures read lower than the README's
     rows = [line.split() for line in completed.stdout.splitlines() if line.startswith("simple ")]
     assert [row[1] for row in rows] == [
         "none",

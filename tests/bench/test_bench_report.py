@@ -51,6 +51,20 @@ def test_targets_are_met_or_missed_from_the_figures_and_unmeasured_ones_say_so()
     assert (tiered_miss.met, tiered_miss.measured) == (None, "not measured")
 
 
+def test_the_report_lists_the_targets_a_run_measured_and_counts_the_others() -> None:
+    """A demo measures two targets of sixteen: fourteen rows of "not measured" told its reader
+    nothing; one line says why they are missing."""
+    lines = report._targets([
+        _measurement("simple", "none", 0.0, 1000.0),
+        _measurement("simple", "local", 0.0, 950.0),
+    ])  # fmt: skip
+    rows = [line for line in lines if line.startswith("| simple")]
+    assert rows
+    assert all("not measured" not in row for row in rows)
+    total = len(check([]))
+    assert any(line.startswith(f"{total - len(rows)} of the {total} targets") for line in lines)
+
+
 def test_profile_shares_leave_out_waiting_threads(tmp_path: Path) -> None:
     raw = tmp_path / "raw.txt"
     raw.write_text(

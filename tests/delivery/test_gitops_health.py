@@ -26,6 +26,7 @@ from cachefleet.operator.reconcile.conditions import (
     stalled_conditions,
     summary_conditions,
 )
+from cachefleet.operator.render_command import render_file
 from delivery.support import REPO
 
 GITOPS = REPO / "examples" / "gitops"
@@ -123,6 +124,9 @@ def test_test_objects_are_valid_cached_inference_services(
     obj = load_object(case)
     assert obj["apiVersion"] == api_version
     validator.validate(obj)
+    # The schema is not all the operator checks (maxmemory within Redis's memory limit, ...):
+    # a test object the operator would refuse shows a health no real service reaches.
+    render_file(CHECK / case["inputPath"])
 
 
 def test_argocd_cm_carries_the_tested_script() -> None:

@@ -154,6 +154,38 @@ def test_a_flush_ends_the_memoized_answer(server: ServerProcess) -> None:
     assert post(server, body, headers).headers["X-Cache"] == "hit-local"
 
 
+def memo_figures(server: ServerProcess) -> dict[str, float]:
+    """The memo tier's figures from /metrics (``tier="memo"``), by sample name."""
+    with urllib.request.urlopen(f"{server.base_url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.labels.get("tier") == "memo"
+    }
+
+
+def test_the_memo_is_counted_as_a_tier_and_emptied_by_a_flush(server: ServerProcess) -> None:
+    """An operator sees what the memo holds and answers beside the other tiers, and a flush
+    of the model takes its memoized answers out, not only the entries they came from."""
+    body, headers = simple_body(request_id="figures")
+    assert [post(server, body, headers).headers["X-Cache"] for _ in range(4)] == [
+        "miss", "hit-local", "hit-local", "hit-local",
+    ]  # fmt: skip
+    held = memo_figures(server)
+    assert held["cachefleet_cache_tier_entries"] == 1
+    assert held["cachefleet_cache_tier_bytes"] > len(post(server, body, headers).content)
+    assert held["cachefleet_cache_tier_hits_total"] == 2  # the first hit was the local tier's
+    assert held["cachefleet_cache_tier_evictions_total"] == 0
+
+    loopback.post(f"{server.base_url}/v2/models/simple/cache/flush", timeout=10)
+    flushed = memo_figures(server)
+    assert (flushed["cachefleet_cache_tier_entries"], flushed["cachefleet_cache_tier_bytes"]) == (
+        0, 0,
+    )  # fmt: skip
+
+
 def test_an_expired_entry_ends_the_memoized_answer(make_server: MakeServer) -> None:
     server = make_server("--cache-ttl", "1")
     body, headers = simple_body()

@@ -16,10 +16,11 @@ import uvicorn
 from support import raw_http
 from support.uvicorn_thread import serving
 
+from cachefleet.runtime.cache.memo import MemoEntry
 from cachefleet.runtime.config import LimitSettings
 from cachefleet.runtime.http.httptools_protocol import GuardedHttpToolsProtocol
+from cachefleet.runtime.http.infer_codec import HIT_LOCAL, answer_headers
 from cachefleet.runtime.http.memo_front import MemoFront, Ticket
-from cachefleet.runtime.http.response_memo import Memoized
 
 KNOWN = b"a body the memo knows"
 ANSWER = b'{"outputs":[]}'
@@ -37,11 +38,12 @@ class OneBodyFront(MemoFront):
     def ticket(self, target: bytes, headers: list[tuple[bytes, bytes]]) -> Ticket | None:
         return Ticket("m", None, None) if target == b"/memo" else None
 
-    def answer(self, ticket: Ticket, body: list[bytes]) -> Memoized | None:
+    def answer(self, ticket: Ticket, body: list[bytes]) -> MemoEntry | None:
         if b"".join(body) != KNOWN:
             return None
         self.answered += 1
-        return Memoized(None, None, self.answer_body, None, 0)  # type: ignore[arg-type]
+        headers = answer_headers(self.answer_body, None, HIT_LOCAL)
+        return MemoEntry(self.answer_body, None, None, "m", "", 0, headers)  # type: ignore[arg-type]
 
 
 class Application:

@@ -1,5 +1,5 @@
-"""The memo of rendered responses: digests that separate what renders differently, an LRU
-bounded by bytes."""
+"""The answer memo: digests that separate what renders differently (and the transports), an
+LRU bounded by bytes, counted, flushed and forgotten per model."""
 
 from __future__ import annotations
 
@@ -10,10 +10,12 @@ from dataclasses import dataclass, field
 from cachefleet.runtime.cache.api import LocalEntryToken
 from cachefleet.runtime.cache.key import CacheKey
 from cachefleet.runtime.cache.local import LocalTier
-from cachefleet.runtime.http.response_memo import (
+from cachefleet.runtime.cache.memo import (
     ENTRY_OVERHEAD_BYTES,
+    MemoFigures,
     ResponseMemo,
-    digest_hasher,
+    grpc_digest,
+    http_hasher,
 )
 from cachefleet.runtime.models.types import ModelConfig
 from cachefleet.runtime.tensor import Tensor
@@ -39,7 +41,7 @@ class FakeModel:
 
 def request_digest(model: FakeModel, body: bytes, header_length: int | None) -> bytes:
     """The digest of a whole body at hand, as the server computes it piece by piece."""
-    hasher = digest_hasher(model.name, model.version, header_length)
+    hasher = http_hasher(model.name, model.version, header_length)
     hasher.update(body)
     return hasher.digest()
 
@@ -77,32 +79,36 @@ def test_the_memo_is_an_lru_bounded_by_bytes() -> None:
     memo = ResponseMemo(3 * size)
     model = FakeModel("m")
     for index in range(3):
-        memo.put(bytes([index]), model, token(), response, None)
+        memo.put(bytes([index]), response, model, token(), "m", "")
     assert memo.get(bytes([0])) is not None  # 0 is now the most recently used
-    memo.put(bytes([3]), model, token(), response, 10)
+    memo.put(bytes([3]), response, model, token(), "m", "1", [(b"x-cache", b"hit-local")])
 
     assert memo.get(bytes([1])) is None
     assert [memo.get(bytes([i])) is not None for i in (0, 2, 3)] == [True, True, True]
-    assert memo.size_bytes == 3 * size <= memo.max_bytes
+    assert memo.figures().bytes == 3 * size <= memo.max_bytes
     found = memo.get(bytes([3]))
     assert found is not None
-    assert (found.body, found.header_length) == (response, 10)
+    assert (found.body, found.name, found.version) == (response, "m", "1")
+    assert found.headers == [(b"x-cache", b"hit-local")]
 
-    memo.put(b"big", model, token(), b"y" * (3 * size), None)  # can never fit
+    memo.put(b"big", b"y" * (3 * size), model, token(), "m", "")  # can never fit
     assert memo.get(b"big") is None
     assert len(memo) == 3
     memo.discard(bytes([0]))
-    assert memo.size_bytes == 2 * size
+    assert memo.figures().bytes == 2 * size
+    # 5 lookups found an entry, one of which its caller gave back as stale (a miss); 2 found
+    # none.
+    assert memo.figures() == MemoFigures(2, 2 * size, hits=4, misses=3, evictions=1)
 
 
 def test_a_body_hashed_in_pieces_has_the_digest_of_the_whole() -> None:
     body = bytes(range(256)) * 40
-    hasher = digest_hasher("m", "1", 12)
+    hasher = http_hasher("m", "1", 12)
     for start in range(0, len(body), 1000):
         hasher.update(body[start : start + 1000])
     assert hasher.digest() == request_digest(FakeModel("m"), body, 12)
     # No version (the latest) is its own request: it may resolve to another model later.
-    latest = digest_hasher("m", None, 12)
+    latest = http_hasher("m", None, 12)
     latest.update(body)
     assert latest.digest() != hasher.digest()
 
@@ -123,7 +129,8 @@ def test_memo_and_local_tier_together_stay_within_their_bounds() -> None:
             local.put(key, [output], ttl_s=0)
             entry = local.entry(key)
             assert entry is not None
-            memo.put(index.to_bytes(32, "little"), model, token(key, entry), b"r" * 200, None)
+            digest = index.to_bytes(32, "little")
+            memo.put(digest, b"r" * 200, model, token(key, entry), "m", "")
         held, _ = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -131,11 +138,24 @@ def test_memo_and_local_tier_together_stay_within_their_bounds() -> None:
     assert held - before < local.max_bytes + memo.max_bytes + (1 << 20)
 
 
-def test_discarding_a_model_forgets_its_responses() -> None:
+def test_forgetting_or_flushing_a_model_drops_its_answers_only() -> None:
     memo = ResponseMemo(max_bytes=10_000)
-    memo.put(b"a" * 32, FakeModel("m"), token(), b"x", None)
-    memo.put(b"b" * 32, FakeModel("n"), token(), b"y", None)
-    memo.discard_model("m")
+    for digest, name in ((b"a", "m"), (b"b", "n"), (b"c", "m")):
+        memo.put(digest * 32, b"x", FakeModel(name), token(), name, "")
+    assert memo.flush("m") == 2
     assert memo.get(b"a" * 32) is None
     assert memo.get(b"b" * 32) is not None
-    assert memo.size_bytes == ENTRY_OVERHEAD_BYTES + 1
+    assert memo.figures().bytes == ENTRY_OVERHEAD_BYTES + 1
+    memo.forget_model("n")
+    assert len(memo) == 0
+    assert memo.flush("n") == 0
+
+
+def test_an_http_answer_is_never_a_grpc_answer() -> None:
+    """The transports hash under their own prefixes: no HTTP body, however chosen, has the
+    digest of a gRPC message (or back), so neither answers the other's request."""
+    message = b"\n\x06simple"
+    hasher = http_hasher("", None, None)
+    hasher.update(message)
+    assert hasher.digest() != grpc_digest(message)
+    assert len(grpc_digest(message)) == len(hasher.digest()) == 32
