@@ -8,9 +8,9 @@ the request ledger. How the cache answered goes back as ``x-cache`` trailing met
 counterpart of the ``X-Cache`` header (trailing: it rides on the status, where initial metadata
 costs one more message per call); ``cache-control`` request metadata opts out as the header does.
 
-``ModelInfer`` takes the request's bytes as they arrived. Where a memo of encoded answers
-exists (a local tier vouches for answers: ``--cache local`` or ``tiered``) and the call carries
-no ``cache-control``, a byte-identical repeat of a request whose last answer was a local hit is
+``ModelInfer`` takes the request's bytes as they arrived. Where the runtime has the answer
+memo (``cache.memo``: a local tier vouches for answers, ``--cache local`` or ``tiered``) and the
+call carries no ``cache-control``, a byte-identical repeat of a request whose last answer was a local hit is
 answered on the call's thread: one digest of the bytes, one memo lookup, the request written
 down in the ledger (in flight first, so an unload waits for it, then the model and the local
 entry confirmed: the local tier counts the hit as a lookup does), and the stored bytes sent with
@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 import grpc
 
 from cachefleet.runtime.cache.api import CacheDirectives, CacheStatus
+from cachefleet.runtime.cache.memo import ResponseMemo, grpc_digest
 from cachefleet.runtime.composition import Runtime
 from cachefleet.runtime.errors import ServingError
 from cachefleet.runtime.grpc.decode import decode_infer_request, request_cost
@@ -40,7 +41,6 @@ from cachefleet.runtime.grpc.errors import error_status, translated
 from cachefleet.runtime.grpc.handlers import checked, parsed
 from cachefleet.runtime.grpc.loop_bridge import LoopBridge, LoopContext
 from cachefleet.runtime.grpc.messages import service_pb2
-from cachefleet.runtime.grpc.response_memo import ResponseMemo, request_digest
 from cachefleet.runtime.models.types import ModelConfig
 from cachefleet.runtime.protocol import directives_from
 from cachefleet.runtime.protocol.request import InferRequest
@@ -55,19 +55,19 @@ _CACHE_CONTROL = "cache-control"
 class Inference:
     """The inference methods' behaviours on the server's threads (see the module)."""
 
-    def __init__(self, runtime: Runtime, bridge: LoopBridge, memo: ResponseMemo | None) -> None:
+    def __init__(self, runtime: Runtime, bridge: LoopBridge) -> None:
         self._runtime = runtime
         self._service = runtime.service
         self._ledger = runtime.ledger
         self._bridge = bridge
-        self._memo = memo
+        self._memo = runtime.memo
 
     def ModelInfer(self, message: bytes, context: grpc.ServicerContext) -> bytes | None:
         started_ns = time.perf_counter_ns()
         metadata = context.invocation_metadata()
         digest = None
         if self._memo is not None and not any(key == _CACHE_CONTROL for key, _ in metadata or ()):
-            digest = request_digest(message)
+            digest = grpc_digest(message)
             body = self._memoized(self._memo, digest, started_ns)
             if body is not None:
                 context.set_trailing_metadata(_HIT_LOCAL)
@@ -133,7 +133,7 @@ class Inference:
             if digest is not None and token is not None and not _uses_shared_memory(request):
                 assert self._memo is not None  # a digest is made only with a memo
                 self._memo.put(
-                    digest, request.model_name, request.model_version, answer.model, token, body
+                    digest, body, answer.model, token, request.model_name, request.model_version
                 )
             return body, answer.cache_status.value
 
@@ -156,8 +156,7 @@ class Inference:
         confirmed_ns = found.token.confirm(started_ns) if found.model is model else None
         if confirmed_ns is None:
             self._ledger.abandoned(passage)
-            if model is not None:
-                memo.discard(digest)  # stale: its entry or its model is gone
+            memo.discard(digest)  # stale: its entry or its model is gone
             return None
         passage.cache_status = CacheStatus.HIT_LOCAL
         passage.cache_ns = confirmed_ns - started_ns

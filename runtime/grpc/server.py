@@ -35,7 +35,6 @@ from cachefleet.runtime.grpc.handlers import Handler, add_handlers
 from cachefleet.runtime.grpc.handlers import method_handlers as build_handlers
 from cachefleet.runtime.grpc.infer import Inference
 from cachefleet.runtime.grpc.loop_bridge import LoopBridge
-from cachefleet.runtime.grpc.response_memo import ResponseMemo
 from cachefleet.runtime.grpc.restricted import RestrictedProtocols
 from cachefleet.runtime.grpc.servicer import InferenceServicer
 from cachefleet.runtime.grpc.stream_cap import StreamCap
@@ -74,15 +73,7 @@ class GrpcServer:
 def method_handlers(runtime: Runtime, bridge: LoopBridge, cap: StreamCap) -> dict[str, Handler]:
     """Every method's handler: inference on the threads (``infer``), the others on the loop
     (``servicer``); traced when the runtime traces; streams capped by ``cap``."""
-    memo = None
-    if runtime.settings.cache.mode in ("local", "tiered"):  # a local tier vouches for answers
-        memo = ResponseMemo(runtime.settings.cache.local_size_bytes // 8)
-
-        async def forget(name: str) -> None:
-            memo.discard_model(name)
-
-        runtime.control.on_release(forget)
-    inference = Inference(runtime, bridge, memo)
+    inference = Inference(runtime, bridge)
     servicer = InferenceServicer(runtime)
 
     def behaviour(name: str) -> Any:
