@@ -9,14 +9,14 @@ counterpart of the ``X-Cache`` header (trailing: it rides on the status, where i
 costs one more message per call); ``cache-control`` request metadata opts out as the header does.
 
 ``ModelInfer`` takes the request's bytes as they arrived. Where the runtime has the answer
-memo (``cache.memo``: a local tier vouches for answers, ``--cache local`` or ``tiered``) and the
-call carries no ``cache-control``, a byte-identical repeat of a request whose last answer was a local hit is
-answered on the call's thread: one digest of the bytes, one memo lookup, the request written
-down in the ledger (in flight first, so an unload waits for it, then the model and the local
-entry confirmed: the local tier counts the hit as a lookup does), and the stored bytes sent with
-``x-cache: hit-local``. The event loop does nothing for it. Everything else is parsed once
-(``handlers.parsed``) and answered on the loop, and a local hit that went through no shared
-memory is memoized for the next repeat.
+memo (``cache.memo``: a local tier vouches for answers, ``--cache local`` or ``tiered``) and
+the call carries no ``cache-control``, a byte-identical repeat of a request whose last answer
+was a local hit is answered on the call's thread: one digest of the bytes, one memo lookup, the
+request written down in the ledger (in flight first, so an unload waits for it, then the model
+and the local entry confirmed: the local tier counts the hit as a lookup does), and the stored
+bytes sent with ``x-cache: hit-local``. The event loop does nothing for it. Everything else is
+parsed once (``handlers.parsed``) and answered on the loop, and a local hit that went through
+no shared memory is memoized for the next repeat.
 
 A stream answers its requests in order, one at a time; a failed request answers with its error
 message in band and the stream goes on, as Triton's stream does for models that are not
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import grpc
 
@@ -41,7 +41,7 @@ from cachefleet.runtime.grpc.errors import error_status, translated
 from cachefleet.runtime.grpc.handlers import checked, parsed
 from cachefleet.runtime.grpc.loop_bridge import LoopBridge, LoopContext
 from cachefleet.runtime.grpc.messages import service_pb2
-from cachefleet.runtime.models.types import ModelConfig
+from cachefleet.runtime.models.types import Model, ModelConfig
 from cachefleet.runtime.protocol import directives_from
 from cachefleet.runtime.protocol.request import InferRequest
 from cachefleet.runtime.service import InferAnswer
@@ -148,7 +148,9 @@ class Inference:
         found = memo.get(digest)
         if found is None:
             return None
-        passage = self._ledger.open(found.model, "grpc", started_ns)  # in flight: unloads wait
+        # In flight first, so that an unload waits for it; then the model is checked. The memo
+        # keeps the model object the entry was rendered for (typed as an object in ``cache``).
+        passage = self._ledger.open(cast(Model, found.model), "grpc", started_ns)
         try:
             model = self._service.model(found.name, found.version or None)
         except ServingError:
