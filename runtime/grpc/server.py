@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 #: Threads for unary calls: each call holds one while it is answered, so a few more than the
 #: concurrency one core serves; past them calls wait their turn in grpcio's queue. More threads
 #: cost more per call (measured: ``bench/results/2026-11-28-grpc-server.md``).
-THREADS = 8
+THREADS = 4
 #: Seconds in-flight calls get to finish when the server stops.
 STOP_GRACE_S = 5.0
 
