@@ -139,7 +139,6 @@ class Runtime:
                 settings.models.control_mode,
                 loads,
                 max_file_bytes=settings.server.max_request_bytes,
-                settle=ledger.settle,
             )
             control.on_release(service.release_model)
             if memo is not None:

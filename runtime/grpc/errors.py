@@ -15,8 +15,9 @@ from typing import Any, TypeVar, cast
 
 import grpc
 
-from cachefleet.runtime.errors import BadRequestError, ServingError
-from cachefleet.runtime.grpc.handlers import Malformed
+from cachefleet.runtime.errors import ServingError
+from cachefleet.runtime.grpc.handlers import checked
+from cachefleet.runtime.grpc.loop_bridge import Aborted
 
 log = logging.getLogger(__name__)
 
@@ -41,19 +42,19 @@ def status_code(error: ServingError) -> grpc.StatusCode:
 
 
 def translated(method: Method) -> Method:
-    """Wrap a unary servicer method so that errors end the call with the right status: runtime
-    errors with their own message, anything else (a bug) as INTERNAL with a logged traceback."""
+    """Wrap a unary method run on the event loop so that errors end the call with the right
+    status: a malformed request and runtime errors with their own message, anything else (a bug)
+    as INTERNAL with a logged traceback. The method takes the request first and the loop's
+    stand-in context (``loop_bridge``) last."""
 
     @functools.wraps(method)
-    async def call(self: Any, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+    async def call(self: Any, request: Any, *rest: Any) -> Any:
         try:
-            if isinstance(request, Malformed):
-                raise BadRequestError(f"malformed request message: {request.reason}")
-            return await method(self, request, context)
-        except grpc.aio.AbortError:
+            return await method(self, checked(request), *rest)
+        except Aborted:
             raise
         except Exception as error:
-            await context.abort(*error_status(error, method.__name__))
+            await rest[-1].abort(*error_status(error, method.__name__))
 
     return cast(Method, call)
 

@@ -1,34 +1,36 @@
-"""Runs the asyncio servicer's methods for calls that arrive on grpcio's synchronous server.
+"""Runs the service's coroutines on the event loop for calls held by the gRPC server's threads.
 
-The threaded server answers memoized ``ModelInfer`` hits on its own threads; every other call
-(misses, the other methods, streams) is the servicer's, which lives on the event loop with the
-service it calls. A :class:`LoopContext` stands in for the asyncio servicer context there
-(metadata in; trailing metadata, abort out), and the thread that holds the call waits for the
-coroutine and passes what it set on to grpcio's context. A call the client cancels (or whose
-deadline passes) cancels its coroutine. A stream's requests are waited for on the threads of
-``readers``, an executor of the stream's own (one thread per stream the cap admits), never the
-loop's default executor: an idle stream waits there for as long as its client likes, and the
-default executor is shared with everything else that runs off the loop.
+The server is grpcio's synchronous one: a call holds one of its threads while it is answered.
+The service (models, cache, Redis, single-flight) lives on the event loop, so a call that needs
+it (every method but a memoized ``ModelInfer`` hit) hands a coroutine to the loop and its thread
+waits for the result. The coroutine runs in a copy of the thread's context (what the tracing
+wrapper set there, the current span, is seen on the loop too). A call the client cancels (or
+whose deadline passes) cancels its coroutine.
+
+A :class:`LoopContext` stands in for grpcio's servicer context on the loop (metadata in;
+trailing metadata and an abort out), and the thread passes what was set on to grpcio's context.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from concurrent.futures import CancelledError, Executor
+from collections.abc import Awaitable, Callable
+from concurrent.futures import CancelledError
 from typing import Any
 
 import grpc
 
-#: A servicer method: (request, context) -> response.
-Unary = Callable[[Any, Any], Awaitable[Any]]
-Streaming = Callable[[AsyncIterator[Any], Any], AsyncIterator[Any]]
-_END = object()
+#: A method run on the loop: (request, stand-in context) -> response.
+Unary = Callable[[Any, "LoopContext"], Awaitable[Any]]
+
+
+class Aborted(Exception):
+    """Raised by :meth:`LoopContext.abort` to end the coroutine; the thread ends the call."""
 
 
 class LoopContext:
-    """The part of ``grpc.aio.ServicerContext`` the servicer uses, recorded for the thread."""
+    """What the loop's methods use of a servicer context, recorded for the call's thread."""
 
     def __init__(self, metadata: Any) -> None:
         self._metadata = metadata
@@ -42,9 +44,9 @@ class LoopContext:
     def set_trailing_metadata(self, metadata: Any) -> None:
         self.trailing = metadata
 
-    async def abort(self, code: grpc.StatusCode, details: str = "", *_: Any) -> None:
+    async def abort(self, code: grpc.StatusCode, details: str = "") -> None:
         self.code, self.details = code, details
-        raise grpc.aio.AbortError()
+        raise Aborted()
 
     def finish(self, context: grpc.ServicerContext) -> None:
         """Pass the trailing metadata and an abort on to grpcio's ``context``."""
@@ -55,12 +57,10 @@ class LoopContext:
 
 
 class LoopBridge:
-    """Calls servicer methods on ``loop`` from the server's threads; streams' requests are
-    read on ``readers``."""
+    """Runs coroutines on ``loop`` for the server's threads."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, readers: Executor) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self._readers = readers
 
     def wait(self, work: Awaitable[Any], context: grpc.ServicerContext) -> Any:
         """``work``'s result, run on the loop; cancelled with the call."""
@@ -75,58 +75,23 @@ class LoopBridge:
         except CancelledError:
             context.abort(grpc.StatusCode.CANCELLED, "cancelled")
 
+    def call(self, method: Unary, request: Any, context: grpc.ServicerContext) -> Any:
+        """Answer a unary call with ``method`` run on the loop."""
+        stand_in = LoopContext(context.invocation_metadata())
+        response = None
+        with contextlib.suppress(Aborted):
+            response = self.wait(method(request, stand_in), context)
+        stand_in.finish(context)
+        return response
+
     def unary(self, method: Unary) -> Callable[[Any, grpc.ServicerContext], Any]:
-        """A synchronous handler behaviour for the servicer's unary ``method``."""
+        """A handler behaviour for the call's thread that answers with ``method`` on the loop."""
 
         def call(request: Any, context: grpc.ServicerContext) -> Any:
-            stand_in = LoopContext(context.invocation_metadata())
-            response = None
-            with contextlib.suppress(grpc.aio.AbortError):
-                response = self.wait(method(request, stand_in), context)
-            stand_in.finish(context)
-            return response
+            return self.call(method, request, context)
 
         return call
-
-    def streaming(self, method: Streaming) -> Callable[[Iterator[Any], grpc.ServicerContext], Any]:
-        """A synchronous handler behaviour for the servicer's streaming ``method``: requests
-        are read on ``readers``, responses come back one by one."""
-
-        def call(requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
-            stand_in = LoopContext(context.invocation_metadata())
-            responses = method(self._read(requests), stand_in)
-            try:
-                while True:
-                    response = self.wait(_next(responses), context)
-                    if response is _END:
-                        break
-                    yield response
-            except grpc.aio.AbortError:
-                pass
-            finally:  # a generator left early (the call ended) must not wait for the collector
-                asyncio.run_coroutine_threadsafe(_close(responses), self.loop)
-            stand_in.finish(context)
-
-        return call
-
-    async def _read(self, requests: Iterator[Any]) -> AsyncIterator[Any]:
-        loop = asyncio.get_running_loop()
-        while True:
-            request = await loop.run_in_executor(self._readers, next, requests, _END)
-            if request is _END:
-                return
-            yield request
 
 
 async def _awaited(work: Awaitable[Any]) -> Any:
     return await work
-
-
-async def _next(responses: AsyncIterator[Any]) -> Any:
-    return await anext(responses, _END)
-
-
-async def _close(responses: Any) -> None:
-    aclose = getattr(responses, "aclose", None)
-    if aclose is not None:
-        await aclose()

@@ -9,12 +9,13 @@ when something is restricted, so an open server pays nothing per call.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import grpc
 
 from cachefleet.runtime.config import ApiGroup, Restriction, by_group
+from cachefleet.runtime.grpc.handlers import Handler, with_behaviour
 
 _SERVICE = "/inference.GRPCInferenceService/"
 #: Each method's group, as Triton files them.
@@ -38,12 +39,6 @@ GROUPS: dict[str, ApiGroup] = {
     "TraceSetting": "trace",
     "LogSettings": "logging",
 }
-
-if TYPE_CHECKING:  # generic in the type stubs only
-    Handler = grpc.RpcMethodHandler[Any, Any]
-else:
-    Handler = grpc.RpcMethodHandler
-Continuation = Callable[[grpc.HandlerCallDetails], Awaitable["Handler | None"]]
 
 
 def refusal_message(restriction: Restriction) -> str:
@@ -71,29 +66,8 @@ class _Checks:
         return None if restriction.admits(presented) else refusal_message(restriction)
 
 
-class RestrictedProtocols(grpc.aio.ServerInterceptor):
-    """Refuses calls to a restricted group that lack its metadata (asyncio server)."""
-
-    def __init__(self, restrictions: Iterable[Restriction]) -> None:
-        self._checks = _Checks(restrictions)
-
-    async def intercept_service(
-        self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
-    ) -> Handler | None:
-        handler = await continuation(handler_call_details)
-        refusal = None if handler is None else self._checks.refusal(handler_call_details)
-        if refusal is None:
-            return handler
-        assert handler is not None
-
-        async def refuse(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, refusal)
-
-        return _refusing(handler, refuse)
-
-
-class ThreadedRestrictedProtocols(grpc.ServerInterceptor):
-    """The same refusals on grpcio's synchronous server."""
+class RestrictedProtocols(grpc.ServerInterceptor):
+    """Refuses calls to a restricted group that lack its metadata, before the request is read."""
 
     def __init__(self, restrictions: Iterable[Restriction]) -> None:
         self._checks = _Checks(restrictions)
@@ -112,19 +86,4 @@ class ThreadedRestrictedProtocols(grpc.ServerInterceptor):
         def refuse(request: Any, context: grpc.ServicerContext) -> None:
             context.abort(grpc.StatusCode.UNAVAILABLE, refusal)
 
-        return _refusing(handler, refuse)
-
-
-def _refusing(handler: Handler, refuse: Callable[..., Any]) -> Handler:
-    """A handler of ``handler``'s kind whose behaviour is ``refuse``."""
-    codec = {
-        "request_deserializer": handler.request_deserializer,
-        "response_serializer": handler.response_serializer,
-    }
-    if handler.request_streaming and handler.response_streaming:
-        return grpc.stream_stream_rpc_method_handler(refuse, **codec)
-    if handler.request_streaming:
-        return grpc.stream_unary_rpc_method_handler(refuse, **codec)
-    if handler.response_streaming:
-        return grpc.unary_stream_rpc_method_handler(refuse, **codec)
-    return grpc.unary_unary_rpc_method_handler(refuse, **codec)
+        return with_behaviour(handler, refuse)

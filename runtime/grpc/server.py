@@ -1,13 +1,17 @@
-"""The gRPC server's life: started once the runtime is open, stopped before it closes.
+"""The gRPC server: one for every cache mode, tracing included.
 
-With a local tier (``--cache local`` or ``tiered``) it is grpcio's synchronous server, which
-answers repeated local hits on its own threads (``threaded_server``); otherwise grpcio's asyncio
-server. Either way every call but those hits is the asyncio servicer's, and open streams are
-capped by ``--grpc-max-streams`` (``stream_cap``): the cap is made here, and the threaded server
-sizes its threads from it.
+grpcio's synchronous server with the raw-bytes handlers of :func:`method_handlers`: measured
+side by side, a stock ``ThreadPoolExecutor`` of a few threads is grpcio's floor per call, and
+grpcio's asyncio server costs twice as much (``docs/architecture.md``, "The gRPC path"). Each
+call holds a thread of the unary pool (:data:`THREADS`) while it is answered: a memoized
+``ModelInfer`` hit on the thread itself, everything else by the service on the event loop
+(``loop_bridge``), which the server shares with HTTP through the one runtime. ``ModelStreamInfer``
+calls run on a pool of their own (``grpcio_seam``), as many threads as ``--grpc-max-streams``
+admits (``stream_cap``) and one more for refusals, so idle streams never take the unary calls'.
 
-It runs in the same event loop as HTTP and receives the same runtime, so both transports share
-one service.
+Built once, here: the handlers (``handlers``), traced when the runtime traces (``traced``), the
+streams capped, and with ``--grpc-restricted-protocol`` the one interceptor (``restricted``)
+that refuses a call before its request is read.
 With ``--workers N`` every worker process binds the same gRPC port with ``SO_REUSEPORT`` and the
 kernel spreads connections across them, as uvicorn's shared socket does for HTTP; with one worker
 the option is off, so that a port already taken by another server is an error at start instead
@@ -16,7 +20,9 @@ of a silent share.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from concurrent import futures
 from typing import Any
 
 import grpc
@@ -24,16 +30,21 @@ import grpc
 from cachefleet.runtime.composition import Runtime
 from cachefleet.runtime.config import SecuritySettings
 from cachefleet.runtime.errors import ServingError
-from cachefleet.runtime.grpc import threaded_server
-from cachefleet.runtime.grpc.handlers import add_handlers, method_handlers
-from cachefleet.runtime.grpc.restricted import RestrictedProtocols, ThreadedRestrictedProtocols
+from cachefleet.runtime.grpc.grpcio_seam import on_own_threads
+from cachefleet.runtime.grpc.handlers import Handler, add_handlers
+from cachefleet.runtime.grpc.handlers import method_handlers as build_handlers
+from cachefleet.runtime.grpc.infer import Inference
+from cachefleet.runtime.grpc.loop_bridge import LoopBridge
+from cachefleet.runtime.grpc.restricted import RestrictedProtocols
 from cachefleet.runtime.grpc.servicer import InferenceServicer
 from cachefleet.runtime.grpc.stream_cap import StreamCap
-from cachefleet.runtime.grpc.traced import TraceContextInterceptor
+from cachefleet.runtime.grpc.traced import traced_handlers
 
 log = logging.getLogger(__name__)
-#: grpcio's asyncio server, or its synchronous one (``threaded_server``, with a local tier).
-Server = grpc.aio.Server | threaded_server.ThreadedServer
+#: Threads for unary calls: each call holds one while it is answered, so a few more than the
+#: concurrency one core serves; past them calls wait their turn in grpcio's queue. More threads
+#: cost more per call (measured: ``bench/results/2026-11-28-grpc-server.md``).
+THREADS = 4
 #: Seconds in-flight calls get to finish when the server stops.
 STOP_GRACE_S = 5.0
 
@@ -42,33 +53,59 @@ class GrpcStartError(ServingError):
     """The gRPC port cannot be bound."""
 
 
-async def start_grpc_server(runtime: Runtime) -> Server:
-    """Bind ``--grpc-port`` on ``--host`` and serve ``runtime``; call in the event loop.
+class GrpcServer:
+    """grpcio's server and its two thread pools; :meth:`stop` on the event loop."""
 
-    With ``--grpc-restricted-protocol`` an interceptor checks each call's group first; when
-    the runtime traces, another traces each inference call.
-    """
+    def __init__(self, server: grpc.Server, pools: tuple[futures.ThreadPoolExecutor, ...]) -> None:
+        self.server = server
+        self._pools = pools
+
+    async def stop(self, grace_s: float) -> None:
+        """Refuse new calls, let in-flight ones finish for up to ``grace_s`` seconds (the loop
+        runs meanwhile: they may be waiting for it)."""
+        try:
+            await asyncio.to_thread(self.server.stop(grace_s).wait)
+        finally:
+            for pool in self._pools:
+                pool.shutdown(wait=False, cancel_futures=True)
+
+
+def method_handlers(runtime: Runtime, bridge: LoopBridge, cap: StreamCap) -> dict[str, Handler]:
+    """Every method's handler: inference on the threads (``infer``), the others on the loop
+    (``servicer``); traced when the runtime traces; streams capped by ``cap``."""
+    inference = Inference(runtime, bridge)
+    servicer = InferenceServicer(runtime)
+
+    def behaviour(name: str) -> Any:
+        if name in ("ModelInfer", "ModelStreamInfer"):
+            return getattr(inference, name)
+        return bridge.unary(getattr(servicer, name))
+
+    handlers = build_handlers(behaviour)
+    if runtime.tracing is not None:
+        handlers = traced_handlers(handlers, runtime.tracing.tracer)
+    return cap.capped(handlers)
+
+
+async def start_grpc_server(runtime: Runtime) -> GrpcServer:
+    """Bind ``--grpc-port`` on ``--host`` and serve ``runtime``; call in the event loop."""
     settings, security = runtime.settings.server, runtime.settings.security
-    limit = settings.max_request_bytes
     options: list[tuple[str, Any]] = [
-        ("grpc.max_receive_message_length", limit),
+        ("grpc.max_receive_message_length", settings.max_request_bytes),
         ("grpc.max_send_message_length", -1),
         ("grpc.so_reuseport", 1 if settings.workers > 1 else 0),
     ]
-    restricted = security.grpc_restricted_protocol
     cap = StreamCap(runtime.settings.limits.grpc_max_streams)
-    server: Server
-    if threaded_server.serves(runtime):
-        threaded: list[Any] = [ThreadedRestrictedProtocols(restricted)] if restricted else []
-        server = await threaded_server.threaded_server(runtime, options, threaded, cap)
-    else:
-        interceptors: list[grpc.aio.ServerInterceptor] = []
-        if restricted:
-            interceptors.append(RestrictedProtocols(restricted))
-        if runtime.tracing is not None:  # after the restriction: a refused call is not answered
-            interceptors.append(TraceContextInterceptor(runtime.tracing.tracer))
-        server = grpc.aio.server(options=options, interceptors=interceptors)
-        add_handlers(cap.asynchronous(method_handlers(InferenceServicer(runtime))), server)
+    handlers = method_handlers(runtime, LoopBridge(asyncio.get_running_loop()), cap)
+    unary = futures.ThreadPoolExecutor(THREADS, thread_name_prefix="grpc")
+    streams = futures.ThreadPoolExecutor(cap.limit + 1, thread_name_prefix="grpc_stream")
+    on_own_threads(handlers, streams)
+    restricted = security.grpc_restricted_protocol
+    interceptors: list[grpc.ServerInterceptor] = []
+    if restricted:
+        interceptors.append(RestrictedProtocols(restricted))
+    server = grpc.server(unary, interceptors=interceptors, options=options)
+    add_handlers(handlers, server)
     address = _address(settings.host, settings.grpc_port)
     credentials = _credentials(security) if security.grpc_use_ssl else None
     try:
@@ -80,13 +117,13 @@ async def start_grpc_server(runtime: Runtime) -> Server:
         raise GrpcStartError(
             f"cannot listen for gRPC on {address} (--grpc-port; in use?): {error}"
         ) from None
-    await server.start()
+    server.start()
     tls = ""
     if credentials is not None:
         mutual = security.grpc_use_ssl_mutual
         tls = " over TLS" + (" (client certificates required)" if mutual else "")
     log.info("serving gRPC on %s%s", address, tls)
-    return server
+    return GrpcServer(server, (unary, streams))
 
 
 def _credentials(security: SecuritySettings) -> grpc.ServerCredentials:
@@ -113,9 +150,8 @@ def _credentials(security: SecuritySettings) -> grpc.ServerCredentials:
     )
 
 
-async def stop_grpc_server(server: Server) -> None:
-    """Refuse new calls, let in-flight ones finish for up to :data:`STOP_GRACE_S` (the event
-    loop keeps running meanwhile: the threaded server's calls may be waiting for it)."""
+async def stop_grpc_server(server: GrpcServer) -> None:
+    """Refuse new calls, let in-flight ones finish for up to :data:`STOP_GRACE_S`."""
     await server.stop(STOP_GRACE_S)
 
 

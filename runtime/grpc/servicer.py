@@ -1,41 +1,34 @@
-"""``inference.GRPCInferenceService``: each method decodes, calls the service, encodes.
+"""``inference.GRPCInferenceService`` but inference: each method calls the service on the loop.
 
-Inference goes through :meth:`InferenceService.answer`, the same path as HTTP's, so both
-transports share the models, the cache (one entry for the same tensors), single-flight and the
-metrics. How the cache answered goes back as ``x-cache`` trailing metadata, the gRPC counterpart
-of the ``X-Cache`` header (trailing: it rides on the status, where initial metadata costs one
-more message per call, measured at 8% of the server's time on cache hits); ``cache-control``
-request metadata opts out as the header does.
+Health, metadata, configuration, the repository, statistics and shared memory: each method
+takes the parsed request and the loop's stand-in context (``loop_bridge``), calls the same
+``service`` the HTTP side calls, and builds the response message (``documents``). Errors end the
+call through the one mapping (``errors.translated``). Inference (``ModelInfer``,
+``ModelStreamInfer``) is ``infer``'s.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 
-from cachefleet.runtime.cache.api import CacheDirectives
 from cachefleet.runtime.composition import Runtime, package_version
 from cachefleet.runtime.errors import BadRequestError, ServingError
 from cachefleet.runtime.grpc import documents
-from cachefleet.runtime.grpc.decode import decode_infer_request, parameters, request_cost
-from cachefleet.runtime.grpc.encode import encode_infer_response
-from cachefleet.runtime.grpc.errors import error_status, translated
-from cachefleet.runtime.grpc.handlers import Malformed
-from cachefleet.runtime.grpc.messages import service_pb2, service_pb2_grpc
-from cachefleet.runtime.models.types import ModelConfig
-from cachefleet.runtime.protocol import directives_from, server_metadata
-from cachefleet.runtime.protocol.request import InferRequest
-from cachefleet.runtime.service import InferAnswer
+from cachefleet.runtime.grpc.decode import parameters
+from cachefleet.runtime.grpc.errors import translated
+from cachefleet.runtime.grpc.loop_bridge import LoopContext
+from cachefleet.runtime.grpc.messages import service_pb2
+from cachefleet.runtime.protocol import server_metadata
 
-Context = grpc.aio.ServicerContext[Any, Any]
+Context = LoopContext
 #: Unload parameters Triton's clients may send that change nothing here (no ensembles).
 _IGNORED_UNLOAD_PARAMETERS = frozenset({"unload_dependents"})
 
 
-class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
-    """Triton's gRPC service over the runtime's service layer."""
+class InferenceServicer:
+    """Triton's gRPC methods but inference, over the runtime's service layer, on the loop."""
 
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
@@ -103,60 +96,6 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         return documents.model_statistics(document)
 
     @translated
-    async def ModelInfer(self, request: Any, context: Context) -> Any:
-        response, status = await self._infer(request, directives_of(context))
-        context.set_trailing_metadata((("x-cache", status),))
-        return response
-
-    async def ModelStreamInfer(
-        self, requests: AsyncIterator[Any], context: Context
-    ) -> AsyncIterator[Any]:
-        """One response per request, in order; a failed request answers with its error message
-        and the stream goes on, as Triton's stream does for models that are not decoupled."""
-        directives = directives_of(context)
-        async for request in requests:
-            if isinstance(request, Malformed):
-                message = f"malformed request message: {request.reason}"
-                yield service_pb2.ModelStreamInferResponse(error_message=message)
-                continue
-            try:
-                response, _ = await self._infer(request, directives)
-            except Exception as error:  # said in band: the stream goes on for the other requests
-                _, message = error_status(error, "ModelStreamInfer")
-                yield service_pb2.ModelStreamInferResponse(error_message=message)
-                continue
-            yield service_pb2.ModelStreamInferResponse(infer_response=response)
-
-    async def _infer(self, request: Any, directives: CacheDirectives) -> tuple[Any, str]:
-        """Admitted against the request budget (as HTTP's are) for as long as it is answered."""
-        budget = self._runtime.budget
-        cost = request_cost(request)
-        if not budget.try_enter(cost):
-            await budget.wait(cost)
-        try:
-            return await self._answer(request, directives)
-        finally:
-            budget.leave(cost)
-
-    async def _answer(self, request: Any, directives: CacheDirectives) -> tuple[Any, str]:
-        shared_memory = self._runtime.shared_memory
-
-        def decode(config: ModelConfig) -> InferRequest:
-            return decode_infer_request(request, config, shared_memory.for_request())
-
-        def render(answer: InferAnswer) -> tuple[Any, str]:
-            return encode_infer_response(answer), answer.cache_status.value
-
-        return await self._service.answer(
-            request.model_name,
-            request.model_version or None,
-            decode,
-            render,
-            directives,
-            transport="grpc",
-        )
-
-    @translated
     async def SystemSharedMemoryRegister(self, request: Any, context: Context) -> Any:
         self._runtime.shared_memory.register_system(
             request.name, request.key, request.offset, request.byte_size
@@ -198,13 +137,6 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
     @translated
     async def LogSettings(self, request: Any, context: Context) -> Any:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "log settings are not supported")
-
-
-def directives_of(context: Context) -> CacheDirectives:
-    for key, value in context.invocation_metadata() or ():
-        if key == "cache-control":
-            return directives_from(value if isinstance(value, str) else value.decode())
-    return directives_from(None)
 
 
 def _check_repository(name: str) -> None:

@@ -1,83 +1,76 @@
-"""The gRPC side of tracing: one server span per inference request.
+"""The gRPC side of tracing: one server span per inference request, on the same server.
 
-An interceptor added only when tracing is on (see ``server.start_grpc_server``). It wraps the
-behaviour of ``ModelInfer`` (a span per call) and ``ModelStreamInfer`` (a span per request of
-the stream, from its arrival to its response) so that the span is
-:data:`cachefleet.runtime.tracing.current.CURRENT` while the request is answered; the status
-code, the ``x-cache`` trailing metadata and an error's message end it. Other methods pass
-through untouched.
+When the runtime traces, the server is built with the inference behaviours wrapped here (once,
+at start: a server that does not trace has no wrapper and pays nothing per call).
+``ModelInfer`` gets a span per call and ``ModelStreamInfer`` a span per request of the stream,
+from its arrival to its response. The span is :data:`cachefleet.runtime.tracing.current.CURRENT`
+on the call's thread while the request is answered, and so on the event loop too, where the
+call's work runs in a copy of the thread's context (``loop_bridge``): the ledger adds the model
+and how the cache answered, the scheduler each execution; the status code, the ``x-cache``
+trailing metadata and an error's message end it.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, cast
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import grpc
 from opentelemetry import trace
 from opentelemetry.util.types import AttributeValue
 
-from cachefleet.runtime.grpc.handlers import SERVICE, Malformed
-from cachefleet.runtime.grpc.restricted import Continuation, Handler
+from cachefleet.runtime.grpc.handlers import SERVICE, Handler, Malformed, with_behaviour
 from cachefleet.runtime.tracing import attributes as names
 from cachefleet.runtime.tracing.current import CURRENT, TracedRequest
 from cachefleet.runtime.tracing.propagation import context_from_metadata
 from cachefleet.runtime.tracing.request_spans import end_request, start_request
 
-_INFER = f"/{SERVICE}/ModelInfer"
-_STREAM = f"/{SERVICE}/ModelStreamInfer"
+
+def traced_handlers(handlers: dict[str, Handler], tracer: trace.Tracer) -> dict[str, Handler]:
+    """``handlers`` with the inference methods traced by ``tracer``; the others as they are."""
+    spans = _Spans(tracer)
+    traced = dict(handlers)
+    infer, stream = handlers["ModelInfer"], handlers["ModelStreamInfer"]
+    assert infer.unary_unary is not None
+    assert stream.stream_stream is not None
+    traced["ModelInfer"] = with_behaviour(infer, spans.unary(infer.unary_unary))
+    traced["ModelStreamInfer"] = with_behaviour(stream, spans.streaming(stream.stream_stream))
+    return traced
 
 
-class TraceContextInterceptor(grpc.aio.ServerInterceptor):
-    """Traces the inference calls with ``tracer``."""
-
+class _Spans:
     def __init__(self, tracer: trace.Tracer) -> None:
         self._tracer = tracer
 
-    async def intercept_service(
-        self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
-    ) -> Handler | None:
-        handler = await continuation(handler_call_details)
-        method = handler_call_details.method
-        if handler is None or method not in (_INFER, _STREAM):
-            return handler
-        codec = {
-            "request_deserializer": handler.request_deserializer,
-            "response_serializer": handler.response_serializer,
-        }
-        if method == _INFER and handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(self._unary(handler.unary_unary), **codec)
-        if method == _STREAM and handler.stream_stream is not None:
-            behaviour = cast(Callable[..., AsyncIterator[Any]], handler.stream_stream)
-            return grpc.stream_stream_rpc_method_handler(self._streaming(behaviour), **codec)
-        return handler
-
-    def _start(self, method: str, request: Any, context: Any) -> TracedRequest:
+    def _start(self, method: str, request: Any, context: grpc.ServicerContext) -> TracedRequest:
         attributes: dict[str, AttributeValue] = {
             names.TRANSPORT: "grpc",
             names.RPC_SYSTEM: "grpc",
             names.RPC_SERVICE: SERVICE,
             names.RPC_METHOD: method,
         }
-        if not isinstance(request, Malformed):
+        if request is not None and not isinstance(request, Malformed):
             attributes[names.MODEL_NAME] = request.model_name
             if request.model_version:
                 attributes[names.MODEL_VERSION] = request.model_version
         parent = context_from_metadata(context.invocation_metadata())
         return start_request(self._tracer, f"{SERVICE}/{method}", parent, attributes)
 
-    def _unary(self, behaviour: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
-        async def traced(request: Any, context: Any) -> Any:
-            span = self._start("ModelInfer", request, context)
-            token = CURRENT.set(span)
+    def unary(self, behaviour: Callable[..., Any]) -> Callable[..., Any]:
+        """``ModelInfer``: its request is still bytes here, so the model is the ledger's to add."""
+
+        @functools.wraps(behaviour)
+        def traced(request: bytes, context: Any) -> Any:  # code(), details(): not in the stubs
+            span = self._start("ModelInfer", None, context)
+            CURRENT.set(span)  # the call's own context (grpcio runs each call in a fresh one)
             try:
-                return await behaviour(request, context)
+                return behaviour(request, context)
             finally:
-                CURRENT.reset(token)
                 code = context.code() or grpc.StatusCode.OK
                 error = None
                 if code is not grpc.StatusCode.OK:
-                    error = (code.name, str(context.details() or code.name))
+                    error = (code.name, str(_text(context.details()) or code.name))
                 end_request(
                     span,
                     {names.RPC_GRPC_STATUS: code.value[0]},
@@ -87,22 +80,19 @@ class TraceContextInterceptor(grpc.aio.ServerInterceptor):
 
         return traced
 
-    def _streaming(
-        self, behaviour: Callable[..., AsyncIterator[Any]]
-    ) -> Callable[..., AsyncIterator[Any]]:
-        async def traced(requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
+    def streaming(self, behaviour: Callable[..., Iterator[Any]]) -> Callable[..., Iterator[Any]]:
+        @functools.wraps(behaviour)
+        def traced(requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
             spans: list[TracedRequest] = []
 
-            async def arriving() -> AsyncIterator[Any]:
-                async for request in requests:
+            def arriving() -> Iterator[Any]:
+                for request in requests:
                     span = self._start("ModelStreamInfer", request, context)
                     spans.append(span)
-                    CURRENT.set(span)  # the servicer answers it next, in this task
+                    CURRENT.set(span)  # the behaviour answers it next, on this thread
                     yield request
 
-            # Set, never reset: the call's task ends with the stream, and a generator may be
-            # closed from another context, where resetting would fail.
-            async for response in behaviour(arriving(), context):
+            for response in behaviour(arriving(), context):
                 if spans:
                     _end_streamed(spans.pop(0), response)
                 yield response
@@ -119,6 +109,10 @@ def _end_streamed(span: TracedRequest, response: Any) -> None:
     end_request(
         span, {names.RPC_GRPC_STATUS: grpc.StatusCode.OK.value[0]}, cache_result=None, error=error
     )
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value or "")
 
 
 def _cache_result(metadata: Any) -> str | None:

@@ -129,7 +129,6 @@ class Endpoints:
 
     async def metrics(self, request: Request) -> Response:
         runtime = self._slot.ready()
-        runtime.ledger.settle()  # requests answered off the loop are counted first
         return Response(generate_latest(runtime.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 

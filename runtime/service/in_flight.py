@@ -8,13 +8,15 @@ import asyncio
 class InFlight:
     """Counts requests per model name; :meth:`drained` waits until a model has none.
 
-    Used from the event loop only. ``enter`` and ``leave`` are plain calls (no context manager)
-    because they sit on every request's path.
+    Written by the request ledger, under its lock, from the event loop or a gRPC thread;
+    :meth:`drained` waits on the loop, and the last request to leave wakes it through that
+    loop (``call_soon_threadsafe``), whichever thread it left on. ``enter`` and ``leave`` are
+    plain calls (no context manager) because they sit on every request's path.
     """
 
     def __init__(self) -> None:
         self._counts: dict[str, int] = {}
-        self._idle: dict[str, asyncio.Event] = {}
+        self._idle: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Event]] = {}
 
     def enter(self, name: str) -> None:
         self._counts[name] = self._counts.get(name, 0) + 1
@@ -25,15 +27,21 @@ class InFlight:
             self._counts[name] = count
             return
         del self._counts[name]
-        idle = self._idle.pop(name, None)
-        if idle is not None:
-            idle.set()
+        waiting = self._idle.pop(name, None)
+        if waiting is not None:
+            loop, idle = waiting
+            loop.call_soon_threadsafe(idle.set)
 
     def count(self, name: str) -> int:
         return self._counts.get(name, 0)
 
     async def drained(self, name: str) -> None:
         """Return once no request of ``name`` is in flight (at once if none is)."""
+        loop = asyncio.get_running_loop()
         while self._counts.get(name):
-            idle = self._idle.setdefault(name, asyncio.Event())
-            await idle.wait()
+            waiting = self._idle.get(name)
+            if waiting is None or waiting[1].is_set():
+                waiting = self._idle[name] = (loop, asyncio.Event())
+            if not self._counts.get(name):  # the last one left meanwhile, on a gRPC thread
+                break
+            await waiting[1].wait()

@@ -278,10 +278,8 @@ class InferenceService:
         """Triton's ``ModelStatisticsResponse`` as a dict (proto field names, integer values).
 
         ``name`` None: every loaded model version; ``version`` None: every loaded version of
-        ``name``. Raises ModelNotFoundError for a model or version that is not loaded. Requests
-        answered off the loop are written down first (the ledger's ``settle``).
+        ``name``. Raises ModelNotFoundError for a model or version that is not loaded.
         """
-        self._ledger.settle()
         loaded = [
             (entry.name, entry.version)
             for entry in self._repository.index()

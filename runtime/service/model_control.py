@@ -63,12 +63,8 @@ class ModelControl:
         executor: Executor,
         *,
         max_file_bytes: int = 64 * 2**20,
-        settle: Callable[[], None] = lambda: None,
     ) -> None:
         self._repository = repository
-        #: The request ledger's ``settle``: requests answered off the loop are written down
-        #: before a model they were answered by is replaced or unloaded, not dropped with it.
-        self._settle = settle
         #: Called once a model is unloaded or loaded again (see :meth:`on_release`).
         self._releases: list[Release] = []
         #: Bound of the model files one load request may send (``--max-request-size``).
@@ -108,7 +104,6 @@ class ModelControl:
         loop = asyncio.get_running_loop()
         load = self._repository.load
         async with self._lock:
-            self._settle()
             try:
                 if files:
                     with staged(name, files) as folder:
@@ -128,7 +123,6 @@ class ModelControl:
         """
         self._check_mode("unload")
         async with self._lock:
-            self._settle()
             self._repository.unload(name)
             waiting = self._in_flight.count(name)
             if waiting:

@@ -18,16 +18,19 @@ A passage knows the model, version, transport, cache outcome, and its time in th
 two calls every request makes. The labelled metric children are bound once per model version,
 so a request pays plain increments, not ``labels()`` lookups.
 
-Requests answered off the event loop (the gRPC server's threads, see ``grpc.ledger_relay``) are
-written down later, on the loop, by a *pending source* (:meth:`add_pending_source`) that holds
-them until then. Whatever reads what the ledger writes (statistics, ``/metrics``) calls
-:meth:`settle` first, so a client that has its answer and then asks sees its request counted.
+The ledger has one way to be written, whichever thread answers: the event loop (HTTP, and
+every gRPC call the service answers) or one of the gRPC server's threads (a repeated
+``ModelInfer`` answered from the memo) calls :meth:`open` and then :meth:`succeeded` (or
+:meth:`failed`, :meth:`abandoned`) before its answer is sent, so a client that has its answer
+and then reads statistics or ``/metrics`` sees its request counted. Each write holds one lock
+for its few increments (measured at well under a microsecond uncontended: see
+``bench/results/2026-11-28-grpc-server.md``); reads take none and see every write that finished.
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -80,67 +83,62 @@ class RequestLedger:
         self.statistics = statistics
         self.in_flight = in_flight
         self._series: dict[tuple[str, str], _Series] = {}
-        self._sources: list[Callable[[], None]] = []
-
-    def add_pending_source(self, source: Callable[[], None]) -> Callable[[], None]:
-        """Have :meth:`settle` call ``source``, which writes down (on the loop, through this
-        ledger) the requests it holds; returns what removes it again."""
-        self._sources.append(source)
-        return lambda: self._sources.remove(source)
-
-    def settle(self) -> None:
-        """Write down every request a pending source holds: call before reading what the
-        ledger writes (statistics, metrics). On the event loop; nothing to do without sources."""
-        for source in self._sources:
-            source()
+        #: Held by each write: requests are written down from the loop and the gRPC threads.
+        self._lock = threading.Lock()
 
     def open(self, model: Model, transport: str, started_ns: int) -> Passage:
         """Start a request's passage: it is in flight until closed. No await may come between
-        the model's resolution and this call, or an unload could slip between them."""
-        self.in_flight.enter(model.name)
-        self._of(model).pending.inc()
+        the model's resolution and this call, or an unload could slip between them (off the
+        loop: open first, then check that the model still resolves to ``model``)."""
+        with self._lock:
+            self.in_flight.enter(model.name)
+            self._of(model).pending.inc()
         return Passage(model, transport, started_ns)
 
     def succeeded(self, passage: Passage) -> int:
         """Close an answered request; returns the ``perf_counter_ns()`` it closed at."""
         now_ns = time.perf_counter_ns()
         model = passage.model
-        self.in_flight.leave(model.name)
         elapsed_ns = now_ns - passage.started_ns
-        series = self._of(model)
-        series.pending.dec()
-        series.ok.inc()
-        series.request_seconds.observe(elapsed_ns / 1e9)
-        self._metrics.inference.add(TRITON.SUCCESS, model.name, model.version)
-        stats = self.statistics.for_version(model.name, model.version)
-        stats.record_success(elapsed_ns)
         status = passage.cache_status
-        if status in _HITS:
-            stats.record_cache_hit(passage.cache_ns)
-        elif status in _MISSES:
-            stats.record_cache_miss(passage.cache_ns - passage.model_ns)
+        with self._lock:
+            self.in_flight.leave(model.name)
+            series = self._of(model)
+            series.pending.dec()
+            series.ok.inc()
+            series.request_seconds.observe(elapsed_ns / 1e9)
+            self._metrics.inference.add(TRITON.SUCCESS, model.name, model.version)
+            stats = self.statistics.for_version(model.name, model.version)
+            stats.record_success(elapsed_ns)
+            if status in _HITS:
+                stats.record_cache_hit(passage.cache_ns)
+            elif status in _MISSES:
+                stats.record_cache_miss(passage.cache_ns - passage.model_ns)
         return now_ns
 
     def failed(self, passage: Passage, error: ServingError) -> None:
         """Close a refused or failed request."""
         model = passage.model
-        self.in_flight.leave(model.name)
         elapsed_ns = time.perf_counter_ns() - passage.started_ns
         code = str(error.status_code)
-        self._metrics.requests.labels(model.name, model.version, code).inc()
-        self._metrics.inference.add(TRITON.FAILURE, model.name, model.version)
-        series = self._of(model)
-        series.pending.dec()
-        series.request_seconds.observe(elapsed_ns / 1e9)
-        self.statistics.for_version(model.name, model.version).record_failure(elapsed_ns)
+        with self._lock:
+            self.in_flight.leave(model.name)
+            self._metrics.requests.labels(model.name, model.version, code).inc()
+            self._metrics.inference.add(TRITON.FAILURE, model.name, model.version)
+            series = self._of(model)
+            series.pending.dec()
+            series.request_seconds.observe(elapsed_ns / 1e9)
+            self.statistics.for_version(model.name, model.version).record_failure(elapsed_ns)
 
     def abandoned(self, passage: Passage) -> None:
         """Close a request that neither succeeded nor was refused (cancelled, or a bug, which
         the transport reports): no longer in flight, counted nowhere."""
-        self.in_flight.leave(passage.model.name)
-        self._of(passage.model).pending.dec()
+        with self._lock:
+            self.in_flight.leave(passage.model.name)
+            self._of(passage.model).pending.dec()
 
     def _of(self, model: Model) -> _Series:
+        """The model version's metric children (under the lock: made on first use)."""
         key = (model.name, model.version)
         series = self._series.get(key)
         if series is None:

@@ -26,7 +26,10 @@ below, and picks the model version to report by the growth of ``queue.count``):
   a batcher that merges requests records one execution of N rows with
   :meth:`ModelStatistics.record_execution`.
 
-Every method is called from the event loop only, so nothing here takes a lock.
+Requests are written down by the request ledger, from the event loop or a gRPC thread, under
+its lock; model executions and reports run on the loop. Nothing here takes a lock of its own:
+the fields a request and an execution write are apart (``queue.count`` is the request's,
+``queue.ns`` the execution's), and the registry's dict is changed only by atomic dict calls.
 """
 
 from __future__ import annotations
@@ -173,14 +176,14 @@ class StatisticsRegistry:
         """The statistics object of one model version, made on first use."""
         key = (name, version)
         stats = self._models.get(key)
-        if stats is None:
-            stats = self._models[key] = ModelStatistics(name, version)
+        if stats is None:  # setdefault: a thread and the loop may make it at once
+            stats = self._models.setdefault(key, ModelStatistics(name, version))
         return stats
 
     def forget(self, name: str) -> None:
         """Drop every version of ``name`` (it was unloaded)."""
-        for key in [key for key in self._models if key[0] == name]:
-            del self._models[key]
+        for key in [key for key in list(self._models) if key[0] == name]:
+            self._models.pop(key, None)
         if self._admission is not None:
             self._admission.forget(name)
 

@@ -1,7 +1,7 @@
 """Idle ``ModelStreamInfer`` streams on a real server, opened by real grpcio clients: they never
 take the capacity of unary calls or of model control. Past ``--grpc-max-streams`` a new stream
-ends with ``RESOURCE_EXHAUSTED``; closing a stream frees its place. Checked on both gRPC servers:
-the threaded one (local cache) and grpcio's asyncio one (here chosen by tracing)."""
+ends with ``RESOURCE_EXHAUSTED``; closing a stream frees its place. Checked with the local cache,
+and on a server that traces (the same server, its inference methods wrapped)."""
 
 from __future__ import annotations
 
@@ -19,13 +19,13 @@ from support.sample_requests import simple_grpc_request
 from support.waiting import wait_for
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from cachefleet.runtime.grpc.threaded_server import THREADS
+from cachefleet.runtime.grpc.server import THREADS
 
 #: Seconds within which a call that must answer has answered (a bounded wait, not a timing).
 ANSWERS_WITHIN_S = 20
-#: More streams than the threaded server has threads.
-MANY = THREADS + 8
 DEFAULT_CAP = 16
+#: More streams than the server has threads for unary calls, and than the default cap.
+MANY = max(THREADS, DEFAULT_CAP) + 8
 
 
 class Stream:
@@ -98,8 +98,8 @@ def test_idle_streams_past_the_cap_are_refused_and_unary_calls_answer(
     make_server: Callable[..., ServerProcess],
     open_streams: Callable[[Any, int], list[Stream]],
 ) -> None:
-    """The default cap on the threaded server: before it, streams past its thread count held
-    every thread, and ``ServerLive`` waited behind them."""
+    """The default cap: before it, streams past the server's thread count held every thread,
+    and ``ServerLive`` waited behind them."""
     server = make_server("--model-control-mode", "explicit", "--load-model", "simple")
     with grpc.insecure_channel(server.grpc_url) as channel:
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
@@ -115,8 +115,8 @@ def test_streams_beyond_the_thread_count_have_their_own_threads(
     make_server: Callable[..., ServerProcess],
     open_streams: Callable[[Any, int], list[Stream]],
 ) -> None:
-    """With a cap above the threaded server's thread count, every stream up to it is open and
-    idle at once, unary calls and an HTTP model load still answer, one more is refused, and a
+    """With a cap above the server's thread count for unary calls, every stream up to it is open
+    and idle at once, unary calls and an HTTP model load still answer, one more is refused, and a
     closed stream's place goes to the next."""
     server = make_server(
         "--model-control-mode", "explicit", "--load-model", "simple",
@@ -138,12 +138,12 @@ def test_streams_beyond_the_thread_count_have_their_own_threads(
         _unary_calls_answer(stub)
 
 
-def test_the_asyncio_server_caps_streams_too(
+def test_a_tracing_server_caps_streams_too(
     make_server: Callable[..., ServerProcess],
     open_streams: Callable[[Any, int], list[Stream]],
 ) -> None:
-    """A tracing server serves gRPC on grpcio's asyncio server: the same cap, the same
-    refusal, unary calls and model control unaffected, places freed on close."""
+    """A tracing server wraps its streams in spans: the same cap, the same refusal, unary calls
+    and model control unaffected, places freed on close."""
     with otlp_receiver() as receiver:
         server = make_server(
             "--model-control-mode", "explicit", "--load-model", "simple",
