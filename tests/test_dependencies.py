@@ -83,7 +83,8 @@ def test_the_images_extras_do_not_overlap() -> None:
     """The operator image carries nothing of the server, and the server nothing of kopf."""
     runtime, operator = declared(["runtime", "gpu"]), declared(["operator"])
     base = declared([])
-    assert not (runtime & operator) - base - {"redis"}  # both talk to Redis
+    # Both talk to Redis, and both export Prometheus metrics.
+    assert not (runtime & operator) - base - {"redis", "prometheus-client"}
     assert {"kopf", "kubernetes"}.isdisjoint(runtime)
     assert {"fastapi", "onnx", "numpy", "uvicorn", "onnxruntime-gpu"}.isdisjoint(operator)
 

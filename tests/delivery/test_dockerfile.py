@@ -125,9 +125,12 @@ def test_final_stage_gets_dependencies_then_the_package_without_pip(
     code) last, so a code change rebuilds only the last. The virtualenv comes from a stage that
     removed pip and setuptools, which nothing in the image needs."""
     copies = stages[target].values("COPY")
+    # The runtime also carries the sample the quickstart copies out of it (examples/quickstart.yaml).
+    samples = ["--from=runtime-package /opt/cachefleet-samples /opt/cachefleet-samples"]
     assert copies == [
         f"--from={target}-venv /opt/venv /opt/venv",
         f"--from={target}-package /opt/cachefleet /opt/cachefleet",
+        *(samples if target == "runtime" else []),
     ]
     venv = stages[f"{target}-venv"]
     assert venv.base == f"{target}-deps"

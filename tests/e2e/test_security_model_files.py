@@ -168,16 +168,17 @@ def test_file_loads_are_model_repository_calls_and_restricted_as_such(
 def test_tritons_model_control_example_flow_over_grpc(
     make_server: Callable[..., ServerProcess], model_repository: Path, tmp_path: Path
 ) -> None:
-    """The calls and checks of Triton's ``simple_grpc_model_control.py``, on eight models."""
-    repository = tmp_path / "eight"
+    """The calls and checks of Triton's ``simple_grpc_model_control.py``, on the samples and two
+    copies of ``simple``."""
+    repository = tmp_path / "models"
     shutil.copytree(model_repository, repository)
     for extra in ("simple_copy_a", "simple_copy_b"):
         shutil.copytree(model_repository / "simple", repository / extra)
     models = [p for p in repository.iterdir() if p.is_dir()]
-    assert len(models) == 8
+    assert len(models) == len(list(model_repository.iterdir())) + 2
     server = make_server("--model-control-mode", "explicit", repository=repository)
     with grpcclient.InferenceServerClient(server.grpc_url) as client:
-        assert len(client.get_model_repository_index().models) == 8
+        assert len(client.get_model_repository_index().models) == len(models)
         client.load_model("simple")
         assert client.is_model_ready("simple")
         with pytest.raises(InferenceServerException) as wrong_format:
