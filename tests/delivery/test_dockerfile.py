@@ -125,7 +125,7 @@ def test_final_stage_gets_dependencies_then_the_package_without_pip(
     code) last, so a code change rebuilds only the last. The virtualenv comes from a stage that
     removed pip and setuptools, which nothing in the image needs."""
     copies = stages[target].values("COPY")
-    # The runtime also carries the sample the quickstart copies out of it (examples/quickstart.yaml).
+    # The runtime also carries the sample examples/quickstart.yaml copies out of it.
     samples = ["--from=runtime-package /opt/cachefleet-samples /opt/cachefleet-samples"]
     assert copies == [
         f"--from={target}-venv /opt/venv /opt/venv",
