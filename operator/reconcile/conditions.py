@@ -45,11 +45,11 @@ def render_conditions(
     return [c.render(generation, by_type.get(c.type)) for c in conditions]
 
 
-#: Component reasons the summary passes on, so that Ready says why rather than "Progressing"
-#: (the pods' own reasons: ``pod_problems``).
-SURFACED_REASONS = (
-    "PodsRefused",
-    "ModelDownloadFailed",
+#: Waiting reasons of a container that will not start without a change somewhere (a Secret, an
+#: image, a pull secret, the program itself). ``ContainerCreating`` and ``PodInitializing`` are
+#: the normal way to start and are not problems. (Here, not in ``pod_problems``, which reads
+#: them too: that module imports this one.)
+WAITING_REASONS = (
     "CreateContainerConfigError",
     "CreateContainerError",
     "ErrImagePull",
@@ -58,6 +58,13 @@ SURFACED_REASONS = (
     "ErrImageNeverPull",
     "RunContainerError",
     "CrashLoopBackOff",
+)
+#: Component reasons the summary passes on, so that Ready says why rather than "Progressing"
+#: (the pods' own reasons: ``pod_problems``).
+SURFACED_REASONS = (
+    "PodsRefused",
+    "ModelDownloadFailed",
+    *WAITING_REASONS,
     "Unschedulable",
     "FailedAttachVolume",
     "FailedMount",

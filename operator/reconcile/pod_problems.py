@@ -27,22 +27,9 @@ import datetime
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from cachefleet.operator.reconcile.conditions import Condition
+from cachefleet.operator.reconcile.conditions import WAITING_REASONS, Condition
 from cachefleet.operator.reconcile.init_failures import MESSAGE_LIMIT, download_failure
 
-#: Waiting reasons of a container that will not start without a change somewhere (a Secret, an
-#: image, a pull secret, the program itself). ``ContainerCreating`` and ``PodInitializing`` are
-#: the normal way to start and are not problems.
-WAITING_REASONS = (
-    "CreateContainerConfigError",
-    "CreateContainerError",
-    "ErrImagePull",
-    "ImagePullBackOff",
-    "InvalidImageName",
-    "ErrImageNeverPull",
-    "RunContainerError",
-    "CrashLoopBackOff",
-)
 EVICTED = "Evicted"
 UNSCHEDULABLE = "Unschedulable"
 #: Event reasons of a volume that cannot be attached (Multi-Attach) or mounted.
