@@ -9,12 +9,19 @@ so are Triton's inference counters (``nv_inference_*``).
 from __future__ import annotations
 
 import threading
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.metrics_core import Metric
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 _LATENCY_BUCKETS_S = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
@@ -106,23 +113,96 @@ class TritonInferenceCounters(TritonCounters):
             self._values[self.EXEC_COUNT][(model, version)] += 1
 
 
+class RequestSeries:
+    """One model version's request figures, as plain numbers (see :class:`RequestCounters`)."""
+
+    __slots__ = ("buckets", "codes", "pending", "seconds")
+
+    def __init__(self) -> None:
+        #: Requests accepted and not yet answered.
+        self.pending = 0
+        #: Answered requests by HTTP status code.
+        self.codes: dict[str, int] = {}
+        #: Requests per latency bucket (the last one past every bound), and their total time.
+        self.buckets = [0] * (len(_LATENCY_BUCKETS_S) + 1)
+        self.seconds = 0.0
+
+    def answered(self, code: str, seconds: float) -> None:
+        """One request answered with ``code`` after ``seconds``."""
+        self.codes[code] = self.codes.get(code, 0) + 1
+        self.buckets[bisect_left(_LATENCY_BUCKETS_S, seconds)] += 1
+        self.seconds += seconds
+
+
+class RequestCounters(Collector):
+    """``cachefleet_requests_total``, ``cachefleet_request_seconds`` and
+    ``cachefleet_queue_pending``, kept in plain numbers and turned into metrics at scrape.
+
+    Why not prometheus-client's own metric objects: every request writes all three, and each of
+    those takes a lock of its own per increment (five per request, a few microseconds in all on
+    a path whose whole budget for a cache hit is tens of them). The request ledger writes these
+    under the one lock it holds anyway (:attr:`lock`), and a scrape reads them under it.
+    """
+
+    def __init__(self) -> None:
+        #: Held by every write (the request ledger's lock) and by :meth:`collect`.
+        self.lock = threading.Lock()
+        self._series: dict[tuple[str, str], RequestSeries] = {}
+
+    def of(self, model: str, version: str) -> RequestSeries:
+        """The figures of one model version, made on first use (under :attr:`lock`)."""
+        key = (model, version)
+        series = self._series.get(key)
+        if series is None:
+            series = self._series[key] = RequestSeries()
+        return series
+
+    def collect(self) -> Iterator[Metric]:
+        with self.lock:
+            rows = [
+                (labels, s.pending, dict(s.codes), list(s.buckets), s.seconds)
+                for labels, s in self._series.items()
+            ]
+        requests = CounterMetricFamily(
+            "cachefleet_requests", "Inference requests by model and HTTP status.",
+            labels=(*_MODEL, "code"),
+        )  # fmt: skip
+        seconds = HistogramMetricFamily(
+            "cachefleet_request_seconds", "Inference request latency, end to end, by model.",
+            labels=_MODEL,
+        )  # fmt: skip
+        pending = GaugeMetricFamily(
+            "cachefleet_queue_pending",
+            "Inference requests accepted and not yet answered (in a cache lookup, waiting for"
+            " the model or a batch, or running), by model: what autoscaling on queue reads.",
+            labels=_MODEL,
+        )  # fmt: skip
+        for labels, in_flight, codes, buckets, total_s in rows:
+            for code, count in codes.items():
+                requests.add_metric([*labels, code], count)
+            cumulative, running = [], 0
+            for bound, count in zip((*_LATENCY_BUCKETS_S, float("inf")), buckets, strict=True):
+                running += count
+                cumulative.append((floatToGoString(bound), running))
+            seconds.add_metric(list(labels), cumulative, total_s)
+            pending.add_metric(list(labels), in_flight)
+        yield requests
+        yield seconds
+        yield pending
+
+
 class RuntimeMetrics:
     """The runtime's metrics, registered in their own registry."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.request_seconds = Histogram(
-            "cachefleet_request_seconds", "Inference request latency, end to end, by model.",
-            _MODEL, buckets=_LATENCY_BUCKETS_S, registry=r,
-        )  # fmt: skip
+        #: ``cachefleet_requests_total``, ``_request_seconds`` and ``_queue_pending``.
+        self.requests = RequestCounters()
+        r.register(self.requests)
         self.inference_seconds = Histogram(
             "cachefleet_inference_seconds", "Model execution time (cache misses only).",
             _MODEL, buckets=_LATENCY_BUCKETS_S, registry=r,
-        )  # fmt: skip
-        self.requests = Counter(
-            "cachefleet_requests", "Inference requests by model and HTTP status.",
-            (*_MODEL, "code"), registry=r,
         )  # fmt: skip
         self.cache_hits = Counter(
             "cachefleet_cache_hits", "Response cache hits.", (*_MODEL, "tier"), registry=r
@@ -178,12 +258,6 @@ class RuntimeMetrics:
         self.pending_requests = Gauge(
             "nv_inference_pending_request_count",
             "Requests waiting in the dynamic batcher's queue (Triton's name).",
-            _MODEL, registry=r,
-        )  # fmt: skip
-        self.queue_pending = Gauge(
-            "cachefleet_queue_pending",
-            "Inference requests accepted and not yet answered (in a cache lookup, waiting for"
-            " the model or a batch, or running), by model: what autoscaling on queue reads.",
             _MODEL, registry=r,
         )  # fmt: skip
         self.cache_fleet_waits = Counter(

@@ -25,9 +25,11 @@ _PREFIX = "/v2/models/"
 _SUFFIX = "/infer"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class InferHead:
-    """What one infer request is, as its head says (see the module)."""
+    """What one infer request is, as its head says (see the module). Nothing changes it
+    once made; it is not frozen only because a frozen dataclass pays ``object.__setattr__``
+    per field, on every request."""
 
     method: str
     #: The request's path (for error logs and spans).

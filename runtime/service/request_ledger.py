@@ -15,8 +15,9 @@ opens a :class:`Passage` when its model is resolved and closes it with :meth:`su
 
 A passage knows the model, version, transport, cache outcome, and its time in the cache and in
 (or waiting for) model executions: what anything that follows requests (a tracer) needs, at the
-two calls every request makes. The labelled metric children are bound once per model version,
-so a request pays plain increments, not ``labels()`` lookups.
+two calls every request makes. The request metrics are plain numbers
+(``metrics.RequestCounters``) written under the ledger's one lock and read at scrape, so a
+request pays a few additions, not a metric object's lock per increment.
 
 The ledger has one way to be written, whichever thread answers: the event loop (HTTP, and
 every gRPC call the service answers) or one of the gRPC server's threads (a repeated
@@ -24,16 +25,14 @@ every gRPC call the service answers) or one of the gRPC server's threads (a repe
 :meth:`failed`, :meth:`abandoned`) before its answer is sent, so a client that has its answer
 and then reads statistics or ``/metrics`` sees its request counted. Each write holds one lock
 for its few increments (measured at well under a microsecond uncontended: see
-``bench/results/2026-11-28-grpc-server.md``); reads take none and see every write that finished.
+``bench/results/2026-11-28-grpc-server.md``); a scrape copies the request figures under it,
+and reads of the statistics take none and see every write that finished.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass
-
-from prometheus_client import Counter, Gauge, Histogram
 
 from cachefleet.runtime.cache.api import CacheStatus
 from cachefleet.runtime.errors import ServingError
@@ -64,15 +63,6 @@ class Passage:
     model_ns: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class _Series:
-    """The request metric children of one model version."""
-
-    request_seconds: Histogram
-    ok: Counter
-    pending: Gauge
-
-
 class RequestLedger:
     """Opens and closes every request's :class:`Passage` (see the module)."""
 
@@ -82,9 +72,10 @@ class RequestLedger:
         self._metrics = metrics
         self.statistics = statistics
         self.in_flight = in_flight
-        self._series: dict[tuple[str, str], _Series] = {}
+        self._requests = metrics.requests
         #: Held by each write: requests are written down from the loop and the gRPC threads.
-        self._lock = threading.Lock()
+        #: It is the request figures' own lock, so their few numbers need no other.
+        self._lock = metrics.requests.lock
 
     def open(self, model: Model, transport: str, started_ns: int) -> Passage:
         """Start a request's passage: it is in flight until closed. No await may come between
@@ -92,7 +83,7 @@ class RequestLedger:
         loop: open first, then check that the model still resolves to ``model``)."""
         with self._lock:
             self.in_flight.enter(model.name)
-            self._of(model).pending.inc()
+            self._requests.of(model.name, model.version).pending += 1
         return Passage(model, transport, started_ns)
 
     def succeeded(self, passage: Passage) -> int:
@@ -103,10 +94,9 @@ class RequestLedger:
         status = passage.cache_status
         with self._lock:
             self.in_flight.leave(model.name)
-            series = self._of(model)
-            series.pending.dec()
-            series.ok.inc()
-            series.request_seconds.observe(elapsed_ns / 1e9)
+            series = self._requests.of(model.name, model.version)
+            series.pending -= 1
+            series.answered("200", elapsed_ns / 1e9)
             self._metrics.inference.add(TRITON.SUCCESS, model.name, model.version)
             stats = self.statistics.for_version(model.name, model.version)
             stats.record_success(elapsed_ns)
@@ -123,11 +113,10 @@ class RequestLedger:
         code = str(error.status_code)
         with self._lock:
             self.in_flight.leave(model.name)
-            self._metrics.requests.labels(model.name, model.version, code).inc()
             self._metrics.inference.add(TRITON.FAILURE, model.name, model.version)
-            series = self._of(model)
-            series.pending.dec()
-            series.request_seconds.observe(elapsed_ns / 1e9)
+            series = self._requests.of(model.name, model.version)
+            series.pending -= 1
+            series.answered(code, elapsed_ns / 1e9)
             self.statistics.for_version(model.name, model.version).record_failure(elapsed_ns)
 
     def abandoned(self, passage: Passage) -> None:
@@ -135,18 +124,4 @@ class RequestLedger:
         the transport reports): no longer in flight, counted nowhere."""
         with self._lock:
             self.in_flight.leave(passage.model.name)
-            self._of(passage.model).pending.dec()
-
-    def _of(self, model: Model) -> _Series:
-        """The model version's metric children (under the lock: made on first use)."""
-        key = (model.name, model.version)
-        series = self._series.get(key)
-        if series is None:
-            metrics = self._metrics
-            series = _Series(
-                metrics.request_seconds.labels(*key),
-                metrics.requests.labels(*key, "200"),
-                metrics.queue_pending.labels(*key),
-            )
-            self._series[key] = series
-        return series
+            self._requests.of(passage.model.name, passage.model.version).pending -= 1

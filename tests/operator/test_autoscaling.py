@@ -250,7 +250,7 @@ def test_the_promql_parses_and_selects_the_fleets_runtime_pods_only(
 def test_the_runtime_exports_the_series_the_queries_read() -> None:
     metrics = RuntimeMetrics()
     metrics.cache_misses.labels("simple", "1").inc()
-    metrics.queue_pending.labels("simple", "1").inc()
+    metrics.requests.of("simple", "1").pending += 1
     text = generate_latest(metrics.registry).decode()
     samples = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
     assert {promql.MISSES_SERIES, promql.PENDING_SERIES} <= samples
