@@ -21,11 +21,12 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString
 
 _LATENCY_BUCKETS_S = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
 )  # fmt: skip
+#: The ``le`` labels of those bounds, as prometheus-client writes them, and ``+Inf``.
+_LATENCY_BUCKET_LABELS = (*(repr(bound) for bound in _LATENCY_BUCKETS_S), "+Inf")
 _BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128)
 _MODEL = ("model", "version")
 
@@ -181,9 +182,9 @@ class RequestCounters(Collector):
             for code, count in codes.items():
                 requests.add_metric([*labels, code], count)
             cumulative, running = [], 0
-            for bound, count in zip((*_LATENCY_BUCKETS_S, float("inf")), buckets, strict=True):
+            for bound, count in zip(_LATENCY_BUCKET_LABELS, buckets, strict=True):
                 running += count
-                cumulative.append((floatToGoString(bound), running))
+                cumulative.append((bound, running))
             seconds.add_metric(list(labels), cumulative, total_s)
             pending.add_metric(list(labels), in_flight)
         yield requests
