@@ -3,11 +3,14 @@
 The Kubernetes Python client (and KServe's SDK, generated the same way) carries, for every
 object type, its fields' JSON names and types. Walking a YAML manifest against them finds a
 misspelt or unknown field and a wrongly typed scalar, which a YAML parser never would.
+
+Neither generator keeps the schema's enumerations (no model of either declares allowed values),
+so a caller that knows a field's values from elsewhere passes them in ``enums``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 #: Scalar type names of the generators, and the Python types a manifest's values may have.
@@ -22,13 +25,19 @@ SCALARS: dict[str, tuple[type, ...]] = {
 }
 
 Resolve = Callable[[str], Any]
+#: The allowed values of a string field (or of each item of a list of strings), keyed by the
+#: model's name and the field's JSON name: ``{("V1beta1ModelSpec", "protocolVersion"): {...}}``.
+Enums = Mapping[tuple[str, str], frozenset[str]]
 
 
-def unknown_fields(value: Any, type_name: str, resolve: Resolve, path: str = "") -> list[str]:
+def unknown_fields(
+    value: Any, type_name: str, resolve: Resolve, path: str = "", *, enums: Enums | None = None
+) -> list[str]:
     """Every problem of ``value`` as a ``type_name`` (``V1Container``, ``list[V1EnvVar]``,
     ``dict(str, str)``; newer generators write ``List[...]`` and ``Dict[str, ...]``), each naming
     its path; empty when the manifest fits the models. ``resolve`` turns a model's name into its
-    class."""
+    class; a field named in ``enums`` must also hold one of its values."""
+    enums = enums or {}
     if type_name.startswith(("list[", "List[")):
         if not isinstance(value, list):
             return [f"{path}: a list expected"]
@@ -36,7 +45,7 @@ def unknown_fields(value: Any, type_name: str, resolve: Resolve, path: str = "")
         return [
             problem
             for index, item in enumerate(value)
-            for problem in unknown_fields(item, inner, resolve, f"{path}[{index}]")
+            for problem in unknown_fields(item, inner, resolve, f"{path}[{index}]", enums=enums)
         ]
     if type_name.startswith(("dict(", "Dict[")):
         if not isinstance(value, dict):
@@ -45,7 +54,7 @@ def unknown_fields(value: Any, type_name: str, resolve: Resolve, path: str = "")
         return [
             problem
             for key, item in value.items()
-            for problem in unknown_fields(item, inner, resolve, f"{path}.{key}")
+            for problem in unknown_fields(item, inner, resolve, f"{path}.{key}", enums=enums)
         ]
     if type_name in SCALARS:
         wanted = SCALARS[type_name]
@@ -62,5 +71,17 @@ def unknown_fields(value: Any, type_name: str, resolve: Resolve, path: str = "")
             problems.append(f"{path}.{key}: not a field of {type_name}")
         else:
             field_type = model.openapi_types[attributes[key]]
-            problems += unknown_fields(item, field_type, resolve, f"{path}.{key}")
+            problems += unknown_fields(item, field_type, resolve, f"{path}.{key}", enums=enums)
+            if (type_name, key) in enums:
+                problems += outside_enum(item, enums[type_name, key], f"{path}.{key}")
     return problems
+
+
+def outside_enum(value: Any, allowed: frozenset[str], path: str) -> list[str]:
+    """A problem for each string of ``value`` (one, or a list of them) not among ``allowed``."""
+    items = value if isinstance(value, list) else [value]
+    return [
+        f"{path}: {item!r} is not one of {sorted(allowed)}"
+        for item in items
+        if isinstance(item, str) and item not in allowed
+    ]
