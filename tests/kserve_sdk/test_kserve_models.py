@@ -14,13 +14,17 @@ import re
 from pathlib import Path
 from typing import Any
 
-import kserve.models
 import kubernetes.client
 import pytest
 import yaml
 from delivery.support import REPO, Helm, Manifest, load_all, require_tool
-from kserve.constants import constants
 from support.openapi_models import Enums, unknown_fields
+
+# The SDK is installed in its own venv only, by scripts/test-kserve-venv (which fails when it does
+# not import): a run from the development venv that reaches this folder says where it runs.
+pytest.importorskip("kserve", reason="runs in KServe's SDK venv: bash scripts/test-kserve-venv")
+import kserve.models
+from kserve.constants import constants
 
 EXAMPLES = sorted((REPO / "examples" / "kserve").glob("*.yaml"))
 GUIDE = REPO / "docs" / "guide" / "kserve.md"
