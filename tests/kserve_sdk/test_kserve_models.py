@@ -3,8 +3,9 @@ the runtime the chart renders with ``kserve.enabled=true`` and the YAML of the K
 
 Each object is walked against the SDK's generated models (``kserve.models``, and the Kubernetes
 client's for the containers and metadata they embed), field by field: a field KServe does not
-know (a misspelling included) or a value of the wrong type fails. The SDK's models carry no
-enumerations, so the protocol fields are held to the SDK's own ``PredictorProtocol``. KServe
+know (a misspelling included), a value of the wrong type or a missing required field fails. The
+SDK's models carry no enumerations, so the protocol fields are held to the SDK's own
+``PredictorProtocol``. KServe
 does not publish its CRDs' YAML in any package of the index, so its models are the schema here.
 """
 
@@ -62,7 +63,7 @@ def model_name(obj: Manifest) -> str:
 
 
 def problems(obj: Manifest) -> list[str]:
-    return unknown_fields(obj, model_name(obj), resolve, enums=ENUMS)
+    return unknown_fields(obj, model_name(obj), resolve, enums=ENUMS, required=True)
 
 
 def kserve_objects(objects: list[Manifest]) -> list[Manifest]:
@@ -115,7 +116,8 @@ def guide_blocks() -> list[Manifest]:
 
 
 def test_guide_yaml_fits_kserve_models() -> None:
-    """Whole objects by their kind; fragments by where the guide says they go."""
+    """Whole objects by their kind; fragments by where the guide says they go (a fragment leaves
+    out what the object around it holds, so its required fields are not asked for)."""
     blocks = guide_blocks()
     assert [block.get("kind") for block in blocks] == ["InferenceService", None]
     for block in blocks:
@@ -168,3 +170,16 @@ def test_a_kind_kserve_does_not_have_fails() -> None:
     runtime["apiVersion"] = "serving.kserve.io/v1beta1"  # ServingRuntime is v1alpha1 only
     with pytest.raises(AssertionError, match="KServe has no ServingRuntime in v1beta1"):
         problems(runtime)
+
+
+def test_a_missing_required_field_fails() -> None:
+    """Fields KServe's models (and the Kubernetes ones they embed) require, on the example."""
+    [service] = load_all((REPO / "examples" / "kserve" / "inference-service.yaml").read_text())
+    model = service["spec"]["predictor"]["model"]
+    del model["modelFormat"]
+    del model["env"][1]["valueFrom"]["secretKeyRef"]["key"]
+    assert problems(service) == [
+        ".spec.predictor.model.modelFormat: required by V1beta1ModelSpec, missing",
+        ".spec.predictor.model.env[1].valueFrom.secretKeyRef.key: required by"
+        " V1SecretKeySelector, missing",
+    ]
