@@ -4,7 +4,9 @@ same, and the chart renders none unless asked.
 
 KServe's own SDK (``kserve.models``) is not a dev dependency: it brings KServe's model server
 (pandas, psutil, protobuf below 7, ...), which conflicts with ours. Its ``ServingRuntimeSpec``
-takes the containers as the Kubernetes client's ``V1Container``, which is walked here.
+takes the containers as the Kubernetes client's ``V1Container``, which is walked here; the
+KServe-level fields are walked against the SDK itself, in its own venv (``tests/kserve_sdk/``,
+``scripts/test-kserve-venv``).
 """
 
 from __future__ import annotations
