@@ -12,7 +12,10 @@ from cachefleet.runtime.metrics import _LATENCY_BUCKETS_S, RuntimeMetrics
 ANSWERS = [("200", 0.00009), ("200", 0.0001), ("200", 0.0003), ("503", 2.5), ("200", 7.0)]
 
 
-def _samples(registry: CollectorRegistry, names: set[str]) -> set[tuple[str, tuple[tuple[str, str], ...], float]]:
+Sample = tuple[str, tuple[tuple[str, str], ...], float]
+
+
+def _samples(registry: CollectorRegistry, names: set[str]) -> set[Sample]:
     text = generate_latest(registry).decode()
     return {
         (s.name, tuple(sorted(s.labels.items())), s.value)
