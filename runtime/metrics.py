@@ -145,6 +145,22 @@ class RequestCounters(Collector):
     under the one lock it holds anyway (:attr:`lock`), and a scrape reads them under it.
     """
 
+    REQUESTS = "cachefleet_requests"
+    SECONDS = "cachefleet_request_seconds"
+    PENDING = "cachefleet_queue_pending"
+    #: name -> (type, help, labels), in the order :meth:`collect` yields them (the metrics
+    #: reference reads them too).
+    FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
+        REQUESTS: ("counter", "Inference requests by model and HTTP status.", (*_MODEL, "code")),
+        SECONDS: ("histogram", "Inference request latency, end to end, by model.", _MODEL),
+        PENDING: (
+            "gauge",
+            "Inference requests accepted and not yet answered (in a cache lookup, waiting for"
+            " the model or a batch, or running), by model: what autoscaling on queue reads.",
+            _MODEL,
+        ),
+    }
+
     def __init__(self) -> None:
         #: Held by every write (the request ledger's lock) and by :meth:`collect`.
         self.lock = threading.Lock()
@@ -164,20 +180,12 @@ class RequestCounters(Collector):
                 (labels, s.pending, dict(s.codes), list(s.buckets), s.seconds)
                 for labels, s in self._series.items()
             ]
-        requests = CounterMetricFamily(
-            "cachefleet_requests", "Inference requests by model and HTTP status.",
-            labels=(*_MODEL, "code"),
-        )  # fmt: skip
-        seconds = HistogramMetricFamily(
-            "cachefleet_request_seconds", "Inference request latency, end to end, by model.",
-            labels=_MODEL,
-        )  # fmt: skip
-        pending = GaugeMetricFamily(
-            "cachefleet_queue_pending",
-            "Inference requests accepted and not yet answered (in a cache lookup, waiting for"
-            " the model or a batch, or running), by model: what autoscaling on queue reads.",
-            labels=_MODEL,
-        )  # fmt: skip
+        (_, requests_help, request_labels), (_, seconds_help, _), (_, pending_help, _) = (
+            self.FAMILIES.values()
+        )
+        requests = CounterMetricFamily(self.REQUESTS, requests_help, labels=request_labels)
+        seconds = HistogramMetricFamily(self.SECONDS, seconds_help, labels=_MODEL)
+        pending = GaugeMetricFamily(self.PENDING, pending_help, labels=_MODEL)
         for labels, in_flight, codes, buckets, total_s in rows:
             for code, count in codes.items():
                 requests.add_metric([*labels, code], count)
