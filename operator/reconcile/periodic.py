@@ -132,8 +132,9 @@ class Periodic:
         """Until cancelled: a resync pass every resync interval (the first one interval after
         start, since the resume handlers have just reconciled everything), a figures pass every
         cache interval (the first one at once), and a served-models pass every resync interval
-        (the first one a cache interval after start): it lists each service's pods, so at the
-        figures' pace it would add two API requests per service a minute to a bounded load. A
+        (the first one a cache interval after start): it reads the pods from the operator's pod
+        index and writes a status only where it changed, but asks every ready runtime pod, so
+        at the figures' pace it would put a config request a pod every 30 s on every fleet. A
         pass is skipped while ``active()`` says kopf is paused (a peer leads): a standby must
         not write."""
         settings = self.reconciler.settings
