@@ -286,14 +286,13 @@ class Periodic:
         changed (a rollout shows as the fingerprints moving from pod to pod)."""
         if body["metadata"].get("deletionTimestamp"):
             return
-        try:  # (outside the lock: asking the pods may take a while)
-            served = self.reconciler.served(body)
-        except KubeError as error:
+        try:
+            served = self.reconciler.served(body)  # (outside the lock: asking pods takes a while)
+            if served is not None:
+                with self.locks(object_key(body)):
+                    self._write_status(body, {"served": served})
+        except KubeError as error:  # a Secret not read or the status not written: next pass
             log.info("%s: served models not refreshed: %s", object_key(body), error)
-            return
-        if served is not None:
-            with self.locks(object_key(body)):
-                self._write_status(body, {"served": served})
 
     def _write_status(self, body: Mapping[str, Any], status: Mapping[str, Any]) -> None:
         changes = status_changes(body.get("status") or {}, status)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import ssl
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -214,6 +215,10 @@ def _served_passes() -> float:
     return registry.get_sample_value(name, {"pass": "refresh_served"}) or 0.0
 
 
+def _passed(since: float) -> bool:
+    return _served_passes() > since
+
+
 async def test_the_running_operators_served_pass_reads_the_pod_watch_and_lists_no_pods(
     cluster: Cluster,
     api: Api,
@@ -236,10 +241,9 @@ async def test_the_running_operators_served_pass_reads_the_pod_watch_and_lists_n
     two = [*one, {"pod": "svc-b", "fingerprint": fingerprint}]
     await eventually(lambda: served(cluster, "svc") == two, "svc-b's fingerprint")
     writes = _served_writes(cluster, "svc")
-    seen = _served_passes()
     for _ in range(3):  # three more passes over an unchanged fleet
-        await eventually(lambda: _served_passes() > seen, "another served pass")
         seen = _served_passes()
+        await eventually(functools.partial(_passed, seen), "another served pass")
     assert _served_writes(cluster, "svc") == writes  # unchanged: nothing written
     # kopf's one cluster-wide watch (/api/v1/pods) is the only way pods were read: no pass
     # listed the service's pods (it used to, once per service and pass).
