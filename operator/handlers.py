@@ -17,7 +17,7 @@ import kopf
 
 from cachefleet.operator.manifests.children import CHILD_KINDS
 from cachefleet.operator.manifests.meta import GROUP, KIND, MANAGER, PLURAL, VERSION
-from cachefleet.operator.reconcile import follow
+from cachefleet.operator.reconcile import follow, pod_index
 from cachefleet.operator.reconcile.kube import PLURALS, Kube
 from cachefleet.operator.reconcile.locks import KeyedLocks
 from cachefleet.operator.reconcile.metrics import process_metrics
@@ -108,12 +108,10 @@ def runtime_deployments(
 def fleet_pods(
     namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
 ) -> dict[Any, Any]:
-    """Every fleet's pods by (namespace, service, component), their status only: why pods do
-    not start is read here, not listed per service."""
-    key = (namespace, labels.get(follow.INSTANCE), labels.get(follow.COMPONENT))
-    kept = ("name", "namespace", "labels", "creationTimestamp", "deletionTimestamp")
-    meta = {k: copy.deepcopy(body.metadata[k]) for k in kept if k in body.metadata}
-    return {key: {"metadata": meta, "status": copy.deepcopy(dict(body.status))}}
+    """Every fleet's pods by (namespace, service, component), the part the operator reads: why
+    pods do not start, and which are ready at which address (the served pass), are read here,
+    not listed per service."""
+    return {pod_index.pod_key(namespace, labels): pod_index.pod_entry(body)}
 
 
 async def follow_status(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
@@ -211,7 +209,7 @@ def _values(index: kopf.Index[Any, Any]) -> list[Mapping[str, Any]]:
 
 def _pods(index: kopf.Index[Any, Any], namespace: str, labels: Mapping[str, str]) -> list[Any]:
     """One component's pods from the index, copied from a handler thread (see ``_values``)."""
-    key = (namespace, labels.get(follow.INSTANCE), labels.get(follow.COMPONENT))
+    key = pod_index.pod_key(namespace, labels)
     for _ in range(COPY_TRIES):
         try:
             return list(index.get(key, ()))

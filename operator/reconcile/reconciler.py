@@ -357,17 +357,19 @@ class Reconciler:
     def _pod_problem(self, owner: Owner, component: str, condition: str) -> Condition | None:
         """The component's condition from why its pods do not start (a failed download, a
         missing Secret, an image pull, a volume, an eviction), if they say."""
-        labels = meta.selector_labels(owner, component)
-        pods: Sequence[Mapping[str, Any]]
-        if self.pods is not None:
-            pods = self.pods(owner.namespace, labels)
-        else:
-            pods = self.kube.list_labelled("v1", "Pod", owner.namespace, labels)
+        pods = self._pods_of(owner, component)
 
         def events_of(name: str) -> list[dict[str, Any]]:
             return self.kube.list_events(owner.namespace, "Pod", name)
 
         return pod_problems.pod_problem(condition, pods, events_of=events_of)
+
+    def _pods_of(self, owner: Owner, component: str) -> Sequence[Mapping[str, Any]]:
+        """The component's pods: from the pod index when there is one, else listed."""
+        labels = meta.selector_labels(owner, component)
+        if self.pods is not None:
+            return self.pods(owner.namespace, labels)
+        return self.kube.list_labelled("v1", "Pod", owner.namespace, labels)
 
     def _live(
         self, applied: Applied, api_version: str, kind: str, name: str, owner: Owner
@@ -418,14 +420,18 @@ class Reconciler:
         return figures.to_status()
 
     def served(self, body: Mapping[str, Any]) -> list[dict[str, str]] | None:
-        """What each ready runtime pod serves (its model's fingerprint); None on a bad spec."""
+        """What each ready runtime pod serves (its model's fingerprint); None on a bad spec.
+
+        The pods come from the pod index (no list call per service and pass); the only API
+        reads are the Secrets a TLS or restricted fleet is asked with."""
         owner = Owner.from_body(body)
         try:
             spec = parse_spec(body.get("spec") or {})
         except SpecError:
             return None
+        pods = self._pods_of(owner, "runtime")
         access = served_access(self.kube, owner, spec)
-        return read_served(self.kube, owner, spec.model.name, access, self.dialer)
+        return read_served(pods, spec.model.name, access, self.dialer)
 
     @cached_property
     def dialer(self) -> PodDialer:

@@ -24,14 +24,12 @@ import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from cachefleet.operator.manifests import meta
-from cachefleet.operator.manifests.meta import Owner
-from cachefleet.operator.reconcile.kube import Kube
 
 #: The config parameter the runtime reports its model version's fingerprint in.
 FINGERPRINT_PARAMETER = "cachefleet.fingerprint"
@@ -116,12 +114,11 @@ class PodDialer:
 
 
 def read_served(
-    kube: Kube, owner: Owner, model: str, access: Access, dialer: PodDialer
+    pods: Sequence[Mapping[str, Any]], model: str, access: Access, dialer: PodDialer
 ) -> list[dict[str, str]]:
-    """``[{"pod", "fingerprint"}]`` for each ready runtime pod of ``owner``, by pod name; the
-    fingerprint is "" for a pod that did not answer. Blocking: call it off the event loop."""
-    labels = meta.selector_labels(owner, "runtime")
-    pods = kube.list_labelled("v1", "Pod", owner.namespace, labels)
+    """``[{"pod", "fingerprint"}]`` for each ready pod of ``pods`` (one service's runtime pods,
+    from the operator's pod index), by pod name; the fingerprint is "" for a pod that did not
+    answer. Blocking: call it off the event loop."""
     ready = []
     for pod in sorted(pods, key=lambda p: str(p.get("metadata", {}).get("name"))):
         address = _address(pod)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import ssl
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -26,6 +27,7 @@ from support.listeners import SilentListener
 from support.processes import ServerProcess
 from support.tls_servers import https_url, start_https_server
 
+from cachefleet.operator.manifests.meta import Owner, labels
 from cachefleet.operator.reconcile.kube import Kube
 from cachefleet.operator.reconcile.locks import KeyedLocks
 from cachefleet.operator.reconcile.periodic import Periodic
@@ -186,3 +188,64 @@ async def test_a_pass_starts_no_service_once_its_budget_is_spent(
         await eventually(lambda: pods.accepted >= 1, "the first service's pod asked")
         await eventually(lambda: pods.open == 0, "the first service's pod given up")
         assert pods.accepted == 1  # the other two were never started
+
+
+def _served_writes(cluster: Cluster, name: str) -> int:
+    path = f"{CIS_PATH}/{name}/status"
+    return sum(
+        1
+        for request in cluster["patch"]
+        if request.url.path == path and "served" in ((request.data or {}).get("status") or {})
+    )
+
+
+def _fleet_pod(name: str, port: int) -> dict[str, Any]:
+    """A runtime pod of "svc" with every label its Deployment's template gives (the operator's
+    pod watch selects them by the managed-by label)."""
+    pod = runtime_pod(name, port)
+    pod["metadata"]["labels"] = labels(Owner("svc", NS), "runtime")
+    return pod
+
+
+def _served_passes() -> float:
+    from cachefleet.operator.reconcile.metrics import process_metrics
+
+    registry = process_metrics().registry
+    name = "cachefleet_operator_periodic_last_pass_timestamp_seconds"
+    return registry.get_sample_value(name, {"pass": "refresh_served"}) or 0.0
+
+
+def _passed(since: float) -> bool:
+    return _served_passes() > since
+
+
+async def test_the_running_operators_served_pass_reads_the_pod_watch_and_lists_no_pods(
+    cluster: Cluster,
+    api: Api,
+    start_operator: Callable[[], Any],
+    make_server: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Served passes every 0.5 s (the first 0.2 s after start), as the operator runs them.
+    monkeypatch.setenv("CACHEFLEET_OPERATOR_RESYNC_INTERVAL", "0.5")
+    monkeypatch.setenv("CACHEFLEET_OPERATOR_CACHE_INTERVAL", "0.2")
+    server = make_server("--cache", "local")
+    fingerprint = served_fingerprint(server.base_url)
+    await api.send("POST", CIS_PATH, service("svc", cache=LOCAL_ONLY))
+    await api.send("POST", PODS, _fleet_pod("svc-a", server.port))
+    await start_operator()
+    one = [{"pod": "svc-a", "fingerprint": fingerprint}]
+    await eventually(lambda: served(cluster, "svc") == one, "svc-a's fingerprint")
+    # A pod that becomes ready later reaches the pass through the watch, not a list.
+    await api.send("POST", PODS, _fleet_pod("svc-b", server.port))
+    two = [*one, {"pod": "svc-b", "fingerprint": fingerprint}]
+    await eventually(lambda: served(cluster, "svc") == two, "svc-b's fingerprint")
+    writes = _served_writes(cluster, "svc")
+    for _ in range(3):  # three more passes over an unchanged fleet
+        seen = _served_passes()
+        await eventually(functools.partial(_passed, seen), "another served pass")
+    assert _served_writes(cluster, "svc") == writes  # unchanged: nothing written
+    # kopf's one cluster-wide watch (/api/v1/pods) is the only way pods were read: no pass
+    # listed the service's pods (it used to, once per service and pass).
+    listed = [r for r in cluster["get"] if r.url.path == PODS]
+    assert listed == []

@@ -1,0 +1,42 @@
+"""What the operator keeps of each fleet pod from its one cluster-wide pod watch, and by what key.
+
+The handlers keep these entries in a kopf index, filled by the label-selected watch, so that the
+status (why pods do not start) and the served pass (which pods are ready, at which address) read
+a service's pods without a list call each: at a thousand services, the served pass alone would
+otherwise list pods a thousand times a pass. Only what those readers use is kept (a pod's
+metadata that names it, its status, and its containers' names and ports), not the whole pod.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from cachefleet.operator.reconcile.follow import COMPONENT, INSTANCE
+
+#: The metadata an entry keeps.
+KEPT_METADATA = ("name", "namespace", "labels", "creationTimestamp", "deletionTimestamp")
+
+PodKey = tuple[str | None, str | None, str | None]
+"""(namespace, service, component) of a fleet pod."""
+
+
+def pod_key(namespace: str | None, labels: Mapping[str, str]) -> PodKey:
+    """The index key of a pod of ``namespace`` with ``labels`` (the selector labels of a
+    service's component select exactly the pods under this key)."""
+    return namespace, labels.get(INSTANCE), labels.get(COMPONENT)
+
+
+def pod_entry(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a pod the operator reads, copied (kopf reuses the body it was given)."""
+    metadata = body.get("metadata") or {}
+    containers = [
+        {"name": c.get("name"), "ports": copy.deepcopy(c.get("ports") or [])}
+        for c in (body.get("spec") or {}).get("containers") or ()
+    ]
+    return {
+        "metadata": {k: copy.deepcopy(metadata[k]) for k in KEPT_METADATA if k in metadata},
+        "spec": {"containers": containers},
+        "status": copy.deepcopy(dict(body.get("status") or {})),
+    }
