@@ -10,6 +10,7 @@ Under ``CI=true`` any skipped test fails, except those marked ``gpu`` (``support
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import os
 import shutil
@@ -88,10 +89,22 @@ LIGHT_SAMPLES = ("simple", "simple_string", "simple_int8", "simple_identity")
 
 
 @pytest.fixture(scope="session")
-def full_model_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The whole sample repository, written once per test session."""
-    path = tmp_path_factory.mktemp("models") / "repo"
-    subprocess.run([*CACHEFLEET, "samples", str(path)], check=True)
+def full_model_repository(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+    """The whole sample repository, written once per test run (a few seconds of CPU): the
+    xdist workers share one in the run's temporary folder, the first to take the lock writes
+    it (the way pytest-xdist's documentation runs a session fixture once). No test writes to
+    it; tests that change models copy them out first."""
+    root = tmp_path_factory.getbasetemp()
+    if worker_id != "master":
+        root = root.parent  # every worker's folder sits in the run's
+    path = root / "sample-models" / "repo"
+    with (root / "sample-models.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not path.is_dir():
+            staging = root / "sample-models-partial"
+            shutil.rmtree(staging, ignore_errors=True)
+            subprocess.run([*CACHEFLEET, "samples", str(staging / "repo")], check=True)
+            staging.rename(path.parent)
     return path
 
 
