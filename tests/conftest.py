@@ -1,7 +1,8 @@
 """Fixtures shared by every test: real processes on free loopback ports, never mocks.
 
 - ``make_redis``/``redis_server``: a real ``redis-server`` without persistence, killed at teardown.
-- ``model_repository``: the sample models, generated once per session by ``cachefleet samples``.
+- ``model_repository``: the sample models, written once per run by ``cachefleet samples`` (the
+  DenseNets only for modules marked ``full_samples``).
 - ``make_server`` / ``server``: a real ``cachefleet serve`` process (HTTP and gRPC on free
   ports), stopped at teardown.
 
