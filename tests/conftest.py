@@ -1,7 +1,8 @@
 """Fixtures shared by every test: real processes on free loopback ports, never mocks.
 
 - ``make_redis``/``redis_server``: a real ``redis-server`` without persistence, killed at teardown.
-- ``model_repository``: the sample models, generated once per session by ``cachefleet samples``.
+- ``model_repository``: the sample models, written once per run by ``cachefleet samples`` (the
+  DenseNets only for modules marked ``full_samples``).
 - ``make_server`` / ``server``: a real ``cachefleet serve`` process (HTTP and gRPC on free
   ports), stopped at teardown.
 
@@ -10,6 +11,7 @@ Under ``CI=true`` any skipped test fails, except those marked ``gpu`` (``support
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import os
 import shutil
@@ -88,10 +90,22 @@ LIGHT_SAMPLES = ("simple", "simple_string", "simple_int8", "simple_identity")
 
 
 @pytest.fixture(scope="session")
-def full_model_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The whole sample repository, written once per test session."""
-    path = tmp_path_factory.mktemp("models") / "repo"
-    subprocess.run([*CACHEFLEET, "samples", str(path)], check=True)
+def full_model_repository(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+    """The whole sample repository, written once per test run (a few seconds of CPU): the
+    xdist workers share one in the run's temporary folder, the first to take the lock writes
+    it (the way pytest-xdist's documentation runs a session fixture once). No test writes to
+    it; tests that change models copy them out first."""
+    root = tmp_path_factory.getbasetemp()
+    if worker_id != "master":
+        root = root.parent  # every worker's folder sits in the run's
+    path = root / "sample-models" / "repo"
+    with (root / "sample-models.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not path.is_dir():
+            staging = root / "sample-models-partial"
+            shutil.rmtree(staging, ignore_errors=True)
+            subprocess.run([*CACHEFLEET, "samples", str(staging / "repo")], check=True)
+            staging.rename(path.parent)
     return path
 
 
@@ -111,11 +125,13 @@ def light_model_repository(
 def model_repository(
     request: pytest.FixtureRequest, full_model_repository: Path, light_model_repository: Path
 ) -> Path:
-    """The sample repository a module's servers load: the whole one for a module that names a
-    DenseNet anywhere in its source, else the light one (every server of the suite loading
-    both DenseNets cost minutes of the test command's budget)."""
-    source = Path(request.path).read_text(encoding="utf-8").lower()
-    return full_model_repository if "densenet" in source else light_model_repository
+    """The sample repository a module's servers load: the whole one for a module marked
+    ``full_samples`` (``pytestmark = pytest.mark.full_samples``: it sends the DenseNets requests
+    or reads their files), else the light one (every server of the suite loading both DenseNets
+    cost minutes of the test command's budget). A module left unmarked that needs a DenseNet
+    fails loudly: its requests are 404s and its files are missing."""
+    wanted = request.node.get_closest_marker("full_samples") is not None
+    return full_model_repository if wanted else light_model_repository
 
 
 @pytest.fixture(scope="module")

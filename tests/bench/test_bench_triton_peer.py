@@ -5,8 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from cachefleet.bench import server_metrics
 from cachefleet.bench.triton_peer_model import read_config
+
+#: Uses the DenseNet samples: the whole sample repository (tests/conftest.py).
+pytestmark = pytest.mark.full_samples
 
 
 def test_the_peer_serves_the_samples_under_their_names_and_shapes(model_repository: Path) -> None:

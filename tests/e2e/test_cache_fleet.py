@@ -8,6 +8,7 @@ import subprocess
 import sys
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from support import loopback
@@ -38,10 +39,16 @@ def test_second_replica_hits_redis_then_its_local_tier(
 
 
 def test_cached_answers_are_byte_identical_to_computed_ones(
-    make_server: MakeServer, redis_server: RedisProcess
+    make_server: MakeServer, redis_server: RedisProcess, full_model_repository: Path
 ) -> None:
-    first = tiered(make_server, redis_server)
-    second = tiered(make_server, redis_server)
+    """The only test here that needs a DenseNet: its servers load the whole sample repository,
+    the module's others the light one."""
+    first = make_server(
+        "--cache", "tiered", "--redis-url", redis_server.url, repository=full_model_repository
+    )
+    second = make_server(
+        "--cache", "tiered", "--redis-url", redis_server.url, repository=full_model_repository
+    )
     for model in ("simple", "simple_string", "densenet_onnx"):
         uncached, _ = infer(first, model, 5, headers={"Cache-Control": "no-store"})
         assert uncached.headers["X-Cache"] == "bypass"

@@ -42,7 +42,7 @@ ROWS = "nv_inference_count"
 PENDING = "cachefleet_queue_pending"
 
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.full_samples]
 
 
 @pytest.fixture(scope="module")

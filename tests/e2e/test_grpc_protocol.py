@@ -17,6 +17,9 @@ from support.processes import ServerProcess
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException, deserialize_bytes_tensor
 
+#: Uses the DenseNet samples: the whole sample repository (tests/conftest.py).
+pytestmark = pytest.mark.full_samples
+
 Stub = service_pb2_grpc.GRPCInferenceServiceStub
 
 

@@ -24,6 +24,9 @@ import tritonclient.grpc.aio as aioclient
 from support.processes import ServerProcess, free_port
 from tritonclient.utils import InferenceServerException
 
+#: Uses the DenseNet samples: the whole sample repository (tests/conftest.py).
+pytestmark = pytest.mark.full_samples
+
 
 @pytest.fixture
 def client(sample_server: ServerProcess) -> Iterator[grpcclient.InferenceServerClient]:

@@ -17,7 +17,7 @@ from tritonclient.utils import InferenceServerException
 from cachefleet.runtime.samples.arithmetic import build_simple
 from cachefleet.runtime.samples.onnx_build import make_model
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.full_samples]
 
 ALL_SAMPLES = {
     "densenet_batch",

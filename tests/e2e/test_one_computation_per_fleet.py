@@ -33,7 +33,7 @@ MAX_WAIT_S = 8.0
 #: for minutes (without the deadline a waiter would wait until Redis came back).
 MARGIN_S = 15.0
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.full_samples]
 
 
 @pytest.fixture(scope="module")

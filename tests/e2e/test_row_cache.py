@@ -16,6 +16,9 @@ from support.waiting import wait_for
 
 from cachefleet.runtime.tensor import Tensor
 
+#: Uses the DenseNet samples: the whole sample repository (tests/conftest.py).
+pytestmark = pytest.mark.full_samples
+
 ROW_CACHE = 'parameters { key: "cachefleet.row_cache" value { string_value: "true" } }\n'
 BATCHING = "dynamic_batching { max_queue_delay_microseconds: 500 }\n"
 ROW_HITS = "cachefleet_cache_row_hits_total"

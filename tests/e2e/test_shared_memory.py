@@ -17,6 +17,9 @@ from support.processes import ServerProcess
 from tritonclient import utils
 from tritonclient.utils import InferenceServerException
 
+#: Uses the DenseNet samples: the whole sample repository (tests/conftest.py).
+pytestmark = pytest.mark.full_samples
+
 _counter = itertools.count()
 
 

@@ -11,6 +11,9 @@ import tritonclient.http as httpclient
 from support.processes import ServerProcess
 from tritonclient.utils import InferenceServerException
 
+#: Uses the DenseNet samples: the whole sample repository (tests/conftest.py).
+pytestmark = pytest.mark.full_samples
+
 
 @pytest.fixture
 def client(sample_server: ServerProcess) -> Iterator[httpclient.InferenceServerClient]:

@@ -13,6 +13,9 @@ import pytest
 import tritonclient.http as httpclient
 from support.processes import ServerProcess
 
+#: Uses the DenseNet samples: the whole sample repository (tests/conftest.py).
+pytestmark = pytest.mark.full_samples
+
 
 @pytest.fixture
 def client(sample_server: ServerProcess) -> Iterator[httpclient.InferenceServerClient]:

@@ -22,6 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.processes import ServerProcess
 
+#: Uses the DenseNet samples: the whole sample repository (tests/conftest.py).
+pytestmark = pytest.mark.full_samples
+
 LIMIT = 64 * 1024
 settings.register_profile(
     "reliability-ci",

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from support.processes import ServerProcess
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.full_samples]
 
 
 LIMIT = 8 * 1024 * 1024

@@ -26,6 +26,9 @@ from cachefleet.runtime.models.providers import (
 from cachefleet.runtime.models.repository import LocalModelRepository, load_repository
 from cachefleet.runtime.tensor import Tensor
 
+#: Uses the DenseNet samples: the whole sample repository (tests/conftest.py).
+pytestmark = pytest.mark.full_samples
+
 GPU_HOST = [TENSORRT, CUDA, CPU]
 
 

@@ -18,6 +18,9 @@ from cachefleet.runtime.models.repository import LocalModelRepository, load_repo
 from cachefleet.runtime.samples.onnx_build import make_model
 from cachefleet.runtime.tensor import Tensor
 
+#: Uses the DenseNet samples: the whole sample repository (tests/conftest.py).
+pytestmark = pytest.mark.full_samples
+
 SIMPLE_TENSORS = """
 input [
   { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] },

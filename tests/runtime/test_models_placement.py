@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from cachefleet.runtime.config import ModelSettings
 from cachefleet.runtime.models.placement import UNTIMED_FILE_BYTES, largest_inputs, runs_inline
 from cachefleet.runtime.models.repository import load_repository
+
+#: Uses the DenseNet samples: the whole sample repository (tests/conftest.py).
+pytestmark = pytest.mark.full_samples
 
 
 def test_quick_fixed_size_models_run_inline_and_the_rest_in_threads(

@@ -12,6 +12,9 @@ import pytest
 from cachefleet.runtime.samples.onnx_build import IR_VERSION
 from cachefleet.runtime.samples.repository import write_samples
 
+#: Uses the DenseNet samples: the whole sample repository (tests/conftest.py).
+pytestmark = pytest.mark.full_samples
+
 CPU = ["CPUExecutionProvider"]
 
 

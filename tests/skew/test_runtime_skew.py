@@ -23,7 +23,7 @@ from cachefleet.bench.processes import http_ok
 from cachefleet.operator.manifests.errors import SpecError
 from cachefleet.operator.render_command import render_file
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.full_samples]
 
 
 def rendered_today(tmp_path: Path) -> list[tuple[str, list[dict[str, Any]]]]:
