@@ -59,9 +59,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         # A string default goes through `type` too.
         default=os.environ.get("CACHEFLEET_MAX_BYTES", DEFAULT_MAX_BYTES),
         metavar="SIZE",
-        help="the most the fetch may write, downloads and unpacked archives together (e.g. "
-        f"512Mi, 20Gi); past it the fetch fails and keeps nothing (default {DEFAULT_MAX_BYTES}; "
-        "env CACHEFLEET_MAX_BYTES)",
+        help="the most the fetch may write into DIR, downloads and unpacked archives together "
+        "(a tar the URI names is unpacked as it streams: only its files count) (e.g. 512Mi, "
+        f"20Gi); past it the fetch fails and keeps nothing (default {DEFAULT_MAX_BYTES}; env "
+        "CACHEFLEET_MAX_BYTES)",
     )
     parser.add_argument(
         "--scratch-dir",
