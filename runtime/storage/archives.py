@@ -99,9 +99,7 @@ def unpack_stream(source: IO[bytes], name: str, destination: Path, budget: Write
         raise ValueError(f"{name} is not a readable archive: {error}") from None
 
 
-def _check_all(
-    members: Iterable[_Member], archive_name: str, budget: WriteBudget
-) -> list[_Member]:
+def _check_all(members: Iterable[_Member], archive_name: str, budget: WriteBudget) -> list[_Member]:
     """Every member checked before any is written: names, and the sizes declared together."""
     names = _Names(archive_name)
     checked, declared = [], 0

@@ -15,7 +15,7 @@ import os
 import subprocess
 import tarfile
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,7 +68,7 @@ def web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Web]:
     with zipfile.ZipFile(site / "repository.zip", "w") as bundle:
         for name, data in TREE.items():
             bundle.writestr(name, data)
-    hostile = {
+    hostile: dict[str, Callable[[tarfile.TarFile], None]] = {
         "dot-dot.tar.gz": lambda tar: add(tar, "simple/../../escaped.txt", b"x"),
         "symlink.tar.gz": lambda tar: add(tar, "simple/2", kind=tarfile.SYMTYPE, link="/etc"),
         # Declares 1 MiB after 1.5 MiB written: past the 2Mi limit before its data is read.
