@@ -6,6 +6,9 @@ At most ``--max-bytes`` are written (downloads and unpacked archives counted as 
 a server or an archive declares them); past it the fetch fails and leaves nothing behind. The
 operator passes the service's ``spec.model.storageSizeLimit`` (the model volume's own limit) as
 ``CACHEFLEET_MAX_BYTES``, which the option reads as its default, as every flag of ``serve`` does.
+A tar archive is unpacked as it streams and never written, so the bound is the tree's; a zip is
+downloaded whole first, into ``--scratch-dir`` when given (the operator mounts a scratch emptyDir
+for a URI naming a ``.zip`` and passes it as ``CACHEFLEET_SCRATCH_DIR``), else beside its tree.
 
 A failure is one line naming the URI and the reason, on stderr and in the termination message
 file when one is given (Kubernetes shows it in ``kubectl describe pod`` and the operator copies it
@@ -56,9 +59,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         # A string default goes through `type` too.
         default=os.environ.get("CACHEFLEET_MAX_BYTES", DEFAULT_MAX_BYTES),
         metavar="SIZE",
-        help="the most the fetch may write, downloads and unpacked archives together (e.g. "
-        f"512Mi, 20Gi); past it the fetch fails and keeps nothing (default {DEFAULT_MAX_BYTES}; "
-        "env CACHEFLEET_MAX_BYTES)",
+        help="the most the fetch may write into DIR, downloads and unpacked archives together "
+        "(a tar the URI names is unpacked as it streams: only its files count) (e.g. 512Mi, "
+        f"20Gi); past it the fetch fails and keeps nothing (default {DEFAULT_MAX_BYTES}; env "
+        "CACHEFLEET_MAX_BYTES)",
+    )
+    parser.add_argument(
+        "--scratch-dir",
+        type=Path,
+        # Read from the environment for the same reason as --max-bytes (skew).
+        default=os.environ.get("CACHEFLEET_SCRATCH_DIR") or None,
+        metavar="DIR",
+        help="where a .zip the URI names waits while it is unpacked, bounded by --max-bytes "
+        "of its own (a tar is unpacked as it streams); default: in DIR, where the zip and its "
+        "files both count against --max-bytes (env CACHEFLEET_SCRATCH_DIR)",
     )
     parser.add_argument(
         "--termination-message-file",
@@ -82,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
             model_name=args.model_name,
             credentials=credentials,
             max_bytes=args.max_bytes,
+            scratch=args.scratch_dir,
         )
     except FetchError as error:
         _report(str(error), args.termination_message_file)

@@ -12,6 +12,12 @@ service's status.
 The size limit reaches the command as ``CACHEFLEET_MAX_BYTES`` (its ``--max-bytes``), not as an
 argument: a service pinned to an older runtime image, whose ``fetch-model`` has no such option,
 ignores the variable and still starts, where an unknown argument would stop it.
+
+A tar the URI names is unpacked as it streams, so the model volume only ever holds the tree. A zip
+must be whole before it can be read (its directory is at its end): for a URI naming a ``.zip``
+the container gets a scratch emptyDir of its own, as large as the model volume, told to the
+command as ``CACHEFLEET_SCRATCH_DIR`` (the same way, for the same reason), where the zip waits
+while it is unpacked; the pod's ``ephemeral-storage`` request counts both volumes.
 """
 
 from __future__ import annotations
@@ -29,6 +35,17 @@ CREDENTIALS_DIR = "/var/run/secrets/cachefleet/model-storage"
 TERMINATION_LOG = "/dev/termination-log"
 #: fetch-model's ``--max-bytes`` read from the environment (see the module's docstring).
 MAX_BYTES_VARIABLE = "CACHEFLEET_MAX_BYTES"
+#: The zip's own emptyDir (only for a URI naming a .zip), where the fetch sees it, and the
+#: variable that tells fetch-model (its ``--scratch-dir``).
+SCRATCH_VOLUME = "model-scratch"
+SCRATCH_MOUNT = "/cachefleet-model-scratch"
+SCRATCH_VARIABLE = "CACHEFLEET_SCRATCH_DIR"
+
+
+def needs_scratch(spec: ServiceSpec) -> bool:
+    """Whether the URI names a zip, which is downloaded whole before it is unpacked."""
+    uri = spec.model.download
+    return uri is not None and uri.path.lower().endswith(".zip")
 
 
 def fetch_container(spec: ServiceSpec, image: str, resources: dict[str, Any]) -> dict[str, Any]:
@@ -52,13 +69,17 @@ def fetch_container(spec: ServiceSpec, image: str, resources: dict[str, Any]) ->
     if spec.model.storage_secret_name is not None:
         command += ["--secret-dir", CREDENTIALS_DIR]
         mounts.append({"name": CREDENTIALS_VOLUME, "mountPath": CREDENTIALS_DIR, "readOnly": True})
+    # The volume's own limit: the fetch stops there, with a message, before an eviction.
+    env = [{"name": MAX_BYTES_VARIABLE, "value": str(spec.model.storage_size_limit)}]
+    if needs_scratch(spec):
+        mounts.append({"name": SCRATCH_VOLUME, "mountPath": SCRATCH_MOUNT})
+        env.append({"name": SCRATCH_VARIABLE, "value": SCRATCH_MOUNT})
     return {
         "name": CONTAINER,
         "image": image,
         "imagePullPolicy": spec.runtime.image_pull_policy,
         "command": command,
-        # The volume's own limit: the fetch stops there, with a message, before an eviction.
-        "env": [{"name": MAX_BYTES_VARIABLE, "value": str(spec.model.storage_size_limit)}],
+        "env": env,
         "resources": resources,
         "securityContext": container_security(),
         "terminationMessagePath": TERMINATION_LOG,
@@ -73,3 +94,11 @@ def credential_volumes(spec: ServiceSpec) -> list[dict[str, Any]]:
     if spec.model.download is None or name is None:
         return []
     return [{"name": CREDENTIALS_VOLUME, "secret": {"secretName": name, "defaultMode": 0o440}}]
+
+
+def scratch_volumes(spec: ServiceSpec) -> list[dict[str, Any]]:
+    """The zip's scratch emptyDir, sized as the model volume (the zip is bounded as the tree
+    is); none unless the URI names a zip."""
+    if not needs_scratch(spec):
+        return []
+    return [{"name": SCRATCH_VOLUME, "emptyDir": {"sizeLimit": str(spec.model.storage_size_limit)}}]

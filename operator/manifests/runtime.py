@@ -27,6 +27,7 @@ from cachefleet.runtime.config import (
     RuntimeSettings,
     SecuritySettings,
     ServerSettings,
+    format_bytes,
     parse_bytes,
     parse_duration_s,
 )
@@ -325,13 +326,16 @@ def _pod_spec(
         resources = _filling(copy_resources(server["resources"]), size)
         pod["initContainers"] = [_copy_container(image_source, resources)]
     if spec.model.download is not None:
-        resources = _filling(copy_resources(server["resources"]), size)
+        scratch = model_fetch.scratch_volumes(spec)
+        disk = _total_size([size, *(v["emptyDir"]["sizeLimit"] for v in scratch)])
+        resources = _filling(copy_resources(server["resources"]), disk)
         pod["initContainers"] = [model_fetch.fetch_container(spec, server["image"], resources)]
     pod["containers"] = [server]
     pod["volumes"] = [
         {"name": "config", "configMap": {"name": configmap_name}},
         {"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE_LIMIT}},
         model_volume,
+        *model_fetch.scratch_volumes(spec),
         *model_fetch.credential_volumes(spec),
     ]
     if runtime.tls is not None:
@@ -381,7 +385,7 @@ def copy_resources(server: dict[str, Any]) -> dict[str, Any]:
 
 def _filling(resources: dict[str, Any], size: str | None) -> dict[str, Any]:
     """``resources`` of the init container that fills the model emptyDir, asking for the
-    volume's ``size`` of node disk.
+    volume's ``size`` of node disk (with the zip's scratch emptyDir, both together).
 
     The scheduler counts an emptyDir only through ``ephemeral-storage`` requests; without one a
     10Gi model lands on a node with no room for it, and the kubelet's DiskPressure evicts the
@@ -397,6 +401,14 @@ def _filling(resources: dict[str, Any], size: str | None) -> dict[str, Any]:
     if EPHEMERAL_STORAGE in filled.get("limits", {}):
         filled["limits"][EPHEMERAL_STORAGE] = size
     return filled
+
+
+def _total_size(sizes: list[str | None]) -> str | None:
+    """The emptyDirs an init container fills, together (one size as written)."""
+    given = [size for size in sizes if size is not None]
+    if len(given) <= 1:
+        return given[0] if given else None
+    return format_bytes(sum(parse_bytes(size) for size in given))
 
 
 def _model_volume(spec: ServiceSpec) -> dict[str, Any]:

@@ -1,8 +1,11 @@
 """Fetch a model repository: choose the store, download into a staging folder beside the
-target, arrange it (``layout``), then move it into place.
+target (through a :class:`Landing`, which unpacks the one archive a URI names without keeping it
+beside its tree), arrange it (``layout``), then move it into place.
 
 Every byte written into the staging folder, downloaded or unpacked, is charged to one
-:class:`WriteBudget`: past it the fetch fails and the staging folder is removed.
+:class:`WriteBudget`: past it the fetch fails and the staging folder is removed. So does an
+archive member refused as it streams: whatever its archive unpacked before it goes with the
+staging folder, and a refused archive leaves nothing in the repository.
 
 Staging in the target's own volume means a download that fails half-way leaves the repository as
 it was, and a re-run (the kubelet restarts a failed init container) starts afresh: nothing is
@@ -16,14 +19,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cachefleet.runtime.config import StorageUri, StorageUriError, parse_storage_uri
-from cachefleet.runtime.storage.archives import is_archive, unpack
 from cachefleet.runtime.storage.budget import WriteBudget
 from cachefleet.runtime.storage.credentials import Credentials
 from cachefleet.runtime.storage.errors import FetchError
+from cachefleet.runtime.storage.landing import Landing
 from cachefleet.runtime.storage.layout import LayoutError, arrange, move_into
 from cachefleet.runtime.storage.paths import UnsafeKeyError
 
-Fetcher = Callable[[StorageUri, Path, Credentials, WriteBudget], list[Path]]
+Fetcher = Callable[[StorageUri, Landing, Credentials], None]
 STAGING = ".cachefleet-fetching"
 
 
@@ -34,9 +37,11 @@ def fetch_model(
     model_name: str,
     credentials: Credentials,
     max_bytes: int,
+    scratch: Path | None = None,
 ) -> Path:
     """Download ``uri_text`` into the repository ``destination``, writing at most ``max_bytes``
-    (downloads and unpacked archives together); the model's folder there."""
+    there (downloaded files and unpacked archives together); the model's folder there. A zip the
+    URI names waits in ``scratch`` while it is unpacked (None: in ``destination``, counted)."""
     try:
         uri = parse_storage_uri(uri_text)
     except StorageUriError as error:
@@ -48,10 +53,8 @@ def fetch_model(
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
     try:
-        budget = WriteBudget(max_bytes)
-        files = _fetcher(uri)(uri, staging, credentials, budget)
-        if len(files) == 1 and is_archive(files[0]):  # only a URI naming one archive: a
-            unpack(files[0], staging, budget)  # repository's own .zip or .tar files stay as is
+        landing = Landing(staging, WriteBudget(max_bytes), scratch=scratch)
+        _fetcher(uri)(uri, landing, credentials)
         arrange(staging, model_name)
         move_into(staging, destination)
     except (LayoutError, UnsafeKeyError, ValueError) as error:

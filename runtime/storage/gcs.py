@@ -1,56 +1,66 @@
 """``gs://bucket/prefix``: every object below the prefix (or the one object it names), through
 google-cloud-storage (its retries and checksummed downloads). Its HTTP session (requests) would
 follow a redirect from https to http: a response hook refuses that (``redirects``); requests
-itself drops the Authorization header on a redirect to another host."""
+itself drops the Authorization header on a redirect to another host. The one archive a URI
+names is read through the client's blob reader (ranged reads, each retried) and unpacked as it
+arrives, so it never sits in the model volume."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Iterator
+from pathlib import PurePosixPath
 from typing import Any
 
 from cachefleet.runtime.config import StorageUri
-from cachefleet.runtime.storage.budget import SizeLimitError, WriteBudget
+from cachefleet.runtime.storage.budget import SizeLimitError
 from cachefleet.runtime.storage.credentials import Credentials
 from cachefleet.runtime.storage.errors import FetchError
-from cachefleet.runtime.storage.paths import UnsafeKeyError, inside, relative_key
+from cachefleet.runtime.storage.landing import Landing
+from cachefleet.runtime.storage.paths import UnsafeKeyError, relative_key
 from cachefleet.runtime.storage.redirects import DowngradeError, refuse_downgrade_hook
 
 
-def fetch_gcs(
-    uri: StorageUri, destination: Path, credentials: Credentials, budget: WriteBudget
-) -> list[Path]:
-    """Download into ``destination``; the files written, or FetchError. Each object's listed
-    size must fit ``budget`` before it is downloaded; the bytes written are charged to it."""
+def fetch_gcs(uri: StorageUri, landing: Landing, credentials: Credentials) -> None:
+    """Download into ``landing``, or FetchError. Each object's listed size must fit its budget
+    before it is downloaded; the bytes written are charged to it."""
     import google.api_core.exceptions
     import google.auth.exceptions
 
-    folder = f"{uri.path}/" if uri.path else ""
     try:
         client = _client(credentials)
-        written = []
-        for blob in client.list_blobs(uri.location, prefix=uri.path or None):
-            name = str(blob.name)
-            if name == uri.path:
-                relative = relative_key(name.rsplit("/", 1)[-1], "")
-            elif name.startswith(folder) and not name.endswith("/"):
-                relative = relative_key(name, folder)
-            else:
-                continue
-            target = inside(destination, relative)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            budget.expect(int(blob.size or 0))
-            with budget.create(target) as out:
+    except (google.auth.exceptions.GoogleAuthError, ValueError) as error:  # a bad key file
+        raise FetchError(uri.text, f"credentials: {error}") from None
+    try:
+        blobs = list(_blobs(client, uri))
+        if not blobs:
+            raise FetchError(uri.text, f"no object in bucket {uri.location} under {uri.path!r}")
+        if len(blobs) == 1 and blobs[0][0].name == uri.path and landing.unpacks(blobs[0][1]):
+            blob, relative = blobs[0]
+            with blob.open("rb") as reader:
+                landing.unpack(relative, reader, declared_bytes=int(blob.size or 0))
+            return
+        for blob, relative in blobs:
+            landing.expect(int(blob.size or 0))
+            with landing.create(relative) as out:
                 blob.download_to_file(out)
-            written.append(target)
     except (UnsafeKeyError, SizeLimitError, DowngradeError) as error:
         raise FetchError(uri.text, str(error)) from None
     except google.api_core.exceptions.GoogleAPIError as error:
         raise FetchError(uri.text, _api_error(error)) from None
-    except (google.auth.exceptions.GoogleAuthError, ValueError) as error:  # a bad key file
+    except google.auth.exceptions.GoogleAuthError as error:
         raise FetchError(uri.text, f"credentials: {error}") from None
-    if not written:
-        raise FetchError(uri.text, f"no object in bucket {uri.location} under {uri.path!r}")
-    return written
+
+
+def _blobs(client: Any, uri: StorageUri) -> Iterator[tuple[Any, PurePosixPath]]:
+    """(blob, relative path) of each object: the one the path names exactly, else those below
+    it as a folder."""
+    folder = f"{uri.path}/" if uri.path else ""
+    for blob in client.list_blobs(uri.location, prefix=uri.path or None):
+        name = str(blob.name)
+        if name == uri.path:
+            yield blob, relative_key(name.rsplit("/", 1)[-1], "")
+        elif name.startswith(folder) and not name.endswith("/"):
+            yield blob, relative_key(name, folder)
 
 
 def _client(credentials: Credentials) -> Any:

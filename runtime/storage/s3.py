@@ -1,24 +1,24 @@
 """``s3://bucket/prefix``: every object below the prefix (or the one object it names), through
-boto3's managed transfers (multipart, retries), from AWS S3 or an S3-compatible endpoint."""
+boto3's managed transfers (multipart, retries), from AWS S3 or an S3-compatible endpoint. The one
+archive a URI names is read as one stream (``GetObject``, botocore's retries of the request) and
+unpacked as it arrives, so it never sits in the model volume."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
+from contextlib import closing
 from typing import Any
 
 from cachefleet.runtime.config import StorageUri
-from cachefleet.runtime.storage.budget import WriteBudget
 from cachefleet.runtime.storage.credentials import Credentials
 from cachefleet.runtime.storage.errors import FetchError
-from cachefleet.runtime.storage.paths import UnsafeKeyError, inside, relative_key
+from cachefleet.runtime.storage.landing import Landing
+from cachefleet.runtime.storage.paths import UnsafeKeyError, relative_key
 
 
-def fetch_s3(
-    uri: StorageUri, destination: Path, credentials: Credentials, budget: WriteBudget
-) -> list[Path]:
-    """Download into ``destination``; the files written, or FetchError. The listed sizes
-    must fit ``budget`` before any download starts; the bytes written are charged to it."""
+def fetch_s3(uri: StorageUri, landing: Landing, credentials: Credentials) -> None:
+    """Download into ``landing``, or FetchError. The listed sizes must fit its budget before
+    any download starts; the bytes written are charged to it."""
     import botocore.exceptions
 
     client = _client(credentials)
@@ -26,15 +26,17 @@ def fetch_s3(
         keys = list(_keys(client, uri))
         if not keys:
             raise FetchError(uri.text, f"no object in bucket {uri.location} under {uri.path!r}")
-        budget.expect(sum(size for _, _, size in keys))
-        written = []
+        named = keys[0] if len(keys) == 1 and keys[0][0] == uri.path else None
+        if named is not None and landing.unpacks(named[1]):
+            key, relative, size = named
+            body = client.get_object(Bucket=uri.location, Key=key)["Body"]
+            with closing(body):
+                landing.unpack(relative, body, declared_bytes=size)
+            return
+        landing.expect(sum(size for _, _, size in keys))
         for key, relative, _ in keys:
-            target = inside(destination, relative)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with budget.create(target) as out:
+            with landing.create(relative) as out:
                 client.download_fileobj(uri.location, key, out)
-            written.append(target)
-        return written
     except UnsafeKeyError as error:
         raise FetchError(uri.text, str(error)) from None
     except botocore.exceptions.ClientError as error:

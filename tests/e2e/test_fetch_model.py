@@ -242,6 +242,10 @@ def gcs(tmp_path_factory: pytest.TempPathFactory, samples: Path) -> Iterator[Gcs
         bucket = storage.Client.create_anonymous_client().create_bucket(BUCKET)
         for path in (p for p in samples.rglob("*") if p.is_file()):
             bucket.blob(f"repo/{path.relative_to(samples)}").upload_from_filename(str(path))
+        bundle = io.BytesIO()
+        with tarfile.open(fileobj=bundle, mode="w:gz") as tar:
+            tar.add(samples / "simple", arcname="simple")
+        bucket.blob("bundle.tar.gz").upload_from_string(bundle.getvalue())
         yield emulator
     finally:
         if previous is None:
@@ -261,6 +265,14 @@ def test_a_repository_from_gcs(gcs: GcsEmulator, tmp_path: Path) -> None:
     assert missing.stderr.strip() == (
         f"cannot fetch gs://{BUCKET}/elsewhere: no object in bucket models under 'elsewhere'"
     )
+
+
+def test_an_archive_from_gcs_is_unpacked_as_it_streams(gcs: GcsEmulator, tmp_path: Path) -> None:
+    """Read through the client's blob reader (ranged reads), never written whole."""
+    env = {**CLEAN_ENV, "STORAGE_EMULATOR_HOST": gcs.endpoint}
+    result = fetch(f"gs://{BUCKET}/bundle.tar.gz", tmp_path / "m", env)
+    assert result.returncode == 0, result.stderr
+    assert files_under(tmp_path / "m") == SIMPLE_FILES
 
 
 def test_a_broken_service_account_key_is_a_credentials_failure(

@@ -8,9 +8,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
+import io
 import json
 import os
 import subprocess
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -273,6 +275,12 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoS3]:
     try:
         store.client().create_bucket(Bucket="models")
         store.upload_tree("models", "team/repository", samples)
+        bundle = io.BytesIO()
+        with zipfile.ZipFile(bundle, "w") as archive:
+            for path in (p for p in samples.rglob("*") if p.is_file()):
+                archive.write(path, str(path.relative_to(samples)))
+        store.client().put_object(Bucket="models", Key="team/repository.zip",
+                                  Body=bundle.getvalue())  # fmt: skip
         yield store
     finally:
         store.stop()
@@ -281,17 +289,21 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoS3]:
 def run_rendered_fetch(
     model: dict[str, Any], secret: dict[str, str], tmp_path: Path
 ) -> tuple[subprocess.CompletedProcess[str], Path, Path]:
-    """The init container's own command line, as rendered, with the pod's paths moved into
-    ``tmp_path``: the model volume, the mounted Secret (one file per key), the termination log."""
+    """The init container's own command line and environment, as rendered, with the pod's paths
+    moved into ``tmp_path``: the model volume, the zip's scratch volume, the mounted Secret (one
+    file per key), the termination log."""
     [fetch] = pod_spec(render(model))["initContainers"]
     secret_dir, repository, message = tmp_path / "secret", tmp_path / "models", tmp_path / "log"
     secret_dir.mkdir()
+    (tmp_path / "scratch").mkdir()
     for key, value in secret.items():
         (secret_dir / key).write_text(value)
     moved = {"/cachefleet-model-repository": str(repository), "/dev/termination-log": str(message),
-             "/var/run/secrets/cachefleet/model-storage": str(secret_dir)}  # fmt: skip
+             "/var/run/secrets/cachefleet/model-storage": str(secret_dir),
+             "/cachefleet-model-scratch": str(tmp_path / "scratch")}  # fmt: skip
     command = [moved.get(part, part) for part in fetch["command"][1:]]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CACHEFLEET_"))}
+    env.update({item["name"]: moved.get(item["value"], item["value"]) for item in fetch["env"]})
     result = subprocess.run([*CACHEFLEET, *command], env=env, capture_output=True, text=True,
                             timeout=120)  # fmt: skip
     return result, repository, message
@@ -306,6 +318,52 @@ def test_the_rendered_fetch_downloads_the_model(s3: MotoS3, tmp_path: Path) -> N
     result, repository, _ = run_rendered_fetch(S3_MODEL, store_secret(s3, s3.key.secret), tmp_path)
     assert result.returncode == 0, result.stderr
     assert (repository / "simple" / "1" / "model.onnx").is_file()
+
+
+def test_the_rendered_fetch_of_a_zip_unpacks_it_through_its_scratch_volume(
+    s3: MotoS3, tmp_path: Path
+) -> None:
+    model = {**S3_MODEL, "storageUri": "s3://models/team/repository.zip"}
+    result, repository, _ = run_rendered_fetch(model, store_secret(s3, s3.key.secret), tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (repository / "simple" / "1" / "model.onnx").is_file()
+    assert not list(repository.rglob("*.zip"))
+    assert list((tmp_path / "scratch").iterdir()) == []  # the zip waited there, and went
+
+
+@pytest.mark.parametrize(
+    ("uri", "scratch"),
+    [("https://models.example.com/repository.zip", True),
+     ("s3://models/team/Repository.ZIP", True),
+     ("https://models.example.com/repository.tar.gz", False),
+     ("gs://models/repository", False)],
+)  # fmt: skip
+def test_only_a_zip_gets_a_scratch_volume_and_the_request_counts_it(
+    uri: str, scratch: bool
+) -> None:
+    """A tar streams into the model volume; a zip waits whole in an emptyDir of its own, as large
+    as the model volume, and the node disk the fetch asks for is both together."""
+    limits = {"memory": "4Gi", "ephemeral-storage": "1Gi"}
+    model = {"name": "simple", "storageUri": uri, "storageSizeLimit": "6Gi"}
+    children = render(model, runtime={"resources": {"limits": limits}})
+    for child in children:
+        kubernetes_validate.validate(child, KUBERNETES_VERSION, strict=True)
+    pod = pod_spec(children)
+    [fetch] = pod["initContainers"]
+    mounts = {m["name"]: m["mountPath"] for m in fetch["volumeMounts"]}
+    env = {e["name"]: e["value"] for e in fetch["env"]}
+    disk = "12Gi" if scratch else "6Gi"
+    assert fetch["resources"]["requests"]["ephemeral-storage"] == disk
+    assert fetch["resources"]["limits"]["ephemeral-storage"] == disk
+    if scratch:
+        assert volumes(pod)["model-scratch"] == {"name": "model-scratch",
+                                                 "emptyDir": {"sizeLimit": "6Gi"}}  # fmt: skip
+        assert env["CACHEFLEET_SCRATCH_DIR"] == mounts["model-scratch"]
+    else:
+        assert "model-scratch" not in volumes(pod)
+        assert "CACHEFLEET_SCRATCH_DIR" not in env
+    [server] = pod["containers"]
+    assert "model-scratch" not in {m["name"] for m in server["volumeMounts"]}
 
 
 @pytest.mark.parametrize(

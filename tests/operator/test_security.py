@@ -36,7 +36,7 @@ from support.kube.spec_strategies import valid_specs
 
 from cachefleet.operator.manifests.children import build_children, needs_generated_password
 from cachefleet.operator.manifests.meta import Owner
-from cachefleet.operator.manifests.model_fetch import MAX_BYTES_VARIABLE
+from cachefleet.operator.manifests.model_fetch import MAX_BYTES_VARIABLE, SCRATCH_VARIABLE
 from cachefleet.operator.manifests.spec import parse_spec
 
 pytest_plugins = ("support.kube.fixtures",)
@@ -229,6 +229,10 @@ def test_managed_redis_requires_a_password_held_only_in_its_secret(
                 if env["name"] == MAX_BYTES_VARIABLE:
                     # The model download's size bound: the spec's storageSizeLimit, no secret.
                     assert env["value"] == str(parsed.model.storage_size_limit), name
+                    continue
+                if env["name"] == SCRATCH_VARIABLE:
+                    # Where the zip's scratch emptyDir is mounted: a path, no secret.
+                    assert env["value"].startswith("/"), name
                     continue
                 assert "value" not in env, f"{name}: a literal env value {env['name']}"
     if not parsed.cache.managed_redis:

@@ -62,6 +62,7 @@ GOOD_STORAGE_URIS = (
     "s3://models/team/repository",
     "gs://models/simple",
     "https://models.example.com/simple.onnx",
+    "https://models.example.com/repository.zip",  # with the zip's scratch emptyDir
     "pvc://model-store/repo",
 )
 #: Past the schema's pattern, refused by the operator (and CEL where it can).
