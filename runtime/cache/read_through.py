@@ -32,6 +32,7 @@ makes a miss. Only compute's own exceptions propagate, and a failed compute stor
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import time
@@ -433,17 +434,34 @@ class ReadThroughCache:
     async def get_rows_or_compute(
         self, rows: Sequence[CacheRequest], compute: RowsCompute
     ) -> list[RowHit]:
-        """Each row from the first tier that holds it (one batched lookup per tier, through
-        the same loop's counting), else computed (all missing rows in one call) and inserted
-        like any answer."""
+        """Each row from the first in-process tier that holds it; else, once per key in this
+        process (single-flight, per row), from the shared tier, else computed (all the rows
+        this batch leads in one call) and inserted like any answer. A row another request is
+        computing waits for it, and is counted as coalesced, as a whole request is."""
         if not rows:
             return []
         started = time.perf_counter()
         plan = self._plan(rows[0], CacheDirectives())
         keys = [self._key(row) for row in rows]
         found: list[RowHit | None] = [None] * len(rows)
-        remaining = list(range(len(rows)))
-        for index, tier in enumerate(plan.tiers):
+        missing = await self._rows_first_hit(plan, plan.near, rows, keys, found, range(len(rows)))
+        while missing:  # rows whose leader gave up go round again
+            missing = await self._rows_fill(plan, rows, keys, found, missing, compute, started)
+        return [each for each in found if each is not None]
+
+    async def _rows_first_hit(
+        self,
+        plan: _Plan,
+        tiers: Sequence[TensorTier],
+        rows: Sequence[CacheRequest],
+        keys: Sequence[CacheKey],
+        found: list[RowHit | None],
+        remaining: Sequence[int],
+    ) -> list[int]:
+        """The loop over tiers for many rows (one batched lookup per tier), counted as
+        :meth:`_first_hit` counts; returns the rows none held."""
+        remaining = list(remaining)
+        for tier in tiers:
             if not remaining:
                 break
             since = self.marks.now()
@@ -454,6 +472,7 @@ class ReadThroughCache:
             elapsed = time.perf_counter() - began
             plan.series.lookup[tier.name].observe(elapsed)
             judge = plan.admission.tier(tier.name)
+            earlier = plan.tiers[: plan.tiers.index(tier)]
             held = 0
             for row, answer in zip(remaining, answers, strict=True):
                 judge.looked_up(elapsed / len(remaining), answer is not None)
@@ -465,21 +484,100 @@ class ReadThroughCache:
                     rows[row].model, rows[row].version, hit=True, duration_s=elapsed
                 )
                 row_plan = _Plan(rows[row], plan.series, plan.admission, self._key)
-                self._promote(keys[row], answer, plan.tiers[:index], row_plan, since)
+                self._promote(keys[row], answer, earlier, row_plan, since)
             plan.series.row_hits[tier.name].inc(held)
             remaining = [row for row in remaining if found[row] is None]
-        if remaining:
-            plan.series.row_misses.inc(len(remaining))
-            lookup_s = time.perf_counter() - started
-            since = self.marks.now()
-            computed = await compute(remaining)
-            for row, row_outputs in zip(remaining, computed, strict=True):
-                self._store(keys[row], row_outputs, rows[row].ttl_s, since, plan.tiers, plan)
-                found[row] = (list(row_outputs), CacheStatus.MISS)
-                self.metrics.triton.record(
-                    rows[row].model, rows[row].version, hit=False, duration_s=lookup_s
-                )
-        return [each for each in found if each is not None]
+        return remaining
+
+    async def _rows_fill(
+        self,
+        plan: _Plan,
+        rows: Sequence[CacheRequest],
+        keys: Sequence[CacheKey],
+        found: list[RowHit | None],
+        missing: Sequence[int],
+        compute: RowsCompute,
+        started: float,
+    ) -> list[int]:
+        """One round for the rows no in-process tier held: lead the keys nobody here is
+        computing, then wait for the others'. Returns the rows whose leader gave up."""
+        by_key: dict[CacheKey, list[int]] = {}
+        for row in missing:
+            by_key.setdefault(keys[row], []).append(row)
+        led: dict[CacheKey, tuple[list[int], asyncio.Future[_Outcome]]] = {}
+        followed: list[tuple[list[int], asyncio.Future[_Outcome]]] = []
+        for key, group in by_key.items():
+            flight = self._flight.current(key)
+            if flight is None:
+                led[key] = (group, self._flight.claim(key))
+            else:
+                followed.append((group, flight))
+        if led:  # first, so that no leader waits on a follower: batches never wait in a ring
+            await self._rows_lead(plan, rows, keys, found, led, compute, started)
+        gave_up: list[int] = []
+        for group, flight in followed:
+            outcome = await self._flight.follow(flight)
+            if outcome is None:
+                gave_up.extend(group)
+                continue
+            plan.series.row_coalesced.inc(len(group))
+            for row in group:
+                found[row] = (list(outcome[0]), outcome[1])
+        return gave_up
+
+    async def _rows_lead(
+        self,
+        plan: _Plan,
+        rows: Sequence[CacheRequest],
+        keys: Sequence[CacheKey],
+        found: list[RowHit | None],
+        led: dict[CacheKey, tuple[list[int], asyncio.Future[_Outcome]]],
+        compute: RowsCompute,
+        started: float,
+    ) -> None:
+        """The rows this batch leads, one per key: the shared tier, then one compute of the
+        rest. Each key's followers get its answer; if the compute fails or is cancelled they
+        start over on their own, since the failure may be another row's of this batch."""
+        try:
+            heads = [group[0] for group, _ in led.values()]
+            shared = [tier for tier in plan.tiers if tier is self.shared]
+            remaining = await self._rows_first_hit(plan, shared, rows, keys, found, heads)
+            if remaining:
+                await self._rows_computed(plan, rows, keys, found, remaining, compute, started)
+        except BaseException:
+            for key, (_, flight) in led.items():
+                self._flight.abandon(key, flight)
+            raise
+        for key, (group, flight) in led.items():
+            outcome = found[group[0]]
+            assert outcome is not None  # every head was looked up or computed
+            if len(group) > 1:  # the same row twice in one batch: computed once
+                plan.series.row_coalesced.inc(len(group) - 1)
+                for row in group[1:]:
+                    found[row] = (list(outcome[0]), outcome[1])
+            self._flight.settle(key, flight, outcome)
+
+    async def _rows_computed(
+        self,
+        plan: _Plan,
+        rows: Sequence[CacheRequest],
+        keys: Sequence[CacheKey],
+        found: list[RowHit | None],
+        remaining: Sequence[int],
+        compute: RowsCompute,
+        started: float,
+    ) -> None:
+        """Compute ``remaining`` in one call, counted as misses and inserted row by row."""
+        plan.series.row_misses.inc(len(remaining))
+        lookup_s = time.perf_counter() - started
+        since = self.marks.now()
+        computed = await compute(remaining)
+        for row, row_outputs in zip(remaining, computed, strict=True):
+            self._store(keys[row], row_outputs, rows[row].ttl_s, since, plan.tiers, plan)
+            found[row] = (list(row_outputs), CacheStatus.MISS)
+            self.metrics.triton.record(
+                rows[row].model, rows[row].version, hit=False, duration_s=lookup_s
+            )
 
 
 class _Plan:
