@@ -167,7 +167,9 @@ class RuntimeMetrics:
             (*_MODEL, "tier"), registry=r,
         )  # fmt: skip
         self.cache_row_misses = Counter(
-            "cachefleet_cache_row_misses", "Rows of batched requests the row cache did not hold.",
+            "cachefleet_cache_row_misses",
+            "Rows of batched requests the row cache did not hold, run by the request that missed"
+            " them.",
             _MODEL, registry=r,
         )  # fmt: skip
         self.cache_row_coalesced = Counter(

@@ -19,7 +19,12 @@ and never names one. A request:
 
 The row cache (:meth:`ReadThroughCache.get_rows_or_compute`) takes the same steps with many
 keys at once: the same admission, the same loop over tiers (one batched lookup per tier), the
-same counters (its own row counters, and Triton's), the same inserts.
+same single-flight per row key (the rows nobody here is computing are led by the batch: the
+shared tier, then one compute for all of them; the others are waited for, counted as
+coalesced), the same counters (its own row counters, and Triton's), the same inserts. A batch
+leads before it waits, so batches never wait in a ring; a failed or cancelled leading batch
+sends its followers off to compute those rows themselves (its error may be another row's).
+Rows are not coalesced across the fleet: each replica computes the rows it misses.
 
 Keys hold the model version's fingerprint, so a reload or a rollout onto other files moves to
 another key space: no flush is needed for correctness, and a flush is a tool. A flush marks the
