@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Hashable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from cachefleet.runtime.cache.completion import RunsToCompletion
 
@@ -142,7 +142,7 @@ class SingleFlight(Generic[T]):
             task.exception()  # retrieved here, so an unawaited failure is not logged as lost
 
 
-def _gave_up(flight: asyncio.Future[object]) -> bool:
+def _gave_up(flight: asyncio.Future[Any]) -> bool:
     """Whether a wait on ``flight`` ended because its leader gave up, not its caller."""
     task = asyncio.current_task()
     return flight.cancelled() and not (task is not None and task.cancelling())

@@ -92,4 +92,3 @@ def test_a_batch_whose_computation_fails_leaves_no_one_waiting(server: ServerPro
     assert metric(server, "cachefleet_cache_row_coalesced_total", MODEL) == 0
     # Rows 2 and 1 in another order: each from the row cache.
     assert post(server, MODEL, pick_body(2, 1))[1] == "hit-local", "the follower's rows kept"
-

@@ -4,7 +4,7 @@ figures in ``/metrics``, and the row cache going through the same admission and 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from support.cache_doubles import DEFAULT, Model, metric, request, settings
@@ -123,11 +123,13 @@ async def test_a_cancelled_batch_hands_its_rows_to_the_batches_waiting_on_them()
     cache = build_cache(settings("local"), RuntimeMetrics())
     assert isinstance(cache, ReadThroughCache)
     calls: list[list[int]] = []
+    arrived: asyncio.Queue[None] = asyncio.Queue()
     gate = asyncio.Event()
 
     def computing(rows: list[CacheRequest], stuck: bool) -> RowsCompute:
         async def compute(missing: Sequence[int]) -> list[list[Tensor]]:
             calls.append([rows[i].inputs[0].to_numpy().item(0) for i in missing])
+            arrived.put_nowait(None)
             if stuck:
                 await gate.wait()
             return await doubled(rows, list(missing))
@@ -136,11 +138,11 @@ async def test_a_cancelled_batch_hands_its_rows_to_the_batches_waiting_on_them()
 
     leading, following = rows_of(2), rows_of(3)
     leader = asyncio.create_task(cache.get_rows_or_compute(leading, computing(leading, True)))
-    await wait_until(lambda: len(calls) == 1)
+    await asyncio.wait_for(arrived.get(), 30)
     follower = asyncio.create_task(
         cache.get_rows_or_compute(following, computing(following, False))
     )
-    await wait_until(lambda: len(calls) == 2)
+    await asyncio.wait_for(arrived.get(), 30)  # the follower computes row 2 only
     leader.cancel()
     answered = await asyncio.wait_for(follower, 30)
     first = [row.inputs[0].to_numpy().item(0) for row in following]
@@ -148,10 +150,3 @@ async def test_a_cancelled_batch_hands_its_rows_to_the_batches_waiting_on_them()
     assert [status for _, status in answered] == [CacheStatus.MISS] * 3
     for (outputs, _), row in zip(answered, following, strict=True):
         assert np.array_equal(outputs[0].to_numpy(), row.inputs[0].to_numpy() * 2)
-
-
-async def wait_until(condition: Callable[[], bool]) -> None:
-    """Let the event loop run until ``condition`` holds (bounded)."""
-    async with asyncio.timeout(30):
-        while not condition():
-            await asyncio.sleep(0)
