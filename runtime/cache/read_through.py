@@ -24,7 +24,9 @@ shared tier, then one compute for all of them; the others are waited for, counte
 coalesced), the same counters (its own row counters, and Triton's), the same inserts. A batch
 leads before it waits, so batches never wait in a ring; a failed or cancelled leading batch
 sends its followers off to compute those rows themselves (its error may be another row's).
-Rows are not coalesced across the fleet: each replica computes the rows it misses.
+With a Redis tier, each led row takes its turn in the fleet as a whole request does (all
+asked at once; the rows this replica is to compute run as their turns come, never held back by
+a row it waits for).
 
 Keys hold the model version's fingerprint, so a reload or a rollout onto other files moves to
 another key space: no flush is needed for correctness, and a flush is a tool. A flush marks the
@@ -41,8 +43,10 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
+
+from prometheus_client import Counter
 
 from cachefleet.runtime.cache.admission import AdmissionPolicy, ModelAdmission
 from cachefleet.runtime.cache.api import (
@@ -313,13 +317,8 @@ class ReadThroughCache:
         lookup_s = time.perf_counter() - started
         since = self.marks.now()
         turn = await self._fleet_turn(key, plan)
-        if turn.filled is not None and self.shared is not None:  # another replica computed it
-            plan.series.hits[self.shared.name].inc()
-            self.metrics.triton.record(
-                request.model, request.version, hit=True, duration_s=time.perf_counter() - started
-            )
-            self._promote(key, turn.filled, plan.tiers[:-1], plan, since)
-            return turn.filled.outputs, self._hits[id(self.shared)]
+        if turn.filled is not None:  # another replica computed it
+            return self._fleet_filled(plan, key, turn.filled, since, started, plan.series.hits)
         plan.series.misses.inc()
         since = self.marks.now()
         try:
@@ -346,6 +345,26 @@ class ReadThroughCache:
         if shared.refused(key):
             return FleetTurn(key)
         return await self.fleet.turn(key, functools.partial(shared.accept, key))
+
+    def _fleet_filled(
+        self,
+        plan: _Plan,
+        key: CacheKey,
+        found: Found,
+        since: float,
+        started: float,
+        hits: dict[str, Counter],
+    ) -> _Outcome:
+        """An answer another replica computed while this one waited for its turn: a hit of
+        the shared tier (``hits``: the request's counters or the row counters), promoted."""
+        assert self.shared is not None  # only the shared tier's fleet fills
+        request = plan.request
+        hits[self.shared.name].inc()
+        self.metrics.triton.record(
+            request.model, request.version, hit=True, duration_s=time.perf_counter() - started
+        )
+        self._promote(key, found, plan.tiers[:-1], plan, since)
+        return found.outputs, self._hits[id(self.shared)]
 
     async def _computed(self, compute: Compute, plan: _Plan) -> list[Tensor]:
         """Compute, and tell admission how long it took (what a hit would save): every compute
@@ -547,7 +566,9 @@ class ReadThroughCache:
             heads = [group[0] for group, _ in led.values()]
             shared = [tier for tier in plan.tiers if tier is self.shared]
             remaining = await self._rows_first_hit(plan, shared, rows, keys, found, heads)
-            if remaining:
+            if remaining and self.fleet is not None and self.shared in shared:
+                await self._rows_fleet(plan, rows, keys, found, remaining, compute, started)
+            elif remaining:
                 await self._rows_computed(plan, rows, keys, found, remaining, compute, started)
         except BaseException:
             for key, (_, flight) in led.items():
@@ -562,7 +583,7 @@ class ReadThroughCache:
                     found[row] = (list(outcome[0]), outcome[1])
             self._flight.settle(key, flight, outcome)
 
-    async def _rows_computed(
+    async def _rows_fleet(
         self,
         plan: _Plan,
         rows: Sequence[CacheRequest],
@@ -572,17 +593,69 @@ class ReadThroughCache:
         compute: RowsCompute,
         started: float,
     ) -> None:
-        """Compute ``remaining`` in one call, counted as misses and inserted row by row."""
+        """The fleet's turn of each row (``_fleet_turn``, all asked at once): a row another
+        replica computed is a shared-tier hit; the rows this replica is to compute are
+        computed as their turns come (those that come together in one call), never held back
+        by a row it waits for: replicas never wait for each other in a ring."""
+        since = self.marks.now()
+        asked: dict[asyncio.Future[FleetTurn], int] = {
+            asyncio.ensure_future(self._fleet_turn(keys[row], plan)): row for row in remaining
+        }
+        pending: set[asyncio.Future[FleetTurn]] = set(asked)
+        try:
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                turns = {asked[each]: each.result() for each in done}
+                ours = {row: turn for row, turn in turns.items() if turn.filled is None}
+                for row, turn in turns.items():
+                    if turn.filled is not None:
+                        row_plan = _Plan(rows[row], plan.series, plan.admission, self._key)
+                        found[row] = self._fleet_filled(
+                            row_plan, keys[row], turn.filled, since, started, plan.series.row_hits
+                        )
+                try:
+                    if ours:
+                        await self._rows_computed(
+                            plan, rows, keys, found, list(ours), compute, started, ours
+                        )
+                finally:
+                    for turn in ours.values():
+                        turn.finish()
+        finally:
+            for each in pending:  # this batch failed or went away: the fleet goes on without it
+                each.cancel()
+                each.add_done_callback(_finish_turn)
+
+    async def _rows_computed(
+        self,
+        plan: _Plan,
+        rows: Sequence[CacheRequest],
+        keys: Sequence[CacheKey],
+        found: list[RowHit | None],
+        remaining: Sequence[int],
+        compute: RowsCompute,
+        started: float,
+        turns: Mapping[int, FleetTurn] | None = None,
+    ) -> None:
+        """Compute ``remaining`` in one call, counted as misses and inserted row by row
+        (through the row's fleet turn when it has one: ``turns``)."""
         plan.series.row_misses.inc(len(remaining))
         lookup_s = time.perf_counter() - started
         since = self.marks.now()
         computed = await compute(remaining)
         for row, row_outputs in zip(remaining, computed, strict=True):
-            self._store(keys[row], row_outputs, rows[row].ttl_s, since, plan.tiers, plan)
+            turn = turns.get(row) if turns is not None else None
+            self._store(keys[row], row_outputs, rows[row].ttl_s, since, plan.tiers, plan, turn)
             found[row] = (list(row_outputs), CacheStatus.MISS)
             self.metrics.triton.record(
                 rows[row].model, rows[row].version, hit=False, duration_s=lookup_s
             )
+
+
+def _finish_turn(asked: asyncio.Future[FleetTurn]) -> None:
+    """A fleet turn nobody will compute for (its batch went away): give its lease back."""
+    if not asked.cancelled() and asked.exception() is None:
+        asked.result().finish()
 
 
 class _Plan:
