@@ -507,8 +507,7 @@ class ReadThroughCache:
                 self.metrics.triton.record(
                     rows[row].model, rows[row].version, hit=True, duration_s=elapsed
                 )
-                row_plan = _Plan(rows[row], plan.series, plan.admission, self._key)
-                self._promote(keys[row], answer, earlier, row_plan, since)
+                self._promote(keys[row], answer, earlier, plan.of_row(rows[row]), since)
             plan.series.row_hits[tier.name].inc(held)
             remaining = [row for row in remaining if found[row] is None]
         return remaining
@@ -609,9 +608,13 @@ class ReadThroughCache:
                 ours = {row: turn for row, turn in turns.items() if turn.filled is None}
                 for row, turn in turns.items():
                     if turn.filled is not None:
-                        row_plan = _Plan(rows[row], plan.series, plan.admission, self._key)
                         found[row] = self._fleet_filled(
-                            row_plan, keys[row], turn.filled, since, started, plan.series.row_hits
+                            plan.of_row(rows[row]),
+                            keys[row],
+                            turn.filled,
+                            since,
+                            started,
+                            plan.series.row_hits,
                         )
                 try:
                     if ours:
@@ -683,6 +686,17 @@ class _Plan:
         self.bypass = True
         self.store = False
         self._key: CacheKey | None = None
+
+    def of_row(self, row: CacheRequest) -> _Plan:
+        """The same decisions for one row of this (batched) request."""
+        plan = _Plan(row, self.series, self.admission, self._keyer)
+        plan.tiers, plan.near, plan.bypass, plan.store = (
+            self.tiers,
+            self.near,
+            self.bypass,
+            self.store,
+        )
+        return plan
 
     def key(self) -> CacheKey:
         """The request's key, made on first use."""

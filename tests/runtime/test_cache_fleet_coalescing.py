@@ -295,8 +295,8 @@ async def test_off_builds_no_fleet(redis_server: RedisProcess) -> None:
 async def test_a_row_two_replicas_miss_together_runs_once_in_the_fleet(replicas: Any) -> None:
     """The row cache takes its turn in the fleet per row: a row both replicas' batches miss
     runs on one of them, and the other answers it from Redis; the rows only one batch holds
-    run there."""
-    first, second = await replicas(2)
+    run there. In tiered mode the waiter keeps the row it was answered locally."""
+    first, second = await replicas(2, mode="tiered")
     runs: list[int] = []
 
     def batch(*values: int) -> tuple[list[CacheRequest], RowsCompute]:
@@ -329,3 +329,8 @@ async def test_a_row_two_replicas_miss_together_runs_once_in_the_fleet(replicas:
         for cache in (first, second)
     )  # fmt: skip
     assert row_hits == 1
+    shared_row = [request(41)]
+    for cache in (first, second):
+        again = await cache.get_rows_or_compute(shared_row, compute_a)
+        assert [status for _, status in again] == [CacheStatus.HIT_LOCAL]
+    assert sorted(runs) == [40, 41, 42]
