@@ -20,7 +20,7 @@ from cachefleet.runtime.tensor import Tensor
 Compute = Callable[[], Awaitable[list[Tensor]]]
 #: A row's outputs and how it was answered (HIT_LOCAL, HIT_REDIS or MISS).
 RowHit = tuple[list[Tensor], "CacheStatus"]
-#: Computes the rows at the given indices; returns their outputs in the same order.
+#: Computes the rows at the given indices (ascending); returns their outputs in the same order.
 RowsCompute = Callable[[Sequence[int]], Awaitable[Sequence[Sequence[Tensor]]]]
 
 

@@ -642,6 +642,7 @@ class ReadThroughCache:
     ) -> None:
         """Compute ``remaining`` in one call, counted as misses and inserted row by row
         (through the row's fleet turn when it has one: ``turns``)."""
+        remaining = sorted(remaining)  # in the request's order, as ``compute`` expects them
         plan.series.row_misses.inc(len(remaining))
         lookup_s = time.perf_counter() - started
         since = self.marks.now()

@@ -41,7 +41,7 @@ async def answer_by_rows(cache: ResponseCache, request: CacheRequest, run: Run) 
     row_requests = [replace(request, inputs=inputs) for inputs in row_inputs]
 
     async def run_missing(missing: Sequence[int]) -> list[list[Tensor]]:
-        if len(missing) == len(row_inputs):
+        if list(missing) == list(range(len(row_inputs))):
             outputs = await run(request.inputs)
         else:
             outputs = await run(rows.join([row_inputs[index] for index in missing]))

@@ -303,6 +303,7 @@ async def test_a_row_two_replicas_miss_together_runs_once_in_the_fleet(replicas:
         rows = [request(value) for value in values]
 
         async def compute(missing: Sequence[int]) -> list[list[Tensor]]:
+            assert list(missing) == sorted(missing), "in the request's order"
             runs.extend(values[i] for i in missing)
             await asyncio.sleep(0.3)  # long enough for the other replica to wait for it
             return [
