@@ -256,8 +256,16 @@ class RuntimeMetrics:
             (*_MODEL, "tier"), registry=r,
         )  # fmt: skip
         self.cache_row_misses = Counter(
-            "cachefleet_cache_row_misses", "Rows of batched requests the row cache did not hold.",
+            "cachefleet_cache_row_misses",
+            "Rows of batched requests the row cache did not hold, run by the request that missed"
+            " them.",
             _MODEL, registry=r,
+        )  # fmt: skip
+        self.cache_row_coalesced = Counter(
+            "cachefleet_cache_row_coalesced",
+            "Rows of batched requests answered by the computation of the same row already in"
+            " flight (another request's, or an earlier row of the same batch).", _MODEL,
+            registry=r,
         )  # fmt: skip
         self.batch_size = Histogram(
             "cachefleet_inference_batch_size",

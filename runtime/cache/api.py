@@ -20,7 +20,7 @@ from cachefleet.runtime.tensor import Tensor
 Compute = Callable[[], Awaitable[list[Tensor]]]
 #: A row's outputs and how it was answered (HIT_LOCAL, HIT_REDIS or MISS).
 RowHit = tuple[list[Tensor], "CacheStatus"]
-#: Computes the rows at the given indices; returns their outputs in the same order.
+#: Computes the rows at the given indices (ascending); returns their outputs in the same order.
 RowsCompute = Callable[[Sequence[int]], Awaitable[Sequence[Sequence[Tensor]]]]
 
 
@@ -116,9 +116,11 @@ class ResponseCache(Protocol):
     ) -> list[RowHit]:
         """Each one-row request's outputs (the rows of one batched request) and how it was
         answered: HIT_LOCAL or HIT_REDIS from a tier (looked up together), MISS when
-        ``compute`` ran it. ``compute`` gets the indices of the rows no tier held and returns
-        their outputs in that order; they are inserted as ``get_or_compute`` inserts answers.
-        Tier faults make misses; only ``compute``'s exceptions propagate."""
+        ``compute`` ran it (or, for a row another request was computing, that request's
+        status). ``compute`` gets the indices of the rows no tier held and nobody else is
+        computing, and returns their outputs in that order; they are inserted as
+        ``get_or_compute`` inserts answers. Tier faults make misses; only ``compute``'s
+        exceptions propagate."""
 
 
 class NullCache:

@@ -32,6 +32,7 @@ class ModelCacheMetrics:
     lookup: dict[str, Histogram]
     row_hits: dict[str, Counter]
     row_misses: Counter
+    row_coalesced: Counter
 
 
 class CacheMetrics:
@@ -62,4 +63,5 @@ class CacheMetrics:
             lookup={tier: m.cache_lookup_seconds.labels(*labels, tier) for tier in TIERS},
             row_hits={tier: m.cache_row_hits.labels(*labels, tier) for tier in TIERS},
             row_misses=m.cache_row_misses.labels(*labels),
+            row_coalesced=m.cache_row_coalesced.labels(*labels),
         )

@@ -19,7 +19,14 @@ and never names one. A request:
 
 The row cache (:meth:`ReadThroughCache.get_rows_or_compute`) takes the same steps with many
 keys at once: the same admission, the same loop over tiers (one batched lookup per tier), the
-same counters (its own row counters, and Triton's), the same inserts.
+same single-flight per row key (the rows nobody here is computing are led by the batch: the
+shared tier, then one compute for all of them; the others are waited for, counted as
+coalesced), the same counters (its own row counters, and Triton's), the same inserts. A batch
+leads before it waits, so batches never wait in a ring; a failed or cancelled leading batch
+sends its followers off to compute those rows themselves (its error may be another row's).
+With a Redis tier, each led row takes its turn in the fleet as a whole request does (all
+asked at once; the rows this replica is to compute run as their turns come, never held back by
+a row it waits for).
 
 Keys hold the model version's fingerprint, so a reload or a rollout onto other files moves to
 another key space: no flush is needed for correctness, and a flush is a tool. A flush marks the
@@ -32,11 +39,14 @@ makes a miss. Only compute's own exceptions propagate, and a failed compute stor
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
+
+from prometheus_client import Counter
 
 from cachefleet.runtime.cache.admission import AdmissionPolicy, ModelAdmission
 from cachefleet.runtime.cache.api import (
@@ -307,13 +317,8 @@ class ReadThroughCache:
         lookup_s = time.perf_counter() - started
         since = self.marks.now()
         turn = await self._fleet_turn(key, plan)
-        if turn.filled is not None and self.shared is not None:  # another replica computed it
-            plan.series.hits[self.shared.name].inc()
-            self.metrics.triton.record(
-                request.model, request.version, hit=True, duration_s=time.perf_counter() - started
-            )
-            self._promote(key, turn.filled, plan.tiers[:-1], plan, since)
-            return turn.filled.outputs, self._hits[id(self.shared)]
+        if turn.filled is not None:  # another replica computed it
+            return self._fleet_filled(plan, key, turn.filled, since, started, plan.series.hits)
         plan.series.misses.inc()
         since = self.marks.now()
         try:
@@ -340,6 +345,26 @@ class ReadThroughCache:
         if shared.refused(key):
             return FleetTurn(key)
         return await self.fleet.turn(key, functools.partial(shared.accept, key))
+
+    def _fleet_filled(
+        self,
+        plan: _Plan,
+        key: CacheKey,
+        found: Found,
+        since: float,
+        started: float,
+        hits: dict[str, Counter],
+    ) -> _Outcome:
+        """An answer another replica computed while this one waited for its turn: a hit of
+        the shared tier (``hits``: the request's counters or the row counters), promoted."""
+        assert self.shared is not None  # only the shared tier's fleet fills
+        request = plan.request
+        hits[self.shared.name].inc()
+        self.metrics.triton.record(
+            request.model, request.version, hit=True, duration_s=time.perf_counter() - started
+        )
+        self._promote(key, found, plan.tiers[:-1], plan, since)
+        return found.outputs, self._hits[id(self.shared)]
 
     async def _computed(self, compute: Compute, plan: _Plan) -> list[Tensor]:
         """Compute, and tell admission how long it took (what a hit would save): every compute
@@ -433,17 +458,34 @@ class ReadThroughCache:
     async def get_rows_or_compute(
         self, rows: Sequence[CacheRequest], compute: RowsCompute
     ) -> list[RowHit]:
-        """Each row from the first tier that holds it (one batched lookup per tier, through
-        the same loop's counting), else computed (all missing rows in one call) and inserted
-        like any answer."""
+        """Each row from the first in-process tier that holds it; else, once per key in this
+        process (single-flight, per row), from the shared tier, else computed (all the rows
+        this batch leads in one call) and inserted like any answer. A row another request is
+        computing waits for it, and is counted as coalesced, as a whole request is."""
         if not rows:
             return []
         started = time.perf_counter()
         plan = self._plan(rows[0], CacheDirectives())
         keys = [self._key(row) for row in rows]
         found: list[RowHit | None] = [None] * len(rows)
-        remaining = list(range(len(rows)))
-        for index, tier in enumerate(plan.tiers):
+        missing = await self._rows_first_hit(plan, plan.near, rows, keys, found, range(len(rows)))
+        while missing:  # rows whose leader gave up go round again
+            missing = await self._rows_fill(plan, rows, keys, found, missing, compute, started)
+        return [each for each in found if each is not None]
+
+    async def _rows_first_hit(
+        self,
+        plan: _Plan,
+        tiers: Sequence[TensorTier],
+        rows: Sequence[CacheRequest],
+        keys: Sequence[CacheKey],
+        found: list[RowHit | None],
+        remaining: Sequence[int],
+    ) -> list[int]:
+        """The loop over tiers for many rows (one batched lookup per tier), counted as
+        :meth:`_first_hit` counts; returns the rows none held."""
+        remaining = list(remaining)
+        for tier in tiers:
             if not remaining:
                 break
             since = self.marks.now()
@@ -454,6 +496,7 @@ class ReadThroughCache:
             elapsed = time.perf_counter() - began
             plan.series.lookup[tier.name].observe(elapsed)
             judge = plan.admission.tier(tier.name)
+            earlier = plan.tiers[: plan.tiers.index(tier)]
             held = 0
             for row, answer in zip(remaining, answers, strict=True):
                 judge.looked_up(elapsed / len(remaining), answer is not None)
@@ -464,22 +507,159 @@ class ReadThroughCache:
                 self.metrics.triton.record(
                     rows[row].model, rows[row].version, hit=True, duration_s=elapsed
                 )
-                row_plan = _Plan(rows[row], plan.series, plan.admission, self._key)
-                self._promote(keys[row], answer, plan.tiers[:index], row_plan, since)
+                self._promote(keys[row], answer, earlier, plan.of_row(rows[row]), since)
             plan.series.row_hits[tier.name].inc(held)
             remaining = [row for row in remaining if found[row] is None]
-        if remaining:
-            plan.series.row_misses.inc(len(remaining))
-            lookup_s = time.perf_counter() - started
-            since = self.marks.now()
-            computed = await compute(remaining)
-            for row, row_outputs in zip(remaining, computed, strict=True):
-                self._store(keys[row], row_outputs, rows[row].ttl_s, since, plan.tiers, plan)
-                found[row] = (list(row_outputs), CacheStatus.MISS)
-                self.metrics.triton.record(
-                    rows[row].model, rows[row].version, hit=False, duration_s=lookup_s
-                )
-        return [each for each in found if each is not None]
+        return remaining
+
+    async def _rows_fill(
+        self,
+        plan: _Plan,
+        rows: Sequence[CacheRequest],
+        keys: Sequence[CacheKey],
+        found: list[RowHit | None],
+        missing: Sequence[int],
+        compute: RowsCompute,
+        started: float,
+    ) -> list[int]:
+        """One round for the rows no in-process tier held: lead the keys nobody here is
+        computing, then wait for the others'. Returns the rows whose leader gave up."""
+        by_key: dict[CacheKey, list[int]] = {}
+        for row in missing:
+            by_key.setdefault(keys[row], []).append(row)
+        led: dict[CacheKey, tuple[list[int], asyncio.Future[_Outcome]]] = {}
+        followed: list[tuple[list[int], asyncio.Future[_Outcome]]] = []
+        for key, group in by_key.items():
+            flight = self._flight.current(key)
+            if flight is None:
+                led[key] = (group, self._flight.claim(key))
+            else:
+                followed.append((group, flight))
+        if led:  # first, so that no leader waits on a follower: batches never wait in a ring
+            await self._rows_lead(plan, rows, keys, found, led, compute, started)
+        gave_up: list[int] = []
+        for group, flight in followed:
+            outcome = await self._flight.follow(flight)
+            if outcome is None:
+                gave_up.extend(group)
+                continue
+            plan.series.row_coalesced.inc(len(group))
+            for row in group:
+                found[row] = (list(outcome[0]), outcome[1])
+        return gave_up
+
+    async def _rows_lead(
+        self,
+        plan: _Plan,
+        rows: Sequence[CacheRequest],
+        keys: Sequence[CacheKey],
+        found: list[RowHit | None],
+        led: dict[CacheKey, tuple[list[int], asyncio.Future[_Outcome]]],
+        compute: RowsCompute,
+        started: float,
+    ) -> None:
+        """The rows this batch leads, one per key: the shared tier, then one compute of the
+        rest. Each key's followers get its answer; if the compute fails or is cancelled they
+        start over on their own, since the failure may be another row's of this batch."""
+        try:
+            heads = [group[0] for group, _ in led.values()]
+            shared = [tier for tier in plan.tiers if tier is self.shared]
+            remaining = await self._rows_first_hit(plan, shared, rows, keys, found, heads)
+            if remaining and self.fleet is not None and self.shared in shared:
+                await self._rows_fleet(plan, rows, keys, found, remaining, compute, started)
+            elif remaining:
+                await self._rows_computed(plan, rows, keys, found, remaining, compute, started)
+        except BaseException:
+            for key, (_, flight) in led.items():
+                self._flight.abandon(key, flight)
+            raise
+        for key, (group, flight) in led.items():
+            outcome = found[group[0]]
+            assert outcome is not None  # every head was looked up or computed
+            if len(group) > 1:  # the same row twice in one batch: computed once
+                plan.series.row_coalesced.inc(len(group) - 1)
+                for row in group[1:]:
+                    found[row] = (list(outcome[0]), outcome[1])
+            self._flight.settle(key, flight, outcome)
+
+    async def _rows_fleet(
+        self,
+        plan: _Plan,
+        rows: Sequence[CacheRequest],
+        keys: Sequence[CacheKey],
+        found: list[RowHit | None],
+        remaining: Sequence[int],
+        compute: RowsCompute,
+        started: float,
+    ) -> None:
+        """The fleet's turn of each row (``_fleet_turn``, all asked at once): a row another
+        replica computed is a shared-tier hit; the rows this replica is to compute are
+        computed as their turns come (those that come together in one call), never held back
+        by a row it waits for: replicas never wait for each other in a ring."""
+        since = self.marks.now()
+        asked: dict[asyncio.Future[FleetTurn], int] = {
+            asyncio.ensure_future(self._fleet_turn(keys[row], plan)): row for row in remaining
+        }
+        pending: set[asyncio.Future[FleetTurn]] = set(asked)
+        try:
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                turns = {asked[each]: each.result() for each in done}
+                ours = {row: turn for row, turn in turns.items() if turn.filled is None}
+                for row, turn in turns.items():
+                    if turn.filled is not None:
+                        found[row] = self._fleet_filled(
+                            plan.of_row(rows[row]),
+                            keys[row],
+                            turn.filled,
+                            since,
+                            started,
+                            plan.series.row_hits,
+                        )
+                try:
+                    if ours:
+                        await self._rows_computed(
+                            plan, rows, keys, found, list(ours), compute, started, ours
+                        )
+                finally:
+                    for turn in ours.values():
+                        turn.finish()
+        finally:
+            for each in pending:  # this batch failed or went away: the fleet goes on without it
+                each.cancel()
+                each.add_done_callback(_finish_turn)
+
+    async def _rows_computed(
+        self,
+        plan: _Plan,
+        rows: Sequence[CacheRequest],
+        keys: Sequence[CacheKey],
+        found: list[RowHit | None],
+        remaining: Sequence[int],
+        compute: RowsCompute,
+        started: float,
+        turns: Mapping[int, FleetTurn] | None = None,
+    ) -> None:
+        """Compute ``remaining`` in one call, counted as misses and inserted row by row
+        (through the row's fleet turn when it has one: ``turns``)."""
+        remaining = sorted(remaining)  # in the request's order, as ``compute`` expects them
+        plan.series.row_misses.inc(len(remaining))
+        lookup_s = time.perf_counter() - started
+        since = self.marks.now()
+        computed = await compute(remaining)
+        for row, row_outputs in zip(remaining, computed, strict=True):
+            turn = turns.get(row) if turns is not None else None
+            self._store(keys[row], row_outputs, rows[row].ttl_s, since, plan.tiers, plan, turn)
+            found[row] = (list(row_outputs), CacheStatus.MISS)
+            self.metrics.triton.record(
+                rows[row].model, rows[row].version, hit=False, duration_s=lookup_s
+            )
+
+
+def _finish_turn(asked: asyncio.Future[FleetTurn]) -> None:
+    """A fleet turn nobody will compute for (its batch went away): give its lease back."""
+    if not asked.cancelled() and asked.exception() is None:
+        asked.result().finish()
 
 
 class _Plan:
@@ -507,6 +687,17 @@ class _Plan:
         self.bypass = True
         self.store = False
         self._key: CacheKey | None = None
+
+    def of_row(self, row: CacheRequest) -> _Plan:
+        """The same decisions for one row of this (batched) request."""
+        plan = _Plan(row, self.series, self.admission, self._keyer)
+        plan.tiers, plan.near, plan.bypass, plan.store = (
+            self.tiers,
+            self.near,
+            self.bypass,
+            self.store,
+        )
+        return plan
 
     def key(self) -> CacheKey:
         """The request's key, made on first use."""

@@ -11,13 +11,19 @@ started (a model run on the event loop) says so by its type,
 :class:`~cachefleet.runtime.cache.completion.RunsToCompletion`: it runs in the caller's own task
 instead, still registered so that identical calls join it. If such a caller is cancelled at an
 earlier await, the callers that joined it simply start the work again themselves.
+
+Work shared by many keys (the rows of a batch, computed in one call) is led from outside
+``do``: :meth:`SingleFlight.claim` registers the caller as the leader of each key nobody is
+computing, :meth:`SingleFlight.settle` answers a key's followers, :meth:`SingleFlight.abandon`
+sends them off to start over; :meth:`SingleFlight.current` and :meth:`SingleFlight.follow` let
+such a caller wait for the keys someone else is computing, as ``do``'s callers wait.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Hashable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from cachefleet.runtime.cache.completion import RunsToCompletion
 
@@ -66,24 +72,53 @@ class SingleFlight(Generic[T]):
                 if not task.done():
                     task.cancel()  # every caller has gone
 
-    async def _lead(self, key: Hashable, work: Callable[[], Awaitable[T]]) -> T:
-        """Run ``work`` in this task; callers that join meanwhile wait on ``flight``."""
+    def current(self, key: Hashable) -> asyncio.Future[T] | None:
+        """The call in flight for ``key`` (to :meth:`follow`), or None."""
+        return self._calls.get(key)
+
+    def claim(self, key: Hashable) -> asyncio.Future[T]:
+        """Lead ``key``'s call from outside ``do`` (nothing may be in flight for it): calls
+        for ``key`` join the returned future until :meth:`settle` or :meth:`abandon`."""
         flight: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._calls[key] = flight
+        return flight
+
+    def settle(self, key: Hashable, flight: asyncio.Future[T], result: T) -> None:
+        """A claimed call's result, for everyone who joined it."""
+        self._release(key, flight)
+        flight.set_result(result)
+
+    def abandon(self, key: Hashable, flight: asyncio.Future[T]) -> None:
+        """A claimed call given up: whoever joined it starts over on their own."""
+        self._release(key, flight)
+        flight.cancel()
+
+    async def follow(self, flight: asyncio.Future[T]) -> T | None:
+        """Wait for ``flight`` (from :meth:`current`) as ``do``'s callers wait: its result,
+        or its exception; None if its leader gave up (then start over)."""
+        try:
+            if isinstance(flight, asyncio.Task):
+                return await self._wait(flight)
+            return await asyncio.shield(flight)
+        except asyncio.CancelledError:
+            if not _gave_up(flight):
+                raise  # this caller was cancelled, not the leader
+        return None
+
+    async def _lead(self, key: Hashable, work: Callable[[], Awaitable[T]]) -> T:
+        """Run ``work`` in this task; callers that join meanwhile wait on ``flight``."""
+        flight = self.claim(key)
         try:
             result = await work()
         except BaseException as error:
-            if self._calls.get(key) is flight:
-                del self._calls[key]
             if isinstance(error, asyncio.CancelledError):
-                flight.cancel()  # the joiners start over on their own
+                self.abandon(key, flight)  # the joiners start over on their own
             else:
+                self._release(key, flight)
                 flight.set_exception(error)
                 flight.exception()  # retrieved: nobody may have joined
             raise
-        if self._calls.get(key) is flight:
-            del self._calls[key]
-        flight.set_result(result)
+        self.settle(key, flight, result)
         return result
 
     async def _join(
@@ -92,13 +127,22 @@ class SingleFlight(Generic[T]):
         try:
             return await asyncio.shield(flight)
         except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if not flight.cancelled() or (task is not None and task.cancelling()):
+            if not _gave_up(flight):
                 raise  # this caller was cancelled, not the leader
         return await self.do(key, work)
+
+    def _release(self, key: Hashable, flight: asyncio.Future[T]) -> None:
+        if self._calls.get(key) is flight:
+            del self._calls[key]
 
     def _finished(self, key: Hashable, task: asyncio.Future[T]) -> None:
         if self._calls.get(key) is task:
             del self._calls[key]
         if not task.cancelled():
             task.exception()  # retrieved here, so an unawaited failure is not logged as lost
+
+
+def _gave_up(flight: asyncio.Future[Any]) -> bool:
+    """Whether a wait on ``flight`` ended because its leader gave up, not its caller."""
+    task = asyncio.current_task()
+    return flight.cancelled() and not (task is not None and task.cancelling())

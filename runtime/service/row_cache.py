@@ -3,7 +3,8 @@
 Each row has its own key: the request's key restricted to that row (the same canonical
 encoding, the row's inputs with batch size 1), so a row cached from one batch serves any later
 batch holding it, and a one-row request is its own row. The rows held by a tier are taken from
-it; only the missing rows run, as one request to the model's scheduler (where the dynamic
+it; a row another request is computing is waited for (single-flight per row, in the cache);
+only the other missing rows run, as one request to the model's scheduler (where the dynamic
 batcher may merge them with other requests' rows); their outputs are cached row by row, and the
 answer is assembled in the request's order. The caller still caches the whole answer, so an
 exact repeat stays one lookup.
@@ -40,7 +41,7 @@ async def answer_by_rows(cache: ResponseCache, request: CacheRequest, run: Run) 
     row_requests = [replace(request, inputs=inputs) for inputs in row_inputs]
 
     async def run_missing(missing: Sequence[int]) -> list[list[Tensor]]:
-        if len(missing) == len(row_inputs):
+        if list(missing) == list(range(len(row_inputs))):
             outputs = await run(request.inputs)
         else:
             outputs = await run(rows.join([row_inputs[index] for index in missing]))

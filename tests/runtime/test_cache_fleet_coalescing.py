@@ -9,7 +9,7 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -18,7 +18,7 @@ from support.cache_doubles import Model, ask, metric, request, settings, shared_
 from support.processes import RedisProcess
 from support.waiting import wait_for_async
 
-from cachefleet.runtime.cache.api import CacheStatus
+from cachefleet.runtime.cache.api import CacheRequest, CacheStatus, RowsCompute
 from cachefleet.runtime.cache.factory import build_cache
 from cachefleet.runtime.cache.fleet_lease import FleetLeases, lease_key
 from cachefleet.runtime.cache.key import KeySpace, compute_key
@@ -26,6 +26,7 @@ from cachefleet.runtime.cache.read_through import ReadThroughCache
 from cachefleet.runtime.cache.redis_tier import RedisTier
 from cachefleet.runtime.config import RedisSettings
 from cachefleet.runtime.metrics import RuntimeMetrics
+from cachefleet.runtime.tensor import Tensor
 
 #: Generous: a bound on a loaded 2-core machine, not a speed measurement.
 MARGIN_S = 2.0
@@ -289,3 +290,48 @@ async def test_off_builds_no_fleet(redis_server: RedisProcess) -> None:
     )
     assert isinstance(cache, ReadThroughCache)
     assert cache.fleet is None
+
+
+async def test_a_row_two_replicas_miss_together_runs_once_in_the_fleet(replicas: Any) -> None:
+    """The row cache takes its turn in the fleet per row: a row both replicas' batches miss
+    runs on one of them, and the other answers it from Redis; the rows only one batch holds
+    run there. In tiered mode the waiter keeps the row it was answered locally."""
+    first, second = await replicas(2, mode="tiered")
+    runs: list[int] = []
+
+    def batch(*values: int) -> tuple[list[CacheRequest], RowsCompute]:
+        rows = [request(value) for value in values]
+
+        async def compute(missing: Sequence[int]) -> list[list[Tensor]]:
+            assert list(missing) == sorted(missing), "in the request's order"
+            runs.extend(values[i] for i in missing)
+            await asyncio.sleep(0.3)  # long enough for the other replica to wait for it
+            return [
+                [Tensor.from_numpy("OUTPUT0", rows[i].inputs[0].to_numpy() * 2)] for i in missing
+            ]
+
+        return rows, compute
+
+    (rows_a, compute_a), (rows_b, compute_b) = batch(40, 41), batch(41, 42)
+    answers = await asyncio.gather(
+        first.get_rows_or_compute(rows_a, compute_a),
+        second.get_rows_or_compute(rows_b, compute_b),
+    )
+    assert sorted(runs) == [40, 41, 42], "row 41 ran once in the fleet"
+    for rows, answered in zip((rows_a, rows_b), answers, strict=True):
+        for (outputs, _), row in zip(answered, rows, strict=True):
+            assert (outputs[0].to_numpy() == row.inputs[0].to_numpy() * 2).all()
+    statuses = sorted(status for answered in answers for _, status in answered)
+    assert statuses == [CacheStatus.HIT_REDIS] + [CacheStatus.MISS] * 3
+    assert sum(leases(cache) for cache in (first, second)) == 3
+    row_hits = sum(
+        metric(cache.metrics, "cachefleet_cache_row_hits_total", model="simple", version="1",
+               tier="redis")
+        for cache in (first, second)
+    )  # fmt: skip
+    assert row_hits == 1
+    shared_row = [request(41)]
+    for cache in (first, second):
+        again = await cache.get_rows_or_compute(shared_row, compute_a)
+        assert [status for _, status in again] == [CacheStatus.HIT_LOCAL]
+    assert sorted(runs) == [40, 41, 42]

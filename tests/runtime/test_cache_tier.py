@@ -3,12 +3,15 @@ figures in ``/metrics``, and the row cache going through the same admission and 
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
+
 import numpy as np
 from support.cache_doubles import DEFAULT, Model, metric, request, settings
 from support.processes import RedisProcess
 
 from cachefleet.runtime.cache.admission import AdmissionPolicy
-from cachefleet.runtime.cache.api import CacheRequest, CacheStatus
+from cachefleet.runtime.cache.api import CacheRequest, CacheStatus, RowsCompute
 from cachefleet.runtime.cache.factory import build_cache, build_memo
 from cachefleet.runtime.cache.key import CacheKey
 from cachefleet.runtime.cache.memo import MemoEntry
@@ -111,3 +114,39 @@ async def test_rows_skip_a_tier_that_admission_skips_for_the_model() -> None:
 
 def never_keyed() -> CacheKey:
     raise AssertionError("small inputs are sampled by their bytes, never by their key")
+
+
+async def test_a_cancelled_batch_hands_its_rows_to_the_batches_waiting_on_them() -> None:
+    """Single-flight per row: a batch waits for the rows another is computing and computes only
+    its own; when the leading batch goes away (its client hung up), the follower computes the
+    rows it waited for itself, once, and answers them."""
+    cache = build_cache(settings("local"), RuntimeMetrics())
+    assert isinstance(cache, ReadThroughCache)
+    calls: list[list[int]] = []
+    arrived: asyncio.Queue[None] = asyncio.Queue()
+    gate = asyncio.Event()
+
+    def computing(rows: list[CacheRequest], stuck: bool) -> RowsCompute:
+        async def compute(missing: Sequence[int]) -> list[list[Tensor]]:
+            calls.append([rows[i].inputs[0].to_numpy().item(0) for i in missing])
+            arrived.put_nowait(None)
+            if stuck:
+                await gate.wait()
+            return await doubled(rows, list(missing))
+
+        return compute
+
+    leading, following = rows_of(2), rows_of(3)
+    leader = asyncio.create_task(cache.get_rows_or_compute(leading, computing(leading, True)))
+    await asyncio.wait_for(arrived.get(), 30)
+    follower = asyncio.create_task(
+        cache.get_rows_or_compute(following, computing(following, False))
+    )
+    await asyncio.wait_for(arrived.get(), 30)  # the follower computes row 2 only
+    leader.cancel()
+    answered = await asyncio.wait_for(follower, 30)
+    first = [row.inputs[0].to_numpy().item(0) for row in following]
+    assert calls == [first[:2], first[2:], first[:2]], "only row 2, then the abandoned rows"
+    assert [status for _, status in answered] == [CacheStatus.MISS] * 3
+    for (outputs, _), row in zip(answered, following, strict=True):
+        assert np.array_equal(outputs[0].to_numpy(), row.inputs[0].to_numpy() * 2)
