@@ -14,8 +14,8 @@ when a page:
   a stray fetch fails instead of leaving the machine;
 - shows a diagram as its source text: Material replaces each ``<pre class="mermaid">`` by a
   drawn diagram (in a closed shadow root), so one left on the page was not drawn;
-- breaks a name inside a table cell: inline code in a table that wraps onto a second line at a
-  point that is not a space or a hyphen;
+- breaks a name inside a table cell: inline code in a table that wraps onto a second line
+  between two letters or digits (a break at a space, a hyphen, a slash or a bracket is fine);
 - shrinks a diagram to fit the column so far that its text is smaller than the page's small
   print: mermaid scales a drawing wider than the column down to its width, so a wide
   left-to-right chart came out with 8-pixel labels (draw such a chart top-down instead). The
@@ -60,7 +60,7 @@ SMALLEST_DIAGRAM_SCALE = 0.75
 
 # Run in the page once it has loaded; returns what the checks need as JSON-able values.
 PROBE = """(() => {
-  const mid = /[^\\s\\-]$/;
+  const word = /\\w/;
   const broken = [];
   for (const code of document.querySelectorAll('.md-typeset table code')) {
     const rects = code.getClientRects();
@@ -76,7 +76,7 @@ PROBE = """(() => {
       range.setStart(node, i); range.setEnd(node, i + 1);
       if (range.getBoundingClientRect().top > top + 1) { cut = i; break; }
     }
-    if (mid.test(text.slice(0, cut)) && /^[^\\s]/.test(text.slice(cut))) broken.push(text);
+    if (word.test(text[cut - 1] || '') && word.test(text[cut] || '')) broken.push(text);
   }
   const clipped = [];
   for (const pre of document.querySelectorAll('.md-typeset pre')) {
@@ -154,7 +154,9 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 @contextmanager
 def chromium(binary: str) -> Iterator[DevTools]:
     """Start headless Chromium with loopback-only name resolution; yield its first page."""
-    with tempfile.TemporaryDirectory(prefix="cachefleet-chromium-") as profile:
+    with tempfile.TemporaryDirectory(
+        prefix="cachefleet-chromium-", ignore_cleanup_errors=True
+    ) as profile:
         process = subprocess.Popen(
             [
                 binary,
