@@ -9,6 +9,8 @@
 - :mod:`harness.chaos`: the reliability run, Redis faults under load with every answer checked
   (``tests/reliability`` runs it short; ``answers``, what a correct answer is, serves the
   end-to-end tests too).
+- :mod:`harness.docs_screenshots`: the built docs site in headless Chromium, screenshots and the
+  checks a reader would make (``scripts/screenshot-docs``).
 
 Run a module from the repository root with ``bash scripts/harness <module> [options]`` (it puts
 the repository on the path, which ``PYTHONSAFEPATH=1`` otherwise keeps off), or with
