@@ -14,17 +14,20 @@ dependency, so this module is only imported by them (and is not part of the whee
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import copy
 import datetime
 import uuid
-import contextvars
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp.web
 import attrs
 import jsonpatch
 import kmock
+import yaml
 from kmock._internal import rendering
 
 APPLY = "application/apply-patch+yaml"
@@ -379,3 +382,24 @@ def _check_tests(live: dict[str, Any], operations: list[Any]) -> None:
 
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def write_kubeconfig(folder: Path, url: str) -> Path:
+    """A kubeconfig in ``folder`` for the emulator at ``url`` (any token: it checks none)."""
+    path = folder / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
+        "clusters": [{"name": "kmock", "cluster": {"server": url.rstrip("/")}}],
+        "users": [{"name": "kmock", "user": {"token": "emulator"}}],
+        "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "kmock"}}],
+    }))  # fmt: skip
+    return path
+
+
+@contextlib.asynccontextmanager
+async def served(emulator: Cluster, folder: Path) -> AsyncIterator[tuple[str, Path]]:
+    """``emulator`` served over HTTP on loopback for the block: its URL, and a kubeconfig for it
+    in ``folder`` (for an operator process, or the Kubernetes client)."""
+    async with emulator, kmock.Server(emulator):
+        url = str(emulator.url).rstrip("/")
+        yield url, write_kubeconfig(folder, url)

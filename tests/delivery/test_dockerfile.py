@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.dockerfile import Stage, parse_stages
 
 from cachefleet.cli.main import build_parser
 from delivery.support import REPO, require_tool
-from support.dockerfile import Stage, parse_stages
 
 pytest_plugins = ("support.wheel",)  # product_wheel
 
