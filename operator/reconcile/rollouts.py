@@ -30,6 +30,7 @@ FleetKey = tuple[str, str]
 LiveDeployments = Callable[[], Iterable[Mapping[str, Any]]]
 """The live runtime Deployments of every fleet the operator serves (status included)."""
 
+
 def key_of(deployment: Mapping[str, Any]) -> FleetKey:
     meta = deployment.get("metadata") or {}
     return str(meta.get("namespace")), str(meta.get("name"))
