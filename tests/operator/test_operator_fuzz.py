@@ -68,7 +68,7 @@ RESOURCE_OF = {
 #: Examples of the pure test; the running operator's test takes an eighth (at least 8). The same
 #: examples on every run (derandomized); a longer search sets more, for instance
 #: ``CACHEFLEET_FUZZ_EXAMPLES=2000 pytest tests/operator/test_operator_fuzz.py``.
-EXAMPLES = int(os.environ.get("CACHEFLEET_FUZZ_EXAMPLES", "100"))
+EXAMPLES = int(os.environ.get("CACHEFLEET_FUZZ_EXAMPLES", "200"))
 
 # A derandomized profile: the same examples on every run and machine, no example database.
 PURE = settings(
