@@ -14,16 +14,20 @@ dependency, so this module is only imported by them (and is not part of the whee
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import copy
 import datetime
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp.web
 import attrs
 import jsonpatch
 import kmock
+import yaml
 from kmock._internal import rendering
 
 APPLY = "application/apply-patch+yaml"
@@ -46,6 +50,8 @@ RESOURCES: dict[str, dict[str, Any]] = {
     "keda.sh/v1alpha1/scaledobjects": {"kind": "ScaledObject", "subresources": {"status"}},
 }
 VERBS = {"get", "list", "watch", "create", "patch", "delete"}
+#: Set while the emulator serves a request (in that request's task): see ``Cluster.__iter__``.
+_SERVING: contextvars.ContextVar[bool] = contextvars.ContextVar("serving", default=False)
 
 
 @attrs.frozen
@@ -76,10 +82,11 @@ class Cluster(kmock.KubernetesEmulator):
     _version: int = attrs.field(default=0, init=False)
     #: Requests served so far (kept when ``forget_requests`` drops them from the request log).
     handled: int = attrs.field(default=0, init=False)
-    #: Drop each request from kmock's log once answered. kmock matches every new request against
-    #: its whole log, so a long run (the scale benchmark) would spend its time there otherwise.
+    #: Keep no log of requests at all (the scale benchmark: memory stays flat over a long run).
     #: Tests that inspect requests (``cluster["patch"]``, ``len(cluster)``) leave it off.
     forget_requests: bool = False
+    #: Every request, in arrival order, for the tests to read (see ``__iter__``).
+    _log: list[rendering.Request] = attrs.field(factory=list, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -91,24 +98,51 @@ class Cluster(kmock.KubernetesEmulator):
                 subresources=info.get("subresources", set()),
             )
 
+    def __iter__(self) -> Iterator[rendering.Request]:
+        """The requests a reader sees: every one so far to a test, only those in flight to kmock
+        while it serves one.
+
+        kmock decides which reaction answers a request by walking each reaction's filter over
+        its whole request log (``request in view``), so with every answered request kept there a
+        request costs time in proportion to all before it, and a test of a few thousand
+        requests spent most of its time in that walk. While a request is served the walk sees
+        only the requests still in flight (the one it looks for among them); nothing here
+        depends on an older one (no slice or count-limited reaction is used against this
+        emulator), so the same reaction answers. A test reading ``cluster["patch"]`` outside a
+        request still sees them all.
+        """
+        if _SERVING.get():
+            yield from self._requests
+        else:
+            yield from self._log
+
     async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        """Log the request for the tests, serve it, and take it out of kmock's log of those in
+        flight once answered."""
         self.handled += 1
+        if not self.forget_requests:
+            self._log.append(request)
+        token = _SERVING.set(True)
         try:
-            if request.resource is not None and isinstance(request.data, dict | list):
-                if request.action == kmock.action.CREATE and isinstance(request.data, dict):
-                    _check_one_controller(request.data)
-                    self._stamp_new(request.data, request.namespace)
-                elif request.action == kmock.action.UPDATE and request.name is not None:
-                    self._check_immutable(request)
-                    self._merge_owner_references(request)
-                    unchanged = self._unchanged(request)
-                    if unchanged is not None:
-                        return aiohttp.web.json_response(unchanged)
-                    await self._prepare_update(request)
-            return await super()._handle(request)
+            return await self._serve(request)
         finally:
-            if self.forget_requests:
-                self._forget(request)
+            _SERVING.reset(token)
+            self._forget(request)
+
+    async def _serve(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        """One request, answered as a real API server would (subclasses add their rules here)."""
+        if request.resource is not None and isinstance(request.data, dict | list):
+            if request.action == kmock.action.CREATE and isinstance(request.data, dict):
+                _check_one_controller(request.data)
+                self._stamp_new(request.data, request.namespace)
+            elif request.action == kmock.action.UPDATE and request.name is not None:
+                self._check_immutable(request)
+                self._merge_owner_references(request)
+                unchanged = self._unchanged(request)
+                if unchanged is not None:
+                    return aiohttp.web.json_response(unchanged)
+                await self._prepare_update(request)
+        return await super()._handle(request)
 
     def _forget(self, request: rendering.Request) -> None:
         for index, logged in enumerate(self._requests):
@@ -348,3 +382,24 @@ def _check_tests(live: dict[str, Any], operations: list[Any]) -> None:
 
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def write_kubeconfig(folder: Path, url: str) -> Path:
+    """A kubeconfig in ``folder`` for the emulator at ``url`` (any token: it checks none)."""
+    path = folder / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
+        "clusters": [{"name": "kmock", "cluster": {"server": url.rstrip("/")}}],
+        "users": [{"name": "kmock", "user": {"token": "emulator"}}],
+        "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "kmock"}}],
+    }))  # fmt: skip
+    return path
+
+
+@contextlib.asynccontextmanager
+async def served(emulator: Cluster, folder: Path) -> AsyncIterator[tuple[str, Path]]:
+    """``emulator`` served over HTTP on loopback for the block: its URL, and a kubeconfig for it
+    in ``folder`` (for an operator process, or the Kubernetes client)."""
+    async with emulator, kmock.Server(emulator):
+        url = str(emulator.url).rstrip("/")
+        yield url, write_kubeconfig(folder, url)

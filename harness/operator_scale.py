@@ -270,15 +270,13 @@ async def run(
     skip_change: bool = False,
 ) -> Result:
     import aiohttp
-    import kmock
 
-    from harness.kube_emulator import Cluster
+    from harness.kube_emulator import Cluster, served
 
     result = Result(count)
-    async with Cluster(forget_requests=True) as cluster, kmock.Server(cluster):
-        url = str(cluster.url).rstrip("/")
-        with tempfile.TemporaryDirectory() as folder, log.open("wb") as log_file:
-            kubeconfig = _kubeconfig(Path(folder), url)
+    cluster = Cluster(forget_requests=True)
+    with tempfile.TemporaryDirectory() as folder, log.open("wb") as log_file:
+        async with served(cluster, Path(folder)) as (url, kubeconfig):
             port = free_port()
             hole, hole_port = _blackhole() if unreachable_redis else (None, free_port())
             process = await asyncio.create_subprocess_exec(
@@ -400,19 +398,6 @@ async def _stop(process: asyncio.subprocess.Process) -> None:
     except TimeoutError:
         process.kill()
         await process.wait()
-
-
-def _kubeconfig(folder: Path, url: str) -> Path:
-    import yaml
-
-    path = folder / "kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
-        "clusters": [{"name": "kmock", "cluster": {"server": url}}],
-        "users": [{"name": "kmock", "user": {"token": "bench"}}],
-        "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "kmock"}}],
-    }))  # fmt: skip
-    return path
 
 
 async def _wait_live(port: int, *, timeout_s: float) -> None:

@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import Any
 
 from cachefleet.bench.processes import ServerProcess, free_port
-from harness.operator_scale import _kubeconfig
 
 CIS = "cachefleet.io/v1alpha1/cachedinferenceservices"
 MODEL = {"name": "simple", "repository": {"pvc": {"claimName": "models"}}}
@@ -148,19 +147,17 @@ async def _create(session: Any, bodies: list[tuple[str, dict[str, Any]]]) -> lis
 
 async def run(services: int, pods: int, where: str, passes: int = 3) -> Result:
     import aiohttp
-    import kmock
 
     from cachefleet.operator.reconcile.settings import OperatorSettings
-    from harness.kube_emulator import Cluster
+    from harness.kube_emulator import Cluster, served
 
     settings = OperatorSettings.from_environ()
     result = Result(services, pods, where, settings.served_concurrency,
                     settings.served_timeout_s, settings.served_pass_budget_s)  # fmt: skip
     namespaces = [f"team-{i:04d}" for i in range(services)]
     with tempfile.TemporaryDirectory() as folder, _pods_at(where, Path(folder)) as port:
-        async with Cluster(forget_requests=True) as cluster, kmock.Server(cluster):
-            url = str(cluster.url).rstrip("/")
-            kubeconfig = _kubeconfig(Path(folder), url)
+        cluster = Cluster(forget_requests=True)
+        async with served(cluster, Path(folder)) as (url, kubeconfig):
             async with aiohttp.ClientSession(base_url=url) as session:
                 await _create(session, [
                     (f"/apis/{CIS.split('/', 2)[0]}/v1alpha1/namespaces/{ns}/"

@@ -3,14 +3,12 @@ nothing of the repository's harness, tests or recorded results."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
 import tomllib
 import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+pytest_plugins = ("support.wheel",)  # product_wheel
 
 
 def test_every_package_folder_is_listed_in_pyproject() -> None:
@@ -31,26 +29,11 @@ def test_operator_folder_cannot_shadow_the_standard_library() -> None:
     assert not (ROOT / "operator" / "__init__.py").exists()
 
 
-#: Folders of the repository a wheel build reads; the rest (tests, harness, results) must not ship.
-SOURCES = ("pyproject.toml", "README.md", "cli", "runtime", "operator", "bench", "harness", "tests")
-
-
-def test_the_wheel_carries_the_product_and_no_harness_tests_or_results(tmp_path: Path) -> None:
-    """Built from a copy of the sources (a build in place would reuse a stale build/ folder)."""
-    source = tmp_path / "source"
-    source.mkdir()
-    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "*.onnx")
-    for name in SOURCES:
-        if (ROOT / name).is_dir():
-            shutil.copytree(ROOT / name, source / name, ignore=ignore)
-        else:
-            shutil.copy2(ROOT / name, source / name)
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(tmp_path / "wheel"), str(source)],
-        check=True, capture_output=True, timeout=240,
-    )  # fmt: skip
-    (wheel,) = (tmp_path / "wheel").glob("cachefleet-*.whl")
+def test_the_wheel_carries_the_product_and_no_harness_tests_or_results(product_wheel: Path) -> None:
+    """The wheel the image's wheel stage builds, with the harness and the tests beside its
+    sources as in a checkout (``support/wheel.py``: built once a run, fresh from the sources, so
+    no stale build/ folder is reused)."""
+    wheel = product_wheel
     names = zipfile.ZipFile(wheel).namelist()
     tops = {name.split("/")[0] for name in names if not name.startswith("cachefleet-")}
     assert tops == {"cachefleet"}

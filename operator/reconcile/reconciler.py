@@ -50,7 +50,6 @@ from cachefleet.operator.reconcile.redis_live import (
 from cachefleet.operator.reconcile.redis_topology import ExternalRedis, read_topology_figures
 from cachefleet.operator.reconcile.refusals import Refused
 from cachefleet.operator.reconcile.rollouts import (
-    QUEUED_RETRY_S,
     Decision,
     RolloutGate,
     with_live_template,
@@ -351,7 +350,9 @@ class Reconciler:
             redisUrl=redis_url(spec, owner=owner) or "",
         )
         if problem is None and queued is not None and stalled is None:
-            return Outcome(status, events, retry=queued, retry_delay_s=QUEUED_RETRY_S)
+            return Outcome(
+                status, events, retry=queued, retry_delay_s=self.settings.rollout_retry_interval_s
+            )
         return Outcome(status, events, retry=problem)
 
     def _pod_problem(self, owner: Owner, component: str, condition: str) -> Condition | None:

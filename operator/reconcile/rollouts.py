@@ -30,9 +30,6 @@ FleetKey = tuple[str, str]
 LiveDeployments = Callable[[], Iterable[Mapping[str, Any]]]
 """The live runtime Deployments of every fleet the operator serves (status included)."""
 
-#: Seconds before a queued fleet asks again.
-QUEUED_RETRY_S = 10.0
-
 
 def key_of(deployment: Mapping[str, Any]) -> FleetKey:
     meta = deployment.get("metadata") or {}

@@ -60,6 +60,10 @@ class OperatorSettings:
     """Fleets whose runtime pods may roll at once (0: no limit). A change to another fleet's
     pod template (an operator upgrade changes them all) waits, with reason RolloutQueued, until
     fewer are mid-rollout, so the fleets' caches do not all go cold together."""
+    rollout_retry_interval_s: float = 10.0
+    """How often a fleet waiting for its turn (RolloutQueued) asks again: the next fleet
+    starts at most this long after another's rollout finishes, and each ask is one reconcile
+    of the waiting fleet."""
 
     allowed_images: tuple[str, ...] = ()
     """Where every container of a service must come from: registries (`registry.example.com`)
@@ -100,6 +104,9 @@ class OperatorSettings:
             ),
             max_concurrent_rollouts=int(
                 env.get("CACHEFLEET_OPERATOR_MAX_CONCURRENT_ROLLOUTS", "3")
+            ),
+            rollout_retry_interval_s=float(
+                env.get("CACHEFLEET_OPERATOR_ROLLOUT_RETRY_INTERVAL", "10")
             ),
             allowed_images=_listed(env.get("CACHEFLEET_OPERATOR_ALLOWED_IMAGES")),
             allowed_service_accounts=_listed(

@@ -4,51 +4,21 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
-import sys
 import zipfile
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import yaml
-from dockerfile_parse import DockerfileParser
+from support.dockerfile import Stage, parse_stages
 
 from cachefleet.cli.main import build_parser
 from delivery.support import REPO, require_tool
 
+pytest_plugins = ("support.wheel",)  # product_wheel
+
 #: Packages that would mean a compiler or build chain in an image.
 BUILD_TOOLS = re.compile(r"\b(build-essential|gcc|g\+\+|make|cmake|python3-dev|git)\b")
-
-
-@dataclass
-class Stage:
-    name: str
-    base: str
-    instructions: list[tuple[str, str]] = field(default_factory=list)
-
-    def values(self, instruction: str) -> list[str]:
-        return [value for name, value in self.instructions if name == instruction]
-
-
-def parse_stages() -> list[Stage]:
-    """The stages in order, each base image with the global ARG defaults substituted."""
-    parser = DockerfileParser(path=str(REPO / "Dockerfile"))
-    args: dict[str, str] = {}
-    stages: list[Stage] = []
-    for item in parser.structure:
-        instruction, value = item["instruction"], item["value"]
-        if instruction == "ARG" and not stages and "=" in value:
-            key, default = value.split("=", 1)
-            args[key] = default
-        elif instruction == "FROM":
-            image, _, name = value.partition(" AS ")
-            base = re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], image.strip())
-            stages.append(Stage(name.strip(), base))
-        elif stages:
-            stages[-1].instructions.append((instruction, value))
-    return stages
 
 
 @pytest.fixture(scope="module")
@@ -219,38 +189,15 @@ def test_hadolint_finds_nothing() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_wheel_stage_builds_the_package_from_what_it_copies(
-    stages: dict[str, Stage], tmp_path: Path
-) -> None:
+def test_wheel_stage_builds_the_package_from_what_it_copies(product_wheel: Path) -> None:
     """The wheel stage's COPY lines, applied to a scratch folder, are enough to build the wheel.
 
     This is the one step of the image build that can run without a Docker engine; it fails when
-    a package folder or a file the build needs (README.md for the metadata) is not copied.
+    a package folder or a file the build needs (README.md for the metadata) is not copied. The
+    wheel is built once a run from exactly that folder (``support/wheel.py``; the harness and
+    tests beside it are never packaged, which ``tests/test_packaging.py`` checks on it).
     """
-    context = tmp_path / "context"
-    skip = shutil.ignore_patterns("__pycache__", "*.pyc", "*.onnx")
-    for copy in stages["wheel"].values("COPY"):
-        *sources, target = copy.split()
-        destination = context / target
-        for source in sources:
-            origin = REPO / source.rstrip("/")
-            if origin.is_dir():
-                shutil.copytree(origin, destination, ignore=skip)
-            else:
-                destination.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(origin, destination / origin.name)
-    wheels = tmp_path / "wheels"
-    result = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--wheel-dir", str(wheels), "."],
-        cwd=context,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr
-    (wheel,) = wheels.glob("cachefleet-*.whl")
-    with zipfile.ZipFile(wheel) as archive:
+    with zipfile.ZipFile(product_wheel) as archive:
         names = set(archive.namelist())
         entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
         assert "cachefleet = cachefleet.cli.main:main" in archive.read(entry_points).decode()

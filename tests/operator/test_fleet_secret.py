@@ -64,16 +64,22 @@ def secret_applies(cluster: Cluster, name: str) -> list[Any]:
     return [r for r in cluster if r.method == "PATCH" and r.url.path == path]
 
 
-async def test_a_deleted_fleet_secret_is_not_regenerated_unasked(
-    cluster: Cluster, api: Api
-) -> None:
+async def deleted_fleet_secret(cluster: Cluster, api: Api) -> tuple[dict[str, str], str]:
+    """A reconciled service whose fleet Secret was then deleted: the Secret's data as it was,
+    and the config hash its pods rolled with."""
     await api.send("POST", CIS_PATH, service("svc"))
     await reconcile(cluster)
     before = must(live(cluster, SECRETS, "svc-fleet"))["data"]
     rolled_from = pod_hash(cluster)
     assert set(before) == {"cache-secret", "admin-token"}
-
     await api.send("DELETE", f"{SECRETS_PATH}/svc-fleet")
+    return before, rolled_from
+
+
+async def test_a_deleted_fleet_secret_is_not_regenerated_unasked(
+    cluster: Cluster, api: Api
+) -> None:
+    before, rolled_from = await deleted_fleet_secret(cluster, api)
     outcome = await reconcile(cluster)
     # What a user sees: Stalled with the cause and the way out; no new keys, no rollout.
     stalled = must(condition({"status": outcome.status}, "Stalled"))
@@ -103,11 +109,7 @@ async def test_a_deleted_fleet_secret_is_not_regenerated_unasked(
 async def test_the_regenerate_annotation_accepts_new_keys_and_rolls_the_fleet(
     cluster: Cluster, api: Api
 ) -> None:
-    await api.send("POST", CIS_PATH, service("svc"))
-    await reconcile(cluster)
-    before = must(live(cluster, SECRETS, "svc-fleet"))["data"]
-    rolled_from = pod_hash(cluster)
-    await api.send("DELETE", f"{SECRETS_PATH}/svc-fleet")
+    before, rolled_from = await deleted_fleet_secret(cluster, api)
     annotate = {"metadata": {"annotations": {REGENERATE_ANNOTATION: REGENERATE}}}
     await api.send("PATCH", f"{CIS_PATH}/svc", annotate, patch=True)
     outcome = await reconcile(cluster)

@@ -23,7 +23,7 @@ from support.kube.fixtures import NS, eventually, live, serving
 from support.kube.leases import LEASES, LeaseCluster
 from support.processes import CACHEFLEET, free_port
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import itertools
 import logging
+import os
 import re
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -64,18 +65,23 @@ RESOURCE_OF = {
     "ScaledObject": "keda.sh/v1alpha1/scaledobjects",
 }
 
+#: Examples of the pure test; the running operator's test takes an eighth (at least 8). The same
+#: examples on every run (derandomized); a longer search sets more, for instance
+#: ``CACHEFLEET_FUZZ_EXAMPLES=2000 pytest tests/operator/test_operator_fuzz.py``.
+EXAMPLES = int(os.environ.get("CACHEFLEET_FUZZ_EXAMPLES", "200"))
+
 # A derandomized profile: the same examples on every run and machine, no example database.
 PURE = settings(
     derandomize=True,
     database=None,
     deadline=None,
-    max_examples=200,
+    max_examples=EXAMPLES,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 SEARCH = settings(PURE, max_examples=2000, phases=[Phase.generate])  # found is enough
 LIVE = settings(
     PURE,
-    max_examples=24,
+    max_examples=max(8, EXAMPLES // 8),
     suppress_health_check=[
         HealthCheck.too_slow,
         HealthCheck.data_too_large,

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import functools
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from support.kube.fixtures import (
     runtime_config,
     service,
 )
+from support.kube.operator_process import operator_process
 
 HASH = "cachefleet.io/config-hash"
 pytest_plugins = ("support.kube.fixtures",)  # cluster, api, start_operator, operator
@@ -296,28 +296,15 @@ async def test_a_failing_api_call_is_reported_in_the_status(cluster: Cluster, ap
 async def test_the_operator_command_runs_kopf_with_a_liveness_endpoint(
     cluster: Cluster, api: Api, tmp_path: Path
 ) -> None:
-    import signal
-    import sys
-
-    import kubernetes.config.kube_config
     from support.processes import free_port
 
     port = free_port()
-    command = [sys.executable, "-m", "cachefleet.cli.main", "operator", "--standalone",
-               f"--liveness=http://127.0.0.1:{port}/healthz", "--all-namespaces"]  # fmt: skip
-    env = {**os.environ, "KUBECONFIG": kubernetes.config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION}
-    with (tmp_path / "operator.log").open("wb") as log:
-        process = await asyncio.create_subprocess_exec(
-            *command, env=env, stdout=log, stderr=asyncio.subprocess.STDOUT
-        )
-        try:
-            await api.send("POST", CIS_PATH, service("svc", cache={"mode": "local"}))
-            await eventually(lambda: live(cluster, "apps/v1/deployments", "svc"), "the Deployment")
-            async with (
-                aiohttp.ClientSession() as session,
-                session.get(f"http://127.0.0.1:{port}/healthz") as response,
-            ):
-                assert response.status == 200
-        finally:
-            process.send_signal(signal.SIGINT)
-            await asyncio.wait_for(process.wait(), 20)
+    liveness = f"--liveness=http://127.0.0.1:{port}/healthz"
+    async with operator_process(tmp_path / "operator.log", liveness):
+        await api.send("POST", CIS_PATH, service("svc", cache={"mode": "local"}))
+        await eventually(lambda: live(cluster, "apps/v1/deployments", "svc"), "the Deployment")
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"http://127.0.0.1:{port}/healthz") as response,
+        ):
+            assert response.status == 200

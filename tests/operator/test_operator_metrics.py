@@ -5,9 +5,6 @@ services that are not Ready with their reason."""
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -17,6 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from support.kube.cluster import Cluster
 from support.kube.fixtures import CIS_PATH, NS, Api, eventually, live, service
+from support.kube.operator_process import operator_process
 
 from cachefleet.operator.reconcile.metrics import OperatorMetrics
 
@@ -42,13 +40,9 @@ def value(found: Samples, name: str, **labels: str) -> float:
 async def test_the_operator_exports_what_it_does_on_its_metrics_port(
     cluster: Cluster, api: Api, tmp_path: Path
 ) -> None:
-    import kubernetes.config.kube_config
     from support.processes import free_port
 
     port = free_port()
-    command = [sys.executable, "-m", "cachefleet.cli.main", "operator", "--standalone",
-               f"--metrics-port={port}", "--all-namespaces"]  # fmt: skip
-    env = {**os.environ, "KUBECONFIG": kubernetes.config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION}
     url = f"http://127.0.0.1:{port}/metrics"
 
     async def scrape() -> Samples:
@@ -59,27 +53,20 @@ async def test_the_operator_exports_what_it_does_on_its_metrics_port(
         except aiohttp.ClientConnectionError:
             return {}
 
-    with (tmp_path / "operator.log").open("wb") as log:
-        process = await asyncio.create_subprocess_exec(
-            *command, env=env, stdout=log, stderr=asyncio.subprocess.STDOUT
-        )
-        try:
-            await api.send("POST", CIS_PATH, service("svc", cache={"mode": "local"}))
-            await eventually(lambda: live(cluster, "apps/v1/deployments", "svc"), "the Deployment")
-            found: Samples = {}
+    async with operator_process(tmp_path / "operator.log", f"--metrics-port={port}"):
+        await api.send("POST", CIS_PATH, service("svc", cache={"mode": "local"}))
+        await eventually(lambda: live(cluster, "apps/v1/deployments", "svc"), "the Deployment")
+        found: Samples = {}
 
-            async def reconciled() -> bool:
-                found.update(await scrape())
-                return value(found, "cachefleet_operator_reconciles_total",
-                             trigger="create", result="ok") >= 1  # fmt: skip
+        async def reconciled() -> bool:
+            found.update(await scrape())
+            return value(found, "cachefleet_operator_reconciles_total",
+                         trigger="create", result="ok") >= 1  # fmt: skip
 
-            deadline = asyncio.get_running_loop().time() + 90
-            while not await reconciled():
-                assert asyncio.get_running_loop().time() < deadline, "no reconcile counted"
-                await asyncio.sleep(0.2)
-        finally:
-            process.send_signal(signal.SIGINT)
-            await asyncio.wait_for(process.wait(), 20)
+        deadline = asyncio.get_running_loop().time() + 90
+        while not await reconciled():
+            assert asyncio.get_running_loop().time() < deadline, "no reconcile counted"
+            await asyncio.sleep(0.2)
 
     assert value(found, "cachefleet_operator_leader") == 1
     assert value(found, "cachefleet_operator_reconcile_seconds_count", trigger="create") >= 1

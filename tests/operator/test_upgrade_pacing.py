@@ -168,6 +168,12 @@ async def test_a_service_that_restricts_health_is_not_ready_and_says_why(
 # --- paced rollouts ---------------------------------------------------------------------------
 
 
+def test_a_queued_fleet_asks_again_every_ten_seconds_unless_told_otherwise() -> None:
+    assert OperatorSettings().rollout_retry_interval_s == 10
+    environ = {"CACHEFLEET_OPERATOR_ROLLOUT_RETRY_INTERVAL": "1"}
+    assert OperatorSettings.from_environ(environ).rollout_retry_interval_s == 1
+
+
 async def available(api: Api, cluster: Cluster, name: str) -> None:
     """Every replica of the fleet's current template updated and available."""
     deployment = must(live(cluster, "apps/v1/deployments", name))
@@ -198,6 +204,9 @@ async def test_a_change_to_every_fleet_rolls_two_at_a_time(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("CACHEFLEET_OPERATOR_MAX_CONCURRENT_ROLLOUTS", "2")
+    # A queued fleet asks again every second (not 10): the next one starts sooner after a place
+    # frees, and the check that no third fleet starts meanwhile sees more of those asks.
+    monkeypatch.setenv("CACHEFLEET_OPERATOR_ROLLOUT_RETRY_INTERVAL", "1")
     await start_operator()
     fleets = [f"svc-{i}" for i in range(4)]
     for name in fleets:

@@ -16,11 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import kmock
 import pytest
-import yaml
 
 from cachefleet.operator.manifests.meta import Owner, selector_labels
+from harness.kube_emulator import served
 from support.kube.cluster import Cluster
 
 NS = "ml"
@@ -62,14 +61,7 @@ async def serving(
     """Serve ``emulator`` on loopback and point the Kubernetes client (and kopf) at it."""
     import kubernetes.config.kube_config
 
-    async with emulator, kmock.Server(emulator):
-        kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
-            "clusters": [{"name": "kmock", "cluster": {"server": str(emulator.url).rstrip("/")}}],
-            "users": [{"name": "kmock", "user": {"token": "test"}}],
-            "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "kmock"}}],
-        }))  # fmt: skip
+    async with served(emulator, tmp_path) as (_, kubeconfig):
         monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
         monkeypatch.setattr(
             kubernetes.config.kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig)

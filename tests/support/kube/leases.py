@@ -41,14 +41,14 @@ class LeaseCluster(Cluster):
             kind="Lease", namespaced=True, verbs=VERBS, subresources=set()
         )
 
-    async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+    async def _serve(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
         if getattr(request.resource, "plural", None) != "leases":
-            return await super()._handle(request)
+            return await super()._serve(request)
         async with self._writes:  # the check and the write as one step, as etcd does
             if self._stale(request):
                 self.conflicts += 1
                 return await self._render_error(ConflictError())
-            return await super()._handle(request)
+            return await super()._serve(request)
 
     def _stale(self, request: rendering.Request) -> bool:
         if request.action != kmock.action.UPDATE or not isinstance(request.data, dict):
