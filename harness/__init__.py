@@ -4,6 +4,8 @@
 - :mod:`harness.kube_emulator`: kmock with a real API server's bookkeeping; the operator tests
   run against it too (``tests/support/kube``).
 - :mod:`harness.cache_micro`: the response cache's costs at its API (keys, hits, misses).
+- :mod:`harness.http_hit_micro`: what an HTTP memo hit costs inside the server (its ASGI app
+  driven in-process) beside a bare ASGI app sending the same bytes.
 - :mod:`harness.fleet_burst`: bursts of identical requests on a fleet of servers, with fleet
   coalescing on and off (model executions per burst, time to the last answer).
 - :mod:`harness.chaos`: the reliability run, Redis faults under load with every answer checked
