@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from support.certificates import make_authority
 from support.object_stores import GcsEmulator, MotoS3, TlsFileServer
-from support.processes import CACHEFLEET, ServerProcess, free_port
+from support.processes import CACHEFLEET, ServerProcess, fetch_model, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]  # about 100 s on one core
 
@@ -66,13 +66,6 @@ def s3_env(store: MotoS3, *, secret: str | None = None) -> dict[str, str]:
             "AWS_ENDPOINT_URL": store.endpoint, "AWS_DEFAULT_REGION": "us-east-1"}  # fmt: skip
 
 
-def fetch(
-    uri: str, into: Path, env: dict[str, str], *extra: str
-) -> subprocess.CompletedProcess[str]:
-    command = [*CACHEFLEET, "fetch-model", uri, str(into), "--model-name", "simple", *extra]
-    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
-
-
 def files_under(folder: Path) -> set[str]:
     return {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()}
 
@@ -82,7 +75,7 @@ SIMPLE_FILES = {"simple/config.pbtxt", "simple/1/model.onnx"}
 
 def test_a_repository_from_s3_is_served_and_answers(s3: MotoS3, tmp_path: Path) -> None:
     repository = tmp_path / "models"
-    result = fetch(f"s3://{BUCKET}/team/repository", repository, s3_env(s3))
+    result = fetch_model(f"s3://{BUCKET}/team/repository", repository, s3_env(s3))
     assert result.returncode == 0, result.stderr
     assert files_under(repository) == SIMPLE_FILES  # not repository-extra, a sibling key
     server = ServerProcess(["--model-repository", str(repository)], tmp_path)
@@ -106,7 +99,7 @@ def test_a_repository_from_s3_is_served_and_answers(s3: MotoS3, tmp_path: Path) 
 
 
 def test_a_single_model_folder_goes_under_the_model_name(s3: MotoS3, tmp_path: Path) -> None:
-    result = fetch(f"s3://{BUCKET}/team/one-model/", tmp_path / "m", s3_env(s3))
+    result = fetch_model(f"s3://{BUCKET}/team/one-model/", tmp_path / "m", s3_env(s3))
     assert result.returncode == 0, result.stderr
     assert files_under(tmp_path / "m") == SIMPLE_FILES
 
@@ -114,10 +107,10 @@ def test_a_single_model_folder_goes_under_the_model_name(s3: MotoS3, tmp_path: P
 def test_one_archive_is_unpacked_and_archives_in_a_folder_are_kept(
     s3: MotoS3, tmp_path: Path
 ) -> None:
-    result = fetch(f"s3://{BUCKET}/team/bundle.tar.gz", tmp_path / "a", s3_env(s3))
+    result = fetch_model(f"s3://{BUCKET}/team/bundle.tar.gz", tmp_path / "a", s3_env(s3))
     assert result.returncode == 0, result.stderr
     assert files_under(tmp_path / "a") == SIMPLE_FILES
-    result = fetch(f"s3://{BUCKET}/team/with-zip", tmp_path / "b", s3_env(s3))
+    result = fetch_model(f"s3://{BUCKET}/team/with-zip", tmp_path / "b", s3_env(s3))
     assert result.returncode == 0, result.stderr
     assert files_under(tmp_path / "b") == {*SIMPLE_FILES, "simple/labels.zip"}
 
@@ -129,7 +122,7 @@ def test_credentials_come_from_a_mounted_secret_folder(s3: MotoS3, tmp_path: Pat
     for key, value in s3_env(s3).items():
         if key.startswith("AWS_"):
             (secret / key).write_text(value)
-    result = fetch(f"s3://{BUCKET}/team/repository", tmp_path / "m", CLEAN_ENV,
+    result = fetch_model(f"s3://{BUCKET}/team/repository", tmp_path / "m", CLEAN_ENV,
                    "--secret-dir", str(secret))  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert files_under(tmp_path / "m") == SIMPLE_FILES
@@ -151,7 +144,7 @@ def test_s3_failures_are_one_line_with_the_uri_and_the_reason(
 ) -> None:
     message_file = tmp_path / "termination-log"
     target = tmp_path / "deep" / "models"
-    result = fetch(uri, target, s3_env(s3, secret=secret),
+    result = fetch_model(uri, target, s3_env(s3, secret=secret),
                    "--termination-message-file", str(message_file))  # fmt: skip
     assert result.returncode == 1
     [line] = result.stderr.strip().splitlines()
@@ -165,7 +158,7 @@ def test_s3_failures_are_one_line_with_the_uri_and_the_reason(
 
 def test_an_unreachable_endpoint_is_one_line(s3: MotoS3, tmp_path: Path) -> None:
     env = {**s3_env(s3), "AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}"}
-    result = fetch(f"s3://{BUCKET}/team/repository", tmp_path / "m", env)
+    result = fetch_model(f"s3://{BUCKET}/team/repository", tmp_path / "m", env)
     assert result.returncode == 1
     [line] = result.stderr.strip().splitlines()
     assert line.startswith(f"cannot fetch s3://{BUCKET}/team/repository: Could not connect")
@@ -211,21 +204,21 @@ def web_env(web: TlsFileServer) -> dict[str, str]:
 def test_https_files_and_archives_become_the_repository(
     web: TlsFileServer, tmp_path: Path, name: str, expected: set[str]
 ) -> None:
-    result = fetch(web.url(name), tmp_path / "m", web_env(web))
+    result = fetch_model(web.url(name), tmp_path / "m", web_env(web))
     assert result.returncode == 0, result.stderr
     assert files_under(tmp_path / "m") == expected
 
 
 def test_https_failures_name_the_uri_and_the_reason(web: TlsFileServer, tmp_path: Path) -> None:
-    missing = fetch(web.url("nothing.onnx"), tmp_path / "a", web_env(web))
+    missing = fetch_model(web.url("nothing.onnx"), tmp_path / "a", web_env(web))
     assert missing.returncode == 1
     assert (
         missing.stderr.strip() == f"cannot fetch {web.url('nothing.onnx')}: HTTP 404 File not found"
     )
-    untrusted = fetch(web.url("simple.onnx"), tmp_path / "b", CLEAN_ENV)
+    untrusted = fetch_model(web.url("simple.onnx"), tmp_path / "b", CLEAN_ENV)
     assert untrusted.returncode == 1
     assert "CERTIFICATE_VERIFY_FAILED" in untrusted.stderr
-    climbing = fetch(web.url("climb.tar.gz"), tmp_path / "c", web_env(web))
+    climbing = fetch_model(web.url("climb.tar.gz"), tmp_path / "c", web_env(web))
     assert climbing.returncode == 1
     assert "archive member refused" in climbing.stderr
     assert not (tmp_path / "outside.txt").exists()
@@ -257,10 +250,10 @@ def gcs(tmp_path_factory: pytest.TempPathFactory, samples: Path) -> Iterator[Gcs
 
 def test_a_repository_from_gcs(gcs: GcsEmulator, tmp_path: Path) -> None:
     env = {**CLEAN_ENV, "STORAGE_EMULATOR_HOST": gcs.endpoint}
-    result = fetch(f"gs://{BUCKET}/repo", tmp_path / "m", env)
+    result = fetch_model(f"gs://{BUCKET}/repo", tmp_path / "m", env)
     assert result.returncode == 0, result.stderr
     assert files_under(tmp_path / "m") == SIMPLE_FILES
-    missing = fetch(f"gs://{BUCKET}/elsewhere", tmp_path / "n", env)
+    missing = fetch_model(f"gs://{BUCKET}/elsewhere", tmp_path / "n", env)
     assert missing.returncode == 1
     assert missing.stderr.strip() == (
         f"cannot fetch gs://{BUCKET}/elsewhere: no object in bucket models under 'elsewhere'"
@@ -270,7 +263,7 @@ def test_a_repository_from_gcs(gcs: GcsEmulator, tmp_path: Path) -> None:
 def test_an_archive_from_gcs_is_unpacked_as_it_streams(gcs: GcsEmulator, tmp_path: Path) -> None:
     """Read through the client's blob reader (ranged reads), never written whole."""
     env = {**CLEAN_ENV, "STORAGE_EMULATOR_HOST": gcs.endpoint}
-    result = fetch(f"gs://{BUCKET}/bundle.tar.gz", tmp_path / "m", env)
+    result = fetch_model(f"gs://{BUCKET}/bundle.tar.gz", tmp_path / "m", env)
     assert result.returncode == 0, result.stderr
     assert files_under(tmp_path / "m") == SIMPLE_FILES
 
@@ -282,6 +275,6 @@ def test_a_broken_service_account_key_is_a_credentials_failure(
     secret.mkdir()
     (secret / "gcloud-application-credentials.json").write_text('{"type": "service_account"}')
     env = {**CLEAN_ENV, "STORAGE_EMULATOR_HOST": gcs.endpoint}
-    result = fetch(f"gs://{BUCKET}/repo", tmp_path / "m", env, "--secret-dir", str(secret))
+    result = fetch_model(f"gs://{BUCKET}/repo", tmp_path / "m", env, "--secret-dir", str(secret))
     assert result.returncode == 1
     assert result.stderr.startswith(f"cannot fetch gs://{BUCKET}/repo: credentials: ")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import io
 import os
-import subprocess
 import tarfile
 import zipfile
 from collections.abc import Callable, Iterator
@@ -22,7 +21,7 @@ from pathlib import Path
 import pytest
 from support.certificates import make_authority
 from support.object_stores import TlsFileServer
-from support.processes import CACHEFLEET
+from support.processes import fetch_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -83,13 +82,6 @@ def web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Web]:
     server.stop()
 
 
-def fetch(
-    uri: str, into: Path, env: dict[str, str], *extra: str
-) -> subprocess.CompletedProcess[str]:
-    command = [*CACHEFLEET, "fetch-model", uri, str(into), "--model-name", "simple", *extra]
-    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
-
-
 def files_under(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
 
@@ -101,7 +93,7 @@ def test_a_tar_gz_whose_tree_fits_is_fetched_though_tree_and_archive_do_not(
     of archive and 1.5 MiB of tree against 2Mi failed with "more than the limit"."""
     assert (web.site / "repository.tar.gz").stat().st_size > MiB  # tree + archive > 2Mi
     target = tmp_path / "models"
-    result = fetch(web.server.url("repository.tar.gz"), target, web.env, "--max-bytes", "2Mi")
+    result = fetch_model(web.server.url("repository.tar.gz"), target, web.env, "--max-bytes", "2Mi")
     assert result.returncode == 0, result.stderr
     assert files_under(target) == TREE  # no archive left, no staging folder
 
@@ -124,7 +116,7 @@ def test_a_hostile_member_after_good_ones_leaves_nothing(
     (target / "other").mkdir()
     (target / "other" / "kept.txt").write_text("a model already there")
     uri = web.server.url(name)
-    result = fetch(uri, target, web.env, "--max-bytes", "2Mi")
+    result = fetch_model(uri, target, web.env, "--max-bytes", "2Mi")
     assert result.returncode == 1, result.stdout
     [line] = result.stderr.strip().splitlines()
     assert line.startswith(f"cannot fetch {uri}: ")
@@ -141,11 +133,11 @@ def test_a_zip_waits_in_the_scratch_folder_and_leaves_it_empty(web: Web, tmp_pat
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     env = {**web.env, "CACHEFLEET_MAX_BYTES": "2Mi", "CACHEFLEET_SCRATCH_DIR": str(scratch)}
-    result = fetch(uri, tmp_path / "models", env)
+    result = fetch_model(uri, tmp_path / "models", env)
     assert result.returncode == 0, result.stderr
     assert files_under(tmp_path / "models") == TREE
     assert list(scratch.iterdir()) == []
-    beside = fetch(uri, tmp_path / "beside", {**web.env, "CACHEFLEET_MAX_BYTES": "2Mi"})
+    beside = fetch_model(uri, tmp_path / "beside", {**web.env, "CACHEFLEET_MAX_BYTES": "2Mi"})
     assert beside.returncode == 1
     assert "more than the limit of 2Mi" in beside.stderr
     assert list((tmp_path / "beside").iterdir()) == []

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from support.certificates import Authority, make_authority
 from support.object_stores import RecordingServer, TlsFileServer
-from support.processes import CACHEFLEET
+from support.processes import fetch_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -57,13 +57,6 @@ def web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Web]:
     server = TlsFileServer(site, authority.issue(root / "pki", "web"), ca=authority.cert)
     yield Web(server, site, authority, root / "pki")
     server.stop()
-
-
-def fetch(
-    uri: str, into: Path, env: dict[str, str], *extra: str
-) -> subprocess.CompletedProcess[str]:
-    command = [*CACHEFLEET, "fetch-model", uri, str(into), "--model-name", "simple", *extra]
-    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
 
 
 def failure_line(result: subprocess.CompletedProcess[str], uri: str) -> str:
@@ -113,7 +106,7 @@ def test_the_cve_2025_4517_chain_is_refused_and_writes_nothing(web: Web, tmp_pat
     (target / "flag.txt").write_text("original")
     cve_2025_4517_tar(web.site / "chain.tar", target / ".cachefleet-fetching")
     uri = web.server.url("chain.tar")
-    line = failure_line(fetch(uri, target, web.env), uri)
+    line = failure_line(fetch_model(uri, target, web.env), uri)
     assert "archive member refused: " in line
     assert "symlink" in line
     assert (target / "flag.txt").read_text() == "original"
@@ -128,13 +121,15 @@ def test_a_download_past_max_bytes_fails_and_leaves_nothing(
     target = tmp_path / "models"
     uri = web.server.url(name)
     message_file = tmp_path / "termination-log"
-    result = fetch(uri, target, web.env, "--max-bytes", "1Mi",
+    result = fetch_model(uri, target, web.env, "--max-bytes", "1Mi",
                    "--termination-message-file", str(message_file))  # fmt: skip
     line = failure_line(result, uri)
     assert "more than the limit of 1Mi (--max-bytes, the service's model.storageSizeLimit)" in line
     assert message_file.read_text().strip() == line
     assert_left_empty(target)
-    assert fetch(uri, target, web.env, "--max-bytes", "20Mi").returncode == 0  # under it: fine
+    assert (
+        fetch_model(uri, target, web.env, "--max-bytes", "20Mi").returncode == 0
+    )  # under it: fine
 
 
 def test_bytes_are_counted_as_written_when_the_server_declares_no_length(
@@ -146,7 +141,7 @@ def test_bytes_are_counted_as_written_when_the_server_declares_no_length(
     try:
         uri = server.url("model.onnx")
         line = failure_line(
-            fetch(uri, tmp_path / "m", {**web.env, "CACHEFLEET_MAX_BYTES": "1Mi"}), uri
+            fetch_model(uri, tmp_path / "m", {**web.env, "CACHEFLEET_MAX_BYTES": "1Mi"}), uri
         )
     finally:
         server.stop()
@@ -169,7 +164,7 @@ def test_a_redirect_from_https_to_http_is_refused(
                                   issued=web.authority.issue(web.pki, "redirecting"))  # fmt: skip
     try:
         uri = redirecting.url("simple.onnx")
-        line = failure_line(fetch(uri, tmp_path / "m", web.env), uri)
+        line = failure_line(fetch_model(uri, tmp_path / "m", web.env), uri)
     finally:
         redirecting.stop()
     port = plain_http.server.server_address[1]
@@ -183,7 +178,7 @@ def test_a_redirect_that_stays_on_https_is_followed(web: Web, tmp_path: Path) ->
     redirecting = RecordingServer(status=302, location=web.server.url("moved.onnx"),
                                   issued=web.authority.issue(web.pki, "cdn"))  # fmt: skip
     try:
-        result = fetch(redirecting.url("simple.onnx"), tmp_path / "m", web.env)
+        result = fetch_model(redirecting.url("simple.onnx"), tmp_path / "m", web.env)
     finally:
         redirecting.stop()
     assert result.returncode == 0, result.stderr
@@ -199,7 +194,9 @@ def test_the_gcs_client_refuses_a_redirect_from_https_to_http(
     env = {**CLEAN_ENV, "STORAGE_EMULATOR_HOST": redirecting.url().rstrip("/"),
            "REQUESTS_CA_BUNDLE": str(web.authority.cert)}  # fmt: skip
     try:
-        line = failure_line(fetch("gs://models/repo", tmp_path / "m", env), "gs://models/repo")
+        line = failure_line(
+            fetch_model("gs://models/repo", tmp_path / "m", env), "gs://models/repo"
+        )
     finally:
         redirecting.stop()
     assert "refused a redirect from https to http://" in line

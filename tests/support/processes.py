@@ -51,3 +51,12 @@ class RedisProcess(processes.RedisServer):
 
 def openssl(*args: str, cwd: Path) -> None:
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def fetch_model(
+    uri: str, into: Path, env: dict[str, str], *extra: str
+) -> subprocess.CompletedProcess[str]:
+    """``cachefleet fetch-model URI INTO --model-name simple [extra]``, as the init container
+    runs it, with ``env`` as its whole environment; its output captured."""
+    command = [*CACHEFLEET, "fetch-model", uri, str(into), "--model-name", "simple", *extra]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
