@@ -108,10 +108,27 @@ class TritonInferenceCounters(TritonCounters):
         EXEC_COUNT: "Number of model executions performed (cache hits not included)",
     }
 
+    def __init__(self, requests: RequestCounters) -> None:
+        super().__init__()
+        #: Where the request outcomes are counted (by HTTP status): Triton's success and
+        #: failure counts are read from them at scrape, so a request writes them once.
+        self._requests = requests
+
     def executed(self, model: str, version: str, rows: int) -> None:
         with self._lock:
             self._values[self.COUNT][(model, version)] += rows
             self._values[self.EXEC_COUNT][(model, version)] += 1
+
+    def collect(self) -> Iterator[Metric]:
+        outcomes = self._requests.outcomes()
+        with self._lock:
+            for name, kind in ((self.SUCCESS, 0), (self.FAILURE, 1)):
+                values = self._values[name]
+                values.clear()
+                for labels, counts in outcomes.items():
+                    if counts[kind]:
+                        values[labels] = float(counts[kind])
+        yield from super().collect()
 
 
 class RequestSeries:
@@ -174,6 +191,15 @@ class RequestCounters(Collector):
             series = self._series[key] = RequestSeries()
         return series
 
+    def outcomes(self) -> dict[tuple[str, str], tuple[int, int]]:
+        """Per model version, the requests answered 200 and those answered anything else."""
+        with self.lock:
+            answered = [(labels, dict(series.codes)) for labels, series in self._series.items()]
+        return {
+            labels: (codes.get("200", 0), sum(codes.values()) - codes.get("200", 0))
+            for labels, codes in answered
+        }
+
     def collect(self) -> Iterator[Metric]:
         with self.lock:
             rows = [
@@ -189,15 +215,111 @@ class RequestCounters(Collector):
         for labels, in_flight, codes, buckets, total_s in rows:
             for code, count in codes.items():
                 requests.add_metric([*labels, code], count)
-            cumulative, running = [], 0
-            for bound, count in zip(_LATENCY_BUCKET_LABELS, buckets, strict=True):
-                running += count
-                cumulative.append((bound, running))
-            seconds.add_metric(list(labels), cumulative, total_s)
+            seconds.add_metric(list(labels), _cumulative(buckets), total_s)
             pending.add_metric(list(labels), in_flight)
         yield requests
         yield seconds
         yield pending
+
+
+def _cumulative(buckets: list[int]) -> list[tuple[str, int]]:
+    """Per-bucket counts (the last past every bound) as a histogram's cumulative ``le`` pairs."""
+    cumulative, running = [], 0
+    for bound, count in zip(_LATENCY_BUCKET_LABELS, buckets, strict=True):
+        running += count
+        cumulative.append((bound, running))
+    return cumulative
+
+
+class PlainCounter:
+    """One labelled counter as a plain number under its family's one lock: what a
+    prometheus-client child's ``inc`` does, without a lock object per child."""
+
+    __slots__ = ("_lock", "value")
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self._lock = lock
+        self.value = 0.0
+
+    def inc(self, amount: float = 1.0) -> None:
+        with self._lock:
+            self.value += amount
+
+
+class PlainHistogram:
+    """One labelled latency histogram (the ``_LATENCY_BUCKETS_S`` bounds) as plain numbers
+    under its family's one lock. prometheus-client's ``observe`` walks the bounds in Python and
+    takes a lock per bucket and one for the sum; this is one bisection and one lock."""
+
+    __slots__ = ("_lock", "buckets", "sum")
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self._lock = lock
+        #: Observations per bucket, the last one past every bound.
+        self.buckets = [0] * (len(_LATENCY_BUCKETS_S) + 1)
+        self.sum = 0.0
+
+    def observe(self, amount: float) -> None:
+        with self._lock:
+            self.buckets[bisect_left(_LATENCY_BUCKETS_S, amount)] += 1
+            self.sum += amount
+
+
+class CacheLookupCounters(Collector):
+    """``cachefleet_cache_hits_total`` and ``cachefleet_cache_lookup_seconds``, by model,
+    version and tier, kept in plain numbers (:class:`PlainCounter`, :class:`PlainHistogram`)
+    and turned into metrics at scrape.
+
+    Why: every cache hit writes both, the local ones among the cheapest answers the server
+    gives; prometheus-client's children cost about 3 microseconds for the pair (a lock per
+    bucket walked), these a fraction of one. Children are made when a model version is first
+    bound (``cache.metrics``) and exported from then on, zero or not, as prometheus-client
+    exports a labelled child."""
+
+    HITS = "cachefleet_cache_hits"
+    LOOKUP = "cachefleet_cache_lookup_seconds"
+    #: name -> (type, help, labels), as :attr:`RequestCounters.FAMILIES`.
+    FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
+        HITS: ("counter", "Response cache hits.", (*_MODEL, "tier")),
+        LOOKUP: ("histogram", "Time to look a request up, by tier.", (*_MODEL, "tier")),
+    }
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self._hits: dict[tuple[str, str, str], PlainCounter] = {}
+        self._lookups: dict[tuple[str, str, str], PlainHistogram] = {}
+
+    def hits(self, model: str, version: str, tier: str) -> PlainCounter:
+        """The hit counter of one model version's tier, made on first use."""
+        with self.lock:
+            made = self._hits.get((model, version, tier))
+            if made is None:
+                made = self._hits[(model, version, tier)] = PlainCounter(self.lock)
+            return made
+
+    def lookup(self, model: str, version: str, tier: str) -> PlainHistogram:
+        """The lookup-time histogram of one model version's tier, made on first use."""
+        with self.lock:
+            made = self._lookups.get((model, version, tier))
+            if made is None:
+                made = self._lookups[(model, version, tier)] = PlainHistogram(self.lock)
+            return made
+
+    def collect(self) -> Iterator[Metric]:
+        with self.lock:
+            hits = [(labels, counter.value) for labels, counter in self._hits.items()]
+            lookups = [
+                (labels, list(each.buckets), each.sum) for labels, each in self._lookups.items()
+            ]
+        (_, hits_help, labels), (_, lookup_help, _) = self.FAMILIES.values()
+        hit_family = CounterMetricFamily(self.HITS, hits_help, labels=labels)
+        for names, value in hits:
+            hit_family.add_metric(list(names), value)
+        lookup_family = HistogramMetricFamily(self.LOOKUP, lookup_help, labels=labels)
+        for names, buckets, total_s in lookups:
+            lookup_family.add_metric(list(names), _cumulative(buckets), total_s)
+        yield hit_family
+        yield lookup_family
 
 
 class RuntimeMetrics:
@@ -213,9 +335,9 @@ class RuntimeMetrics:
             "cachefleet_inference_seconds", "Model execution time (cache misses only).",
             _MODEL, buckets=_LATENCY_BUCKETS_S, registry=r,
         )  # fmt: skip
-        self.cache_hits = Counter(
-            "cachefleet_cache_hits", "Response cache hits.", (*_MODEL, "tier"), registry=r
-        )
+        #: ``cachefleet_cache_hits_total`` and ``cachefleet_cache_lookup_seconds``.
+        self.cache_lookups = CacheLookupCounters()
+        r.register(self.cache_lookups)
         self.cache_misses = Counter(
             "cachefleet_cache_misses", "Response cache misses (model executed).", _MODEL, registry=r
         )
@@ -238,10 +360,6 @@ class RuntimeMetrics:
             "cachefleet_cache_errors",
             "Cache faults by tier and kind (timeout, connection, oom, corrupt, ...).",
             ("tier", "kind"), registry=r,
-        )  # fmt: skip
-        self.cache_lookup_seconds = Histogram(
-            "cachefleet_cache_lookup_seconds", "Time to look a request up, by tier.",
-            (*_MODEL, "tier"), buckets=_LATENCY_BUCKETS_S, registry=r,
         )  # fmt: skip
         self.cache_local_bytes = Gauge(
             "cachefleet_cache_local_bytes", "Bytes held by the in-process tier.", registry=r
@@ -291,5 +409,5 @@ class RuntimeMetrics:
         )  # fmt: skip
         self.triton = TritonCacheCounters()
         r.register(self.triton)
-        self.inference = TritonInferenceCounters()
+        self.inference = TritonInferenceCounters(self.requests)
         r.register(self.inference)

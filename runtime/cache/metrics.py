@@ -1,7 +1,8 @@
 """The cache's metric children (counters and histograms) per model version, bound once.
 
 ``Counter.labels(...)`` costs a lock and a dict lookup per call; a local hit would pay it four
-times. Binding each model version's children once keeps the hit path to plain increments. The
+times. Binding each model version's children once keeps the hit path to plain increments (the
+hits and lookup times are the runtime's own plain numbers: ``metrics.CacheLookupCounters``). The
 children labelled ``tier`` are bound for every tier of ``admission.TIERS`` and read by the
 tier's ``name``, so a new tier needs no field here.
 """
@@ -10,10 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter
 
 from cachefleet.runtime.cache.admission import TIERS
-from cachefleet.runtime.metrics import RuntimeMetrics
+from cachefleet.runtime.metrics import PlainCounter, PlainHistogram, RuntimeMetrics
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,13 +24,13 @@ class ModelCacheMetrics:
     model: str
     version: str
     #: By tier name, as the rest below.
-    hits: dict[str, Counter]
+    hits: dict[str, PlainCounter]
     misses: Counter
     bypass: Counter
     coalesced: Counter
     inserts: dict[str, Counter]
     insert_dropped: Counter
-    lookup: dict[str, Histogram]
+    lookup: dict[str, PlainHistogram]
     row_hits: dict[str, Counter]
     row_misses: Counter
     row_coalesced: Counter
@@ -54,13 +55,13 @@ class CacheMetrics:
         return ModelCacheMetrics(
             model=model,
             version=version,
-            hits={tier: m.cache_hits.labels(*labels, tier) for tier in TIERS},
+            hits={tier: m.cache_lookups.hits(*labels, tier) for tier in TIERS},
             misses=m.cache_misses.labels(*labels),
             bypass=m.cache_bypass.labels(*labels),
             coalesced=m.cache_coalesced.labels(*labels),
             inserts={tier: m.cache_inserts.labels(*labels, tier) for tier in TIERS},
             insert_dropped=m.cache_insert_dropped.labels(*labels),
-            lookup={tier: m.cache_lookup_seconds.labels(*labels, tier) for tier in TIERS},
+            lookup={tier: m.cache_lookups.lookup(*labels, tier) for tier in TIERS},
             row_hits={tier: m.cache_row_hits.labels(*labels, tier) for tier in TIERS},
             row_misses=m.cache_row_misses.labels(*labels),
             row_coalesced=m.cache_row_coalesced.labels(*labels),

@@ -67,7 +67,7 @@ from cachefleet.runtime.cache.metrics import CacheMetrics, ModelCacheMetrics
 from cachefleet.runtime.cache.singleflight import SingleFlight
 from cachefleet.runtime.cache.tier import Found, Tier, flushed
 from cachefleet.runtime.cache.writebehind import WriteBehind
-from cachefleet.runtime.metrics import RuntimeMetrics
+from cachefleet.runtime.metrics import PlainCounter, RuntimeMetrics
 from cachefleet.runtime.tensor import Tensor
 
 if TYPE_CHECKING:  # redis-py is imported only by servers that use Redis (see factory.py)
@@ -353,7 +353,7 @@ class ReadThroughCache:
         found: Found,
         since: float,
         started: float,
-        hits: dict[str, Counter],
+        hits: dict[str, Counter] | dict[str, PlainCounter],
     ) -> _Outcome:
         """An answer another replica computed while this one waited for its turn: a hit of
         the shared tier (``hits``: the request's counters or the row counters), promoted."""

@@ -32,7 +32,7 @@ from typing import Any, TypeVar, cast
 import grpc
 
 from cachefleet.runtime.cache.api import CacheDirectives, CacheStatus
-from cachefleet.runtime.cache.memo import MemoEntry, ResponseMemo, grpc_digest
+from cachefleet.runtime.cache.memo import MemoEntry, MemoKey, ResponseMemo
 from cachefleet.runtime.composition import Runtime
 from cachefleet.runtime.errors import ServingError
 from cachefleet.runtime.grpc.decode import decode_infer_request, request_cost
@@ -65,16 +65,16 @@ class Inference:
     def ModelInfer(self, message: bytes, context: grpc.ServicerContext) -> bytes | None:
         started_ns = time.perf_counter_ns()
         metadata = context.invocation_metadata()
-        digest = None
+        memo_key = None
         if self._memo is not None and not any(key == _CACHE_CONTROL for key, _ in metadata or ()):
-            digest = grpc_digest(message)
-            body = self._memoized(self._memo, digest, started_ns)
+            memo_key = self._memo.grpc_key(message)
+            body = self._memoized(self._memo, memo_key, started_ns)
             if body is not None:
                 context.set_trailing_metadata(_HIT_LOCAL)
                 return body
         request = parsed(service_pb2.ModelInferRequest, message)
         answered: bytes | None = self._bridge.call(
-            lambda request, stand_in: self._infer(request, digest, stand_in), request, context
+            lambda request, stand_in: self._infer(request, memo_key, stand_in), request, context
         )
         return answered
 
@@ -124,18 +124,18 @@ class Inference:
             budget.leave(cost)
 
     @translated
-    async def _infer(self, request: Any, digest: bytes | None, context: LoopContext) -> bytes:
-        """``ModelInfer`` on the loop: encoded, and memoized when ``digest`` is given."""
+    async def _infer(self, request: Any, memo_key: MemoKey | None, context: LoopContext) -> bytes:
+        """``ModelInfer`` on the loop: encoded, and memoized when ``memo_key`` is given."""
 
         def render(answer: InferAnswer) -> tuple[bytes, str]:
             body: bytes = encode_infer_response(answer).SerializeToString()
             token = answer.local_entry
-            if digest is not None and token is not None and not _uses_shared_memory(request):
-                assert self._memo is not None  # a digest is made only with a memo
+            if memo_key is not None and token is not None and not _uses_shared_memory(request):
+                assert self._memo is not None  # a key is made only with a memo
                 entry = MemoEntry(
                     body, answer.model, token, request.model_name, request.model_version
                 )
-                self._memo.insert(digest, entry)
+                self._memo.insert(memo_key, entry)
             return body, answer.cache_status.value
 
         directives = directives_of(context.invocation_metadata())
@@ -143,10 +143,10 @@ class Inference:
         context.set_trailing_metadata((("x-cache", status),))
         return body
 
-    def _memoized(self, memo: ResponseMemo, digest: bytes, started_ns: int) -> bytes | None:
-        """The memoized answer for ``digest``, written down in the ledger, while its model and
-        local entry live; else None (and a stale entry is dropped)."""
-        found = memo.lookup(digest)
+    def _memoized(self, memo: ResponseMemo, key: MemoKey, started_ns: int) -> bytes | None:
+        """The memoized answer to ``key``'s request, written down in the ledger, while its
+        model and local entry live; else None (and a stale entry is dropped)."""
+        found = memo.lookup(key)
         if found is None:
             return None
         # In flight first, so that an unload waits for it; then the model is checked. The memo
@@ -159,7 +159,7 @@ class Inference:
         confirmed_ns = found.token.confirm(started_ns) if found.model is model else None
         if confirmed_ns is None:
             self._ledger.abandoned(passage)
-            memo.delete(digest)  # stale: its entry or its model is gone
+            memo.delete(key)  # stale: its entry or its model is gone
             return None
         passage.cache_status = CacheStatus.HIT_LOCAL
         passage.cache_ns = confirmed_ns - started_ns

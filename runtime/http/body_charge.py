@@ -55,10 +55,13 @@ class BodyCharge:
     def opening_cost(self) -> int:
         """What the request takes when it enters. PayloadTooLargeError when its declared body
         (as received: a compressed one may only grow) could never fit the whole budget."""
-        cost = self._cost(self._ceiling if self._declared else self.covered, 0)
-        if cost > self._budget.max_bytes:
-            raise self._budget.over_budget(cost)
-        return self._cost(self.covered, 0)
+        opening = self._cost(self.covered, 0)
+        whole = opening
+        if self._declared and self._ceiling != self.covered:
+            whole = self._cost(self._ceiling, 0)
+        if whole > self._budget.max_bytes:
+            raise self._budget.over_budget(whole)
+        return opening
 
     async def cover(self, size: int) -> None:
         """The body has reached ``size`` bytes, more than :attr:`covered`: pay for them and the

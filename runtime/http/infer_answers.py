@@ -16,10 +16,10 @@ tier for a model there are no local hits of it, and nothing of it is memoized.
 
 from __future__ import annotations
 
-from blake3 import blake3
+import xxhash
 
 from cachefleet.runtime.cache.api import CacheStatus
-from cachefleet.runtime.cache.memo import MemoEntry, ResponseMemo, http_hasher
+from cachefleet.runtime.cache.memo import MemoEntry, MemoKey, ResponseMemo
 from cachefleet.runtime.composition import Runtime
 from cachefleet.runtime.errors import ServingError
 from cachefleet.runtime.http.infer_codec import (
@@ -42,19 +42,22 @@ class ServiceAnswers:
         self._service = service
         self._shared_memory = shared_memory
 
-    def hasher(self, head: InferHead) -> blake3 | None:
+    def hasher(self, head: InferHead) -> xxhash.xxh3_128 | None:
         """A hasher to feed the body to when the memo may answer ``head``'s request."""
         return None
 
-    def memoized(self, head: InferHead, digest: bytes, started_ns: int) -> MemoEntry | None:
-        """The memoized answer for ``digest``, counted; None, nothing counted, when there is
+    def memoized(
+        self, head: InferHead, digest: bytes, body: bytes, started_ns: int
+    ) -> tuple[MemoEntry | None, MemoKey | None]:
+        """The memoized answer to ``head``'s request with ``body`` (whose hasher gave
+        ``digest``), counted, and the request's memo key; None, nothing counted, when there is
         none (``started_ns``: ``time.perf_counter_ns()`` when the body was in)."""
-        return None
+        return None, None
 
     async def answer(
-        self, head: InferHead, body: bytes, on_wait: OnWait, digest: bytes | None
+        self, head: InferHead, body: bytes, on_wait: OnWait, key: MemoKey | None
     ) -> InferOutcome:
-        """The service's answer, rendered (``digest``: the body's, when it was hashed)."""
+        """The service's answer, rendered (``key``: the request's memo key, when it has one)."""
         decode = await self._decoder(head, body)
         return await self._service.answer(
             head.model, head.version, decode, render, head.directives, on_wait, transport="http"
@@ -87,15 +90,18 @@ class MemoizedAnswers(ServiceAnswers):
         self.memo = memo
         self._ledger = ledger
 
-    def hasher(self, head: InferHead) -> blake3 | None:
+    def hasher(self, head: InferHead) -> xxhash.xxh3_128 | None:
         if not head.memo:
             return None
-        return http_hasher(head.model, head.version, head.header_length)
+        return self.memo.http_hasher(head.model, head.version, head.header_length)
 
-    def memoized(self, head: InferHead, digest: bytes, started_ns: int) -> MemoEntry | None:
-        found = self.memo.lookup(digest)
+    def memoized(
+        self, head: InferHead, digest: bytes, body: bytes, started_ns: int
+    ) -> tuple[MemoEntry | None, MemoKey | None]:
+        key = self.memo.http_key(digest, head.model, head.version, head.header_length, body)
+        found = self.memo.lookup(key)
         if found is None:
-            return None
+            return None, key
         # Resolved now, with the body in: an unload or reload may have come while it arrived.
         try:
             model = self._service.model(head.model, head.version)
@@ -103,23 +109,22 @@ class MemoizedAnswers(ServiceAnswers):
             model = None  # its own path refuses it, and counts the failure
         now_ns = found.token.confirm(started_ns) if found.model is model else None
         if model is None or now_ns is None:
-            self.memo.delete(digest)  # stale: its entry or its model is gone
-            return None
+            self.memo.delete(key)  # stale: its entry or its model is gone
+            return None, key
         passage = self._ledger.open(model, "http", started_ns)
         passage.cache_status, passage.cache_ns = CacheStatus.HIT_LOCAL, now_ns - started_ns
         self._ledger.succeeded(passage)
-        return found
+        return found, key
 
     async def answer(
-        self, head: InferHead, body: bytes, on_wait: OnWait, digest: bytes | None
+        self, head: InferHead, body: bytes, on_wait: OnWait, key: MemoKey | None
     ) -> InferOutcome:
-        """The service's answer, memoized under ``digest`` when it was a local hit (from the
+        """The service's answer, memoized under ``key`` when it was a local hit (from the
         second sighting on: a one-off request costs nothing more) and its inputs and outputs
         are all in its body and answer (no shared memory)."""
-        if digest is None:
-            return await super().answer(head, body, on_wait, digest)
+        if key is None:
+            return await super().answer(head, body, on_wait, key)
         decode = await self._decoder(head, body)
-        key = digest
 
         def memoizing(answer: InferAnswer) -> InferOutcome:
             outcome = render(answer)

@@ -17,7 +17,7 @@ import time
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from cachefleet.runtime.cache.memo import MemoEntry
+from cachefleet.runtime.cache.memo import MemoKey
 from cachefleet.runtime.composition import Runtime, RuntimeSlot
 from cachefleet.runtime.errors import ServingError
 from cachefleet.runtime.http.body import ClientGoneError, inflate, joined, receive_parts
@@ -31,6 +31,8 @@ from cachefleet.runtime.http.infer_request import InferHead
 from cachefleet.runtime.http.restricted import RestrictedApiError
 
 _JSON = b"application/json"
+_START = "http.response.start"
+_BODY = "http.response.body"
 
 
 class InferEndpoint:
@@ -94,21 +96,25 @@ class InferEndpoint:
             parts = await receive_parts(
                 receive, head.declared, self._limit, hasher if plain else None, charge
             )
-            body = None
-            if not plain:
+            if plain:
+                body = joined(parts)
+            else:
                 body = await inflate(parts, head.encoding or "", self._limit, charge)
-            digest = None
+            key = None
             if hasher is not None:
-                if body is not None:
+                if not plain:
                     hasher.update(body)
                 started_ns = time.perf_counter_ns()
-                digest = hasher.digest()
-                found = answers.memoized(head, digest, started_ns)
+                found, key = answers.memoized(head, hasher.digest(), body, started_ns)
                 if found is not None:
-                    await _send_memoized(send, found, head.accept)
+                    headers = found.headers or []
+                    if head.accept is None:
+                        await send({"type": _START, "status": 200, "headers": headers})
+                        await send({"type": _BODY, "body": found.body})
+                    else:  # compressed per request: the memo holds the plain answer
+                        length = header_length_of(headers)
+                        await _send_answer(send, found.body, length, "hit-local", head.accept)
                     return
-            if body is None:
-                body = joined(parts)
             if head.bad_header is not None:
                 raise head.bad_header
         except ClientGoneError:
@@ -116,7 +122,7 @@ class InferEndpoint:
         except ServingError as error:
             await refuse(send, head, error)
             return
-        await self._answer(head, scope, receive, send, answers, body, digest)
+        await self._answer(head, scope, receive, send, answers, body, key)
 
     async def _answer(
         self,
@@ -126,7 +132,7 @@ class InferEndpoint:
         send: Send,
         answers: ServiceAnswers,
         body: bytes,
-        digest: bytes | None,
+        key: MemoKey | None,
     ) -> None:
         """Everything but a memoized answer: the service's whole path, with a watch for the
         client hanging up once the request waits for a model."""
@@ -142,7 +148,7 @@ class InferEndpoint:
             watch.start()
 
         try:
-            outcome = await answers.answer(head, body, on_wait, digest)
+            outcome = await answers.answer(head, body, on_wait, key)
         except asyncio.CancelledError:
             if watch is None or not watch.absorb():
                 raise
@@ -156,15 +162,6 @@ class InferEndpoint:
         await _send_answer(
             send, outcome.body, outcome.header_length, outcome.cache_status.value, head.accept
         )
-
-
-async def _send_memoized(send: Send, found: MemoEntry, accept: str | None) -> None:
-    headers = found.headers or []
-    if accept is not None:  # compressed per request: the memo holds the plain answer
-        await _send_answer(send, found.body, header_length_of(headers), "hit-local", accept)
-        return
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
-    await send({"type": "http.response.body", "body": found.body})
 
 
 async def _send_answer(

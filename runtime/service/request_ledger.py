@@ -6,8 +6,8 @@ opens a :class:`Passage` when its model is resolved and closes it with :meth:`su
 
 - in flight: the model's count (``in_flight``), which an unload waits on, and the gauge
   ``cachefleet_queue_pending`` (what autoscaling on ``queue`` reads);
-- metrics: ``cachefleet_requests_total{code}``, ``cachefleet_request_seconds`` and Triton's
-  ``nv_inference_request_success`` / ``_failure``;
+- metrics: ``cachefleet_requests_total{code}`` and ``cachefleet_request_seconds`` (Triton's
+  ``nv_inference_request_success`` / ``_failure`` are read from the codes at scrape);
 - statistics (Triton's extension, see ``statistics``): ``success`` (and ``queue.count``, cache
   hits included) or ``fail`` with the request's duration, and ``cache_hit`` (the lookup's time)
   or ``cache_miss`` (the cache's time minus the model's) from the passage's cache outcome. Model
@@ -36,14 +36,26 @@ from dataclasses import dataclass
 
 from cachefleet.runtime.cache.api import CacheStatus
 from cachefleet.runtime.errors import ServingError
-from cachefleet.runtime.metrics import RuntimeMetrics
-from cachefleet.runtime.metrics import TritonInferenceCounters as TRITON
+from cachefleet.runtime.metrics import RequestSeries, RuntimeMetrics
 from cachefleet.runtime.models.types import Model
 from cachefleet.runtime.service.in_flight import InFlight
-from cachefleet.runtime.service.statistics import StatisticsRegistry
+from cachefleet.runtime.service.statistics import ModelStatistics, StatisticsRegistry
 
 _HITS = (CacheStatus.HIT_LOCAL, CacheStatus.HIT_REDIS)
 _MISSES = (CacheStatus.MISS, CacheStatus.PARTIAL)
+
+
+class _Figures:
+    """What a request of one model version writes, bound once: its request figures and its
+    statistics (looked up by name and version for every request, they cost more than the
+    writes). Bound again when the statistics are dropped (an unload or reload)."""
+
+    __slots__ = ("name", "series", "stats")
+
+    def __init__(self, name: str, series: RequestSeries, stats: ModelStatistics) -> None:
+        self.name = name
+        self.series = series
+        self.stats = stats
 
 
 @dataclass(slots=True)
@@ -55,6 +67,8 @@ class Passage:
     transport: str
     #: ``time.perf_counter_ns()`` when the request started (its body in).
     started_ns: int
+    #: Its model version's figures, bound when it opened.
+    figures: _Figures
     #: How the cache answered; None until it did (or when the request failed before).
     cache_status: CacheStatus | None = None
     #: Nanoseconds in the cache's ``get_or_compute`` (the model's run included).
@@ -69,36 +83,36 @@ class RequestLedger:
     def __init__(
         self, metrics: RuntimeMetrics, statistics: StatisticsRegistry, in_flight: InFlight
     ) -> None:
-        self._metrics = metrics
         self.statistics = statistics
         self.in_flight = in_flight
         self._requests = metrics.requests
         #: Held by each write: requests are written down from the loop and the gRPC threads.
         #: It is the request figures' own lock, so their few numbers need no other.
         self._lock = metrics.requests.lock
+        self._bound: dict[tuple[str, str], _Figures] = {}
 
     def open(self, model: Model, transport: str, started_ns: int) -> Passage:
         """Start a request's passage: it is in flight until closed. No await may come between
         the model's resolution and this call, or an unload could slip between them (off the
         loop: open first, then check that the model still resolves to ``model``)."""
         with self._lock:
-            self.in_flight.enter(model.name)
-            self._requests.of(model.name, model.version).pending += 1
-        return Passage(model, transport, started_ns)
+            figures = self._figures(model)
+            self.in_flight.enter(figures.name)
+            figures.series.pending += 1
+        return Passage(model, transport, started_ns, figures)
 
     def succeeded(self, passage: Passage) -> int:
         """Close an answered request; returns the ``perf_counter_ns()`` it closed at."""
         now_ns = time.perf_counter_ns()
-        model = passage.model
         elapsed_ns = now_ns - passage.started_ns
         status = passage.cache_status
+        figures = passage.figures
         with self._lock:
-            self.in_flight.leave(model.name)
-            series = self._requests.of(model.name, model.version)
+            self.in_flight.leave(figures.name)
+            series = figures.series
             series.pending -= 1
             series.answered("200", elapsed_ns / 1e9)
-            self._metrics.inference.add(TRITON.SUCCESS, model.name, model.version)
-            stats = self.statistics.for_version(model.name, model.version)
+            stats = figures.stats
             stats.record_success(elapsed_ns)
             if status in _HITS:
                 stats.record_cache_hit(passage.cache_ns)
@@ -108,20 +122,28 @@ class RequestLedger:
 
     def failed(self, passage: Passage, error: ServingError) -> None:
         """Close a refused or failed request."""
-        model = passage.model
         elapsed_ns = time.perf_counter_ns() - passage.started_ns
         code = str(error.status_code)
+        figures = passage.figures
         with self._lock:
-            self.in_flight.leave(model.name)
-            self._metrics.inference.add(TRITON.FAILURE, model.name, model.version)
-            series = self._requests.of(model.name, model.version)
-            series.pending -= 1
-            series.answered(code, elapsed_ns / 1e9)
-            self.statistics.for_version(model.name, model.version).record_failure(elapsed_ns)
+            self.in_flight.leave(figures.name)
+            figures.series.pending -= 1
+            figures.series.answered(code, elapsed_ns / 1e9)
+            figures.stats.record_failure(elapsed_ns)
 
     def abandoned(self, passage: Passage) -> None:
         """Close a request that neither succeeded nor was refused (cancelled, or a bug, which
         the transport reports): no longer in flight, counted nowhere."""
         with self._lock:
-            self.in_flight.leave(passage.model.name)
-            self._requests.of(passage.model.name, passage.model.version).pending -= 1
+            self.in_flight.leave(passage.figures.name)
+            passage.figures.series.pending -= 1
+
+    def _figures(self, model: Model) -> _Figures:
+        """``model``'s figures (under the lock), bound on first use and after its statistics
+        were dropped."""
+        key = (model.name, model.version)
+        figures = self._bound.get(key)
+        if figures is None or figures.stats.retired:
+            stats = self.statistics.for_version(*key)
+            figures = self._bound[key] = _Figures(key[0], self._requests.of(*key), stats)
+        return figures

@@ -92,6 +92,8 @@ class ModelStatistics:
     cache_hit: Duration = field(default_factory=Duration)
     cache_miss: Duration = field(default_factory=Duration)
     batches: dict[int, _BatchDurations] = field(default_factory=dict)
+    #: Set when the registry drops them (an unload or reload): whoever bound them binds anew.
+    retired: bool = False
 
     def record_success(self, duration_ns: int) -> None:
         """One request answered (hit, miss or bypass); ``duration_ns``: its time in the server."""
@@ -183,7 +185,9 @@ class StatisticsRegistry:
     def forget(self, name: str) -> None:
         """Drop every version of ``name`` (it was unloaded)."""
         for key in [key for key in list(self._models) if key[0] == name]:
-            self._models.pop(key, None)
+            dropped = self._models.pop(key, None)
+            if dropped is not None:
+                dropped.retired = True
         if self._admission is not None:
             self._admission.forget(name)
 

@@ -1,5 +1,6 @@
-"""The answer memo: digests that separate what renders differently (and the transports), an
-LRU bounded by bytes, counted, flushed and forgotten per model."""
+"""The answer memo: an entry answers only the exact request it was kept for (the digest only
+finds it), digests that separate what renders differently (and the transports), an LRU bounded
+by bytes (answers and the requests they answer), counted, flushed and forgotten per model."""
 
 from __future__ import annotations
 
@@ -13,9 +14,8 @@ from cachefleet.runtime.cache.local import LocalTier
 from cachefleet.runtime.cache.memo import (
     ENTRY_OVERHEAD_BYTES,
     MemoEntry,
+    MemoKey,
     ResponseMemo,
-    grpc_digest,
-    http_hasher,
 )
 from cachefleet.runtime.cache.tier import TierFigures
 from cachefleet.runtime.models.types import ModelConfig
@@ -40,11 +40,18 @@ class FakeModel:
         raise NotImplementedError
 
 
-def request_digest(model: FakeModel, body: bytes, header_length: int | None) -> bytes:
+def request_digest_of(
+    memo: ResponseMemo, model: FakeModel, body: bytes, header_length: int | None
+) -> bytes:
     """The digest of a whole body at hand, as the server computes it piece by piece."""
-    hasher = http_hasher(model.name, model.version, header_length)
+    hasher = memo.http_hasher(model.name, model.version, header_length)
     hasher.update(body)
     return hasher.digest()
+
+
+def tagged(tag: bytes) -> MemoKey:
+    """A key whose request is ``tag`` itself (a digest is whatever finds the entry)."""
+    return MemoKey(tag, tag, len(tag))
 
 
 KEY = CacheKey("m", "1", bytes(32))
@@ -58,6 +65,11 @@ def token(key: CacheKey = KEY, identity: object | None = None) -> LocalEntryToke
 def test_digests_separate_models_versions_header_lengths_and_bodies() -> None:
     m1, m2, v2 = FakeModel("m"), FakeModel("n"), FakeModel("m", "2")
     body = b'{"inputs": []}'
+    memo = ResponseMemo(1 << 20)
+
+    def request_digest(model: FakeModel, body: bytes, header_length: int | None) -> bytes:
+        return request_digest_of(memo, model, body, header_length)
+
     digests = {
         request_digest(m1, body, None),
         request_digest(m2, body, None),
@@ -76,42 +88,78 @@ def test_digests_separate_models_versions_header_lengths_and_bodies() -> None:
 
 def test_the_memo_is_an_lru_bounded_by_bytes() -> None:
     response = b"x" * 100
-    size = ENTRY_OVERHEAD_BYTES + len(response)
+    size = ENTRY_OVERHEAD_BYTES + len(response) + 1  # and the one-byte request it answers
     memo = ResponseMemo(3 * size)
     model = FakeModel("m")
     for index in range(3):
-        memo.insert(bytes([index]), MemoEntry(response, model, token(), "m", ""))
-    assert memo.lookup(bytes([0])) is not None  # 0 is now the most recently used
+        memo.insert(tagged(bytes([index])), MemoEntry(response, model, token(), "m", ""))
+    assert memo.lookup(tagged(bytes([0]))) is not None  # 0 is now the most recently used
     memo.insert(
-        bytes([3]), MemoEntry(response, model, token(), "m", "1", [(b"x-cache", b"hit-local")])
+        tagged(bytes([3])),
+        MemoEntry(response, model, token(), "m", "1", [(b"x-cache", b"hit-local")]),
     )
 
-    assert memo.lookup(bytes([1])) is None
-    assert [memo.lookup(bytes([i])) is not None for i in (0, 2, 3)] == [True, True, True]
+    assert memo.lookup(tagged(bytes([1]))) is None
+    assert [memo.lookup(tagged(bytes([i]))) is not None for i in (0, 2, 3)] == [True] * 3
     assert memo.figures().bytes == 3 * size <= memo.max_bytes
-    found = memo.lookup(bytes([3]))
+    found = memo.lookup(tagged(bytes([3])))
     assert found is not None
     assert (found.body, found.name, found.version) == (response, "m", "1")
     assert found.headers == [(b"x-cache", b"hit-local")]
 
-    assert not memo.insert(b"big", MemoEntry(b"y" * (3 * size), model, token(), "m", ""))
-    assert memo.lookup(b"big") is None
+    assert not memo.insert(tagged(b"big"), MemoEntry(b"y" * (3 * size), model, token(), "m", ""))
+    assert memo.lookup(tagged(b"big")) is None
     assert len(memo) == 3
-    memo.delete(bytes([0]))
+    memo.delete(tagged(bytes([0])))
     assert memo.figures().bytes == 2 * size
     # 5 lookups found an entry, one of which its caller gave back as stale (a miss); 2 found
     # none.
     assert memo.figures() == TierFigures(2, 2 * size, hits=4, misses=3, evictions=1)
 
 
+def test_an_entry_answers_only_the_request_it_was_kept_for() -> None:
+    """Two requests under one digest (a collision, however made): each is answered only with
+    its own entry, never the other's; the entry is charged for the request it keeps."""
+    memo = ResponseMemo(1 << 20)
+    model = FakeModel("m")
+    body = b"\x00" * 1000
+    kept = MemoKey(b"d" * 16, ("m", None, 12, body), len(body))
+    assert memo.insert(kept, MemoEntry(b"answer", model, token(), "m", ""))
+    assert memo.figures().bytes == ENTRY_OVERHEAD_BYTES + len(b"answer") + len(body)
+    for other in (
+        ("m", None, 12, body[:-1] + b"\x01"),  # one byte of the body
+        ("m", None, 13, body),  # the header length
+        ("m", "1", 12, body),  # a version named where the entry's was not
+        ("n", None, 12, body),  # the model
+    ):
+        stranger = MemoKey(kept.digest, other, len(body))
+        assert memo.lookup(stranger) is None
+        memo.delete(stranger)  # a stranger cannot drop the entry either
+    assert memo.lookup(MemoKey(kept.digest, body, len(body))) is None  # a gRPC message
+    found = memo.lookup(MemoKey(kept.digest, ("m", None, 12, bytes(body)), len(body)))
+    assert found is not None
+    assert found.body == b"answer"
+    assert memo.figures() == TierFigures(1, memo.figures().bytes, hits=1, misses=5, evictions=0)
+
+
+def test_each_memo_draws_its_own_digest_seed() -> None:
+    """Nobody outside the process can aim two requests at one digest: the seed is the
+    memo's own (the comparison would refuse the stranger anyway)."""
+    message = b"\n\x06simple"
+    first, second = ResponseMemo(1 << 20), ResponseMemo(1 << 20)
+    assert first.grpc_key(message).digest != second.grpc_key(message).digest
+    assert first.grpc_key(message) == first.grpc_key(message)
+
+
 def test_a_body_hashed_in_pieces_has_the_digest_of_the_whole() -> None:
+    memo = ResponseMemo(1 << 20)
     body = bytes(range(256)) * 40
-    hasher = http_hasher("m", "1", 12)
+    hasher = memo.http_hasher("m", "1", 12)
     for start in range(0, len(body), 1000):
         hasher.update(body[start : start + 1000])
-    assert hasher.digest() == request_digest(FakeModel("m"), body, 12)
+    assert hasher.digest() == request_digest_of(memo, FakeModel("m"), body, 12)
     # No version (the latest) is its own request: it may resolve to another model later.
-    latest = http_hasher("m", None, 12)
+    latest = memo.http_hasher("m", None, 12)
     latest.update(body)
     assert latest.digest() != hasher.digest()
 
@@ -133,7 +181,7 @@ def test_memo_and_local_tier_together_stay_within_their_bounds() -> None:
             entry = local.entry(key)
             assert entry is not None
             digest = index.to_bytes(32, "little")
-            memo.insert(digest, MemoEntry(b"r" * 200, model, token(key, entry), "m", ""))
+            memo.insert(tagged(digest), MemoEntry(b"r" * 200, model, token(key, entry), "m", ""))
         held, _ = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -144,21 +192,26 @@ def test_memo_and_local_tier_together_stay_within_their_bounds() -> None:
 def test_forgetting_or_flushing_a_model_drops_its_answers_only() -> None:
     memo = ResponseMemo(max_bytes=10_000)
     for digest, name in ((b"a", "m"), (b"b", "n"), (b"c", "m")):
-        memo.insert(digest * 32, MemoEntry(b"x", FakeModel(name), token(), name, ""))
+        memo.insert(tagged(digest * 32), MemoEntry(b"x", FakeModel(name), token(), name, ""))
     assert memo.flush("m") == 2
-    assert memo.lookup(b"a" * 32) is None
-    assert memo.lookup(b"b" * 32) is not None
-    assert memo.figures().bytes == ENTRY_OVERHEAD_BYTES + 1
+    assert memo.lookup(tagged(b"a" * 32)) is None
+    assert memo.lookup(tagged(b"b" * 32)) is not None
+    assert memo.figures().bytes == ENTRY_OVERHEAD_BYTES + 1 + 32
     memo.forget_model("n")
     assert len(memo) == 0
     assert memo.flush("n") == 0
 
 
 def test_an_http_answer_is_never_a_grpc_answer() -> None:
-    """The transports hash under their own prefixes: no HTTP body, however chosen, has the
-    digest of a gRPC message (or back), so neither answers the other's request."""
+    """The transports hash under their own prefixes and their requests are of different kinds
+    (a tuple, bytes): no HTTP body, however chosen, is a gRPC message's request (or back)."""
+    memo = ResponseMemo(1 << 20)
     message = b"\n\x06simple"
-    hasher = http_hasher("", None, None)
+    hasher = memo.http_hasher("", None, None)
     hasher.update(message)
-    assert hasher.digest() != grpc_digest(message)
-    assert len(grpc_digest(message)) == len(hasher.digest()) == 32
+    http = memo.http_key(hasher.digest(), "", None, None, message)
+    grpc = memo.grpc_key(message)
+    assert http.digest != grpc.digest
+    assert http.request != grpc.request
+    memo.insert(grpc, MemoEntry(b"grpc answer", FakeModel("simple"), token(), "simple", ""))
+    assert memo.lookup(MemoKey(grpc.digest, http.request, http.size)) is None

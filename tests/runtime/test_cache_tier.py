@@ -14,7 +14,7 @@ from cachefleet.runtime.cache.admission import AdmissionPolicy
 from cachefleet.runtime.cache.api import CacheRequest, CacheStatus, RowsCompute
 from cachefleet.runtime.cache.factory import build_cache, build_memo
 from cachefleet.runtime.cache.key import CacheKey
-from cachefleet.runtime.cache.memo import MemoEntry
+from cachefleet.runtime.cache.memo import MemoEntry, MemoKey
 from cachefleet.runtime.cache.read_through import ReadThroughCache
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.tensor import Tensor
@@ -42,10 +42,11 @@ async def test_a_cache_flush_empties_the_memo_in_front_with_the_other_tiers() ->
     hit = await cache.get_or_compute(req, DEFAULT, model.for_request(req))
     assert hit.status is CacheStatus.HIT_LOCAL
     assert hit.local_entry is not None
-    memo.insert(b"d" * 32, MemoEntry(b"answer", object(), hit.local_entry, "simple", ""))
+    key = MemoKey(b"d" * 16, b"request", 7)
+    memo.insert(key, MemoEntry(b"answer", object(), hit.local_entry, "simple", ""))
     try:
         assert await cache.flush("simple") == 2, "the local entry and its memoized answer"
-        assert memo.lookup(b"d" * 32) is None
+        assert memo.lookup(key) is None
         assert memo.figures().entries == 0
     finally:
         await cache.close()
