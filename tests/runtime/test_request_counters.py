@@ -1,6 +1,7 @@
-"""The request metrics the ledger writes as plain numbers read exactly as prometheus-client's
-own Counter, Histogram and Gauge would have read for the same requests (names, labels, bucket
-bounds and values), so dashboards, alerts and autoscaling queries see no difference."""
+"""The request and cache-lookup metrics the runtime writes as plain numbers read exactly as
+prometheus-client's own Counter, Histogram and Gauge would have read for the same requests
+(names, labels, bucket bounds and values), so dashboards, alerts and autoscaling queries see no
+difference; and Triton's request counters, read from the request codes, count as before."""
 
 from __future__ import annotations
 
@@ -53,3 +54,50 @@ def test_request_figures_read_as_prometheus_client_metrics_would() -> None:
         "cachefleet_queue_pending",
     }
     assert _samples(ours.registry, names) == _samples(reference, names)
+
+
+def test_cache_lookup_figures_read_as_prometheus_client_metrics_would() -> None:
+    ours = RuntimeMetrics()
+    lookups = [("local", 0.00002, True), ("local", 0.0004, False), ("redis", 0.003, True)]
+    for tier, seconds, hit in lookups:
+        ours.cache_lookups.lookup("simple", "1", tier).observe(seconds)
+        if hit:
+            ours.cache_lookups.hits("simple", "1", tier).inc()
+    ours.cache_lookups.hits("simple", "1", "memo")  # bound and never hit: exported as 0
+
+    reference = CollectorRegistry()
+    labels = ("model", "version", "tier")
+    hits = Counter("cachefleet_cache_hits", "-", labels, registry=reference)
+    seconds_metric = Histogram(
+        "cachefleet_cache_lookup_seconds", "-", labels, buckets=_LATENCY_BUCKETS_S,
+        registry=reference,
+    )  # fmt: skip
+    for tier, seconds, hit in lookups:
+        seconds_metric.labels("simple", "1", tier).observe(seconds)
+        if hit:
+            hits.labels("simple", "1", tier).inc()
+    hits.labels("simple", "1", "memo")
+
+    names = {
+        "cachefleet_cache_hits_total",
+        "cachefleet_cache_lookup_seconds_bucket",
+        "cachefleet_cache_lookup_seconds_count",
+        "cachefleet_cache_lookup_seconds_sum",
+    }
+    assert _samples(ours.registry, names) == _samples(reference, names)
+
+
+def test_tritons_request_counters_are_the_request_codes() -> None:
+    ours = RuntimeMetrics()
+    with ours.requests.lock:
+        for code, seconds in ANSWERS:
+            ours.requests.of("simple", "1").answered(code, seconds)
+        ours.requests.of("idle", "1").pending += 1  # none answered: no Triton sample
+    samples = _samples(
+        ours.registry, {"nv_inference_request_success", "nv_inference_request_failure"}
+    )
+    model = (("model", "simple"), ("version", "1"))
+    assert samples == {
+        ("nv_inference_request_success", model, 4.0),
+        ("nv_inference_request_failure", model, 1.0),
+    }

@@ -110,3 +110,24 @@ async def test_an_unload_is_woken_by_the_last_request_finishing_on_a_thread(
         await asyncio.to_thread(finishing.join)
         await asyncio.wait_for(unload, 10)
     assert ledger.in_flight.count("simple") == 0
+
+
+def test_a_reloaded_model_version_is_counted_afresh(
+    ledger: RequestLedger, repository: ModelRepository
+) -> None:
+    """The ledger binds each model version's figures once; when the statistics are dropped (an
+    unload or a reload), the next request binds the new ones: its statistics start from zero,
+    as in Triton, while the request metrics, which outlive a reload, keep counting."""
+    model = repository.get("simple")
+    answered_hit(ledger, model)
+    before = ledger.statistics.for_version(model.name, model.version)
+    assert before.success.count == 1
+
+    ledger.statistics.forget(model.name)
+    answered_hit(ledger, model)
+    answered_hit(ledger, model)
+    after = ledger.statistics.for_version(model.name, model.version)
+    assert after is not before
+    assert (before.success.count, after.success.count, after.cache_hit.count) == (1, 2, 2)
+    with ledger._lock:
+        assert ledger._requests.of(model.name, model.version).codes == {"200": 3}
