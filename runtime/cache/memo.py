@@ -116,7 +116,8 @@ class MemoEntry:
 
 
 class ResponseMemo:
-    """Request digest -> rendered answer, LRU, at most ``max_bytes`` of entries; any thread."""
+    """Request -> rendered answer (found by digest, decided by the request), LRU, at most
+    ``max_bytes`` of entries and the requests they answer; any thread."""
 
     name = "memo"
 

@@ -3,7 +3,8 @@
 It is handed a request already described (``infer_request.InferHead``) and reads the ASGI
 messages itself (no ``Request`` object, no exception machinery): the restriction's verdict, the
 budget of requests and bytes in flight (admitted before a byte of the body is read), the body
-within the limit (hashed for the memo piece by piece as it arrives, never joined), a memo hit
+within the limit (hashed for the memo piece by piece as it arrives, then joined once: the memo
+compares it with the request its entry answers, and every other path decodes it), a memo hit
 answered and counted in one synchronous call with the headers kept with its entry, and
 everything else through the service's answer; refusals through the one error mapping
 (``errors``).
