@@ -15,7 +15,12 @@ from prometheus_client.metrics import MetricWrapperBase
 
 from cachefleet.operator.reconcile.metrics import OperatorMetrics
 from cachefleet.runtime.cache import admission_metrics
-from cachefleet.runtime.metrics import RuntimeMetrics, TritonCounters
+from cachefleet.runtime.metrics import (
+    CacheLookupCounters,
+    RequestCounters,
+    RuntimeMetrics,
+    TritonCounters,
+)
 from cachefleet.runtime.service import model_info
 from delivery.support import HERE, NAMESPACE, RELEASE, Helm, Manifest, find, only, require_tool
 
@@ -53,6 +58,13 @@ def exported() -> dict[str, set[str]]:
             elif isinstance(value, TritonCounters):
                 for name in value.NAMES:
                     value.add(name, "m", "1")
+            elif isinstance(value, CacheLookupCounters):
+                value.hits("m", "1", "local").inc()
+                value.lookup("m", "1", "local").observe(0.001)
+            elif isinstance(value, RequestCounters):
+                with value.lock:
+                    for code in ("200", "503"):  # Triton's success and failure read these
+                        value.of("m", "1").answered(code, 0.001)
         operator.readiness.observe("ns", "svc", False, "Progressing")
         for family in metrics.registry.collect():
             for sample in family.samples:
