@@ -44,6 +44,7 @@ import secrets
 import struct
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -59,9 +60,47 @@ _HTTP_PREFIX = b"cachefleet.memo.http2"
 _GRPC_PREFIX = b"cachefleet.memo.grpc2"
 _LENGTHS = struct.Struct("<QQQ")
 
-#: The exact request an entry answers: ``(model, version or None, header length or None,
-#: body)`` for HTTP, the serialized ``ModelInferRequest`` for gRPC.
-MemoRequest = tuple[str, str | None, int | None, bytes] | bytes
+
+class HttpRequest:
+    """An HTTP infer request as the memo compares it: the names its path gives (no version:
+    None), its binary header length (None: absent) and its body, in the pieces it arrived in.
+    Two are equal when those fields are and their bodies are the same bytes, compared where
+    they lie: a 600 KB body is not joined (copied) to be compared with the one an entry keeps."""
+
+    __slots__ = ("fields", "pieces", "size")
+
+    def __init__(self, fields: tuple[str, str | None, int | None], pieces: Sequence[bytes]) -> None:
+        self.fields = fields
+        self.pieces = pieces
+        self.size = sum(len(piece) for piece in pieces)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, HttpRequest):
+            return False
+        if self.fields != other.fields or self.size != other.size:
+            return False
+        return _same_bytes(self.pieces, other.pieces)
+
+    __hash__ = None  # type: ignore[assignment]  # compared, never a dict key
+
+
+def _same_bytes(ours: Sequence[bytes], theirs: Sequence[bytes]) -> bool:
+    """Whether two bodies of the same length, each in pieces, are the same bytes."""
+    if len(ours) != 1:
+        ours, theirs = theirs, ours
+    if len(ours) != 1:
+        return b"".join(ours) == b"".join(theirs)
+    whole, offset = ours[0], 0
+    for piece in theirs:
+        if not whole.startswith(piece, offset):  # a memcmp in place, no slice
+            return False
+        offset += len(piece)
+    return True
+
+
+#: The exact request an entry answers: an :class:`HttpRequest`, or for gRPC the serialized
+#: ``ModelInferRequest``.
+MemoRequest = HttpRequest | bytes
 
 
 class MemoKey(NamedTuple):
@@ -142,10 +181,16 @@ class ResponseMemo:
 
     @staticmethod
     def http_key(
-        digest: bytes, model: str, version: str | None, header_length: int | None, body: bytes
+        digest: bytes,
+        model: str,
+        version: str | None,
+        header_length: int | None,
+        body: Sequence[bytes],
     ) -> MemoKey:
-        """The key of an HTTP request whose hasher gave ``digest``."""
-        return MemoKey(digest, (model, version, header_length, body), len(body))
+        """The key of an HTTP request whose hasher gave ``digest``; ``body`` in its pieces
+        (an entry is best kept with one: it is compared with each piece in place)."""
+        request = HttpRequest((model, version, header_length), body)
+        return MemoKey(digest, request, request.size)
 
     def grpc_key(self, message: bytes) -> MemoKey:
         """The key of a serialized ``ModelInferRequest`` (it names the model and version)."""

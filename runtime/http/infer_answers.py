@@ -16,6 +16,8 @@ tier for a model there are no local hits of it, and nothing of it is memoized.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import xxhash
 
 from cachefleet.runtime.cache.api import CacheStatus
@@ -47,11 +49,11 @@ class ServiceAnswers:
         return None
 
     def memoized(
-        self, head: InferHead, digest: bytes, body: bytes, started_ns: int
+        self, head: InferHead, digest: bytes, body: Sequence[bytes], started_ns: int
     ) -> tuple[MemoEntry | None, MemoKey | None]:
-        """The memoized answer to ``head``'s request with ``body`` (whose hasher gave
-        ``digest``), counted, and the request's memo key; None, nothing counted, when there is
-        none (``started_ns``: ``time.perf_counter_ns()`` when the body was in)."""
+        """The memoized answer to ``head``'s request with ``body`` (in the pieces it came in;
+        its hasher gave ``digest``), counted, and the request's memo key; None, nothing counted,
+        when there is none (``started_ns``: ``time.perf_counter_ns()`` when the body was in)."""
         return None, None
 
     async def answer(
@@ -96,7 +98,7 @@ class MemoizedAnswers(ServiceAnswers):
         return self.memo.http_hasher(head.model, head.version, head.header_length)
 
     def memoized(
-        self, head: InferHead, digest: bytes, body: bytes, started_ns: int
+        self, head: InferHead, digest: bytes, body: Sequence[bytes], started_ns: int
     ) -> tuple[MemoEntry | None, MemoKey | None]:
         key = self.memo.http_key(digest, head.model, head.version, head.header_length, body)
         found = self.memo.lookup(key)
@@ -125,6 +127,8 @@ class MemoizedAnswers(ServiceAnswers):
         if key is None:
             return await super().answer(head, body, on_wait, key)
         decode = await self._decoder(head, body)
+        # Kept with its body whole: every later request is compared with it piece by piece.
+        key = self.memo.http_key(key.digest, head.model, head.version, head.header_length, (body,))
 
         def memoizing(answer: InferAnswer) -> InferOutcome:
             outcome = render(answer)

@@ -3,8 +3,8 @@
 It is handed a request already described (``infer_request.InferHead``) and reads the ASGI
 messages itself (no ``Request`` object, no exception machinery): the restriction's verdict, the
 budget of requests and bytes in flight (admitted before a byte of the body is read), the body
-within the limit (hashed for the memo piece by piece as it arrives, then joined once: the memo
-compares it with the request its entry answers, and every other path decodes it), a memo hit
+within the limit (hashed for the memo piece by piece as it arrives, compared in those pieces
+with the request a memo entry answers, and joined only for the model's path), a memo hit
 answered and counted in one synchronous call with the headers kept with its entry, and
 everything else through the service's answer; refusals through the one error mapping
 (``errors``).
@@ -97,16 +97,14 @@ class InferEndpoint:
             parts = await receive_parts(
                 receive, head.declared, self._limit, hasher if plain else None, charge
             )
-            if plain:
-                body = joined(parts)
-            else:
-                body = await inflate(parts, head.encoding or "", self._limit, charge)
+            if not plain:
+                parts = [await inflate(parts, head.encoding or "", self._limit, charge)]
             key = None
             if hasher is not None:
                 if not plain:
-                    hasher.update(body)
+                    hasher.update(parts[0])
                 started_ns = time.perf_counter_ns()
-                found, key = answers.memoized(head, hasher.digest(), body, started_ns)
+                found, key = answers.memoized(head, hasher.digest(), parts, started_ns)
                 if found is not None:
                     headers = found.headers or []
                     if head.accept is None:
@@ -116,6 +114,7 @@ class InferEndpoint:
                         length = header_length_of(headers)
                         await _send_answer(send, found.body, length, "hit-local", head.accept)
                     return
+            body = joined(parts)
             if head.bad_header is not None:
                 raise head.bad_header
         except ClientGoneError:

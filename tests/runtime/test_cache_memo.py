@@ -123,23 +123,26 @@ def test_an_entry_answers_only_the_request_it_was_kept_for() -> None:
     memo = ResponseMemo(1 << 20)
     model = FakeModel("m")
     body = b"\x00" * 1000
-    kept = MemoKey(b"d" * 16, ("m", None, 12, body), len(body))
+    kept = ResponseMemo.http_key(b"d" * 16, "m", None, 12, (body,))
     assert memo.insert(kept, MemoEntry(b"answer", model, token(), "m", ""))
     assert memo.figures().bytes == ENTRY_OVERHEAD_BYTES + len(b"answer") + len(body)
-    for other in (
-        ("m", None, 12, body[:-1] + b"\x01"),  # one byte of the body
-        ("m", None, 13, body),  # the header length
-        ("m", "1", 12, body),  # a version named where the entry's was not
-        ("n", None, 12, body),  # the model
+    for name, version, length, parts in (
+        ("m", None, 12, (body[:500], body[500:-1] + b"\x01")),  # one byte of the body
+        ("m", None, 12, (body[:500], body[500:-1])),  # a byte short
+        ("m", None, 13, (body,)),  # the header length
+        ("m", "1", 12, (body,)),  # a version named where the entry's was not
+        ("n", None, 12, (body,)),  # the model
     ):
-        stranger = MemoKey(kept.digest, other, len(body))
+        stranger = ResponseMemo.http_key(kept.digest, name, version, length, parts)
         assert memo.lookup(stranger) is None
         memo.delete(stranger)  # a stranger cannot drop the entry either
     assert memo.lookup(MemoKey(kept.digest, body, len(body))) is None  # a gRPC message
-    found = memo.lookup(MemoKey(kept.digest, ("m", None, 12, bytes(body)), len(body)))
+    # The same body in any pieces is the same request.
+    pieces = (body[:1], body[1:700], b"", body[700:])
+    found = memo.lookup(ResponseMemo.http_key(kept.digest, "m", None, 12, pieces))
     assert found is not None
     assert found.body == b"answer"
-    assert memo.figures() == TierFigures(1, memo.figures().bytes, hits=1, misses=5, evictions=0)
+    assert memo.figures() == TierFigures(1, memo.figures().bytes, hits=1, misses=6, evictions=0)
 
 
 def test_each_memo_draws_its_own_digest_seed() -> None:
@@ -209,7 +212,7 @@ def test_an_http_answer_is_never_a_grpc_answer() -> None:
     message = b"\n\x06simple"
     hasher = memo.http_hasher("", None, None)
     hasher.update(message)
-    http = memo.http_key(hasher.digest(), "", None, None, message)
+    http = memo.http_key(hasher.digest(), "", None, None, (message,))
     grpc = memo.grpc_key(message)
     assert http.digest != grpc.digest
     assert http.request != grpc.request
