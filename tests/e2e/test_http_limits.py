@@ -335,11 +335,13 @@ def _post_raw(sock: socket.socket, body: bytes, encoding: str) -> None:
 def test_inflating_bombs_are_refused_while_the_server_answers_others(
     make_server: Callable[..., ServerProcess], encoding: str
 ) -> None:
-    """Bodies of some 64 KiB that inflate to 64 MiB, four times the size limit: each is refused
+    """Bodies of some 64 KiB that inflate to 64 MiB, past the 48 MiB size limit: each is refused
     with 413, and while they are being inflated the server answers its health checks (the
     inflating runs in bounded steps off the event loop, where it once held it). A legitimate
-    compressed body is answered as before."""
-    server = make_server("--max-request-size", "16Mi", "--max-inflight-bytes", "2Gi",
+    compressed body is answered as before. (The limit is high so that inflating up to it takes
+    longer than a health check on a loaded machine: at 16 MiB a fast host refused all three
+    before the first health check was back.)"""
+    server = make_server("--max-request-size", "48Mi", "--max-inflight-bytes", "4Gi",
                          "--grpc-port", "0")  # fmt: skip
     compress = gzip.compress if encoding == "gzip" else zlib.compress
     bomb = compress(b"0" * (64 << 20))
