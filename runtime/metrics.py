@@ -11,7 +11,8 @@ from __future__ import annotations
 import threading
 from bisect import bisect_left
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics_core import (
@@ -52,9 +53,13 @@ class TritonCounters(Collector):
         with self._lock:
             return self._values[name].get((model, version), 0.0)
 
-    def collect(self) -> Iterator[Metric]:
+    def _snapshot(self) -> dict[str, dict[tuple[str, str], float]]:
+        """Every series' values now, by name: what :meth:`collect` exports."""
         with self._lock:
-            snapshot = {name: dict(values) for name, values in self._values.items()}
+            return {name: dict(values) for name, values in self._values.items()}
+
+    def collect(self) -> Iterator[Metric]:
+        snapshot = self._snapshot()
         for name, documentation in self.NAMES.items():
             family = Metric(name, documentation, "counter")
             for (model, version), value in snapshot[name].items():
@@ -119,16 +124,15 @@ class TritonInferenceCounters(TritonCounters):
             self._values[self.COUNT][(model, version)] += rows
             self._values[self.EXEC_COUNT][(model, version)] += 1
 
-    def collect(self) -> Iterator[Metric]:
+    def _snapshot(self) -> dict[str, dict[tuple[str, str], float]]:
         outcomes = self._requests.outcomes()
-        with self._lock:
-            for name, kind in ((self.SUCCESS, 0), (self.FAILURE, 1)):
-                values = self._values[name]
-                values.clear()
-                for labels, counts in outcomes.items():
-                    if counts[kind]:
-                        values[labels] = float(counts[kind])
-        yield from super().collect()
+        derived = {
+            name: {
+                labels: float(counts[kind]) for labels, counts in outcomes.items() if counts[kind]
+            }
+            for name, kind in ((self.SUCCESS, 0), (self.FAILURE, 1))
+        }
+        return {**super()._snapshot(), **derived}
 
 
 class RequestSeries:
@@ -265,6 +269,9 @@ class PlainHistogram:
             self.sum += amount
 
 
+_Child = TypeVar("_Child", PlainCounter, PlainHistogram)
+
+
 class CacheLookupCounters(Collector):
     """``cachefleet_cache_hits_total`` and ``cachefleet_cache_lookup_seconds``, by model,
     version and tier, kept in plain numbers (:class:`PlainCounter`, :class:`PlainHistogram`)
@@ -291,18 +298,22 @@ class CacheLookupCounters(Collector):
 
     def hits(self, model: str, version: str, tier: str) -> PlainCounter:
         """The hit counter of one model version's tier, made on first use."""
-        with self.lock:
-            made = self._hits.get((model, version, tier))
-            if made is None:
-                made = self._hits[(model, version, tier)] = PlainCounter(self.lock)
-            return made
+        return self._child(self._hits, (model, version, tier), PlainCounter)
 
     def lookup(self, model: str, version: str, tier: str) -> PlainHistogram:
         """The lookup-time histogram of one model version's tier, made on first use."""
+        return self._child(self._lookups, (model, version, tier), PlainHistogram)
+
+    def _child(
+        self,
+        children: dict[tuple[str, str, str], _Child],
+        labels: tuple[str, str, str],
+        make: Callable[[threading.Lock], _Child],
+    ) -> _Child:
         with self.lock:
-            made = self._lookups.get((model, version, tier))
+            made = children.get(labels)
             if made is None:
-                made = self._lookups[(model, version, tier)] = PlainHistogram(self.lock)
+                made = children[labels] = make(self.lock)
             return made
 
     def collect(self) -> Iterator[Metric]:
