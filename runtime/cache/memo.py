@@ -18,8 +18,8 @@ Why it is safe:
   random), not a cryptographic one, because it never decides; the comparison does. Everything
   that shapes an answer (the request ``id``, the selected outputs, JSON vs binary,
   classification, parameters, the tensors) is in those bytes, so requests that would be
-  answered differently never share an entry, and an HTTP request (a tuple) never equals a gRPC
-  one (bytes), so neither transport answers the other's.
+  answered differently never share an entry, and an HTTP request (a tuple, or its body's
+  pieces) never equals a gRPC one (bytes), so neither transport answers the other's.
 - An entry lives no longer than the local-tier entry it was rendered from: it keeps that
   entry's liveness token (``cache.api.LocalEntryToken``) and is served only while the token
   confirms it (a flush, an expiry, an eviction or a replacement ends it), so only a
@@ -61,46 +61,41 @@ _GRPC_PREFIX = b"cachefleet.memo.grpc2"
 _LENGTHS = struct.Struct("<QQQ")
 
 
-class HttpRequest:
-    """An HTTP infer request as the memo compares it: the names its path gives (no version:
-    None), its binary header length (None: absent) and its body, in the pieces it arrived in.
-    Two are equal when those fields are and their bodies are the same bytes, compared where
-    they lie: a 600 KB body is not joined (copied) to be compared with the one an entry keeps."""
+#: An HTTP infer request as an entry keeps it: the names its path gives (no version: None), its
+#: binary header length (None: absent) and its body, whole.
+HttpRequest = tuple[str, str | None, int | None, bytes]
 
-    __slots__ = ("fields", "pieces", "size")
+
+class HttpPieces:
+    """An HTTP request whose body came in several pieces, as a lookup compares it with a kept
+    :data:`HttpRequest`: equal when the fields are and the pieces are the kept body's bytes,
+    compared where they lie, so a 600 KB body is not joined (copied) to be looked up. A body in
+    one piece needs none of this: its request is the plain tuple, compared in C."""
+
+    __slots__ = ("fields", "pieces")
 
     def __init__(self, fields: tuple[str, str | None, int | None], pieces: Sequence[bytes]) -> None:
         self.fields = fields
         self.pieces = pieces
-        self.size = sum(len(piece) for piece in pieces)
 
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, HttpRequest):
+        if not isinstance(other, tuple) or other[:3] != self.fields:
             return False
-        if self.fields != other.fields or self.size != other.size:
-            return False
-        return _same_bytes(self.pieces, other.pieces)
+        whole, offset = other[3], 0
+        for piece in self.pieces:
+            if not whole.startswith(piece, offset):  # a memcmp in place, no slice
+                return False
+            offset += len(piece)
+        return offset == len(whole)
 
     __hash__ = None  # type: ignore[assignment]  # compared, never a dict key
 
 
-def _same_bytes(ours: Sequence[bytes], theirs: Sequence[bytes]) -> bool:
-    """Whether two bodies of the same length, each in pieces, are the same bytes."""
-    if len(ours) != 1:
-        ours, theirs = theirs, ours
-    if len(ours) != 1:
-        return b"".join(ours) == b"".join(theirs)
-    whole, offset = ours[0], 0
-    for piece in theirs:
-        if not whole.startswith(piece, offset):  # a memcmp in place, no slice
-            return False
-        offset += len(piece)
-    return True
-
-
-#: The exact request an entry answers: an :class:`HttpRequest`, or for gRPC the serialized
-#: ``ModelInferRequest``.
-MemoRequest = HttpRequest | bytes
+#: The exact request an entry answers, as kept: an :data:`HttpRequest`, or for gRPC the
+#: serialized ``ModelInferRequest``.
+KeptRequest = HttpRequest | bytes
+#: A request as looked up: as kept, or an HTTP body still in its pieces.
+MemoRequest = KeptRequest | HttpPieces
 
 
 class MemoKey(NamedTuple):
@@ -109,8 +104,6 @@ class MemoKey(NamedTuple):
 
     digest: bytes
     request: MemoRequest
-    #: The request's bytes, charged to the entry kept under it.
-    size: int
 
 
 @functools.lru_cache(maxsize=1024)
@@ -144,14 +137,15 @@ class MemoEntry:
     version: str
     #: The transport's own header bytes for it (HTTP: the response headers), made on first use.
     headers: list[tuple[bytes, bytes]] | None = None
-    #: The request it answers and that request's bytes, set when the memo keeps it.
-    request: MemoRequest = b""
-    request_size: int = 0
+    #: The request it answers, set when the memo keeps it.
+    request: KeptRequest = b""
 
     @property
     def size(self) -> int:
-        """Bytes charged for it against the bound."""
-        return ENTRY_OVERHEAD_BYTES + len(self.body) + self.request_size
+        """Bytes charged for it against the bound (its answer and its request)."""
+        request = self.request
+        kept = len(request) if isinstance(request, bytes) else len(request[3])
+        return ENTRY_OVERHEAD_BYTES + len(self.body) + kept
 
 
 class ResponseMemo:
@@ -188,15 +182,16 @@ class ResponseMemo:
         body: Sequence[bytes],
     ) -> MemoKey:
         """The key of an HTTP request whose hasher gave ``digest``; ``body`` in its pieces
-        (an entry is best kept with one: it is compared with each piece in place)."""
-        request = HttpRequest((model, version, header_length), body)
-        return MemoKey(digest, request, request.size)
+        (one, to keep an entry: a body in several is only looked up)."""
+        if len(body) == 1:
+            return MemoKey(digest, (model, version, header_length, body[0]))
+        return MemoKey(digest, HttpPieces((model, version, header_length), body))
 
     def grpc_key(self, message: bytes) -> MemoKey:
         """The key of a serialized ``ModelInferRequest`` (it names the model and version)."""
         hasher = xxhash.xxh3_128(_GRPC_PREFIX, self._seed)
         hasher.update(message)
-        return MemoKey(hasher.digest(), message, len(message))
+        return MemoKey(hasher.digest(), message)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -219,7 +214,8 @@ class ResponseMemo:
         evicting the least recently used entries to make room; an answer larger than the bound
         is not kept. ``ttl_s`` is not needed: an entry lives no longer than its local entry
         (its token)."""
-        value.request, value.request_size = key.request, key.size
+        assert not isinstance(key.request, HttpPieces), "an entry keeps its body whole"
+        value.request = key.request
         size = value.size
         if size > self.max_bytes:
             return False

@@ -51,7 +51,7 @@ def request_digest_of(
 
 def tagged(tag: bytes) -> MemoKey:
     """A key whose request is ``tag`` itself (a digest is whatever finds the entry)."""
-    return MemoKey(tag, tag, len(tag))
+    return MemoKey(tag, tag)
 
 
 KEY = CacheKey("m", "1", bytes(32))
@@ -136,7 +136,7 @@ def test_an_entry_answers_only_the_request_it_was_kept_for() -> None:
         stranger = ResponseMemo.http_key(kept.digest, name, version, length, parts)
         assert memo.lookup(stranger) is None
         memo.delete(stranger)  # a stranger cannot drop the entry either
-    assert memo.lookup(MemoKey(kept.digest, body, len(body))) is None  # a gRPC message
+    assert memo.lookup(MemoKey(kept.digest, body)) is None  # a gRPC message
     # The same body in any pieces is the same request.
     pieces = (body[:1], body[1:700], b"", body[700:])
     found = memo.lookup(ResponseMemo.http_key(kept.digest, "m", None, 12, pieces))
@@ -217,4 +217,4 @@ def test_an_http_answer_is_never_a_grpc_answer() -> None:
     assert http.digest != grpc.digest
     assert http.request != grpc.request
     memo.insert(grpc, MemoEntry(b"grpc answer", FakeModel("simple"), token(), "simple", ""))
-    assert memo.lookup(MemoKey(grpc.digest, http.request, http.size)) is None
+    assert memo.lookup(MemoKey(grpc.digest, http.request)) is None
