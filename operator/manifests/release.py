@@ -9,6 +9,6 @@ from __future__ import annotations
 
 #: The version of this distribution (pyproject.toml), which is the chart's appVersion and the
 #: images' tag; tests/operator/test_release.py keeps the three equal.
-VERSION = "0.3.0"
+VERSION = "0.4.0"
 RUNTIME_REPOSITORY = "ghcr.io/cachefleet/cachefleet"
 RELEASE_RUNTIME_IMAGE = f"{RUNTIME_REPOSITORY}:{VERSION}"
