@@ -202,7 +202,6 @@ class ReadThroughCache:
     ) -> CacheAnswer:
         started = time.perf_counter()
         plan = self._plan(request, directives)
-        plan.terms = terms_of(compute)
         if plan.bypass:
             since = self.marks.now()
             outputs = await self._computed(compute, plan)
@@ -216,6 +215,7 @@ class ReadThroughCache:
             if found.identity is not None:
                 token = LocalEntryToken(plan.key(), found.identity, self._confirms[id(tier)])
             return CacheAnswer(found.outputs, self._hits[id(tier)], token)
+        plan.terms = terms_of(compute)  # only a miss is shared: a hit never reads them
         key = plan.flight_key(plan.key())
         if key in self._flight:
             # Counted apart from hits and misses: those count what the tiers and the model did,
