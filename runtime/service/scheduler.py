@@ -8,6 +8,12 @@ caller that goes away (a client disconnect cancels its request) never cancels an
 other callers wait on; a caller that goes before its request left the queue is simply dropped
 from it. A batch that fails is run again one request at a time, so that a request the model
 cannot run fails alone, with the model's error, and the others still get answers.
+
+What of a request's parameters decides how it is queued (its priority level and queue timeout)
+is its *terms* (:meth:`ModelScheduler.terms`), handed to the cache with its compute: identical
+requests share a computation only on the same terms, and the errors of those terms (a full
+queue, a queue timeout) are raised as ``SchedulingTermsError`` so that they stay the request's
+own (see ``cache.terms``).
 """
 
 from __future__ import annotations

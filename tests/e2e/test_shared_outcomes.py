@@ -7,8 +7,10 @@ requests below are identical to the cache; before, every follower joined the fir
 computation and took its timeout error or waited at its level. The ``picker`` model
 (``support.batching``) waits in its batch queue until three rows are there, so the order of
 events is set by the requests (the server's pending and coalesced counts say when each has
-arrived), not by time: the leader's timeout is the one clock, and it is long enough for
-every follower to arrive before it runs out.
+arrived), not by time. The leader's timeout is the one clock: nothing here passes by it
+(the followers are answered once the test completes their batch, whenever it runs out), and it
+is long enough for every follower to have joined the leader before it runs out on the code
+that let them (so that this test fails there).
 """
 
 from __future__ import annotations
