@@ -60,3 +60,17 @@ class ModelExecutionError(ServingError):
     """The model failed while running (500)."""
 
     status_code = 500
+
+
+class SchedulingTermsError(ServingError):
+    """An error that follows from the request's own scheduling terms (its priority level's
+    queue, its queue timeout), not from what it asks: identical requests that share one
+    computation are never handed another's (they start over on their own terms)."""
+
+
+class QueueFullError(OverloadedError, SchedulingTermsError):
+    """The queue of the request's priority level is full (503; Triton's UNAVAILABLE)."""
+
+
+class QueueTimeoutError(NotReadyError, SchedulingTermsError):
+    """The request's queue timeout passed before it ran (503; Triton's UNAVAILABLE)."""

@@ -28,6 +28,12 @@ With a Redis tier, each led row takes its turn in the fleet as a whole request d
 asked at once; the rows this replica is to compute run as their turns come, never held back by
 a row it waits for).
 
+Requests share a computation (single-flight, of a request or a row; the fleet's lease) only
+with requests on the same scheduling terms (``terms``: the priority level and queue timeout the
+compute carries), so that no request is queued, delayed or refused as another's parameters
+would have it; only requests on the neutral terms take part in the fleet's coalescing, so a
+lease holder elsewhere always runs on the terms of those waiting for it.
+
 Keys hold the model version's fingerprint, so a reload or a rollout onto other files moves to
 another key space: no flush is needed for correctness, and a flush is a tool. A flush marks the
 model (``flush_marks``) at its start and again once every tier is walked; an answer read or
@@ -43,7 +49,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import Counter
@@ -65,6 +71,7 @@ from cachefleet.runtime.cache.flush_marks import FlushMarks
 from cachefleet.runtime.cache.key import CacheKey, compute_key
 from cachefleet.runtime.cache.metrics import CacheMetrics, ModelCacheMetrics
 from cachefleet.runtime.cache.singleflight import SingleFlight
+from cachefleet.runtime.cache.terms import FlightKey, flight_key, terms_of
 from cachefleet.runtime.cache.tier import Found, Tier, flushed
 from cachefleet.runtime.cache.writebehind import WriteBehind
 from cachefleet.runtime.metrics import PlainCounter, RuntimeMetrics
@@ -165,6 +172,7 @@ class ReadThroughCache:
         #: The shared tier's write-behind queue (what tests and profiles wait on to drain);
         #: without a shared tier, one that nothing is ever written to.
         self.writes = shared.writes if shared is not None else WriteBehind(1)
+        #: By key and terms: requests share a computation only on the same terms (``terms``).
         self._flight: SingleFlight[_Outcome] = SingleFlight()
         #: The ``X-Cache`` value of a hit in each tier (``hit-<name>``).
         self._hits = {id(tier): CacheStatus(f"hit-{tier.name}") for tier in self.tiers}
@@ -207,7 +215,8 @@ class ReadThroughCache:
             if found.identity is not None:
                 token = LocalEntryToken(plan.key(), found.identity, self._confirms[id(tier)])
             return CacheAnswer(found.outputs, self._hits[id(tier)], token)
-        key = plan.key()
+        plan.terms = terms_of(compute)  # only a miss is shared: a hit never reads them
+        key = plan.flight_key(plan.key())
         if key in self._flight:
             # Counted apart from hits and misses: those count what the tiers and the model did,
             # once per key, and this request made neither do anything.
@@ -342,6 +351,8 @@ class ReadThroughCache:
         shared = self.shared
         if self.fleet is None or shared is None or shared not in plan.tiers:
             return FleetTurn(key)
+        if not plan.neutral:
+            return FleetTurn(key)  # a lease holder's computation runs on the neutral terms
         if shared.refused(key):
             return FleetTurn(key)
         return await self.fleet.turn(key, functools.partial(shared.accept, key))
@@ -466,6 +477,7 @@ class ReadThroughCache:
             return []
         started = time.perf_counter()
         plan = self._plan(rows[0], CacheDirectives())
+        plan.terms = terms_of(compute)
         keys = [self._key(row) for row in rows]
         found: list[RowHit | None] = [None] * len(rows)
         missing = await self._rows_first_hit(plan, plan.near, rows, keys, found, range(len(rows)))
@@ -530,9 +542,9 @@ class ReadThroughCache:
         led: dict[CacheKey, tuple[list[int], asyncio.Future[_Outcome]]] = {}
         followed: list[tuple[list[int], asyncio.Future[_Outcome]]] = []
         for key, group in by_key.items():
-            flight = self._flight.current(key)
+            flight = self._flight.current(plan.flight_key(key))
             if flight is None:
-                led[key] = (group, self._flight.claim(key))
+                led[key] = (group, self._flight.claim(plan.flight_key(key)))
             else:
                 followed.append((group, flight))
         if led:  # first, so that no leader waits on a follower: batches never wait in a ring
@@ -565,13 +577,13 @@ class ReadThroughCache:
             heads = [group[0] for group, _ in led.values()]
             shared = [tier for tier in plan.tiers if tier is self.shared]
             remaining = await self._rows_first_hit(plan, shared, rows, keys, found, heads)
-            if remaining and self.fleet is not None and self.shared in shared:
+            if remaining and self.fleet is not None and self.shared in shared and plan.neutral:
                 await self._rows_fleet(plan, rows, keys, found, remaining, compute, started)
             elif remaining:
                 await self._rows_computed(plan, rows, keys, found, remaining, compute, started)
         except BaseException:
             for key, (_, flight) in led.items():
-                self._flight.abandon(key, flight)
+                self._flight.abandon(plan.flight_key(key), flight)
             raise
         for key, (group, flight) in led.items():
             outcome = found[group[0]]
@@ -580,7 +592,7 @@ class ReadThroughCache:
                 plan.series.row_coalesced.inc(len(group) - 1)
                 for row in group[1:]:
                     found[row] = (list(outcome[0]), outcome[1])
-            self._flight.settle(key, flight, outcome)
+            self._flight.settle(plan.flight_key(key), flight, outcome)
 
     async def _rows_fleet(
         self,
@@ -666,7 +678,8 @@ class _Plan:
     """One request's decisions, made once by :meth:`ReadThroughCache._plan`."""
 
     __slots__ = (
-        "_key", "_keyer", "admission", "bypass", "near", "request", "series", "store", "tiers",
+        "_key", "_keyer", "admission", "bypass", "near", "request", "series", "store", "terms",
+        "tiers",
     )  # fmt: skip
 
     def __init__(
@@ -686,18 +699,31 @@ class _Plan:
         #: Computed without a lookup; ``store``: and inserted all the same (``no-cache``).
         self.bypass = True
         self.store = False
+        #: The scheduling terms its compute runs on (``terms``); None: the neutral ones.
+        self.terms: Hashable | None = None
         self._key: CacheKey | None = None
 
     def of_row(self, row: CacheRequest) -> _Plan:
         """The same decisions for one row of this (batched) request."""
         plan = _Plan(row, self.series, self.admission, self._keyer)
-        plan.tiers, plan.near, plan.bypass, plan.store = (
+        plan.tiers, plan.near, plan.bypass, plan.store, plan.terms = (
             self.tiers,
             self.near,
             self.bypass,
             self.store,
+            self.terms,
         )
         return plan
+
+    @property
+    def neutral(self) -> bool:
+        """Whether its compute runs on the neutral terms: only then may it take part in the
+        fleet's coalescing, whose lease holder may be any replica's request."""
+        return self.terms is None
+
+    def flight_key(self, key: CacheKey) -> FlightKey:
+        """The single-flight key of ``key`` (the request's, or a row's) on its terms."""
+        return flight_key(key, self.terms)
 
     def key(self) -> CacheKey:
         """The request's key, made on first use."""

@@ -3,7 +3,8 @@
 The shared work runs in its own task, so a caller that goes away (a client disconnect cancels
 its request) cancels neither the work nor the other callers' wait. Only when every caller has
 gone is the work cancelled too: nobody waits for it, and a model execution it queued for can
-then be dropped before it runs. Everyone gets the same result, or the same exception.
+then be dropped before it runs. Everyone gets the same result, or the same exception (but
+see below).
 
 A task per miss costs the event loop more than a quick model takes to run, and is only needed
 when the work can be interrupted midway. Work whose costly part cannot be cancelled once
@@ -11,6 +12,12 @@ started (a model run on the event loop) says so by its type,
 :class:`~cachefleet.runtime.cache.completion.RunsToCompletion`: it runs in the caller's own task
 instead, still registered so that identical calls join it. If such a caller is cancelled at an
 earlier await, the callers that joined it simply start the work again themselves.
+
+An error of the leader's own scheduling terms
+(:class:`~cachefleet.runtime.errors.SchedulingTermsError`: its queue timeout ran out, its
+level's queue was full) is the leader's alone, never handed to those who joined it: they start
+over as they do when the leader gives up. Every other error is about the request itself (the
+key holds its content) and is shared (see ``terms``).
 
 Work shared by many keys (the rows of a batch, computed in one call) is led from outside
 ``do``: :meth:`SingleFlight.claim` registers the caller as the leader of each key nobody is
@@ -26,6 +33,7 @@ from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, Generic, TypeVar
 
 from cachefleet.runtime.cache.completion import RunsToCompletion
+from cachefleet.runtime.errors import SchedulingTermsError
 
 T = TypeVar("T")
 
@@ -53,10 +61,14 @@ class SingleFlight(Generic[T]):
             task = asyncio.ensure_future(work())
             self._calls[key] = task
             task.add_done_callback(lambda done: self._finished(key, done))
-            flight = task
+            return await self._wait(task)
         if not isinstance(flight, asyncio.Task):
             return await self._join(key, flight, work)
-        return await self._wait(flight)
+        try:
+            return await self._wait(flight)
+        except SchedulingTermsError:
+            pass  # the leader's own: start over
+        return await self.do(key, work)
 
     async def _wait(self, task: asyncio.Future[T]) -> T:
         """Wait for a task of its own; the last caller to leave cancels it."""
@@ -95,7 +107,8 @@ class SingleFlight(Generic[T]):
 
     async def follow(self, flight: asyncio.Future[T]) -> T | None:
         """Wait for ``flight`` (from :meth:`current`) as ``do``'s callers wait: its result,
-        or its exception; None if its leader gave up (then start over)."""
+        or its exception; None if its leader gave up or failed on its own terms (then start
+        over)."""
         try:
             if isinstance(flight, asyncio.Task):
                 return await self._wait(flight)
@@ -103,6 +116,8 @@ class SingleFlight(Generic[T]):
         except asyncio.CancelledError:
             if not _gave_up(flight):
                 raise  # this caller was cancelled, not the leader
+        except SchedulingTermsError:
+            pass  # the leader's own
         return None
 
     async def _lead(self, key: Hashable, work: Callable[[], Awaitable[T]]) -> T:
@@ -129,6 +144,8 @@ class SingleFlight(Generic[T]):
         except asyncio.CancelledError:
             if not _gave_up(flight):
                 raise  # this caller was cancelled, not the leader
+        except SchedulingTermsError:
+            pass  # the leader's own
         return await self.do(key, work)
 
     def _release(self, key: Hashable, flight: asyncio.Future[T]) -> None:

@@ -28,6 +28,7 @@ from cachefleet.runtime.cache.api import (
     ResponseCache,
 )
 from cachefleet.runtime.cache.errors import CacheTierError
+from cachefleet.runtime.cache.terms import on_terms
 from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.errors import NotReadyError, ServingError
 from cachefleet.runtime.metrics import RuntimeMetrics
@@ -213,6 +214,8 @@ class InferenceService:
         cache when ``by_rows``; what happened goes into ``miss``."""
         priority = _priority(request.parameters)
         timeout_us = _timeout_us(request.parameters)
+        # Identical requests share a computation only on the same terms (``cache.terms``).
+        terms = scheduler.terms(priority, timeout_us)
 
         async def run(inputs: Sequence[Tensor]) -> list[Tensor]:
             started = time.perf_counter_ns()
@@ -223,16 +226,16 @@ class InferenceService:
 
         if not by_rows:
             # One run and nothing else: the scheduler says how the cache may treat it.
-            return scheduler.compute(functools.partial(run, request.inputs))
+            return scheduler.compute(functools.partial(run, request.inputs), terms)
 
         async def compute_by_rows() -> list[Tensor]:
-            answer = await answer_by_rows(self._cache, cache_request, run)
+            answer = await answer_by_rows(self._cache, cache_request, run, terms)
             miss.row_status = answer.status
             return answer.outputs
 
         # Its row lookups await the tiers and can be interrupted: ordinary work, whatever the
         # scheduler.
-        return compute_by_rows
+        return on_terms(compute_by_rows, terms)
 
     def _write_shared_memory(self, request: InferRequest, outputs: Sequence[Tensor]) -> None:
         """Write the outputs the client asked for in shared memory into their regions."""

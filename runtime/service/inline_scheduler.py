@@ -13,7 +13,7 @@ its scheduler is made (``schedulers``); every other model has the ordinary
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 from cachefleet.runtime.cache.api import Compute
 from cachefleet.runtime.cache.completion import RunsToCompletion
@@ -45,6 +45,7 @@ class InlineScheduler(ModelScheduler):
         self._record(size, times, 1)
         return outputs
 
-    def compute(self, runs: Compute) -> Compute:
-        """``runs`` marked as running to completion: a run here never waits once started."""
+    def compute(self, runs: Compute, terms: Hashable | None = None) -> Compute:
+        """``runs`` marked as running to completion: a run here never waits once started
+        (and, with no queue, its terms are always the neutral ones)."""
         return RunsToCompletion(runs)

@@ -16,10 +16,11 @@ the batch), and a row cache would then be wrong.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
 
 from cachefleet.runtime.cache.api import CacheRequest, CacheStatus, ResponseCache, RowHit
+from cachefleet.runtime.cache.terms import on_terms
 from cachefleet.runtime.service import rows
 from cachefleet.runtime.tensor import Tensor
 
@@ -34,8 +35,11 @@ class RowAnswer:
     status: CacheStatus
 
 
-async def answer_by_rows(cache: ResponseCache, request: CacheRequest, run: Run) -> RowAnswer:
-    """The outputs of a batched ``request``, each row from the cache when it holds it."""
+async def answer_by_rows(
+    cache: ResponseCache, request: CacheRequest, run: Run, terms: Hashable | None = None
+) -> RowAnswer:
+    """The outputs of a batched ``request``, each row from the cache when it holds it; its
+    rows are shared only with requests on the same scheduling ``terms`` (``cache.terms``)."""
     row_inputs = rows.rows_of(request.inputs)
     # Each row is its own request: its key is computed from its own inputs.
     row_requests = [replace(request, inputs=inputs) for inputs in row_inputs]
@@ -47,7 +51,7 @@ async def answer_by_rows(cache: ResponseCache, request: CacheRequest, run: Run) 
             outputs = await run(rows.join([row_inputs[index] for index in missing]))
         return rows.split(outputs, [1] * len(missing)) if len(missing) > 1 else [outputs]
 
-    answered = await cache.get_rows_or_compute(row_requests, run_missing)
+    answered = await cache.get_rows_or_compute(row_requests, on_terms(run_missing, terms))
     if not _agree([outputs for outputs, _ in answered]):
         # Rows cached with different output shapes (a model whose output dims vary): they
         # cannot be stacked, so the whole request runs.

@@ -8,6 +8,12 @@ caller that goes away (a client disconnect cancels its request) never cancels an
 other callers wait on; a caller that goes before its request left the queue is simply dropped
 from it. A batch that fails is run again one request at a time, so that a request the model
 cannot run fails alone, with the model's error, and the others still get answers.
+
+What of a request's parameters decides how it is queued (its priority level and queue timeout)
+is its *terms* (:meth:`ModelScheduler.terms`), handed to the cache with its compute: identical
+requests share a computation only on the same terms, and the errors of those terms (a full
+queue, a queue timeout) are raised as ``SchedulingTermsError`` so that they stay the request's
+own (see ``cache.terms``).
 """
 
 from __future__ import annotations
@@ -17,15 +23,17 @@ import contextlib
 import contextvars
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Executor
 
 from cachefleet.runtime.cache.api import Compute
+from cachefleet.runtime.cache.terms import on_terms
 from cachefleet.runtime.errors import (
     BadRequestError,
     ModelExecutionError,
     NotReadyError,
-    OverloadedError,
+    QueueFullError,
+    QueueTimeoutError,
     ServingError,
 )
 from cachefleet.runtime.metrics import RuntimeMetrics
@@ -91,7 +99,7 @@ class ModelScheduler:
         queue_policy = self.policy.batching.queue_policy(level)
         limit = queue_policy.max_queue_size
         if limit and self._queue.waiting_at(level) >= limit:
-            raise OverloadedError("Exceeds maximum queue size")  # Triton's words
+            raise QueueFullError("Exceeds maximum queue size")  # Triton's words
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[Tensor]] = loop.create_future()
         pending = Pending(
@@ -128,11 +136,24 @@ class ModelScheduler:
             if timer is not None:
                 timer.cancel()
 
-    def compute(self, runs: Compute) -> Compute:
-        """How the cache gets ``runs``, a compute that awaits one :meth:`run` and nothing else:
-        as ordinary work, since a run here waits (for an instance, a thread, the queue) and
-        its caller may go while it does."""
-        return runs
+    def compute(self, runs: Compute, terms: Hashable | None = None) -> Compute:
+        """How the cache gets ``runs``, a compute that awaits one :meth:`run` and nothing else,
+        on ``terms`` (:meth:`terms`): as ordinary work, since a run here waits (for an
+        instance, a thread, the queue) and its caller may go while it does."""
+        return on_terms(runs, terms)
+
+    def terms(self, priority: int, timeout_us: int) -> Hashable | None:
+        """How a request with these parameters is queued, as the cache compares requests
+        that would share a computation (``cache.terms``): its priority level and queue timeout;
+        None when they are those of a request that names neither (always, without a queue)."""
+        batching = self.policy.batching
+        if batching is None:
+            return None
+        level = self._level(priority)
+        terms = (level, batching.queue_policy(level).timeout_s(timeout_us))
+        neutral_level = self._level(0)
+        neutral = (neutral_level, batching.queue_policy(neutral_level).timeout_s(0))
+        return None if terms == neutral else terms
 
     def _timed_out(self, pending: Pending, delay: bool) -> None:
         """A request's queue timeout passed while it waited: refused, or moved behind the
@@ -142,7 +163,7 @@ class ModelScheduler:
         if delay:
             pending.delayed = True
         else:
-            pending.future.set_exception(NotReadyError("Request timeout expired"))
+            pending.future.set_exception(QueueTimeoutError("Request timeout expired"))
         self._arrived.set()
 
     async def close(self) -> None:

@@ -18,12 +18,13 @@ from support.cache_doubles import Model, ask, metric, request, settings, shared_
 from support.processes import RedisProcess
 from support.waiting import wait_for_async
 
-from cachefleet.runtime.cache.api import CacheRequest, CacheStatus, RowsCompute
+from cachefleet.runtime.cache.api import CacheDirectives, CacheRequest, CacheStatus, RowsCompute
 from cachefleet.runtime.cache.factory import build_cache
 from cachefleet.runtime.cache.fleet_lease import FleetLeases, lease_key
 from cachefleet.runtime.cache.key import KeySpace, compute_key
 from cachefleet.runtime.cache.read_through import ReadThroughCache
 from cachefleet.runtime.cache.redis_tier import RedisTier
+from cachefleet.runtime.cache.terms import on_terms
 from cachefleet.runtime.config import RedisSettings
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.tensor import Tensor
@@ -335,3 +336,38 @@ async def test_a_row_two_replicas_miss_together_runs_once_in_the_fleet(replicas:
         again = await cache.get_rows_or_compute(shared_row, compute_a)
         assert [status for _, status in again] == [CacheStatus.HIT_LOCAL]
     assert sorted(runs) == [40, 41, 42]
+
+
+async def test_a_request_on_its_own_terms_neither_waits_for_a_lease_nor_takes_one(
+    replicas: Any, redis_server: RedisProcess
+) -> None:
+    """A lease holder elsewhere runs on the neutral terms (no priority, no timeout of its
+    own): a request on other terms is not held by it, nor holds the others."""
+    first, second = await replicas(2, fleet_max_wait_s=60)
+    req = request(19)
+    gate = asyncio.Event()
+
+    async def held() -> list[Tensor]:
+        await gate.wait()
+        return [Tensor.from_numpy("OUTPUT0", req.inputs[0].to_numpy() * 2)]
+
+    holder = asyncio.ensure_future(first.get_or_compute(req, CacheDirectives(), held))
+
+    async def leased() -> bool:
+        return leases(first) == 1
+
+    await wait_for_async(leased, "the first replica's lease")
+    own_terms = Model()
+    outputs, status, _ = await second.get_or_compute(
+        req, CacheDirectives(), on_terms(own_terms.for_request(req), (2, 0.0))
+    )
+    assert (status, own_terms.runs) == (CacheStatus.MISS, 1)  # computed, not held
+    assert leases(second) == 0
+    assert sum(waits(second, result) for result in ("filled", "lead", "deadline", "error")) == 0
+    gate.set()
+    assert (await holder).outputs[0].to_numpy().tolist() == outputs[0].to_numpy().tolist()
+
+    async def released() -> bool:
+        return redis_server.client().keys("*:lease:*") == []
+
+    await wait_for_async(released, "the holder's lease given back")  # the only one taken

@@ -309,3 +309,34 @@ async def test_a_delayed_request_waits_behind_those_in_time(
     await asyncio.gather(running, late, on_time)
     assert model.started == [[1], [3], [2]]
     await scheduler.close()
+
+
+async def test_a_requests_terms_are_the_level_and_queue_timeout_it_is_queued_with(
+    executor: ThreadPoolExecutor,
+) -> None:
+    """What the cache compares before identical requests share a computation: None for
+    parameters that queue a request as if it named none, else its level and timeout."""
+    overridable = QueuePolicy(default_timeout_s=2.0, allow_timeout_override=True)
+    batching = BatchingPolicy(
+        max_batch_size=8,
+        priority_levels=3,
+        default_priority_level=2,
+        default_queue_policy=QueuePolicy(default_timeout_s=1.0),
+        queue_policies={3: overridable},
+    )
+    scheduler = ModelScheduler(
+        HeldModel(), SchedulingPolicy(batching=batching), executor, RuntimeMetrics(),
+        StatisticsRegistry(),
+    )  # fmt: skip
+    assert scheduler.terms(0, 0) is None
+    assert scheduler.terms(2, 0) is None, "the default level, named"
+    assert scheduler.terms(0, 500) is None, "a timeout the level does not let it override"
+    assert scheduler.terms(1, 0) == (1, 1.0)
+    assert scheduler.terms(3, 0) == (3, 2.0)
+    assert scheduler.terms(3, 500) == (3, 0.0005)
+    unbatched = ModelScheduler(
+        HeldModel(), SchedulingPolicy(), executor, RuntimeMetrics(), StatisticsRegistry()
+    )
+    assert unbatched.terms(0, 500) is None, "no queue: nothing its parameters could change"
+    await scheduler.close()
+    await unbatched.close()
