@@ -101,8 +101,8 @@ class LimitSettings(_Group):
         30.0,
         gt=0,
         description="Answer bytes waiting for a client that does not read them must all be "
-        "taken within this; else the connection is cut (aborted). Until they are, the answer "
-        "is charged to max_inflight_bytes.",
+        "taken within this; else the connection is reset. Until they are, the answer is "
+        "charged to max_inflight_bytes.",
     )
     keep_alive_timeout_s: Seconds = Field(
         5.0,
@@ -119,7 +119,8 @@ class LimitSettings(_Group):
     max_inflight_bytes: Bytes = Field(
         1024 * 2**20,
         gt=0,
-        description="Request bytes held at once (bodies as received and decoded tensors); "
+        description="Request bytes held at once (bodies as received and decoded tensors, and "
+        "HTTP answers until written); "
         "a request over it waits briefly, then gets 503. The operator derives it from the "
         "memory limit.",
     )
