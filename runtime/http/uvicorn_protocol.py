@@ -14,8 +14,8 @@ gives every one a deadline and a bound:
   byte (of the connection, for the first request), and within :data:`MAX_HEAD_BYTES`;
 - **reading a body**: a body that delivers less than :data:`MIN_BODY_PROGRESS` bytes in
   ``body_timeout_s`` (while the server reads it) is cut off, and so is one not whole
-  ``body_deadline_s`` after its head, however steadily it trickles (a client may not hold a
-  request, and its share of the budget of bytes in flight, for ever);
+  ``body_deadline_s`` after its head (of time the server read), however steadily it trickles
+  (a client may not hold a request, and its share of the budget of bytes in flight, for ever);
 - **between requests**: once a message is whole the next head's clock starts with its first
   byte; an idle connection is uvicorn's to close (``timeout_keep_alive``,
   ``--keep-alive-timeout``);
@@ -39,16 +39,16 @@ the phases by its parser callbacks (``on_message_begin``, ``on_headers_complete`
 A connection cut off while reading is closed, as uvicorn closes an idle one; a request whose body
 was being read then sees the client gone. The checks run on one timer per connection, every
 :func:`tick_s` seconds, so a cut comes within a tick of its deadline; the hot path pays one
-addition per ``data_received``.
+addition per ``data_received`` and a few attribute writes per request.
 
 (A transport that held a response's head back to write it with its body, saving a system call
 per answer, lived here too; measured side by side under the same load it made no difference
 beyond the noise, so it went: ``bench/results/2026-11-28-http-path.md``.)
 
-The internals read here: the protocols' ``connections``, ``cycle`` (``scope``,
-``response_complete``), ``pipeline`` and the parser callbacks above (httptools), ``conn``
-(h11), ``flow`` (``read_paused``), ``transport``, ``loop``, ``app``, ``on_response_complete``,
-``pause_writing`` and ``resume_writing``. That is why uvicorn is bounded in ``pyproject.toml``
+The internals read here: the protocols' ``connections``, ``cycle`` (its ``scope``), the parser
+callbacks above (httptools), ``conn`` (h11: ``their_state``, ``trailing_data``), ``flow``
+(``read_paused``), ``transport``, ``loop``, ``app``, ``on_response_complete`` and
+``resume_writing``. That is why uvicorn is bounded in ``pyproject.toml``
 to the minor releases the dependency-floor test runs (``tests/test_dependency_floors.py``: its
 lowest release, and the development environment's highest);
 ``tests/runtime/test_http_connection_guard.py`` and ``tests/e2e/test_http_limits.py`` fail when
