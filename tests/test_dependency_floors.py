@@ -42,6 +42,10 @@ EXERCISED = {
         "tests/e2e/test_http_limits.py::test_a_slow_head_is_cut_off_within_its_deadline",
         "tests/e2e/test_http_limits.py::test_a_slow_body_is_cut_off_while_others_are_served",
         "tests/e2e/test_http_limits.py::test_connections_over_the_cap_get_503_with_retry_after",
+        "tests/e2e/test_http_limits.py::test_a_pipelined_request_that_never_sends_its_body_gives_its_place_back",
+        "tests/e2e/test_http_limits.py::test_a_pipelined_request_with_a_200_kb_body_is_answered",
+        "tests/e2e/test_http_limits.py::test_answers_nobody_reads_stay_charged_until_their_clients_are_cut_off",
+        "tests/e2e/test_http_limits.py::test_requests_pipelined_behind_unread_answers_give_their_places_back",
     ],
 }
 

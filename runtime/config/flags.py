@@ -75,6 +75,12 @@ FLAGS: tuple[Flag, ...] = (
         "body_deadline_s",
         "Seconds in which a whole body must arrive, or be cut off (60).",
     ),
+    Flag(
+        "response-write-timeout",
+        "limits",
+        "write_timeout_s",
+        "Seconds in which a client must take an answer waiting for it, or be cut off (30).",
+    ),
     Flag("keep-alive-timeout", "limits", "keep_alive_timeout_s", "Idle keep-alive seconds (5)."),
     Flag("max-connections", "limits", "max_connections", "Open HTTP connections (1024)."),
     Flag(

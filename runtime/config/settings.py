@@ -97,8 +97,18 @@ class LimitSettings(_Group):
         description="A body must arrive whole within this of its head, however steadily it "
         "trickles; else cut off (closed).",
     )
+    write_timeout_s: Seconds = Field(
+        30.0,
+        gt=0,
+        description="Answer bytes waiting for a client that does not read them must all be "
+        "taken within this; else the connection is reset. Until they are, the answer is "
+        "charged to max_inflight_bytes.",
+    )
     keep_alive_timeout_s: Seconds = Field(
-        5.0, gt=0, description="An idle keep-alive connection is closed after this."
+        5.0,
+        gt=0,
+        description="An idle keep-alive connection (its last answer complete, no byte of a "
+        "next request) is closed after this.",
     )
     max_connections: int = Field(
         1024, ge=1, description="Open HTTP connections; more are answered 503 and closed."
@@ -109,7 +119,8 @@ class LimitSettings(_Group):
     max_inflight_bytes: Bytes = Field(
         1024 * 2**20,
         gt=0,
-        description="Request bytes held at once (bodies as received and decoded tensors); "
+        description="Request bytes held at once (bodies as received and decoded tensors, and "
+        "HTTP answers until written); "
         "a request over it waits briefly, then gets 503. The operator derives it from the "
         "memory limit.",
     )

@@ -21,6 +21,7 @@ from starlette.types import Receive, Scope, Send
 from cachefleet.runtime.cache.memo import MemoKey
 from cachefleet.runtime.composition import Runtime, RuntimeSlot
 from cachefleet.runtime.errors import ServingError
+from cachefleet.runtime.http.answer_charge import AnswerCharge
 from cachefleet.runtime.http.body import ClientGoneError, inflate, joined, receive_parts
 from cachefleet.runtime.http.body_charge import BodyCharge
 from cachefleet.runtime.http.client_watch import ClientWatch
@@ -50,7 +51,8 @@ class InferEndpoint:
 
         Admit it (a count, and the bytes of its body's first step, against the budget) before
         a byte of its body is read, answer it (its share growing with its body: see
-        ``body_charge``), and give its share back."""
+        ``body_charge``), and give its share back; its answer's bytes stay charged until they
+        are written (``answer_charge``)."""
         try:
             runtime = self._slot.ready()
             if head.refusal is not None:
@@ -67,10 +69,17 @@ class InferEndpoint:
             await refuse(send, head, error)
             return
         charge.taken = cost
+        answer = AnswerCharge(budget)
         try:
-            await self._admitted(head, scope, receive, send, self._answers_of(runtime), charge)
+            await self._admitted(
+                head, scope, receive, send, self._answers_of(runtime), charge, answer
+            )
+        except BaseException:
+            answer.release()
+            raise
         finally:
             budget.leave(charge.taken)
+        await answer.release_when_written(scope)
 
     def _answers_of(self, runtime: Runtime) -> ServiceAnswers:
         """The answers for ``runtime``, made the first time it serves a request (a server
@@ -88,6 +97,7 @@ class InferEndpoint:
         send: Send,
         answers: ServiceAnswers,
         charge: BodyCharge,
+        answer: AnswerCharge,
     ) -> None:
         try:
             hasher = answers.hasher(head)
@@ -108,11 +118,14 @@ class InferEndpoint:
                 if found is not None:
                     headers = found.headers or []
                     if head.accept is None:
+                        answer.hold(found.body)
                         await send({"type": _START, "status": 200, "headers": headers})
                         await send({"type": _BODY, "body": found.body})
                     else:  # compressed per request: the memo holds the plain answer
                         length = header_length_of(headers)
-                        await _send_answer(send, found.body, length, "hit-local", head.accept)
+                        await _send_answer(
+                            send, found.body, length, "hit-local", head.accept, answer
+                        )
                     return
             body = joined(parts)
             if head.bad_header is not None:
@@ -122,7 +135,7 @@ class InferEndpoint:
         except ServingError as error:
             await refuse(send, head, error)
             return
-        await self._answer(head, scope, receive, send, answers, body, key)
+        await self._answer(head, scope, receive, send, answers, body, key, answer)
 
     async def _answer(
         self,
@@ -133,6 +146,7 @@ class InferEndpoint:
         answers: ServiceAnswers,
         body: bytes,
         key: MemoKey | None,
+        answer: AnswerCharge,
     ) -> None:
         """Everything but a memoized answer: the service's whole path, with a watch for the
         client hanging up once the request waits for a model."""
@@ -160,16 +174,27 @@ class InferEndpoint:
             if watch is not None:
                 watch.stop()
         await _send_answer(
-            send, outcome.body, outcome.header_length, outcome.cache_status.value, head.accept
+            send,
+            outcome.body,
+            outcome.header_length,
+            outcome.cache_status.value,
+            head.accept,
+            answer,
         )
 
 
 async def _send_answer(
-    send: Send, body: bytes, header_length: int | None, cache_status: str, accept: str | None
+    send: Send,
+    body: bytes,
+    header_length: int | None,
+    cache_status: str,
+    accept: str | None,
+    answer: AnswerCharge,
 ) -> None:
     encoding = None
     if accept is not None:
         body, encoding = compress_for(accept, body)
+    answer.hold(body)
     headers = answer_headers(body, header_length, cache_status.encode())
     if encoding is not None:
         headers.append((b"content-encoding", encoding.encode()))

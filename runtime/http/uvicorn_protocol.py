@@ -1,36 +1,56 @@
 """Everything of the HTTP path that reaches below ASGI, in one module: uvicorn's protocols with
 the connection guard. Nothing else in the project imports uvicorn's internals.
 
-ASGI cannot express it: an application sees a request only once its head is in, and cannot
-close a connection whose client stalls before that.
+ASGI cannot express it: an application sees a request only once its head is in, cannot close a
+connection whose client stalls before that, and never learns whether its answer was written.
 
-uvicorn closes a keep-alive connection that stays idle, and nothing else: a client that sends
-its request head one byte a second, or its body that slowly, holds a connection (and whatever
-it has sent) for as long as it likes. :class:`ConnectionGuard` adds, per connection:
+uvicorn closes a keep-alive connection that stays idle after an answer, and nothing else: a
+client that sends its request head one byte a second, or its body that slowly, or never reads
+its answers, holds a connection (and whatever it has sent, and the answers waiting for it) for
+as long as it likes. :class:`ConnectionGuard` follows each connection through its phases and
+gives every one a deadline and a bound:
 
-- a **head deadline**: a request head must arrive whole within ``head_timeout_s`` of its first
+- **reading a head**: a request head must arrive whole within ``head_timeout_s`` of its first
   byte (of the connection, for the first request), and within :data:`MAX_HEAD_BYTES`;
-- a **body deadline**: a body that delivers less than :data:`MIN_BODY_PROGRESS` bytes in
-  ``body_timeout_s`` (while the server is reading it) is cut off, and so is one not whole
-  ``body_deadline_s`` after its head, however steadily it trickles (a client may not hold a
-  request, and its share of the budget of bytes in flight, for ever);
-- a **connection cap**: past ``max_connections`` open connections, a new one is answered 503
+- **reading a body**: a body that delivers less than :data:`MIN_BODY_PROGRESS` bytes in
+  ``body_timeout_s`` (while the server reads it) is cut off, and so is one not whole
+  ``body_deadline_s`` after its head (of time the server read), however steadily it trickles
+  (a client may not hold a request, and its share of the budget of bytes in flight, for ever);
+- **between requests**: once a message is whole the next head's clock starts with its first
+  byte; an idle connection is uvicorn's to close (``timeout_keep_alive``,
+  ``--keep-alive-timeout``);
+- **writing answers**: answer bytes that wait in the connection's write buffer (the client does
+  not read them) must all be taken within ``write_timeout_s``, or the connection is reset (its
+  buffers dropped: a plain close would wait for the buffer to be written, for ever). This also
+  frees a pipelined request whose answer waits in uvicorn's ``drain()`` behind an unread one.
+  :data:`WRITTEN` in a request's ASGI scope lets the application wait until its answer is
+  written (or the connection gone), to hold the answer's bytes against the budget until then;
+- **a connection cap**: past ``max_connections`` open connections, a new one is answered 503
   with ``Retry-After`` and closed before its request is read.
 
-A cut-off connection is simply closed, as uvicorn closes an idle one; a request whose body was
-being read then sees the client gone. The checks run on one timer per connection, every
+The phases follow the parser, not the request being answered: with pipelining the parser reads
+a request's head and body while an earlier one is still answered (uvicorn queues it), and its
+clocks run only while the server reads from the connection (uvicorn stops reading while a
+pipelined request waits its turn), so a pipelined request's head and body get the same
+deadlines as a first request's, and its body bytes never count as head bytes. httptools tells
+the phases by its parser callbacks (``on_message_begin``, ``on_headers_complete``,
+``on_message_complete``), h11 by its connection's ``their_state``.
+
+A connection cut off while reading is closed, as uvicorn closes an idle one; a request whose body
+was being read then sees the client gone. The checks run on one timer per connection, every
 :func:`tick_s` seconds, so a cut comes within a tick of its deadline; the hot path pays one
-addition per ``data_received``.
+addition per ``data_received`` and a few attribute writes per request.
 
 (A transport that held a response's head back to write it with its body, saving a system call
 per answer, lived here too; measured side by side under the same load it made no difference
 beyond the noise, so it went: ``bench/results/2026-11-28-http-path.md``.)
 
-The internals read here: the protocols' ``connections``, ``cycle`` (``more_body``,
-``response_complete``), ``flow`` (``read_paused``), ``transport``, ``loop``, ``app`` and
-``on_response_complete``. That is why uvicorn is bounded in ``pyproject.toml`` to the minor
-releases the dependency-floor test runs (``tests/test_dependency_floors.py``: its lowest
-release, and the development environment's highest);
+The internals read here: the protocols' ``connections``, ``cycle`` (its ``scope``), the parser
+callbacks above (httptools), ``conn`` (h11: ``their_state``, ``trailing_data``), ``flow``
+(``read_paused``), ``transport``, ``loop``, ``app``, ``on_response_complete`` and
+``resume_writing``. That is why uvicorn is bounded in ``pyproject.toml``
+to the minor releases the dependency-floor test runs (``tests/test_dependency_floors.py``: its
+lowest release, and the development environment's highest);
 ``tests/runtime/test_http_connection_guard.py`` and ``tests/e2e/test_http_limits.py`` fail when
 they move. The classes are defined at module level because uvicorn pickles the protocol class
 to its worker processes.
@@ -39,18 +59,27 @@ to its worker processes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import enum
+import socket
+import struct
 from typing import Any
 
+import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from cachefleet.runtime.config import LimitSettings
+from cachefleet.runtime.http.written import WRITTEN
 
 #: The most a request head may hold (request line and headers), as uvicorn's h11 default is
 #: 16 KiB; tritonclient's heads are a few hundred bytes.
 MAX_HEAD_BYTES = 64 * 1024
 #: What a body must deliver per ``body_timeout_s`` to count as alive.
 MIN_BODY_PROGRESS = 1024
+#: The write buffer over which uvicorn waits (``drain``) before it writes more, as asyncio's
+#: default; the buffer's low mark is 0, so the protocol hears when it is empty.
+WRITE_HIGH_WATER = 64 * 1024
 _BUSY = (
     b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
     b"retry-after: 1\r\nconnection: close\r\ncontent-length: %d\r\n\r\n%s"
@@ -61,8 +90,19 @@ BUSY_RESPONSE = _BUSY % (len(_BUSY_BODY), _BUSY_BODY)
 
 def tick_s(limits: LimitSettings) -> float:
     """How often a connection's deadlines are checked: a quarter of the shortest, at most 1 s."""
-    shortest = min(limits.head_timeout_s, limits.body_timeout_s, limits.body_deadline_s)
+    shortest = min(
+        limits.head_timeout_s, limits.body_timeout_s, limits.body_deadline_s,
+        limits.write_timeout_s,
+    )  # fmt: skip
     return max(0.05, min(1.0, shortest / 4))
+
+
+class Reading(enum.Enum):
+    """What the parser is reading from the connection."""
+
+    HEAD = "head"  #: a request head, at least its first byte (or the connection is new)
+    BODY = "body"  #: the body of the request whose head came last
+    BETWEEN = "between"  #: nothing: the last message is whole, no byte of the next has come
 
 
 class ConnectionGuard:
@@ -81,13 +121,20 @@ class ConnectionGuard:
     loop: asyncio.AbstractEventLoop
 
     _received = 0
-    _head_started: float | None = None
+    _reading = Reading.HEAD
+    #: Seconds the current phase has had while the server read from the connection, and when
+    #: they were last counted.
+    _phase_s = 0.0
+    _counted_at = 0.0
     _head_bytes_from = 0
-    _cycle_at_head: Any = None
+    #: The cycle whose body is being read.
+    _body_cycle: Any = None
     _body_mark: tuple[float, int] | None = None
-    #: The cycle whose body is being read, and when the guard first saw it so.
-    _body_since: tuple[Any, float] | None = None
+    #: Since when answer bytes have waited in the write buffer.
+    _write_since: float | None = None
+    _write_waiters: list[asyncio.Future[None]] | None = None
     _timer: asyncio.TimerHandle | None = None
+    _gone = False
 
     def connection_made(self, transport: Any) -> None:  # asyncio.Transport, typed as uvicorn's
         self.limits = _limits_of(self.app)
@@ -96,60 +143,114 @@ class ConnectionGuard:
             transport.write(BUSY_RESPONSE)
             transport.close()
             return
-        self._head_started = self.loop.time()
+        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=0)
+        self._enter(Reading.HEAD)  # the first head's clock runs from the connection's start
         self._timer = self.loop.call_later(tick_s(self.limits), self._check)
 
     def data_received(self, data: bytes) -> None:
         self._received += len(data)
-        if self._head_started is None:
-            self._head_started = self.loop.time()
         super().data_received(data)  # type: ignore[misc]
+        self._follow_parser()
         if (
-            self.cycle is self._cycle_at_head
+            self._reading is Reading.HEAD
             and self._received - self._head_bytes_from > MAX_HEAD_BYTES
         ):
             self.transport.close()  # a head larger than any real one
 
     def on_response_complete(self) -> None:
         super().on_response_complete()  # type: ignore[misc]
-        # The next head starts with its first byte; until then uvicorn's keep-alive timeout
-        # governs the idle connection.
-        self._head_started = None
-        self._head_bytes_from = self._received
-        self._cycle_at_head = self.cycle
+        self._follow_parser()  # h11 parses a pipelined request only now
+
+    def _follow_parser(self) -> None:
+        """Bring the phase up to the parser's (h11: read from its state; httptools: its
+        callbacks have)."""
+
+    def _message_begun(self) -> None:
+        if self._reading is Reading.BETWEEN:
+            self._enter(Reading.HEAD)
+
+    def _head_complete(self, cycle: Any) -> None:
+        """A head is whole and ``cycle`` made for it: its body is read from now on."""
+        if cycle is None or cycle is self._body_cycle:
+            return
+        cycle.scope.setdefault("extensions", {})[WRITTEN] = self.written
+        self._body_cycle = cycle
+        self._enter(Reading.BODY)
+
+    def _message_complete(self) -> None:
+        if self._reading is not Reading.BETWEEN:
+            self._enter(Reading.BETWEEN)
+            # The next head's bytes count from here (within this chunk's end).
+            self._head_bytes_from = self._received
+
+    def _enter(self, reading: Reading) -> None:
+        self._reading = reading
+        self._phase_s = 0.0
+        self._counted_at = self.loop.time()
         self._body_mark = None
-        self._body_since = None
+
+    def written(self) -> asyncio.Future[None] | None:
+        """None when nothing waits in the write buffer; else a future done once the buffer is
+        empty or the connection gone (see :data:`WRITTEN`)."""
+        transport = self.transport
+        if self._gone or transport.get_write_buffer_size() == 0:
+            return None
+        waiter = self.loop.create_future()
+        if self._write_waiters is None:
+            self._write_waiters = []
+        self._write_waiters.append(waiter)
+        return waiter
+
+    def resume_writing(self) -> None:
+        super().resume_writing()  # type: ignore[misc]
+        if self.transport.get_write_buffer_size() == 0:
+            self._written_out()
+
+    def _written_out(self) -> None:
+        self._write_since = None
+        waiters, self._write_waiters = self._write_waiters, None
+        for waiter in waiters or ():
+            if not waiter.done():
+                waiter.set_result(None)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._gone = True
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        self._written_out()
         super().connection_lost(exc)  # type: ignore[misc]
 
     def _check(self) -> None:
         self._timer = None
-        if self.transport.is_closing():
-            return
+        transport = self.transport
         now = self.loop.time()
-        if self._expired(now):
-            self.transport.close()
+        if transport.get_write_buffer_size() == 0:
+            self._written_out()
+            if transport.is_closing():
+                return  # closed, and written: connection_lost comes
+        elif self._write_since is None:
+            self._write_since = now
+        elif now - self._write_since > self.limits.write_timeout_s:
+            _reset(transport)  # the client does not read: drop what waits for it
             return
+        if not transport.is_closing() and self._expired(now):
+            transport.close()
         self._timer = self.loop.call_later(tick_s(self.limits), self._check)
 
     def _expired(self, now: float) -> bool:
-        cycle = self.cycle
-        if cycle is self._cycle_at_head:  # the head is still on its way
-            started = self._head_started
-            return started is not None and now - started > self.limits.head_timeout_s
-        if not cycle.more_body or cycle.response_complete:
-            self._body_mark = None  # the body is in, or answered
+        reading = self._reading
+        if reading is Reading.BETWEEN:
             return False
-        since = self._body_since
-        if since is None or since[0] is not cycle:
-            since = self._body_since = (cycle, now)
-        if now - since[1] > self.limits.body_deadline_s:
+        paused = self.flow.read_paused
+        if not paused:  # a phase's clock runs only while the server reads
+            self._phase_s += now - self._counted_at
+        self._counted_at = now
+        if reading is Reading.HEAD:
+            return self._phase_s > self.limits.head_timeout_s
+        if self._phase_s > self.limits.body_deadline_s:
             return True  # whole or not, the body has had its time
-        if self.flow.read_paused:
+        if paused:
             self._body_mark = None  # the server is not reading: no progress is owed
             return False
         mark = self._body_mark
@@ -157,6 +258,17 @@ class ConnectionGuard:
             self._body_mark = (now, self._received)
             return False
         return now - mark[0] > self.limits.body_timeout_s
+
+
+def _reset(transport: asyncio.Transport) -> None:
+    """Abort ``transport`` with a reset: the bytes in the kernel's send queue go too (a plain
+    close would leave them there, an orphan socket sending to a client that does not read), and
+    the client learns that its answer was cut off."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()
 
 
 def _limits_of(app: Any) -> LimitSettings:
@@ -173,8 +285,39 @@ def _limits_of(app: Any) -> LimitSettings:
 
 
 class GuardedH11Protocol(ConnectionGuard, H11Protocol):
-    """uvicorn's h11 protocol with the guard (where httptools is not installed)."""
+    """uvicorn's h11 protocol with the guard (where httptools is not installed). h11 parses a
+    pipelined request only once the answer before it is complete; the phase is read from its
+    state after each step."""
+
+    conn: h11.Connection
+
+    def _follow_parser(self) -> None:
+        state = self.conn.their_state
+        if state is h11.IDLE:
+            if self._reading is Reading.BODY:
+                self._message_complete()
+            if self._reading is Reading.BETWEEN and self.conn.trailing_data[0]:
+                self._enter(Reading.HEAD)
+                self._head_bytes_from = self._received - len(self.conn.trailing_data[0])
+        elif state is h11.SEND_BODY:
+            self._head_complete(self.cycle)
+        else:  # DONE, or closing: nothing more is read for now
+            self._head_complete(self.cycle)
+            self._message_complete()
 
 
 class GuardedHttpToolsProtocol(ConnectionGuard, HttpToolsProtocol):
-    """uvicorn's httptools protocol with the guard."""
+    """uvicorn's httptools protocol with the guard; the phase follows the parser's callbacks
+    (the parser reads pipelined requests as they come, and uvicorn queues them)."""
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._message_begun()
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        self._head_complete(self.cycle)
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._message_complete()

@@ -133,6 +133,18 @@ class RequestBudget:
         if self._waiters:
             self._wake()
 
+    def hold(self, cost: int) -> None:
+        """Count ``cost`` bytes that exist already (a rendered answer waiting to be written),
+        whether they fit or not: refusing them would not free them, but others wait for them.
+        Give them back with :meth:`release`."""
+        self._bytes += cost
+
+    def release(self, cost: int) -> None:
+        """Give back bytes taken with :meth:`hold`."""
+        self._bytes -= cost
+        if self._waiters:
+            self._wake()
+
     def over_budget(self, cost: int) -> PayloadTooLargeError:
         """The refusal of a request that would hold ``cost`` bytes, more than the whole budget."""
         return PayloadTooLargeError(

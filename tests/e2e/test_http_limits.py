@@ -406,3 +406,148 @@ def test_a_large_json_body_is_decoded_in_a_thread_and_answered_as_before(
     status, document = post([2, 1])
     assert status == 400
     assert "needs 2 elements" in str(document["error"])
+
+
+def _closed_within(sock: socket.socket, seconds: float) -> bool:
+    """Whether the server closes ``sock`` within ``seconds`` (reading what it sends)."""
+    sock.settimeout(0.2)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if sock.recv(65536) == b"":
+                return True
+        except TimeoutError:
+            continue
+        except ConnectionResetError:
+            return True
+    return False
+
+
+_LIVE = b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+def test_a_pipelined_request_that_never_sends_its_body_gives_its_place_back(
+    make_server: Callable[..., ServerProcess],
+) -> None:
+    """A whole request, then a second one's head and one byte of its body, then nothing: the
+    second is cut off at the body deadlines as a first request would be, and the one place of
+    ``--max-requests-in-flight 1`` it held goes back (it once held it for good: every HTTP
+    inference got 503, every gRPC one UNAVAILABLE)."""
+    server = make_server(
+        "--max-requests-in-flight", "1", "--request-body-timeout", "1",
+        "--request-body-deadline", "3", "--grpc-port", "0",
+    )  # fmt: skip
+    with _connect(server) as sock:
+        sock.sendall(
+            _LIVE + b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
+        )
+        assert raw_http.read(sock, bytearray())[0] == 200
+        assert _closed_within(sock, 20)
+    assert _infer_simple(server, 8)[0] == 200
+
+
+def _identity_request(seed: int, size: int, path: bytes = b"simple_identity") -> bytes:
+    body, _, header_length = _identity_body(seed, size)
+    return (
+        b"POST /v2/models/%s/infer HTTP/1.1\r\nHost: x\r\nCache-Control: no-store\r\n"
+        b"Inference-Header-Content-Length: %d\r\nContent-Length: %d\r\n\r\n%s"
+        % (path, header_length, len(body), body)
+    )
+
+
+def test_a_pipelined_request_with_a_200_kb_body_is_answered(server: ServerProcess) -> None:
+    """Two requests in one write, the second with a 200 KB body: both answered (the second's
+    body was once counted as head bytes and the connection closed past 64 KiB); and again with
+    most of the body sent after the first answer."""
+    second = _identity_request(1, 200_000)
+    with _connect(server) as sock:
+        buffer = bytearray()
+        sock.sendall(_LIVE + second)
+        assert [raw_http.read(sock, buffer)[0] for _ in range(2)] == [200, 200]
+        sock.sendall(_LIVE + second[:1000])
+        assert raw_http.read(sock, buffer)[0] == 200
+        sock.sendall(second[1000:])
+        status, _, body = raw_http.read(sock, buffer)
+    assert status == 200
+    assert body.endswith(b"b" * 1000)
+
+
+def _unread(server: ServerProcess, request: bytes) -> socket.socket:
+    """A connection that sends ``request`` and never reads (a small receive buffer), once the
+    server has begun to answer it."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.settimeout(30)
+    sock.connect(("127.0.0.1", server.port))
+    sock.sendall(request)
+    assert sock.recv(16, socket.MSG_PEEK).startswith(b"HTTP/1.1 200 ")  # peeked, not read
+    return sock
+
+
+def _cut_within(sock: socket.socket, seconds: float) -> bool:
+    """Whether ``sock`` is reset within ``seconds``, told without reading from it (the kernel's
+    TCP state, 1 while established)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)[0] != 1:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _identity_status(server: ServerProcess, seed: int, size: int) -> tuple[int, str]:
+    with _connect(server) as sock:
+        sock.settimeout(30)
+        sock.sendall(_identity_request(seed, size))
+        status, _, body = raw_http.read(sock, bytearray())
+    return status, "" if status == 200 else str(json.loads(body)["error"])
+
+
+def test_answers_nobody_reads_stay_charged_until_their_clients_are_cut_off(
+    make_server: Callable[..., ServerProcess],
+) -> None:
+    """Four connections send 3 MiB to simple_identity and read nothing. Their answers stay
+    charged to the 16 MiB budget while they wait to be written (they were once given back as
+    soon as they were handed to the transport: 24 such clients took the process from 253 to
+    689 MiB under a 64 MiB budget), so a further 3 MiB request (6 MiB while decoded) waits and
+    gets 503; once the write deadline cuts the four off, it is answered."""
+    size = 3 << 20
+    server = make_server(
+        "--cache", "none", "--max-request-size", "8Mi", "--max-inflight-bytes", "16Mi",
+        "--response-write-timeout", "8", "--grpc-port", "0",
+    )  # fmt: skip
+    held = [_unread(server, _identity_request(seed, size - 200)) for seed in range(4)]
+    try:
+        status, error = _identity_status(server, 9, size - 200)
+        assert status == 503, "the unread answers were not charged"
+        assert "--max-inflight-bytes" in error
+        for sock in held:
+            assert _cut_within(sock, 30)
+    finally:
+        for sock in held:
+            sock.close()
+    assert _identity_status(server, 10, size - 200)[0] == 200
+
+
+def test_requests_pipelined_behind_unread_answers_give_their_places_back(
+    make_server: Callable[..., ServerProcess],
+) -> None:
+    """Behind an answer its client does not read, a pipelined request waits in ``drain()`` to
+    write its own, holding its place: two of them filled ``--max-requests-in-flight 2`` for
+    good. The write deadline cuts their connections, and the places go back."""
+    server = make_server(
+        "--cache", "none", "--max-request-size", "8Mi", "--max-requests-in-flight", "2",
+        "--response-write-timeout", "3", "--grpc-port", "0",
+    )  # fmt: skip
+    pipelined = _identity_request(0, 100)
+    held = [
+        _unread(server, _identity_request(seed, (3 << 20) - 200) + pipelined) for seed in range(2)
+    ]
+    try:
+        for sock in held:
+            assert _cut_within(sock, 30)
+    finally:
+        for sock in held:
+            sock.close()
+    assert _infer_simple(server, 11)[0] == 200

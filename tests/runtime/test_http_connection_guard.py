@@ -1,11 +1,13 @@
 """The connection guard on both of uvicorn's HTTP protocols (httptools, and h11 where httptools is
 not installed), served by a real uvicorn on loopback with a plain ASGI application: a slow head
-and a slow body are cut off, a request that keeps its pace is answered, and connections past
-the cap get a 503 with Retry-After."""
+and a slow body are cut off, a request that keeps its pace is answered, connections past the
+cap get a 503 with Retry-After, a pipelined request gets a first request's deadlines (and its
+large body is read as a body), and a client that does not read its answer is cut off."""
 
 from __future__ import annotations
 
 import socket
+import struct
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -19,8 +21,11 @@ from cachefleet.runtime.config import LimitSettings
 from cachefleet.runtime.http.uvicorn_protocol import GuardedH11Protocol, GuardedHttpToolsProtocol
 
 LIMITS = LimitSettings(
-    head_timeout_s=0.6, body_timeout_s=0.6, body_deadline_s=2.0, max_connections=3
-)
+    head_timeout_s=0.6, body_timeout_s=0.6, body_deadline_s=2.0, write_timeout_s=1.0,
+    max_connections=3,
+)  # fmt: skip
+#: What ``GET /big`` answers: more than a non-reading client's socket buffers take.
+BIG = 16 << 20
 
 
 class Echo:
@@ -35,7 +40,7 @@ class Echo:
             size += len(message.get("body", b""))
             if not message.get("more_body"):
                 break
-        body = b"%d" % size
+        body = b"%d" % size if scope["path"] != "/big" else bytes(BIG)
         headers = [(b"content-length", b"%d" % len(body))]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": body})
@@ -119,3 +124,111 @@ def test_connections_past_the_cap_get_503(port: int) -> None:
     finally:
         for sock in held:
             sock.close()
+
+
+def _answers(sock: socket.socket, count: int) -> list[bytes]:
+    """The bodies of ``count`` answers read from ``sock`` (each with a content-length)."""
+    buffer = b""
+    bodies: list[bytes] = []
+    while len(bodies) < count:
+        head_end = buffer.find(b"\r\n\r\n")
+        if head_end >= 0:
+            head = buffer[:head_end].lower()
+            length = int(head.split(b"content-length: ")[1].split(b"\r\n")[0])
+            if len(buffer) >= head_end + 4 + length:
+                assert head.startswith(b"http/1.1 200 "), head
+                bodies.append(buffer[head_end + 4 : head_end + 4 + length])
+                buffer = buffer[head_end + 4 + length :]
+                continue
+        chunk = sock.recv(1 << 20)
+        assert chunk, (bodies, buffer[:200])
+        buffer += chunk
+    return bodies
+
+
+def _closed_within(sock: socket.socket, seconds: float) -> bool:
+    """Whether the server closes ``sock`` within ``seconds`` (reading what it sends)."""
+    sock.settimeout(0.2)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if sock.recv(65536) == b"":
+                return True
+        except TimeoutError:
+            continue
+        except ConnectionResetError:
+            return True
+    return False
+
+
+GET = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+def test_a_pipelined_request_that_never_sends_its_body_is_cut_off(port: int) -> None:
+    """A whole request, then a second one's head and one byte of its 1000-byte body, then
+    nothing: the first is answered, and the second is cut off by the body deadlines as a
+    first request would be (it was once taken for a head still on its way, whose clock the
+    answer before it had stopped: the connection stayed open for good)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(GET + b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\nx")
+        assert _answers(sock, 1) == [b"0"]
+        assert _closed_within(sock, 15)
+
+
+POST_200K = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 200000\r\n\r\n"
+
+
+def test_a_pipelined_request_with_a_large_body_is_answered(port: int) -> None:
+    """Two requests in one write, the second with a 200 KB body: both answered; and again with
+    most of that body sent after the first answer. Its body was once counted as head bytes
+    from the first answer on, and the connection closed past 64 KiB of them."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(GET + POST_200K + b"x" * 200_000 + GET)
+        assert _answers(sock, 3) == [b"0", b"200000", b"0"]
+        sock.sendall(GET + POST_200K + b"x" * 1000)
+        assert _answers(sock, 1) == [b"0"]
+        sock.sendall(b"x" * 199_000)
+        assert _answers(sock, 1) == [b"200000"]
+
+
+def _unread(port: int, request: bytes) -> socket.socket:
+    """A connection that sends ``request`` and never reads, with a small receive buffer."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    sock.sendall(request)
+    return sock
+
+
+def _tcp_state(sock: socket.socket) -> int:
+    """The kernel's state of ``sock`` (1: established), read without reading from it."""
+    info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)
+    return int(struct.unpack("B", info[:1])[0])
+
+
+def _cut_within(sock: socket.socket, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if _tcp_state(sock) != 1:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.parametrize("pipelined", [False, True], ids=["alone", "pipelined"])
+def test_a_client_that_does_not_read_its_answer_is_cut_off(port: int, pipelined: bool) -> None:
+    """An answer larger than the sockets' buffers, never read: the connection is cut once the
+    write deadline is over (it once stayed open for good, the answer in the server's buffer,
+    and a request pipelined behind it waiting in ``drain()``); the server answers others."""
+    request = b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n" + (GET if pipelined else b"")
+    with _unread(port, request) as sock:
+        assert _cut_within(sock, 15)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as other:
+        other.sendall(GET)
+        assert _answers(other, 1) == [b"0"]
+
+
+def test_a_client_that_reads_its_large_answer_gets_it_whole(port: int) -> None:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n" + GET)
+        assert _answers(sock, 2) == [bytes(BIG), b"0"]
