@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 
 import pytest
-from support.cluster_operator import OperatorProcess
+from support.cluster_operator import OperatorProcess, give_password
 from support.plane import ROOT, Plane, until
 from support.processes import RedisProcess
 
@@ -49,7 +49,7 @@ def test_a_scale_of_an_autoscaled_fleet_is_not_restored(
     # The stand-in for the managed Redis pod takes the password the operator generated.
     password = until(lambda: _redis_password(plane), "the managed Redis's password Secret")
     assert password is not None
-    stand_in_redis.command("CONFIG", "SET", "requirepass", password)
+    give_password(stand_in_redis, password)
     until(lambda: plane.condition(f"cis/{NAME}", NAMESPACE, "Ready") == "True",
           f"{NAME} Ready\n{operator.log[-3000:]}", timeout_s=300)  # fmt: skip
     hpa = plane.get(f"hpa/{NAME}", "-n", NAMESPACE)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-from support.cluster_operator import OperatorProcess
+from support.cluster_operator import OperatorProcess, give_password
 from support.plane import ROOT, Plane, until
 from support.processes import RedisProcess
 
@@ -41,7 +41,7 @@ def test_a_gpu_fleet_lands_on_the_gpu_node_and_one_too_big_is_unschedulable(
     plane.kubectl("apply", "-n", NAMESPACE, "-f", str(ROOT / "examples" / "densenet-gpu-aof.yaml"))
     password = until(lambda: _password(plane, "densenet"), "the managed Redis's password")
     assert password is not None
-    stand_in_redis.command("CONFIG", "SET", "requirepass", password)
+    give_password(stand_in_redis, password)
     until(lambda: plane.condition("cis/densenet", NAMESPACE, "Ready") == "True",
           f"densenet Ready\n{operator.log[-3000:]}", timeout_s=300)  # fmt: skip
     pods = plane.get("pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/instance=densenet")["items"]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from support.plane import Plane
-from support.processes import CACHEFLEET, ManagedProcess
+from support.processes import CACHEFLEET, ManagedProcess, RedisProcess
 
 #: deploy/cachefleet.yaml's namespace.
 OPERATOR_NAMESPACE = "cachefleet-system"
@@ -63,3 +63,10 @@ class OperatorProcess:
 
     def stop(self) -> None:
         self.process.stop()
+
+
+def give_password(redis: RedisProcess, password: str) -> None:
+    """Have the stand-in for a managed Redis take the password the operator generated for it.
+    One stand-in serves the session, so the last service given it is the one it answers."""
+    redis.command("CONFIG", "SET", "requirepass", password)
+    redis.password = password
