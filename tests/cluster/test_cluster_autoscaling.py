@@ -13,6 +13,8 @@ from support.cluster_operator import OperatorProcess, give_password
 from support.plane import ROOT, Plane, until
 from support.processes import RedisProcess
 
+from cachefleet.operator.manifests.meta import MANAGER
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 NAMESPACE = "scaled"
 NAME = "densenet-autoscaled"
@@ -67,5 +69,12 @@ def test_a_scale_of_an_autoscaled_fleet_is_not_restored(
     # Neither the HPA controller's own scale to minReplicas nor this one was taken for an edit
     # (an event of either would be here: the operator posts one "Restored" per window).
     assert _restored(plane) == [], operator.log[-3000:]
-    deployment = plane.get(f"deployment/{NAME}", "-n", NAMESPACE)
+    deployment = plane.get(f"deployment/{NAME}", "-n", NAMESPACE, "--show-managed-fields")
     assert deployment["spec"]["replicas"] == 5
+    # Field ownership as the server computes it: the operator's apply owns the template and
+    # not the replicas, so nothing of the operator's conflicts with the autoscaler's writes.
+    owners = {(entry["manager"], entry["operation"]): entry.get("fieldsV1", {}).get("f:spec", {})
+              for entry in deployment["metadata"]["managedFields"]}  # fmt: skip
+    operator_fields = owners[(MANAGER, "Apply")]
+    assert "f:template" in operator_fields
+    assert "f:replicas" not in operator_fields
