@@ -100,7 +100,7 @@ def _elector(args: argparse.Namespace) -> LeaseElector:
 
     import kubernetes
 
-    from cachefleet.operator.reconcile.kube import Kube
+    from cachefleet.operator.reconcile.kube import Kube, single_attempt_client
     from cachefleet.operator.reconcile.lease import LeaseElector, LeaseTimings
     from cachefleet.operator.reconcile.settings import OperatorSettings
 
@@ -113,5 +113,5 @@ def _elector(args: argparse.Namespace) -> LeaseElector:
     identity = os.environ.get("POD_ID") or socket.gethostname()
     from cachefleet.operator.reconcile.metrics import process_metrics
 
-    kube = Kube(metrics=process_metrics())
+    kube = Kube(single_attempt_client(), metrics=process_metrics())
     return LeaseElector(kube, namespace, args.leader_election, identity, timings)

@@ -2,12 +2,14 @@
 
 The child watches see every change, the operator's included. An event whose resourceVersion is
 the one our apply got back is our own write; one whose generation is the one we applied changed
-only metadata or status (a controller counting pods). Objects without a generation (a
-HorizontalPodAutoscaler, unless a newer feature gate gives it one; ConfigMaps, Services) are
-judged by content instead: when the live object still holds every field the operator sent, with
-the values it sent, the change was someone else's status or metadata (the HPA controller writes
-its status about every 15 s). None of these needs restoring; anything else is someone's edit,
-and the child is re-applied.
+only metadata or status (a controller counting pods). Any other change (a new generation, or
+an object without one: a HorizontalPodAutoscaler, unless a newer feature gate gives it one;
+ConfigMaps, Services) is judged by content: when the live object still holds every field the
+operator sent, with the values it sent, the change was someone else's status, metadata or
+fields (the HPA controller writes its status about every 15 s; an HPA or KEDA scaling an
+autoscaled fleet moves the Deployment's generation through the scale subresource, and the
+replicas are the autoscaler's, never sent by the operator). None of these needs restoring;
+anything else is someone's edit of the operator's fields, and the child is re-applied.
 """
 
 from __future__ import annotations
@@ -72,8 +74,15 @@ class AppliedVersions:
         if version is not None and meta.get("resourceVersion") == version:
             return True
         live_generation = meta.get("generation")
-        if generation is not None and live_generation is not None:
-            return int(live_generation) == generation
+        if (
+            generation is not None
+            and live_generation is not None
+            and (int(live_generation) == generation)
+        ):
+            return True
+        # A new generation, or none: still ours if every field we sent holds what we sent. The
+        # spec fields of other managers (the replicas an HPA or KEDA scales through the scale
+        # subresource, which bumps the generation) are no drift of ours.
         with self._guard:
             sent = self._sent.get(key_of(obj))
         return sent is not None and carries(obj, sent)

@@ -84,6 +84,16 @@ class KubeError(Exception):
         return self.status in (403, 422)
 
 
+def single_attempt_client() -> k8s_client.ApiClient:
+    """A client of the loaded configuration whose every request is one attempt, for calls that
+    must end by a deadline (the Lease's): the client's default, urllib3's ``Retry(3)``, retries a
+    read timeout with a fresh timeout each time, so a server that stops answering without closing
+    the connection holds one call for four timeouts."""
+    configuration = k8s_client.Configuration.get_default_copy()
+    configuration.retries = False
+    return k8s_client.ApiClient(configuration)
+
+
 def collection_path(api_version: str, kind: str, namespace: str) -> str:
     prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
     return f"{prefix}/namespaces/{namespace}/{PLURALS[kind]}"

@@ -10,8 +10,11 @@ Lease, then run kopf standalone while renewing it. The rules are client-go's lea
 - Every write names the resourceVersion it read, so of two concurrent writers the server
   refuses one (409).
 - The leader renews every retry period; when it cannot renew within the renew deadline (shorter
-  than the lease duration, each attempt's client timeout bounded by what is left of it), it
-  stops leading before any standby may take over.
+  than the lease duration), it stops leading before any standby may take over. The deadline
+  bounds the whole attempt, retries included, as client-go's context does: every request's
+  timeout is what is left of it, and the client makes one attempt per request (urllib3's default
+  ``Retry(3)`` retried a read timeout three times, each with a fresh timeout, so a silent API
+  server held one renewal for four timeouts, 40 s against a 15 s lease: two leaders for 24 s).
 - On shutdown the leader releases the lease (no holder, a one-second duration), so a standby
   takes over at its next retry instead of after a whole lease duration.
 """
@@ -75,11 +78,17 @@ class LeaseElector:
     _observed_at: float = field(default=0.0, init=False)
     _version: str | None = field(default=None, init=False)
 
-    def try_acquire(self, timeout_s: float | None = None) -> bool:
+    def try_acquire(self, deadline: float | None = None) -> bool:
         """One attempt: take or renew the lease when it is free, expired (by our observation)
-        or ours. ``timeout_s`` bounds each request of the attempt."""
-        timeout = timeout_s or self.timings.renew_deadline_s
-        lease = self.kube.get(API_VERSION, "Lease", self.namespace, self.name, timeout_s=timeout)
+        or ours. The attempt ends by ``deadline`` (this elector's clock; a renew deadline from
+        now when None): each request's timeout is what is left of it, so the GET and the write
+        together never outlast it. The client must not retry on its own (``Kube`` built on
+        ``single_attempt_client``), or each retry would get a fresh timeout."""
+        if deadline is None:
+            deadline = self.clock() + self.timings.renew_deadline_s
+        lease = self.kube.get(
+            API_VERSION, "Lease", self.namespace, self.name, timeout_s=self._left(deadline)
+        )
         if lease is not None:
             self._observe(lease)
             if self._held_by_another(lease):
@@ -93,19 +102,26 @@ class LeaseElector:
         try:
             if lease is None:
                 spec.update(acquireTime=now, leaseTransitions=0)
-                written = self.kube.create(self._object(spec), timeout_s=timeout)
+                written = self.kube.create(self._object(spec), timeout_s=self._left(deadline))
             else:
                 old = lease.get("spec") or {}
                 if old.get("holderIdentity") != self.identity:
                     transitions = int(old.get("leaseTransitions") or 0) + 1
                     spec.update(acquireTime=now, leaseTransitions=transitions)
-                written = self._update(lease, spec, timeout)
+                written = self._update(lease, spec, self._left(deadline))
         except KubeError as error:
             if error.status in (409, 404):  # another replica was faster: try again later
                 return False
             raise
         self._observe(written)
         return True
+
+    def _left(self, deadline: float) -> float:
+        """The timeout of the attempt's next request; a KubeError when the deadline passed."""
+        left = deadline - self.clock()
+        if left <= 0:
+            raise KubeError(0, f"lease {self.name}: the attempt's deadline passed")
+        return left
 
     def acquire(self, stop: threading.Event | None = None) -> bool:
         """Wait until this replica holds the lease (True), or until ``stop`` is set (False)."""
@@ -124,9 +140,9 @@ class LeaseElector:
     def renew(self) -> bool:
         """Renew within the renew deadline, retrying every retry period; False when it passed."""
         deadline = self.clock() + self.timings.renew_deadline_s
-        while (left := deadline - self.clock()) > 0:
+        while deadline - self.clock() > 0:
             try:
-                if self.try_acquire(timeout_s=left):
+                if self.try_acquire(deadline):
                     return True
             except KubeError as error:
                 log.warning("leader election: renewing failed: %s", error)

@@ -68,6 +68,10 @@ def test_one_replica_runs_standalone_and_several_elect_a_leader(helm: Helm, tmp_
     assert f"--leader-election={OPERATOR}" in args
     assert "--standalone" not in args  # (implied by --leader-election)
     assert only(objects, "Deployment", OPERATOR)["spec"]["replicas"] == 3
+    # Written out, so the release owns it and an upgrade to one replica removes it (tested on a
+    # real API server in tests/cluster/test_cluster_chart.py).
+    assert only(objects, "Deployment", OPERATOR)["spec"]["strategy"] == {
+        "type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}  # fmt: skip
     role = only(objects, "Role", f"{OPERATOR}-leader")
     assert role["metadata"]["namespace"] == "cachefleet-system"
     named = [rule for rule in role["rules"] if rule.get("resourceNames")]

@@ -30,11 +30,14 @@ class Authority:
     _certificate: x509.Certificate
     _private_key: ec.EllipticCurvePrivateKey
 
-    def issue(self, folder: Path, name: str, *, client: bool = False) -> Issued:
-        """A leaf signed by this CA: a server certificate for 127.0.0.1, or a client one."""
+    def issue(
+        self, folder: Path, name: str, *, client: bool = False, organization: str | None = None
+    ) -> Issued:
+        """A leaf signed by this CA: a server certificate for 127.0.0.1, or a client one
+        (``organization`` is its O, a Kubernetes API server's group for the user ``name``)."""
         key = ec.generate_private_key(ec.SECP256R1())
         usage = ExtendedKeyUsageOID.CLIENT_AUTH if client else ExtendedKeyUsageOID.SERVER_AUTH
-        builder = _builder(name, key, issuer=self._certificate.subject)
+        builder = _builder(name, key, issuer=self._certificate.subject, organization=organization)
         builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
         if not client:
             names = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
@@ -59,9 +62,16 @@ def make_authority(folder: Path, name: str) -> Authority:
 
 
 def _builder(
-    name: str, key: ec.EllipticCurvePrivateKey, *, issuer: x509.Name | None
+    name: str,
+    key: ec.EllipticCurvePrivateKey,
+    *,
+    issuer: x509.Name | None,
+    organization: str | None = None,
 ) -> x509.CertificateBuilder:
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    attributes = [x509.NameAttribute(NameOID.COMMON_NAME, name)]
+    if organization:
+        attributes.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
+    subject = x509.Name(attributes)
     now = datetime.datetime.now(datetime.UTC)
     return (
         x509.CertificateBuilder()

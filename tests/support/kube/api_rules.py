@@ -7,8 +7,9 @@ the operator renders or sends against the server's behaviour without a cluster:
   and https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#syntax-and-character-set
 - StatefulSet immutable fields: https://kubernetes.io/docs/concepts/workloads/controllers/statefulset/
   (the API server answers 422 "updates to statefulset spec for fields other than 'replicas',
-  'ordinals', 'template', 'updateStrategy', 'persistentVolumeClaimRetentionPolicy' and
-  'minReadySeconds' are forbidden")
+  'ordinals', 'template', 'updateStrategy', 'revisionHistoryLimit',
+  'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden"; these rules and
+  messages are checked on a real kube-apiserver: tests/cluster/test_cluster_api_rules.py)
 - the StatefulSet controller labels each pod ``controller-revision-hash: <set name>-<hash>``
   (the hash is up to 10 characters): same StatefulSet page, "Pod Identity"
 - PVC expansion: https://kubernetes.io/docs/concepts/storage/persistent-volumes/#expanding-persistent-volumes-claims
@@ -34,6 +35,7 @@ STATEFULSET_MUTABLE = frozenset(
         "ordinals",
         "template",
         "updateStrategy",
+        "revisionHistoryLimit",
         "persistentVolumeClaimRetentionPolicy",
         "minReadySeconds",
     }
@@ -88,8 +90,8 @@ def statefulset_forbidden_changes(old: Mapping[str, Any], new: Mapping[str, Any]
 
 STATEFULSET_FORBIDDEN_MESSAGE = (
     "Forbidden: updates to statefulset spec for fields other than 'replicas', 'ordinals', "
-    "'template', 'updateStrategy', 'persistentVolumeClaimRetentionPolicy' and "
-    "'minReadySeconds' are forbidden"
+    "'template', 'updateStrategy', 'revisionHistoryLimit', "
+    "'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden"
 )
 
 
@@ -104,7 +106,7 @@ def claim_resize_refusal(
 ) -> str | None:
     """Why the server refuses a claim's new storage request, or None when it accepts it."""
     if new_size_bytes < old_size_bytes:
-        return "field can not be less than previous value"
+        return "field can not be less than status.capacity"  # a bound claim, as kube 1.35 says
     if new_size_bytes > old_size_bytes and not class_allows_expansion:
         return (
             "only dynamically provisioned pvc can be resized and the storageclass that "

@@ -1,0 +1,1 @@
+"""Tests on a real Kubernetes control plane (``bash scripts/test-cluster``)."""
