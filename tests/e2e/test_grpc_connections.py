@@ -136,12 +136,14 @@ def test_a_small_nofile_limit_keeps_descriptors_for_http(
                 sockets.append(preface_connection(server.grpc_port))
             except OSError:  # the server's backlog is full: the rest of the flood is refused
                 break
+        _http_infers(server)
+        # The gRPC connections past gRPC's share of the limit are closed, not left holding it.
+        share = nofile // 2
         wait_for(
-            lambda: sum(closed_by_server(c) for c in sockets) >= len(sockets) - nofile,
-            "the gRPC connections past its share closed",
+            lambda: sum(not closed_by_server(c) for c in sockets) <= share,
+            f"at most {share} gRPC connections left open",
             WITHIN_S,
         )
-        _http_infers(server)
     finally:
         server.stop()
 
@@ -175,7 +177,8 @@ def test_a_connection_that_never_finishes_its_handshake_is_closed(
 ) -> None:
     server = make_server("--grpc-handshake-timeout", "1")
     sockets.append(silent_connection(server.grpc_port))
-    wait_for(lambda: closed_by_server(sockets[0]), "the silent connection closed", WITHIN_S)
+    # gRPC core's own deadline is minutes: this one is seconds.
+    wait_for(lambda: closed_by_server(sockets[0]), "the silent connection closed", WITHIN_S / 2)
 
 
 def test_a_connection_held_by_an_idle_stream_is_closed_at_its_age(
