@@ -135,7 +135,7 @@ FLAGS: tuple[Flag, ...] = (
         "grpc-max-model-control",
         "limits",
         "grpc_max_model_control",
-        "gRPC model loads/unloads admitted at once (4), apart from other calls; over it "
+        "gRPC model loads/unloads admitted at once (8), apart from other calls; over it "
         "RESOURCE_EXHAUSTED.",
     ),
     Flag("cache", "cache", "mode", "Response cache mode.", ("none", "local", "redis", "tiered")),

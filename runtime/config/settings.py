@@ -157,7 +157,7 @@ class LimitSettings(_Group):
         "too soon closes the connection (GOAWAY too_many_pings).",
     )
     grpc_max_model_control: int = Field(
-        4,
+        8,
         ge=1,
         description="gRPC model loads and unloads admitted at once, on threads of their own "
         "(they run one at a time, the others wait their turn); more end with "

@@ -145,9 +145,9 @@ def test_model_loads_never_take_the_capacity_of_health_calls(
     make_server: Callable[..., ServerProcess], model_repository: Path, tmp_path: Path
 ) -> None:
     """Loads held on purpose: an unload drains a request that waits in its batch queue until its
-    client cancels it, and six clients load in a loop behind the unload (model control takes one
-    at a time). ``ServerLive`` and metadata still answer; loads past ``--grpc-max-model-control``
-    are refused at once."""
+    client cancels it, and ten clients (more than the cap) load in a loop behind the unload
+    (model control takes one at a time). ``ServerLive`` and metadata still answer; loads past
+    ``--grpc-max-model-control`` are refused at once."""
     root = tmp_path / "repo"
     simple = (model_repository / "simple" / "config.pbtxt").read_text()
     write_variant(root, model_repository, "simple", "simple", simple)
@@ -175,7 +175,7 @@ def test_model_loads_never_take_the_capacity_of_health_calls(
         unloader.start()
         try:
             wait_for(lambda: not client.is_model_ready("picker_wait"), "the unload draining", 60)
-            loaders = [Loader(server.grpc_url) for _ in range(6)]
+            loaders = [Loader(server.grpc_url) for _ in range(10)]
             for _ in range(5):  # the loads keep coming while these are asked
                 assert client.is_server_live(client_timeout=ANSWERS_WITHIN_S)
                 assert client.get_server_metadata(client_timeout=ANSWERS_WITHIN_S).name
