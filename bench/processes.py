@@ -225,7 +225,9 @@ class ServerProcess:
         env: Mapping[str, str] | None = None,
         cpus: str | None = None,
         name: str = "cachefleet serve",
+        wrapper: Sequence[str] = (),
     ) -> None:
+        """``wrapper``: a command that runs the server, put before it (``prlimit ... --``)."""
         self.port = free_port()
         #: Never gRPC's default 8001: servers of parallel runs would fight over it.
         self.grpc_port = free_port()
@@ -233,6 +235,7 @@ class ServerProcess:
         self.env = dict(env or {})
         self.cpus = cpus
         self.name = name
+        self.wrapper = list(wrapper)
         self.log_path = logdir / f"server-{self.port}.log"
         self.managed: ManagedProcess | None = None
 
@@ -264,7 +267,7 @@ class ServerProcess:
                    "--grpc-port", str(self.grpc_port)]  # fmt: skip
         self.managed = ManagedProcess(
             self.name,
-            pinned([*command, *self.args], self.cpus),
+            pinned([*self.wrapper, *command, *self.args], self.cpus),
             self.log_path,
             {**os.environ, **self.env},
         )

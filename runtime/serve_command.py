@@ -28,6 +28,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from cachefleet.runtime.config import SettingsError, load_settings
+    from cachefleet.runtime.descriptors import fit_connection_caps
     from cachefleet.runtime.http.environment import configure_logging, export_settings
     from cachefleet.runtime.server import create_server
 
@@ -49,6 +50,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     server = settings.server
     configure_logging(server.log_level)
+    try:
+        settings = fit_connection_caps(settings)  # the caps within the raised nofile limit
+    except SettingsError as error:
+        print(f"cachefleet serve: {error}", file=sys.stderr)
+        return 2
     app: Any
     if server.workers > 1:
         export_settings(settings, os.environ)

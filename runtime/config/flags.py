@@ -101,6 +101,49 @@ FLAGS: tuple[Flag, ...] = (
         "grpc_max_streams",
         "gRPC streams open at once (16); over it RESOURCE_EXHAUSTED.",
     ),
+    Flag(
+        "grpc-max-connections",
+        "limits",
+        "grpc_max_connections",
+        "Open gRPC connections (1024); more are closed as they are accepted.",
+    ),
+    Flag(
+        "grpc-handshake-timeout",
+        "limits",
+        "grpc_handshake_timeout_s",
+        "Seconds for a gRPC connection's handshake (TLS, HTTP/2 settings) (10).",
+    ),
+    Flag(
+        "grpc-max-connection-idle",
+        "limits",
+        "grpc_max_connection_idle_s",
+        "Seconds a gRPC connection may go without a call before it is closed (60).",
+    ),
+    Flag(
+        "grpc-max-connection-age",
+        "limits",
+        "grpc_max_connection_age_s",
+        "Seconds after which a gRPC connection is asked to go away, busy or not (3600).",
+    ),
+    Flag(
+        "grpc-max-connection-age-grace",
+        "limits",
+        "grpc_max_connection_age_grace_s",
+        "Seconds calls may go on past --grpc-max-connection-age before it closes (300).",
+    ),
+    Flag(
+        "grpc-min-ping-interval",
+        "limits",
+        "grpc_min_ping_interval_s",
+        "Seconds clients' pings must keep apart during calls; a third too soon closes (300).",
+    ),
+    Flag(
+        "grpc-max-model-control",
+        "limits",
+        "grpc_max_model_control",
+        "gRPC model loads/unloads admitted at once (8), apart from other calls; over it "
+        "RESOURCE_EXHAUSTED.",
+    ),
     Flag("cache", "cache", "mode", "Response cache mode.", ("none", "local", "redis", "tiered")),
     Flag(
         "cache-admission",

@@ -130,6 +130,50 @@ class LimitSettings(_Group):
         description="gRPC streams (ModelStreamInfer) open at once; over it a new stream ends "
         "with RESOURCE_EXHAUSTED. Streams are served apart from unary calls and model control.",
     )
+    grpc_max_connections: int = Field(
+        1024,
+        ge=1,
+        description="Open gRPC connections (TCP, handshaking or not); more are closed as they "
+        "are accepted. With max_connections it must fit the open-file limit (nofile).",
+    )
+    grpc_handshake_timeout_s: Seconds = Field(
+        10.0,
+        gt=0,
+        description="A gRPC connection must finish its handshake (TLS, then HTTP/2 settings) "
+        "within this; else closed.",
+    )
+    grpc_max_connection_idle_s: Seconds = Field(
+        60.0,
+        gt=0,
+        description="A gRPC connection without a call in progress for this long is closed "
+        "(GOAWAY); clients reconnect on their next call.",
+    )
+    grpc_max_connection_age_s: Seconds = Field(
+        3600.0,
+        gt=0,
+        description="A gRPC connection is asked to go away (GOAWAY) after this long, busy or "
+        "not; calls in progress then have grpc_max_connection_age_grace_s to finish.",
+    )
+    grpc_max_connection_age_grace_s: Seconds = Field(
+        300.0,
+        ge=0,
+        description="How long calls in progress may go on after grpc_max_connection_age_s; "
+        "then the connection is closed.",
+    )
+    grpc_min_ping_interval_s: Seconds = Field(
+        300.0,
+        gt=0,
+        description="Clients' HTTP/2 pings on a connection with calls in progress must keep "
+        "this far apart while no data flows (on one without calls, two hours); the third ping "
+        "too soon closes the connection (GOAWAY too_many_pings).",
+    )
+    grpc_max_model_control: int = Field(
+        8,
+        ge=1,
+        description="gRPC model loads and unloads admitted at once, on threads of their own "
+        "(they run one at a time, the others wait their turn); more end with "
+        "RESOURCE_EXHAUSTED. Health, metadata and inference calls never wait for them.",
+    )
 
 
 class ModelSettings(_Group):

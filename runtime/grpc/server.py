@@ -7,11 +7,15 @@ call holds a thread of the unary pool (:data:`THREADS`) while it is answered: a 
 ``ModelInfer`` hit on the thread itself, everything else by the service on the event loop
 (``loop_bridge``), which the server shares with HTTP through the one runtime. ``ModelStreamInfer``
 calls run on a pool of their own (``grpcio_seam``), as many threads as ``--grpc-max-streams``
-admits (``stream_cap``) and one more for refusals, so idle streams never take the unary calls'.
+admits (``stream_cap``) and one more for refusals, so idle streams never take the unary calls';
+model loads and unloads likewise, on a pool sized from ``--grpc-max-model-control``
+(``control_cap``), so that no number of loads keeps ``ServerLive`` or an inference waiting.
+Connections are bounded by gRPC core itself (``connections``): a cap, a handshake deadline, idle
+and age limits, and keepalive enforcement.
 
 Built once, here: the handlers (``handlers``), traced when the runtime traces (``traced``), the
-streams capped, and with ``--grpc-restricted-protocol`` the one interceptor (``restricted``)
-that refuses a call before its request is read.
+streams and model control capped, and with ``--grpc-restricted-protocol`` the one interceptor
+(``restricted``) that refuses a call before its request is read.
 With ``--workers N`` every worker process binds the same gRPC port with ``SO_REUSEPORT`` and the
 kernel spreads connections across them, as uvicorn's shared socket does for HTTP; with one worker
 the option is off, so that a port already taken by another server is an error at start instead
@@ -30,6 +34,8 @@ import grpc
 from cachefleet.runtime.composition import Runtime
 from cachefleet.runtime.config import SecuritySettings
 from cachefleet.runtime.errors import ServingError
+from cachefleet.runtime.grpc.connections import connection_options
+from cachefleet.runtime.grpc.control_cap import CONTROL_METHODS, ControlCap
 from cachefleet.runtime.grpc.grpcio_seam import on_own_threads
 from cachefleet.runtime.grpc.handlers import Handler, add_handlers
 from cachefleet.runtime.grpc.handlers import method_handlers as build_handlers
@@ -54,7 +60,7 @@ class GrpcStartError(ServingError):
 
 
 class GrpcServer:
-    """grpcio's server and its two thread pools; :meth:`stop` on the event loop."""
+    """grpcio's server and its thread pools; :meth:`stop` on the event loop."""
 
     def __init__(self, server: grpc.Server, pools: tuple[futures.ThreadPoolExecutor, ...]) -> None:
         self.server = server
@@ -70,9 +76,12 @@ class GrpcServer:
                 pool.shutdown(wait=False, cancel_futures=True)
 
 
-def method_handlers(runtime: Runtime, bridge: LoopBridge, cap: StreamCap) -> dict[str, Handler]:
+def method_handlers(
+    runtime: Runtime, bridge: LoopBridge, streams: StreamCap, control: ControlCap
+) -> dict[str, Handler]:
     """Every method's handler: inference on the threads (``infer``), the others on the loop
-    (``servicer``); traced when the runtime traces; streams capped by ``cap``."""
+    (``servicer``); traced when the runtime traces; streams capped by ``streams``, model
+    loads and unloads by ``control``."""
     inference = Inference(runtime, bridge)
     servicer = InferenceServicer(runtime)
 
@@ -84,22 +93,28 @@ def method_handlers(runtime: Runtime, bridge: LoopBridge, cap: StreamCap) -> dic
     handlers = build_handlers(behaviour)
     if runtime.tracing is not None:
         handlers = traced_handlers(handlers, runtime.tracing.tracer)
-    return cap.capped(handlers)
+    return control.capped(streams.capped(handlers))
 
 
 async def start_grpc_server(runtime: Runtime) -> GrpcServer:
     """Bind ``--grpc-port`` on ``--host`` and serve ``runtime``; call in the event loop."""
     settings, security = runtime.settings.server, runtime.settings.security
+    limits = runtime.settings.limits
     options: list[tuple[str, Any]] = [
         ("grpc.max_receive_message_length", settings.max_request_bytes),
         ("grpc.max_send_message_length", -1),
         ("grpc.so_reuseport", 1 if settings.workers > 1 else 0),
+        *connection_options(limits),
     ]
-    cap = StreamCap(runtime.settings.limits.grpc_max_streams)
-    handlers = method_handlers(runtime, LoopBridge(asyncio.get_running_loop()), cap)
+    stream_cap = StreamCap(limits.grpc_max_streams)
+    control_cap = ControlCap(limits.grpc_max_model_control)
+    bridge = LoopBridge(asyncio.get_running_loop())
+    handlers = method_handlers(runtime, bridge, stream_cap, control_cap)
     unary = futures.ThreadPoolExecutor(THREADS, thread_name_prefix="grpc")
-    streams = futures.ThreadPoolExecutor(cap.limit + 1, thread_name_prefix="grpc_stream")
-    on_own_threads(handlers, streams)
+    streams = futures.ThreadPoolExecutor(stream_cap.limit + 1, thread_name_prefix="grpc_stream")
+    control = futures.ThreadPoolExecutor(control_cap.limit + 1, thread_name_prefix="grpc_control")
+    on_own_threads((h for h in handlers.values() if h.stream_stream is not None), streams)
+    on_own_threads((handlers[name] for name in CONTROL_METHODS), control)
     restricted = security.grpc_restricted_protocol
     interceptors: list[grpc.ServerInterceptor] = []
     if restricted:
@@ -123,7 +138,7 @@ async def start_grpc_server(runtime: Runtime) -> GrpcServer:
         mutual = security.grpc_use_ssl_mutual
         tls = " over TLS" + (" (client certificates required)" if mutual else "")
     log.info("serving gRPC on %s%s", address, tls)
-    return GrpcServer(server, (unary, streams))
+    return GrpcServer(server, (unary, streams, control))
 
 
 def _credentials(security: SecuritySettings) -> grpc.ServerCredentials:

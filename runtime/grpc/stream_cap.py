@@ -15,13 +15,13 @@ nothing for it.
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
 
 from cachefleet.runtime.grpc.handlers import Handler, with_behaviour
+from cachefleet.runtime.grpc.places import Places
 
 #: A stream-stream behaviour.
 Streaming = Callable[[Iterator[Any], grpc.ServicerContext], Iterator[Any]]
@@ -31,16 +31,13 @@ class StreamCap:
     """At most ``limit`` streams open at once (see the module); thread-safe."""
 
     def __init__(self, limit: int) -> None:
-        if limit < 1:
-            raise ValueError("the stream cap must be at least 1")
+        self._places = Places(limit)
         self.limit = limit
-        self._open = 0
-        self._lock = threading.Lock()
 
     @property
     def open(self) -> int:
         """Streams open now."""
-        return self._open
+        return self._places.held
 
     @property
     def refusal(self) -> str:
@@ -51,15 +48,10 @@ class StreamCap:
 
     def try_enter(self) -> bool:
         """Take a place, or False when all are taken."""
-        with self._lock:
-            if self._open >= self.limit:
-                return False
-            self._open += 1
-            return True
+        return self._places.try_take()
 
     def leave(self) -> None:
-        with self._lock:
-            self._open -= 1
+        self._places.give_back()
 
     def capped(self, handlers: dict[str, Handler]) -> dict[str, Handler]:
         """``handlers`` with every stream-stream one counted."""

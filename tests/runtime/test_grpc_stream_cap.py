@@ -98,7 +98,7 @@ def test_streams_are_capped_on_their_own_threads() -> None:
     ):
         server = grpc.server(unary)
         handlers = cap.capped(_handlers(_echo, _same))
-        on_own_threads(handlers, streams)
+        on_own_threads([handlers["Stream"]], streams)
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_SERVICE, handlers),))
         port = server.add_insecure_port("127.0.0.1:0")
         server.start()
