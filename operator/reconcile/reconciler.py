@@ -14,7 +14,7 @@ from typing import Any
 from cachefleet.operator.manifests import meta
 from cachefleet.operator.manifests.autoscaling import SCALER_KINDS
 from cachefleet.operator.manifests.children import (
-    CHILD_KINDS,
+    LISTED_KINDS,
     build_children,
     needs_generated_password,
     uses_redis_password,
@@ -237,7 +237,7 @@ class Reconciler:
             pruned += prune_children(self.kube, owner, children, SCALER_KINDS)
         applied = apply_children(self.kube, children, self.versions)
         if prune:
-            others = [kind for kind in CHILD_KINDS if kind not in SCALER_KINDS]
+            others = [kind for kind in LISTED_KINDS if kind not in SCALER_KINDS]
             live = applied.live.get(f"Deployment/{owner.name}")
             keep = NeededConfigs(self.kube, owner, live)
             pruned += prune_children(self.kube, owner, children, others, keep=keep)
