@@ -60,6 +60,10 @@ from cachefleet.operator.reconcile.served_access import served_access
 from cachefleet.operator.reconcile.settings import OperatorSettings
 from cachefleet.operator.reconcile.tls_secret import read_tls_secret
 
+#: The kinds every reconcile prunes, the resync's included: a previous runtime ConfigMap is
+#: kept while pods of an older ReplicaSet may read it, so it can go only at a later pass, once
+#: the rollout is over, when the spec has not changed again.
+DEFERRED_KINDS: tuple[tuple[str, str], ...] = (("v1", "ConfigMap"),)
 #: The reason of a service whose children need an API the cluster does not serve (KEDA).
 NOT_INSTALLED = "NotInstalled"
 #: The reason of the warning on a service whose stored spec holds fields this operator ignores.
@@ -125,8 +129,11 @@ class Reconciler:
     def reconcile(self, body: Mapping[str, Any], *, prune: bool = True) -> Outcome:
         """Apply, prune, configure Redis live and observe; API failures become a status.
 
-        ``prune`` looks for children the spec stopped asking for (one list call per kind): the
-        periodic resync skips it, since only a spec change can drop a child.
+        ``prune`` looks for children the spec stopped asking for (one list call per kind). The
+        periodic resync passes False: only a spec change can drop a child, but a previous
+        runtime ConfigMap outlives that change until no pod reads it, so every reconcile still
+        prunes those (``DEFERRED_KINDS``: one ConfigMap list, and a ReplicaSet list only when
+        an old one is found).
         """
         owner = Owner.from_body(body)
         self.decided.pop((owner.namespace, owner.name), None)  # only a finished one leaves one
@@ -236,11 +243,10 @@ class Reconciler:
         if prune:
             pruned += prune_children(self.kube, owner, children, SCALER_KINDS)
         applied = apply_children(self.kube, children, self.versions)
-        if prune:
-            others = [kind for kind in LISTED_KINDS if kind not in SCALER_KINDS]
-            live = applied.live.get(f"Deployment/{owner.name}")
-            keep = NeededConfigs(self.kube, owner, live)
-            pruned += prune_children(self.kube, owner, children, others, keep=keep)
+        others = [k for k in LISTED_KINDS if k not in SCALER_KINDS] if prune else DEFERRED_KINDS
+        live = applied.live.get(f"Deployment/{owner.name}")
+        keep = NeededConfigs(self.kube, owner, live)
+        pruned += prune_children(self.kube, owner, children, others, keep=keep)
         return applied
 
     def _keep_live_template(self, deployment: dict[str, Any]) -> dict[str, Any]:
