@@ -108,9 +108,10 @@ def render_file(
     read = read_spec(body.get("spec") or {})
     if read.ignored:
         _log.warning(
-            "%s: ignoring fields this release does not know (written for a newer release?): %s",
+            "%s: ignoring fields this release does not know (a typo, or written for a newer "
+            "release?); the defaults apply in their place: %s",
             path,
-            ", ".join(read.ignored),
+            read.describe_ignored(),
         )
     spec = read.spec
     password = secrets.token_urlsafe(32) if needs_generated_password(spec) else None

@@ -24,7 +24,7 @@ from cachefleet.operator.manifests.meta import Owner
 from cachefleet.operator.manifests.redis import password_ref
 from cachefleet.operator.manifests.redis_memory import maxmemory_bytes
 from cachefleet.operator.manifests.runtime import redis_password_ref, redis_url
-from cachefleet.operator.manifests.spec import ServiceSpec, parse_spec, read_spec
+from cachefleet.operator.manifests.spec import ReadSpec, ServiceSpec, parse_spec, read_spec
 from cachefleet.operator.manifests.tls import tls_digest
 from cachefleet.operator.reconcile import fleet_secret, observe, pod_problems
 from cachefleet.operator.reconcile.admission import check_allowed
@@ -70,10 +70,11 @@ NOT_INSTALLED = "NotInstalled"
 UNKNOWN_FIELDS = "UnknownFields"
 
 
-def _ignored_message(paths: tuple[str, ...]) -> str:
+def _ignored_message(read: ReadSpec) -> str:
     return (
-        f"ignored {', '.join(paths)}: this operator's release does not know them (a newer "
-        "release's CRD?); the service is reconciled without them"
+        f"ignored {read.describe_ignored()}: this operator's release does not know them (a "
+        "typo, or a newer release's CRD?); the service is reconciled without them, with the "
+        "defaults where they would have set something"
     )
 
 
@@ -176,7 +177,7 @@ class Reconciler:
         share(self.kube, owner, keys)
         # Fields of a newer release's CRD (applied first, or kept after a rollback): reconciled
         # without them, and said so on the object.
-        ignored = [Event(True, UNKNOWN_FIELDS, _ignored_message(p)) for p in [read.ignored] if p]
+        ignored = [Event(True, UNKNOWN_FIELDS, _ignored_message(read))] if read.ignored else []
         pruned: list[str] = []
         applied, decision = self.apply_paced(
             owner, children, lambda paced: self._apply(owner, paced, pruned, prune=prune)
