@@ -26,10 +26,12 @@ from support.previous_release import ReleaseCheckout
 
 CRD = Path("crds") / "cachedinferenceservices.cachefleet.io.yaml"
 #: ``cachefleet render FILE`` with a fixed stand-in for the generated password, cache secret and
-#: admin token, so that two renderings differ only where the releases do.
+#: admin token, so that two renderings differ only where the releases do: the previous release
+#: drew them from ``secrets.token_urlsafe``; today's renders the digests of
+#: ``render_command.GENERATED``, which the stand-in equals.
 RENDER = """
 import secrets, sys
-secrets.token_urlsafe = lambda nbytes=None: "the-same-secret-in-both-renderings"
+secrets.token_urlsafe = lambda nbytes=None: "generated-by-the-operator"
 from cachefleet.cli.main import main
 sys.exit(main(["render", sys.argv[1]]))
 """
