@@ -28,7 +28,7 @@ def _read_command(stream: Any) -> list[str] | None:
     if not head:
         return None
     if not head.startswith(b"*"):
-        return head.decode().split()  # an inline command
+        return list(str(head.decode()).split())  # an inline command
     parts = []
     for _ in range(int(head[1:])):
         length = int(stream.readline()[1:])
