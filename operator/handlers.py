@@ -15,7 +15,7 @@ from typing import Any
 
 import kopf
 
-from cachefleet.operator.manifests.children import CHILD_KINDS
+from cachefleet.operator.manifests.children import LISTED_KINDS
 from cachefleet.operator.manifests.meta import GROUP, KIND, MANAGER, PLURAL, VERSION
 from cachefleet.operator.reconcile import follow, pod_index
 from cachefleet.operator.reconcile.kube import PLURALS, Kube
@@ -46,9 +46,9 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: 
     # kopf's own log lines stay off the API (posting.loggers), and ``announcements`` bounds ours.
     settings.posting.level = logging.INFO
     settings.posting.loggers = False
-    # Watch only the operator's own children, filtered by the API server: a cluster-wide watch
-    # of every Secret (Helm's release Secrets included) would fill the operator's memory.
-    for api_version, kind in (*CHILD_KINDS, ("v1", "Pod")):
+    # Watch only the operator's own children, filtered by the API server (Secrets are not
+    # watched at all: see LISTED_KINDS).
+    for api_version, kind in (*LISTED_KINDS, ("v1", "Pod")):
         settings.watching.label_selectors[api_version, PLURALS[kind]] = MANAGED_SELECTOR
     operator_settings = OperatorSettings.from_environ()
     deployments: kopf.Index[Any, Any] = kwargs["runtime_deployments"]  # the index below
@@ -165,7 +165,7 @@ def restore(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) ->
         kopf.info(owner, reason="Restored", message=message)
 
 
-for _api_version, _kind in CHILD_KINDS:
+for _api_version, _kind in LISTED_KINDS:
     kopf.on.event(_api_version, PLURALS[_kind], labels=MANAGED)(restore)
 
 

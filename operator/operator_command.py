@@ -7,6 +7,8 @@ fails fast; they are handed to ``kopf run`` unchanged.
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -14,6 +16,13 @@ if TYPE_CHECKING:
 
 HELP = "run the operator (takes kopf run's options: -A, -n NS, --liveness URL, ...)."
 HANDLERS_MODULE = "cachefleet.operator.handlers"
+#: The modules of pyproject's ``operator`` extra (a test keeps them equal): the server's image
+#: and a plain ``pip install cachefleet`` lack them, and the command says so in one line.
+EXTRA_MODULES = ("kopf", "kubernetes", "urllib3", "dateutil", "redis", "prometheus_client")
+MISSING_EXTRA = (
+    "cachefleet operator: {module} is not installed; the operator needs the operator extra: "
+    "pip install 'cachefleet[operator]'"
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,7 +82,23 @@ def kopf_arguments(args: argparse.Namespace) -> list[str]:
     return argv
 
 
+def missing_module() -> str | None:
+    """The first module of the operator extra that cannot be imported, or None."""
+    for module in EXTRA_MODULES:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            return module
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
+    module = missing_module()
+    if module is not None:
+        print(MISSING_EXTRA.format(module=module), file=sys.stderr)
+        return 2  # as for a usage error: nothing ran
     from kopf.cli import main as kopf_main
 
     if not args.all_namespaces and not args.namespace:

@@ -1,11 +1,18 @@
-"""`cachefleet render FILE`: print every object the operator would apply, without a cluster."""
+"""`cachefleet render FILE`: print every object the operator would apply, without a cluster.
+
+The same file renders the same output on every run, so that a rendering kept in Git (a GitOps
+repository, a review of what a change does) changes only when the input or the release does.
+What the operator generates in the cluster is therefore not rendered: the generated Secrets
+(``<name>-redis-auth``, ``<name>-fleet``) are left out, and the digests of their keys in the pod
+templates are those of a fixed placeholder (``GENERATED``). Deriving the keys from the input
+instead would make them known to anyone who can read the file.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import re
-import secrets
 import sys
 from pathlib import Path
 from typing import Any, Literal
@@ -18,6 +25,10 @@ from cachefleet.operator.manifests.meta import DEFAULT_OPERATOR_NAMESPACE
 _log = logging.getLogger(__name__)
 
 HELP = "print every object the operator would apply for a CachedInferenceService."
+#: What stands in for each key the operator generates (a Redis password, the cache secret, the
+#: admin token): their Secrets are not rendered, and the pod templates' digests of them are
+#: this one's, the same on every run.
+GENERATED = "generated-by-the-operator"
 
 
 class _Dumper(yaml.SafeDumper):
@@ -87,8 +98,8 @@ def render_file(
     operator_namespace: str = DEFAULT_OPERATOR_NAMESPACE,
     user_ids: Literal["fixed", "platform"] = "fixed",
 ) -> list[dict[str, Any]]:
-    """The children for the object in ``path``; a generated password and admin token stand in
-    for the Secrets'.
+    """The children for the object in ``path``, without the Secrets the operator generates
+    (their keys' digests in the pod templates are ``GENERATED``'s: see the module docstring).
 
     ``operator_namespace`` is what the running operator learns from the downward API: without a
     cluster it must be told, or the NetworkPolicy would admit the operator from the wrong place.
@@ -99,7 +110,11 @@ def render_file(
         needs_generated_cache_secret,
         needs_generated_password,
     )
-    from cachefleet.operator.manifests.meta import Owner
+    from cachefleet.operator.manifests.meta import (
+        Owner,
+        cache_secret_name,
+        redis_auth_secret_name,
+    )
     from cachefleet.operator.manifests.spec import read_spec
 
     body = _read(path)
@@ -108,22 +123,33 @@ def render_file(
     read = read_spec(body.get("spec") or {})
     if read.ignored:
         _log.warning(
-            "%s: ignoring fields this release does not know (written for a newer release?): %s",
+            "%s: ignoring fields this release does not know (a typo, or written for a newer "
+            "release?); the defaults apply in their place: %s",
             path,
-            ", ".join(read.ignored),
+            read.describe_ignored(),
         )
     spec = read.spec
-    password = secrets.token_urlsafe(32) if needs_generated_password(spec) else None
-    cache_secret = secrets.token_urlsafe(32) if needs_generated_cache_secret(spec) else None
-    return build_children(
+    owner = Owner.from_body(body)
+    children = build_children(
         spec,
-        owner=Owner.from_body(body),
-        redis_password=password,
-        cache_secret=cache_secret,
+        owner=owner,
+        redis_password=GENERATED if needs_generated_password(spec) else None,
+        cache_secret=GENERATED if needs_generated_cache_secret(spec) else None,
         operator_namespace=operator_namespace,
-        admin_token=secrets.token_urlsafe(32),
+        admin_token=GENERATED,
         user_ids=user_ids,
     )
+    generated = {redis_auth_secret_name(owner), cache_secret_name(owner)}
+    left_out = [c for c in children if c["kind"] == "Secret" and c["metadata"]["name"] in generated]
+    if left_out:
+        _log.warning(
+            "%s: not rendered: the Secrets the operator generates in the cluster (%s)",
+            path,
+            "; ".join(
+                f"{c['metadata']['name']}, keys {', '.join(sorted(c['data']))}" for c in left_out
+            ),
+        )
+    return [c for c in children if c not in left_out]
 
 
 def _read(path: Path) -> dict[str, Any]:

@@ -126,6 +126,26 @@ def test_operator_commands_run_without_the_server_dependencies() -> None:
     assert result.returncode == 0, result.stderr
 
 
+def test_operator_without_its_extra_says_what_to_install_in_one_line() -> None:
+    result = run_without(OPERATOR_ONLY, "operator", "-A")
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "cachefleet operator: kopf is not installed; the operator needs the operator extra: "
+        "pip install 'cachefleet[operator]'"
+    ]
+    assert "operator" in PROJECT["optional-dependencies"]  # the extra the line names
+
+
+def test_the_operator_command_checks_every_module_of_its_extra() -> None:
+    from cachefleet.operator.operator_command import EXTRA_MODULES
+
+    own = declared(["operator"]) - declared([])
+    providers = packages_distributions()
+    modules = {m for m, dists in providers.items() if own & {distribution(d) for d in dists}}
+    assert set(EXTRA_MODULES) == {m for m in modules if not m.startswith("_")}
+
+
 def test_server_commands_run_without_the_operator_dependencies(tmp_path: Path) -> None:
     result = run_without(OPERATOR_ONLY, "samples", str(tmp_path / "models"))
     assert result.returncode == 0, result.stderr

@@ -21,6 +21,14 @@ CHILD_KINDS: tuple[tuple[str, str], ...] = (
     ("networking.k8s.io/v1", "NetworkPolicy"),
     *autoscaling.SCALER_KINDS,
 )
+#: The kinds the operator lists, watches and prunes (by label): every child kind but Secret.
+#: RBAC cannot grant by label, so listing or watching even the fleets' own Secrets would need
+#: list and watch on every Secret of the cluster (kube-system's and Helm's release Secrets
+#: included). The operator reads Secrets by name (get), writes its generated ones with
+#: server-side apply (create, patch) and deletes none: a generated Secret the spec stops needing
+#: stays, owned by its service, until the garbage collector takes it with the service. A deleted
+#: or edited generated Secret is seen at the next resync, not by a watch.
+LISTED_KINDS: tuple[tuple[str, str], ...] = tuple(k for k in CHILD_KINDS if k != ("v1", "Secret"))
 
 
 def needs_generated_password(spec: ServiceSpec) -> bool:

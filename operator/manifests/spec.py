@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -590,6 +590,16 @@ class ReadSpec:
     spec: ServiceSpec
     #: Paths such as ``spec.cache.newField``: left out, for the caller to warn about.
     ignored: tuple[str, ...] = ()
+    #: For an ignored path close to a known field (a typo: ``spec.cache.mdoe``), that field's
+    #: path (``spec.cache.mode``).
+    suggested: Mapping[str, str] = field(default_factory=dict)
+
+    def describe_ignored(self) -> str:
+        """The ignored paths, each with its "did you mean", for a warning."""
+        return ", ".join(
+            f"{path} (did you mean {self.suggested[path]}?)" if path in self.suggested else path
+            for path in self.ignored
+        )
 
 
 def read_spec(spec: object) -> ReadSpec:
@@ -603,10 +613,13 @@ def read_spec(spec: object) -> ReadSpec:
         kind = type(spec).__name__
         raise SpecError(f"spec must be an object with fields (model, replicas, ...), not a {kind}")
     try:
-        parsed, ignored = validate_known(ServiceSpec, dict(spec), prefix="spec.")
+        suggested: dict[str, str] = {}
+        parsed, ignored = validate_known(
+            ServiceSpec, dict(spec), prefix="spec.", suggested=suggested
+        )
     except ValidationError as error:
         raise SpecError(_describe(error)) from None
-    return ReadSpec(parsed, ignored)
+    return ReadSpec(parsed, ignored, suggested)
 
 
 def parse_spec(spec: object) -> ServiceSpec:

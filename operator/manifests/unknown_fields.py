@@ -6,13 +6,19 @@ the operator is rolled back. Refusing the whole spec would stall every such serv
 fields are left out (and named, so the caller can warn) while every known field is validated as
 strictly as before: the models keep ``extra="forbid"``, and only the fields their errors name
 as extra are removed before validating again.
+
+An unknown field is as often a typo (``mdoe: local``) as a newer release's: each path comes with
+the closest field the model knows at that level, when one is close (``difflib``), so the warning
+can ask "did you mean".
 """
 
 from __future__ import annotations
 
 import copy
+import difflib
+import types
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
@@ -22,11 +28,21 @@ ModelT = TypeVar("ModelT", bound=BaseModel)
 _MAX_PASSES = 8
 
 
+#: How alike a known field must be to be suggested (difflib's ratio; "mdoe" and "mode": 0.75).
+_CUTOFF = 0.7
+
+
 def validate_known(
-    model: type[ModelT], data: dict[str, Any], *, prefix: str = ""
+    model: type[ModelT],
+    data: dict[str, Any],
+    *,
+    prefix: str = "",
+    suggested: dict[str, str] | None = None,
 ) -> tuple[ModelT, tuple[str, ...]]:
     """``model`` validated from ``data`` without the fields it does not know, and their paths
-    (``prefix`` + ``cache.newField``, ``runtime.tolerations[0].newField``), sorted.
+    (``prefix`` + ``cache.newField``, ``runtime.tolerations[0].newField``), sorted. Into
+    ``suggested``, when given: for each such path the path of the known field it is closest to
+    (``spec.cache.mdoe``: ``spec.cache.mode``), where one is close.
 
     Raises pydantic's ``ValidationError`` for anything else wrong, as plain validation does."""
     ignored: list[str] = []
@@ -42,6 +58,9 @@ def validate_known(
             for location in extra:
                 if _remove(current, location):
                     ignored.append(prefix + _path(location))
+                    near = closest_field(model, location)
+                    if near is not None and suggested is not None:
+                        suggested[prefix + _path(location)] = prefix + _path([*location[:-1], near])
     return model.model_validate(current), tuple(sorted(ignored))
 
 
@@ -67,3 +86,40 @@ def _path(location: Sequence[int | str]) -> str:
     for part in location:
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
     return text
+
+
+def closest_field(model: type[BaseModel], location: Sequence[int | str]) -> str | None:
+    """The field name (as written: its alias) closest to ``location``'s last part among the
+    fields known where it stands, or None when none is close."""
+    *parents, unknown = location
+    if not isinstance(unknown, str):
+        return None
+    models = [model]
+    for part in parents:
+        if isinstance(part, int):
+            continue  # an index into a list: the same models
+        inner = [m for m in models if m.__name__ == part]  # a union member pydantic tried
+        if inner:
+            models = inner
+            continue
+        fields = [f for m in models for n, f in m.model_fields.items() if part in (n, f.alias)]
+        models = [found for f in fields for found in _models(f.annotation)]
+    names = {f.alias or n for m in models for n, f in m.model_fields.items()}
+    by_lower = {name.lower(): name for name in names}
+    near = difflib.get_close_matches(unknown.lower(), list(by_lower), n=1, cutoff=_CUTOFF)
+    return by_lower[near[0]] if near else None
+
+
+def _models(annotation: Any) -> list[type[BaseModel]]:
+    """The models an annotation holds: itself, or inside Optional, unions, lists and dicts."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    origin = get_origin(annotation)
+    args = get_args(annotation)
+    if origin is Annotated:
+        return _models(args[0])
+    if origin in (Union, types.UnionType, list, tuple, dict, set, frozenset) or (
+        isinstance(origin, type) and args
+    ):
+        return [m for arg in args for m in _models(arg)]
+    return []

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cachefleet.operator.manifests.autoscaling import SCALER_KINDS
-from cachefleet.operator.manifests.children import CHILD_KINDS
+from cachefleet.operator.manifests.children import LISTED_KINDS
 from cachefleet.operator.manifests.meta import MANAGER, Owner
 from cachefleet.operator.reconcile.applied import AppliedVersions, key_of
 from cachefleet.operator.reconcile.claims import (
@@ -241,11 +241,14 @@ def prune_children(
     kube: Kube,
     owner: Owner,
     children: Sequence[Mapping[str, Any]],
-    kinds: Sequence[tuple[str, str]] = CHILD_KINDS,
+    kinds: Sequence[tuple[str, str]] = LISTED_KINDS,
     keep: Callable[[Mapping[str, Any]], bool] = lambda _: False,
 ) -> list[str]:
     """Delete owned children of ``kinds`` the spec no longer asks for (e.g. Redis after mode:
-    local), except those ``keep`` says are still in use (a previous runtime ConfigMap)."""
+    local), except those ``keep`` says are still in use (a previous runtime ConfigMap).
+
+    Secrets are never pruned (see ``LISTED_KINDS``): the garbage collector takes them with
+    their service."""
     wanted = {describe(child) for child in children}
     selector = {"app.kubernetes.io/instance": owner.name, "app.kubernetes.io/managed-by": MANAGER}
     deleted = []

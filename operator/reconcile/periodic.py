@@ -120,7 +120,8 @@ class Backoff:
 
 @dataclass(frozen=True)
 class Periodic:
-    """Resync (re-apply everything, no pruning) and cache-figure refresh of every service."""
+    """Resync (re-apply everything; prune only what outlives a spec change: runtime
+    ConfigMaps no pod reads any more) and cache-figure refresh of every service."""
 
     reconciler: Reconciler
     locks: KeyedLocks
@@ -234,7 +235,8 @@ class Periodic:
             log.exception("periodic %s of %s failed", job.__name__, name)
 
     def resync(self, indexed: Mapping[str, Any]) -> None:
-        """Re-apply every child (drift the watches missed); only a spec change can drop one.
+        """Re-apply every child (drift the watches missed), and delete previous runtime
+        ConfigMaps whose rollout is over (only a spec change can drop any other child).
 
         The service is read first: kopf's index may hold a service whose DELETED event was
         missed (re-applying its children would re-create them every pass), or an older spec

@@ -14,7 +14,7 @@ from typing import Any
 from cachefleet.operator.manifests import meta
 from cachefleet.operator.manifests.autoscaling import SCALER_KINDS
 from cachefleet.operator.manifests.children import (
-    CHILD_KINDS,
+    LISTED_KINDS,
     build_children,
     needs_generated_password,
     uses_redis_password,
@@ -24,7 +24,7 @@ from cachefleet.operator.manifests.meta import Owner
 from cachefleet.operator.manifests.redis import password_ref
 from cachefleet.operator.manifests.redis_memory import maxmemory_bytes
 from cachefleet.operator.manifests.runtime import redis_password_ref, redis_url
-from cachefleet.operator.manifests.spec import ServiceSpec, parse_spec, read_spec
+from cachefleet.operator.manifests.spec import ReadSpec, ServiceSpec, parse_spec, read_spec
 from cachefleet.operator.manifests.tls import tls_digest
 from cachefleet.operator.reconcile import fleet_secret, observe, pod_problems
 from cachefleet.operator.reconcile.admission import check_allowed
@@ -60,16 +60,21 @@ from cachefleet.operator.reconcile.served_access import served_access
 from cachefleet.operator.reconcile.settings import OperatorSettings
 from cachefleet.operator.reconcile.tls_secret import read_tls_secret
 
+#: The kinds every reconcile prunes, the resync's included: a previous runtime ConfigMap is
+#: kept while pods of an older ReplicaSet may read it, so it can go only at a later pass, once
+#: the rollout is over, when the spec has not changed again.
+DEFERRED_KINDS: tuple[tuple[str, str], ...] = (("v1", "ConfigMap"),)
 #: The reason of a service whose children need an API the cluster does not serve (KEDA).
 NOT_INSTALLED = "NotInstalled"
 #: The reason of the warning on a service whose stored spec holds fields this operator ignores.
 UNKNOWN_FIELDS = "UnknownFields"
 
 
-def _ignored_message(paths: tuple[str, ...]) -> str:
+def _ignored_message(read: ReadSpec) -> str:
     return (
-        f"ignored {', '.join(paths)}: this operator's release does not know them (a newer "
-        "release's CRD?); the service is reconciled without them"
+        f"ignored {read.describe_ignored()}: this operator's release does not know them (a "
+        "typo, or a newer release's CRD?); the service is reconciled without them, with the "
+        "defaults where they would have set something"
     )
 
 
@@ -125,8 +130,11 @@ class Reconciler:
     def reconcile(self, body: Mapping[str, Any], *, prune: bool = True) -> Outcome:
         """Apply, prune, configure Redis live and observe; API failures become a status.
 
-        ``prune`` looks for children the spec stopped asking for (one list call per kind): the
-        periodic resync skips it, since only a spec change can drop a child.
+        ``prune`` looks for children the spec stopped asking for (one list call per kind). The
+        periodic resync passes False: only a spec change can drop a child, but a previous
+        runtime ConfigMap outlives that change until no pod reads it, so every reconcile still
+        prunes those (``DEFERRED_KINDS``: one ConfigMap list, and a ReplicaSet list only when
+        an old one is found).
         """
         owner = Owner.from_body(body)
         self.decided.pop((owner.namespace, owner.name), None)  # only a finished one leaves one
@@ -169,7 +177,7 @@ class Reconciler:
         share(self.kube, owner, keys)
         # Fields of a newer release's CRD (applied first, or kept after a rollback): reconciled
         # without them, and said so on the object.
-        ignored = [Event(True, UNKNOWN_FIELDS, _ignored_message(p)) for p in [read.ignored] if p]
+        ignored = [Event(True, UNKNOWN_FIELDS, _ignored_message(read))] if read.ignored else []
         pruned: list[str] = []
         applied, decision = self.apply_paced(
             owner, children, lambda paced: self._apply(owner, paced, pruned, prune=prune)
@@ -236,11 +244,10 @@ class Reconciler:
         if prune:
             pruned += prune_children(self.kube, owner, children, SCALER_KINDS)
         applied = apply_children(self.kube, children, self.versions)
-        if prune:
-            others = [kind for kind in CHILD_KINDS if kind not in SCALER_KINDS]
-            live = applied.live.get(f"Deployment/{owner.name}")
-            keep = NeededConfigs(self.kube, owner, live)
-            pruned += prune_children(self.kube, owner, children, others, keep=keep)
+        others = [k for k in LISTED_KINDS if k not in SCALER_KINDS] if prune else DEFERRED_KINDS
+        live = applied.live.get(f"Deployment/{owner.name}")
+        keep = NeededConfigs(self.kube, owner, live)
+        pruned += prune_children(self.kube, owner, children, others, keep=keep)
         return applied
 
     def _keep_live_template(self, deployment: dict[str, Any]) -> dict[str, Any]:

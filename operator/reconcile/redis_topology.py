@@ -85,6 +85,9 @@ def _cluster_figures(redis_at: ExternalRedis) -> CacheFigures:
 
 
 def _sentinel_figures(redis_at: ExternalRedis) -> CacheFigures:
+    """INFO from the primary Sentinel names, asked once: the address checked against the
+    allowed hosts is the one dialled (``master_for`` would ask Sentinel again on connecting, and
+    a tenant's Sentinel may answer the second time with a host the operator may not dial)."""
     address = parse_url(redis_at.url)  # type: ignore[no-untyped-call]
     options = _options(redis_at)
     if "password" in address and "password" not in options:
@@ -100,19 +103,18 @@ def _sentinel_figures(redis_at: ExternalRedis) -> CacheFigures:
     )
     assert redis_at.sentinel_master is not None
     try:
-        host, _ = sentinel.discover_master(redis_at.sentinel_master)  # type: ignore[no-untyped-call]
-        _check_host(redis_at, str(host))
-    except RedisLiveError:
+        host, port = sentinel.discover_master(redis_at.sentinel_master)  # type: ignore[no-untyped-call]
+    finally:
         for client in sentinel.sentinels:
             client.close()
-        raise
-    primary = sentinel.master_for(redis_at.sentinel_master)  # type: ignore[no-untyped-call]
+    _check_host(redis_at, str(host))
+    primary = redis.Redis(host=str(host), port=int(port), **options)
     try:
         info = primary.info()
     finally:
         primary.close()
-        for client in sentinel.sentinels:
-            client.close()
+    if info.get("role") != "master":  # failed over since Sentinel answered: not the primary
+        raise RedisLiveError(f"INFO on {redis_at}: {host}:{port} is no longer the primary")
     return _summed([info])
 
 

@@ -264,3 +264,23 @@ def test_the_cli_accepts_the_operator_command_line(
     else:
         assert args.namespace == ["team-a", "team-b"]
         assert args.verbose
+
+
+def secret_verbs(rules: list[dict[str, Any]]) -> set[str]:
+    return {v for rule in rules if "secrets" in rule["resources"] for v in rule["verbs"]}
+
+
+def test_no_install_lets_the_operator_list_watch_or_delete_secrets(
+    default_objects: list[Manifest], custom_objects: list[Manifest]
+) -> None:
+    # The default (all namespaces) install: a ClusterRole, so these verbs hold for every Secret
+    # of the cluster, kube-system's and Helm's release Secrets included.
+    default = only(default_objects, "ClusterRole", OPERATOR)["rules"]
+    assert secret_verbs(default) == {"get", "create", "patch"}
+    # Namespaced (watchNamespaces): each Role, and nothing on Secrets cluster-wide.
+    assert secret_verbs(only(custom_objects, "ClusterRole", OPERATOR)["rules"]) == set()
+    roles = list(find(custom_objects, "Role"))
+    assert roles
+    assert [secret_verbs(role["rules"]) for role in roles] == [{"get", "create", "patch"}] * len(
+        roles
+    )

@@ -132,8 +132,14 @@ async def test_resize_updates_config_without_rolling_redis_but_persistence_rolls
     }
 
 
-@pytest.mark.usefixtures("operator")
-async def test_deleted_and_edited_children_are_restored(cluster: Cluster, api: Api) -> None:
+async def test_deleted_and_edited_children_are_restored(
+    cluster: Cluster,
+    api: Api,
+    start_operator: Callable[[], Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CACHEFLEET_OPERATOR_RESYNC_INTERVAL", "1")  # Secrets are not watched
+    await start_operator()
     await api.send("POST", CIS_PATH, service("svc"))
     first = await eventually(lambda: live(cluster, "apps/v1/deployments", "svc"), "the Deployment")
     secret = await eventually(lambda: live(cluster, "v1/secrets", "svc-redis-auth"), "the Secret")
@@ -159,7 +165,8 @@ async def test_deleted_and_edited_children_are_restored(cluster: Cluster, api: A
     # The generated password is never regenerated while its Secret exists.
     assert must(live(cluster, "v1/secrets", "svc-redis-auth"))["data"] == secret["data"]
 
-    # A lost password Secret gets a new password, and the pods that read it roll at once.
+    # A lost password Secret gets a new password at the next resync, and the pods that read
+    # it roll.
     redis_hash = pod_hash(live(cluster, "apps/v1/statefulsets", "svc-redis"))
     await api.send("DELETE", f"/api/v1/namespaces/{NS}/secrets/svc-redis-auth")
 

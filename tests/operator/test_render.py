@@ -469,3 +469,19 @@ def test_cache_admission_reaches_the_runtime_only_when_not_the_default() -> None
     always = render({"cache": {"admission": "always"}})
     config = yaml.safe_load(runtime_config(always)["data"]["config.yaml"])
     assert config["cache"]["admission"] == "always"
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_render_is_the_same_on_every_run_and_renders_no_generated_secret(path: Path) -> None:
+    first, second = render_command(str(path)), render_command(str(path))
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == second.stdout  # a rendering kept in Git changes only with its input
+    documents = [d for d in yaml.safe_load_all(first.stdout) if d]
+    name = yaml.safe_load(path.read_text())["metadata"]["name"]
+    generated = {f"{name}-redis-auth", f"{name}-fleet"}
+    assert not [
+        d for d in documents if d["kind"] == "Secret" and d["metadata"]["name"] in generated
+    ]
+    if f"{name}-fleet" in first.stdout:  # the pods read it: the user is told it is left out
+        assert "not rendered: the Secrets the operator generates in the cluster" in first.stderr
+        assert f"{name}-fleet, keys admin-token" in first.stderr

@@ -93,3 +93,51 @@ async def test_the_operator_reconciles_them_and_says_so_on_the_object(
         in events[0]["message"]
     )
     assert events[0]["involvedObject"]["name"] == "svc"
+
+
+#: A new user's typos: each field is a known one misspelt, at its own level.
+TYPOS: dict[str, Any] = {
+    "replcas": 2,
+    "cache": {"mdoe": "local", "redis": {"maxMemory": "1Gi"}},
+    "model": {"name": "simple", "repository": {"pvc": {"claimName": "models", "readOnyl": True}}},
+}
+
+
+def test_a_typo_is_named_with_the_field_it_is_closest_to() -> None:
+    read = read_spec({**TYPOS, "somethingNew": {"x": 1}})
+    assert dict(read.suggested) == {
+        "spec.replcas": "spec.replicas",
+        "spec.cache.mdoe": "spec.cache.mode",
+        "spec.cache.redis.maxMemory": "spec.cache.redis.maxmemory",
+    }
+    assert read.describe_ignored() == (
+        "spec.cache.mdoe (did you mean spec.cache.mode?), "
+        "spec.cache.redis.maxMemory (did you mean spec.cache.redis.maxmemory?), "
+        "spec.model.repository.pvc.readOnyl, "  # (no field of a PVC source is near)
+        "spec.replcas (did you mean spec.replicas?), spec.somethingNew"
+    )
+
+
+def test_render_asks_did_you_mean_and_says_the_defaults_apply(tmp_path: Path) -> None:
+    path = tmp_path / "svc.yaml"
+    body = service("svc", cache={"mdoe": "local"})
+    path.write_text(yaml.safe_dump(body))
+    rendered = subprocess.run(
+        [*CACHEFLEET, "render", str(path)], capture_output=True, text=True, check=False
+    )
+    assert rendered.returncode == 0, rendered.stderr
+    assert "spec.cache.mdoe (did you mean spec.cache.mode?)" in rendered.stderr
+    assert "the defaults apply" in rendered.stderr
+
+
+@pytest.mark.usefixtures("operator")
+@pytest.mark.timeout(120)
+async def test_the_operators_warning_on_a_typo_asks_did_you_mean(
+    cluster: Cluster, api: Api
+) -> None:
+    await api.send("POST", CIS_PATH, service("svc", cache={"mdoe": "local"}))
+    events = await eventually(
+        lambda: [e for e in cluster.objects.values() if e.get("reason") == "UnknownFields"],
+        "an UnknownFields event",
+    )
+    assert "spec.cache.mdoe (did you mean spec.cache.mode?)" in events[0]["message"]

@@ -30,6 +30,8 @@ from support.kube.fixtures import (
 
 from cachefleet.operator.manifests.meta import TEMPLATE_HASH_ANNOTATION, selector_labels
 from cachefleet.operator.reconcile.kube import Kube
+from cachefleet.operator.reconcile.locks import KeyedLocks
+from cachefleet.operator.reconcile.periodic import Periodic
 from cachefleet.operator.reconcile.reconciler import Reconciler
 from cachefleet.operator.reconcile.settings import OperatorSettings
 
@@ -148,6 +150,31 @@ async def test_new_settings_are_a_new_configmap_and_the_old_one_stays_while_pods
             sent.setdefault(name, []).append(request.data["data"])
     assert set(sent) == {first, second}
     assert all(all(data == datas[0] for data in datas) for datas in sent.values())
+
+
+async def test_the_resync_deletes_an_old_configmap_once_its_rollout_is_over(
+    cluster: Cluster, api: Api
+) -> None:
+    await api.send("POST", CIS_PATH, service("svc", cache=LOCAL))
+    await reconcile(cluster)
+    first = mounted(cluster)
+    await replicaset(api, cluster, "svc-1", replicas=2)
+    await api.send("PATCH", f"{CIS_PATH}/svc", {"spec": {"runtime": {"logLevel": "debug"}}},
+                   patch=True)  # fmt: skip
+    await reconcile(cluster)  # the spec change: the old ConfigMap stays while its pods run
+    second = mounted(cluster)
+    assert live(cluster, "v1/configmaps", first) is not None
+
+    # The rollout ends with no change to the spec: only the periodic resync comes by.
+    await api.send("PATCH", f"{REPLICASETS}/svc-1", {"spec": {"replicas": 0}}, patch=True)
+    await api.send("PATCH", f"{REPLICASETS}/svc-1/status", {"status": {"replicas": 0}}, patch=True)
+    passes = Periodic(reconciler(), KeyedLocks())
+    await asyncio.to_thread(passes.resync, must(cis(cluster, "svc")))
+    assert live(cluster, "v1/configmaps", first) is None
+    assert live(cluster, "v1/configmaps", second) is not None
+    # And the resync deletes no other child (those go only with a spec change).
+    deleted = [r.url.path for r in cluster if r.method == "DELETE"]
+    assert deleted == [f"{CONFIGMAPS}/{first}"]
 
 
 # --- restrictedApis ---------------------------------------------------------------------------
