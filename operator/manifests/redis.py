@@ -185,7 +185,7 @@ def _redis_container(spec: ServiceSpec, owner: Owner) -> dict[str, Any]:
             {"name": PASSWORD_ENV, "valueFrom": secret},
             {"name": "REDISCLI_AUTH", "valueFrom": secret},  # redis-cli in the probes logs in
         ]
-        start = password_on_stdin(start)
+        start += f' --requirepass "${PASSWORD_ENV}"'
     return {
         "name": "redis",
         "image": redis.image_or_default,
@@ -203,22 +203,6 @@ def _redis_container(spec: ServiceSpec, owner: Owner) -> dict[str, Any]:
             {"name": "tmp", "mountPath": "/tmp"},
         ],
     }
-
-
-def password_on_stdin(start: str) -> str:
-    """``start`` (an ``exec redis-server FILE``) with the password as a config line on Redis's
-    standard input (``redis-server FILE -`` reads the file, then its input).
-
-    Never ``--requirepass`` on the command line: a process's arguments are anyone's to read on
-    the node (``/proc/PID/cmdline``, ``ps``), where its environment is its own user's. Here only
-    the shell and its builtins (``printf``) see the password, ``od``, ``tr`` and ``sed`` read it
-    on their input, and it reaches Redis as ``\\xHH`` escapes in a double-quoted string, so any
-    byte (a quote, a space, a newline) reads back as it is in the Secret. The shell execs Redis
-    (a here-document, not a pipe), so Redis stays the container's first process and gets its
-    SIGTERM.
-    """
-    hexed = f"printf %s \"${PASSWORD_ENV}\" | od -An -tx1 -v | tr -d ' \\n' | sed 's/../\\\\x&/g'"
-    return f'hex=$({hexed})\n{start} - <<EOF\nrequirepass "$hex"\nEOF\n'
 
 
 def _probe(script: str, *, period_s: int) -> dict[str, Any]:
