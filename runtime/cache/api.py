@@ -6,6 +6,7 @@ decides whether to look up, coalesce, compute and insert. The service never lear
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -78,6 +79,18 @@ class LocalEntryToken:
         self._key = key
         self._identity = identity
         self._confirm = confirm
+
+    def held_bytes(self) -> int:
+        """The bytes this token keeps alive of its own (itself, its key and digest, the bare
+        identity), for a layer that charges what it keeps (the answer memo). The confirm
+        callable is the tier's, shared by every token."""
+        key = self._key
+        return (
+            sys.getsizeof(self)
+            + sys.getsizeof(key)
+            + sys.getsizeof(key.digest)
+            + sys.getsizeof(self._identity)
+        )
 
     def confirm(self, started_ns: int) -> int | None:
         """If the entry still lives, count a local hit as a lookup does (its time from

@@ -61,6 +61,12 @@ FLAGS: tuple[Flag, ...] = (
     Flag("grpc-port", "server", "grpc_port", "gRPC port (default 8001; 0 turns gRPC off)."),
     Flag("workers", "server", "workers", "Server processes (default 1)."),
     Flag("max-request-size", "server", "max_request_bytes", "Body limit, e.g. 64Mi (413 above)."),
+    Flag(
+        "max-json-size",
+        "server",
+        "max_json_bytes",
+        "JSON text an infer request may carry, inflated, e.g. 8Mi (default; 413 above).",
+    ),
     Flag("log-level", "server", "log_level", "debug, info, warning or error."),
     Flag("request-head-timeout", "limits", "head_timeout_s", "Seconds for a whole head (10)."),
     Flag(

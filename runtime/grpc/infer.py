@@ -14,9 +14,15 @@ the call carries no ``cache-control``, a byte-identical repeat of a request whos
 was a local hit is answered on the call's thread: one digest of the bytes, one memo lookup, the
 request written down in the ledger (in flight first, so an unload waits for it, then the model
 and the local entry confirmed: the local tier counts the hit as a lookup does), and the stored
-bytes sent with ``x-cache: hit-local``. The event loop does nothing for it. Everything else is
-parsed once (``handlers.parsed``) and answered on the loop, and a local hit that went through
-no shared memory is memoized for the next repeat.
+bytes sent with ``x-cache: hit-local``. The event loop does nothing for it. Everything else goes
+to the loop as bytes, is admitted against the request budget for what its bytes will hold
+(``decode.message_cost``) before it is parsed once (``handlers.parsed``), and is answered there;
+a local hit that went through no shared memory is memoized for the next repeat.
+
+grpcio inflates a compressed message whole before the handler sees it, and refuses one whose
+inflated size is over ``grpc.max_receive_message_length`` (``--max-request-size``) with
+``RESOURCE_EXHAUSTED``; so a message reaches the budget at its inflated size, at most the size
+limit, and at most one per thread of the server's pools is held before it is charged.
 
 A stream answers its requests in order, one at a time; a failed request answers with its error
 message in band and the stream goes on, as Triton's stream does for models that are not
@@ -35,7 +41,12 @@ from cachefleet.runtime.cache.api import CacheDirectives, CacheStatus
 from cachefleet.runtime.cache.memo import MemoEntry, MemoKey, ResponseMemo
 from cachefleet.runtime.composition import Runtime
 from cachefleet.runtime.errors import ServingError
-from cachefleet.runtime.grpc.decode import decode_infer_request, request_cost
+from cachefleet.runtime.grpc.decode import (
+    decode_infer_request,
+    message_cost,
+    request_cost,
+    typed_cost,
+)
 from cachefleet.runtime.grpc.encode import encode_infer_response
 from cachefleet.runtime.grpc.errors import error_status, translated
 from cachefleet.runtime.grpc.handlers import checked, parsed
@@ -72,9 +83,8 @@ class Inference:
             if body is not None:
                 context.set_trailing_metadata(_HIT_LOCAL)
                 return body
-        request = parsed(service_pb2.ModelInferRequest, message)
         answered: bytes | None = self._bridge.call(
-            lambda request, stand_in: self._infer(request, memo_key, stand_in), request, context
+            lambda message, stand_in: self._infer(message, memo_key, stand_in), message, context
         )
         return answered
 
@@ -100,46 +110,71 @@ class Inference:
         directives: CacheDirectives,
         render: Callable[[InferAnswer], tuple[Rendered, str]],
     ) -> tuple[Rendered, str]:
-        """On the loop: ``request`` answered by the service and ``render``-ed, admitted against
-        the request budget (as HTTP's are) for as long as it is answered."""
+        """On the loop: a parsed ``request`` answered by the service and ``render``-ed,
+        admitted against the request budget (as HTTP's are) for as long as it is answered."""
         budget = self._runtime.budget
         cost = request_cost(request)
         if not budget.try_enter(cost):
             await budget.wait(cost)
+        try:
+            return await self._answered(request, directives, render)
+        finally:
+            budget.leave(cost)
+
+    async def _answered(
+        self,
+        request: Any,
+        directives: CacheDirectives,
+        render: Callable[[InferAnswer], tuple[Rendered, str]],
+    ) -> tuple[Rendered, str]:
         shared_memory = self._runtime.shared_memory
 
         def decode(config: ModelConfig) -> InferRequest:
             return decode_infer_request(request, config, shared_memory.for_request())
 
-        try:
-            return await self._service.answer(
-                request.model_name,
-                request.model_version or None,
-                decode,
-                render,
-                directives,
-                transport="grpc",
-            )
-        finally:
-            budget.leave(cost)
+        return await self._service.answer(
+            request.model_name,
+            request.model_version or None,
+            decode,
+            render,
+            directives,
+            transport="grpc",
+        )
 
     @translated
-    async def _infer(self, request: Any, memo_key: MemoKey | None, context: LoopContext) -> bytes:
-        """``ModelInfer`` on the loop: encoded, and memoized when ``memo_key`` is given."""
+    async def _infer(self, message: bytes, memo_key: MemoKey | None, context: LoopContext) -> bytes:
+        """``ModelInfer`` on the loop: admitted for the copies of its bytes before it is
+        parsed (``decode.message_cost``: a compressed message arrives inflated, and is charged
+        so), then parsed, answered, encoded, and memoized when ``memo_key`` is given."""
+        budget = self._runtime.budget
+        cost = message_cost(len(message))
+        if not budget.try_enter(cost):
+            await budget.wait(cost)
+        try:
+            request = checked(parsed(service_pb2.ModelInferRequest, message))
+            extra = typed_cost(request)
+            if extra:
+                if cost + extra > budget.max_bytes:
+                    raise budget.over_budget(cost + extra)
+                if not budget.try_take(extra):
+                    await budget.take(extra)
+                cost += extra
 
-        def render(answer: InferAnswer) -> tuple[bytes, str]:
-            body: bytes = encode_infer_response(answer).SerializeToString()
-            token = answer.local_entry
-            if memo_key is not None and token is not None and not _uses_shared_memory(request):
-                assert self._memo is not None  # a key is made only with a memo
-                entry = MemoEntry(
-                    body, answer.model, token, request.model_name, request.model_version
-                )
-                self._memo.insert(memo_key, entry)
-            return body, answer.cache_status.value
+            def render(answer: InferAnswer) -> tuple[bytes, str]:
+                body: bytes = encode_infer_response(answer).SerializeToString()
+                token = answer.local_entry
+                if memo_key is not None and token is not None and not _uses_shared_memory(request):
+                    assert self._memo is not None  # a key is made only with a memo
+                    entry = MemoEntry(
+                        body, answer.model, token, request.model_name, request.model_version
+                    )
+                    self._memo.insert(memo_key, entry)
+                return body, answer.cache_status.value
 
-        directives = directives_of(context.invocation_metadata())
-        body, status = await self.answer(request, directives, render)
+            directives = directives_of(context.invocation_metadata())
+            body, status = await self._answered(request, directives, render)
+        finally:
+            budget.leave(cost)
         context.set_trailing_metadata((("x-cache", status),))
         return body
 

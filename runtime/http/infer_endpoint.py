@@ -30,6 +30,7 @@ from cachefleet.runtime.http.errors import error_answer
 from cachefleet.runtime.http.infer_answers import ServiceAnswers, answers_for
 from cachefleet.runtime.http.infer_codec import answer_headers, header_length_of
 from cachefleet.runtime.http.infer_request import InferHead
+from cachefleet.runtime.http.json_limit import check_json_size, json_size
 from cachefleet.runtime.http.restricted import RestrictedApiError
 
 _JSON = b"application/json"
@@ -43,6 +44,7 @@ class InferEndpoint:
     def __init__(self, slot: RuntimeSlot) -> None:
         self._slot = slot
         self._limit = slot.settings.server.max_request_bytes
+        self._json_limit = slot.settings.server.max_json_bytes
         #: The runtime the answers below were made for, and those answers.
         self._answers: tuple[Runtime, ServiceAnswers] | None = None
 
@@ -50,13 +52,18 @@ class InferEndpoint:
         """Answer the infer request that ``head`` describes.
 
         Admit it (a count, and the bytes of its body's first step, against the budget) before
-        a byte of its body is read, answer it (its share growing with its body: see
+        a byte of its body is read, answer it (its share growing with what it holds: see
         ``body_charge``), and give its share back; its answer's bytes stay charged until they
-        are written (``answer_charge``)."""
+        are written (``answer_charge``). Its JSON is refused over ``--max-json-size`` as soon
+        as its head says so (``json_limit``)."""
         try:
             runtime = self._slot.ready()
             if head.refusal is not None:
                 raise RestrictedApiError(head.refusal)
+            if head.header_length is not None:
+                check_json_size(head.header_length, self._json_limit)
+            elif head.declared is not None and head.encoding is None:
+                check_json_size(head.declared, self._json_limit)
             budget = runtime.budget
             charge = BodyCharge(
                 budget, head.declared, self._limit, head.header_length,
@@ -130,6 +137,8 @@ class InferEndpoint:
             body = joined(parts)
             if head.bad_header is not None:
                 raise head.bad_header
+            check_json_size(json_size(len(body), head.header_length), self._json_limit)
+            await charge.decoding(len(body))  # before the decode, now that its size is known
         except ClientGoneError:
             return
         except ServingError as error:

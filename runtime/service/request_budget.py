@@ -8,11 +8,13 @@ numbers). Over the budget a request waits briefly for others to finish, then is 
 and refused, never an out-of-memory kill.
 
 An HTTP request takes its bytes as its body arrives and inflates (:meth:`try_take` and
-:meth:`take`, see ``http.body_charge``), not its declared length up front: a client that
-declares much and sends little holds only what it sent, and one whose body could never fit the
-whole budget is refused (413) rather than run alone. A gRPC message is whole before it is
-counted; one whose cost is larger than the whole budget is refused the same way when it enters
-(gRPC ``RESOURCE_EXHAUSTED``), so no request ever holds the whole budget alone.
+:meth:`take`, see ``http.body_charge``), and its decode once the body is whole, not its
+declared length up front: a client that declares much and sends little holds only what it sent
+(and a bounded step ahead), and one whose body could never fit the
+whole budget is refused (413) rather than run alone. A gRPC message is whole (and inflated)
+before it is counted, and counted before it is parsed; one whose cost is larger than the whole
+budget is refused the same way when it enters (gRPC ``RESOURCE_EXHAUSTED``), so no request ever
+holds the whole budget alone.
 
 Used from the event loop only. The fast path is one synchronous call, :meth:`try_enter`, and
 the matching :meth:`leave`: no coroutine, no lock.

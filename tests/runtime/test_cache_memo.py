@@ -12,10 +12,10 @@ from cachefleet.runtime.cache.api import LocalEntryToken
 from cachefleet.runtime.cache.key import CacheKey
 from cachefleet.runtime.cache.local import LocalTier
 from cachefleet.runtime.cache.memo import (
-    ENTRY_OVERHEAD_BYTES,
     MemoEntry,
     MemoKey,
     ResponseMemo,
+    entry_footprint,
 )
 from cachefleet.runtime.cache.tier import TierFigures
 from cachefleet.runtime.models.types import ModelConfig
@@ -88,9 +88,12 @@ def test_digests_separate_models_versions_header_lengths_and_bodies() -> None:
 
 def test_the_memo_is_an_lru_bounded_by_bytes() -> None:
     response = b"x" * 100
-    size = ENTRY_OVERHEAD_BYTES + len(response) + 1  # and the one-byte request it answers
-    memo = ResponseMemo(3 * size)
     model = FakeModel("m")
+    plain = MemoEntry(response, model, token(), "m", "", request=bytes([0]))
+    size = entry_footprint(bytes([0]), plain)  # with the one-byte request it answers
+    headed = MemoEntry(response, model, token(), "m", "1", [(b"x-cache", b"hit-local")], bytes([3]))
+    big = entry_footprint(bytes([3]), headed)
+    memo = ResponseMemo(2 * size + big)
     for index in range(3):
         memo.insert(tagged(bytes([index])), MemoEntry(response, model, token(), "m", ""))
     assert memo.lookup(tagged(bytes([0]))) is not None  # 0 is now the most recently used
@@ -101,7 +104,7 @@ def test_the_memo_is_an_lru_bounded_by_bytes() -> None:
 
     assert memo.lookup(tagged(bytes([1]))) is None
     assert [memo.lookup(tagged(bytes([i]))) is not None for i in (0, 2, 3)] == [True] * 3
-    assert memo.figures().bytes == 3 * size <= memo.max_bytes
+    assert memo.figures().bytes == 2 * size + big <= memo.max_bytes
     found = memo.lookup(tagged(bytes([3])))
     assert found is not None
     assert (found.body, found.name, found.version) == (response, "m", "1")
@@ -111,10 +114,10 @@ def test_the_memo_is_an_lru_bounded_by_bytes() -> None:
     assert memo.lookup(tagged(b"big")) is None
     assert len(memo) == 3
     memo.delete(tagged(bytes([0])))
-    assert memo.figures().bytes == 2 * size
+    assert memo.figures().bytes == size + big
     # 5 lookups found an entry, one of which its caller gave back as stale (a miss); 2 found
     # none.
-    assert memo.figures() == TierFigures(2, 2 * size, hits=4, misses=3, evictions=1)
+    assert memo.figures() == TierFigures(2, size + big, hits=4, misses=3, evictions=1)
 
 
 def test_an_entry_answers_only_the_request_it_was_kept_for() -> None:
@@ -125,7 +128,9 @@ def test_an_entry_answers_only_the_request_it_was_kept_for() -> None:
     body = b"\x00" * 1000
     kept = ResponseMemo.http_key(b"d" * 16, "m", None, 12, (body,))
     assert memo.insert(kept, MemoEntry(b"answer", model, token(), "m", ""))
-    assert memo.figures().bytes == ENTRY_OVERHEAD_BYTES + len(b"answer") + len(body)
+    assert memo.figures().bytes == entry_footprint(
+        kept.digest, MemoEntry(b"answer", model, token(), "m", "", request=("m", None, 12, body))
+    )
     for name, version, length, parts in (
         ("m", None, 12, (body[:500], body[500:-1] + b"\x01")),  # one byte of the body
         ("m", None, 12, (body[:500], body[500:-1])),  # a byte short
@@ -199,7 +204,9 @@ def test_forgetting_or_flushing_a_model_drops_its_answers_only() -> None:
     assert memo.flush("m") == 2
     assert memo.lookup(tagged(b"a" * 32)) is None
     assert memo.lookup(tagged(b"b" * 32)) is not None
-    assert memo.figures().bytes == ENTRY_OVERHEAD_BYTES + 1 + 32
+    assert memo.figures().bytes == entry_footprint(
+        b"b" * 32, MemoEntry(b"x", FakeModel("n"), token(), "n", "", request=b"b" * 32)
+    )
     memo.forget_model("n")
     assert len(memo) == 0
     assert memo.flush("n") == 0
@@ -218,3 +225,32 @@ def test_an_http_answer_is_never_a_grpc_answer() -> None:
     assert http.request != grpc.request
     memo.insert(grpc, MemoEntry(b"grpc answer", FakeModel("simple"), token(), "simple", ""))
     assert memo.lookup(MemoKey(grpc.digest, http.request)) is None
+
+
+def test_the_memo_holds_what_it_is_charged_for_small_entries() -> None:
+    """Filled with small HTTP entries as the server makes them (40-byte answers, a 220-byte
+    request, its headers, a token): tracemalloc's held bytes are within 1.2 times the charge
+    (a flat 320 bytes per entry once held 1.6-2.4 times it)."""
+    from cachefleet.runtime.http.infer_codec import answer_headers
+
+    memo = ResponseMemo(max_bytes=4 << 20)
+    model = FakeModel("simple")
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        for index in range(40_000):
+            body = index.to_bytes(8, "little") * 28  # a 224-byte request body, its own bytes
+            digest = request_digest_of(memo, model, body, 180)
+            name = b"simple".decode()  # the path's name: a string of its own per request
+            key = ResponseMemo.http_key(digest, name, None, 180, (body,))
+            answer = index.to_bytes(8, "little") * 5
+            local = token(CacheKey(name, "1", index.to_bytes(32, "little")), object())
+            headers = answer_headers(answer, 30, b"hit-local")
+            memo.insert(key, MemoEntry(answer, model, local, name, "", headers))
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    charged = memo.figures().bytes
+    assert charged is not None
+    assert memo.figures().evictions > 0  # the bound was reached
+    assert charged / 1.2 <= held - before <= 1.2 * charged, (held - before, charged)
