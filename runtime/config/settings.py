@@ -75,6 +75,11 @@ class ServerSettings(_Group):
     workers: int = Field(1, ge=1, description="Server processes; each loads every model.")
     max_request_bytes: Bytes = Field(64 * 2**20, description="Larger bodies get 413.")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    strict_readiness: bool = Field(
+        True,
+        description="Ready only while every model the server was asked to serve is loaded "
+        "(as Triton's --strict-readiness); false: ready once the server is up.",
+    )
 
 
 class LimitSettings(_Group):
