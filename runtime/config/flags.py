@@ -388,7 +388,7 @@ def _describe(error: ValidationError) -> str:
     problems = []
     for item in error.errors():
         location = ".".join(str(part) for part in item["loc"])
-        flag = next((f for f in FLAGS if f"{f.group}.{f.field}" == location), None)
+        flag = next((f for f in FLAGS if f"{location}.".startswith(f"{f.group}.{f.field}.")), None)
         where = f"--{flag.name} / {flag.env_var}" if flag else location
         problems.append(f"{where}: {item['msg']}")
     return "invalid settings: " + "; ".join(problems)
