@@ -8,6 +8,7 @@ dependencies inside ``run``, so ``cachefleet --help`` stays fast.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib.metadata
 import sys
 from collections.abc import Sequence
@@ -45,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, module in COMMANDS.items():
         sub = subparsers.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(sub)
-        sub.set_defaults(run=module.run)
+        sub.set_defaults(run=module.run, command_parser=sub)
     return parser
 
 
@@ -55,11 +56,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Bare ``cachefleet``: the list of commands, and argparse's usage-error status.
         parser.print_help(sys.stderr)
         return 2
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        # Refused by the command's own parser, so its usage is shown (not the top level's),
+        # with the nearest flag it knows (argparse suggests only from Python 3.14 on).
+        command: argparse.ArgumentParser = args.command_parser
+        command.error(unrecognized(command, unknown))
     try:
         return int(args.run(args))
     except KeyboardInterrupt:
         return 130
+
+
+def unrecognized(parser: argparse.ArgumentParser, unknown: Sequence[str]) -> str:
+    """argparse's complaint about ``unknown`` arguments, and "did you mean --X?" for the first
+    flag among them that is near one of ``parser``'s."""
+    message = f"unrecognized arguments: {' '.join(unknown)}"
+    known = [option for action in parser._actions for option in action.option_strings]
+    for argument in unknown:
+        if argument.startswith("--"):
+            near = difflib.get_close_matches(argument.split("=", 1)[0], known, n=1, cutoff=0.6)
+            if near:
+                return f"{message} (did you mean {near[0]}?)"
+    return message
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.errors import NotReadyError
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.models.errors import ModelLoadError
-from cachefleet.runtime.models.repository import load_repository
+from cachefleet.runtime.models.repository import NOT_LOADED, READY, load_repository
 from cachefleet.runtime.models.types import ModelRepository
 from cachefleet.runtime.service import (
     InferenceService,
@@ -80,6 +80,17 @@ class Runtime:
     #: The answer memo both transports consult (see ``cache.memo``); None where no local tier
     #: can vouch for its answers (``--cache none`` or ``redis``).
     memo: ResponseMemo | None = None
+
+    def unready_models(self) -> list[str]:
+        """The models that keep the server from being ready under ``--strict-readiness``
+        (none without it): each one the server was asked to serve (every folder, or in
+        explicit mode those named by ``--load-model`` and loaded since) with a version that is
+        not READY, as Triton's strict readiness judges. Health probes read it; the two
+        transports answer from this one decision."""
+        if not self.settings.server.strict_readiness:
+            return []
+        entries = self.repository.index()
+        return sorted({e.name for e in entries if e.state != READY and e.reason != NOT_LOADED})
 
     @classmethod
     @asynccontextmanager
@@ -160,6 +171,8 @@ class Runtime:
                 settings.models.repository,
                 settings.cache.mode,
             )
+            if unready := runtime.unready_models():
+                log.warning("not ready (--strict-readiness): %s failed to load", ", ".join(unready))
             yield runtime
 
 

@@ -30,23 +30,15 @@ def run(args: argparse.Namespace) -> int:
     from cachefleet.runtime.config import SettingsError, load_settings
     from cachefleet.runtime.descriptors import fit_connection_caps
     from cachefleet.runtime.http.environment import configure_logging, export_settings
+    from cachefleet.runtime.preflight import PreflightError, check_startup
     from cachefleet.runtime.server import create_server
 
     try:
         settings = load_settings(args)
-    except SettingsError as error:
-        print(f"cachefleet serve: {error}", file=sys.stderr)
-        return 2
-    repository = settings.models.repository
-    if repository is None:
-        print(
-            "cachefleet serve: --model-repository is required "
-            "(or CACHEFLEET_MODEL_REPOSITORY, or model-repository in the --config file)",
-            file=sys.stderr,
-        )
-        return 2
-    if not repository.is_dir():
-        print(f"cachefleet serve: model repository {repository} is not a folder", file=sys.stderr)
+        check_startup(settings)
+    except (SettingsError, PreflightError) as error:
+        # One line naming the flag, and argparse's status for a usage error.
+        print(f"cachefleet serve: error: {error}", file=sys.stderr)
         return 2
     server = settings.server
     configure_logging(server.log_level)

@@ -58,6 +58,14 @@ def build_memo(settings: RuntimeSettings) -> ResponseMemo | None:
     return ResponseMemo(settings.cache.local_size_bytes // 8)
 
 
+def check_cache_settings(settings: RuntimeSettings) -> None:
+    """Raise CacheConfigError, naming the flag, for settings no cache can be built from (also
+    checked before the server starts, so the user sees one line, not a failed start)."""
+    mode = settings.cache.mode
+    if mode in ("redis", "tiered") and settings.redis.url is None:
+        raise CacheConfigError(f"--cache {mode} needs --redis-url (or CACHEFLEET_REDIS_URL)")
+
+
 def build_cache(
     settings: RuntimeSettings,
     metrics: RuntimeMetrics,
@@ -76,9 +84,8 @@ def build_cache(
     if mode in ("local", "tiered"):
         local = LocalTier(settings.cache.local_size_bytes, on_size=metrics.cache_local_bytes.set)
     redis = None
+    check_cache_settings(settings)
     if mode in ("redis", "tiered"):
-        if settings.redis.url is None:
-            raise CacheConfigError(f"--cache {mode} needs --redis-url (or CACHEFLEET_REDIS_URL)")
         from cachefleet.runtime.cache.redis_tier import RedisTier
 
         redis = RedisTier(settings.redis)

@@ -172,10 +172,19 @@ class SharedTier:
                 self._refused.clear()  # refused by row lookups, whose keys never ask again
             self._refused.add(key.digest)
             return None
-        self._hits += 1
         if entry.expires_at is None:
+            self._hits += 1
             return Found(entry.outputs)
-        return Found(entry.outputs, entry.expires_at - self._wall_clock())
+        left_s = entry.expires_at - self._wall_clock()
+        if left_s <= 0:
+            # Past its own expiry (Redis's TTL can outlive it: a clock ahead of the writer's,
+            # an entry copied by hand, PERSIST): never served. Its UNLINK is queued ahead of
+            # the insert this miss will make, as a corrupt entry's is.
+            self.delete(key)
+            self._misses += 1
+            return None
+        self._hits += 1
+        return Found(entry.outputs, left_s)
 
     def refused(self, key: CacheKey) -> bool:
         """Whether the last lookup of ``key`` found an entry and refused it (asked once)."""

@@ -68,6 +68,13 @@ FLAGS: tuple[Flag, ...] = (
         "JSON text an infer request may carry, inflated, e.g. 8Mi (default; 413 above).",
     ),
     Flag("log-level", "server", "log_level", "debug, info, warning or error."),
+    Flag(
+        "strict-readiness",
+        "server",
+        "strict_readiness",
+        "Not ready until every model asked for has loaded (default true; as Triton's).",
+        is_switch=True,
+    ),
     Flag("request-head-timeout", "limits", "head_timeout_s", "Seconds for a whole head (10)."),
     Flag(
         "request-body-timeout",
@@ -277,7 +284,26 @@ FLAGS: tuple[Flag, ...] = (
     Flag("ssl-keyfile", "security", "ssl_keyfile", "Private key of --ssl-certfile (PEM)."),
 )
 _BY_NAME = {flag.name: flag for flag in FLAGS}
-_TRUE = {"1", "true", "yes", "on"}
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+def switch_value(text: str) -> bool:
+    """A switch's value written out (``--grpc-use-ssl false``, ``CACHEFLEET_...=true``):
+    true/false, yes/no, on/off, 1/0; anything else is refused, never read as false."""
+    word = text.strip().lower()
+    if word in _TRUE:
+        return True
+    if word in _FALSE:
+        return False
+    raise ValueError(f"expected true or false, got {text!r}")
+
+
+def _switch_argument(text: str) -> bool:
+    try:
+        return switch_value(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 class SettingsError(ValueError):
@@ -290,7 +316,22 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     for flag in FLAGS:
         help_text = f"{flag.help} [env {flag.env_var}]"
         if flag.is_switch:
-            parser.add_argument(f"--{flag.name}", action="store_true", default=None, help=help_text)
+            # --X turns it on, --X false|true says which, --no-X turns it off.
+            parser.add_argument(
+                f"--{flag.name}",
+                nargs="?",
+                const=True,
+                type=_switch_argument,
+                metavar="BOOL",
+                help=f"{flag.help} [--no-{flag.name}: off; env {flag.env_var}]",
+            )
+            parser.add_argument(
+                f"--no-{flag.name}",
+                dest=flag.dest,
+                action="store_false",
+                default=None,
+                help=argparse.SUPPRESS,
+            )
         elif flag.is_list:
             parser.add_argument(
                 f"--{flag.name}", action="append", metavar=flag.metavar, help=help_text
@@ -332,7 +373,14 @@ def _flags_from_environment(environ: Mapping[str, str]) -> dict[str, dict[str, A
 
 def _env_value(flag: Flag, environ: Mapping[str, str]) -> Any:
     raw = environ[flag.env_var]
-    return raw.strip().lower() in _TRUE if flag.is_switch else raw
+    if not flag.is_switch:
+        return raw
+    if not raw.strip():
+        return False  # set but empty, as a manifest may leave it: off, as before
+    try:
+        return switch_value(raw)
+    except ValueError as error:
+        raise SettingsError(f"{flag.env_var} (--{flag.name}): {error}") from None
 
 
 def _flags_from_args(args: argparse.Namespace | None) -> dict[str, dict[str, Any]]:
@@ -395,7 +443,7 @@ def _describe(error: ValidationError) -> str:
     problems = []
     for item in error.errors():
         location = ".".join(str(part) for part in item["loc"])
-        flag = next((f for f in FLAGS if f"{f.group}.{f.field}" == location), None)
+        flag = next((f for f in FLAGS if f"{location}.".startswith(f"{f.group}.{f.field}.")), None)
         where = f"--{flag.name} / {flag.env_var}" if flag else location
         problems.append(f"{where}: {item['msg']}")
     return "invalid settings: " + "; ".join(problems)

@@ -4,8 +4,12 @@
 ``<api>[,<api>...]:<header-key>=<header-value>`` and may be repeated; a group may be in one
 restriction only. A request to a restricted group must carry the header (over gRPC the
 metadata key ``triton-grpc-protocol-<header-key>``, as Triton and its clients name it) with
-the value; the value is compared in constant time. The groups are Triton's, plus ``cache`` for
-the cache flush endpoint.
+the value; the value is compared in constant time, as bytes, by one function every
+transport calls (``Restriction.admits``). A value must be printable ASCII: HTTP header
+values are ASCII in practice and gRPC metadata only ASCII, so a value past it could not be
+presented alike everywhere, and is refused when the settings are read. When a request carries
+the header more than once, its first value is the one judged, on every route. The groups are
+Triton's, plus ``cache`` for the cache flush endpoint.
 
 The values are secrets: they are kept as ``SecretStr`` and left out of every settings dump.
 Several restrictions in one environment variable are separated by newlines (a header value
@@ -14,6 +18,7 @@ cannot hold one), since Triton's syntax already uses commas.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 from collections.abc import Iterable
@@ -57,9 +62,14 @@ class Restriction(BaseModel):
     @field_validator("value")
     @classmethod
     def _header_value(cls, value: SecretStr) -> SecretStr:
+        """Printable ASCII, without spaces at its ends: what an HTTP header value and a gRPC
+        metadata value can carry unchanged (HTTP trims the spaces; gRPC metadata is ASCII
+        only; a byte past ASCII would be compared as whatever each library decoded it to)."""
         text = value.get_secret_value()
-        if not text or any(c in text for c in "\r\n\0"):
-            raise ValueError("the header value must be non-empty and on one line")
+        if not text or text != text.strip() or any(not " " <= c <= "~" for c in text):
+            raise ValueError(
+                "the header value must be non-empty printable ASCII, without spaces at its ends"
+            )
         return value
 
     @property
@@ -67,17 +77,25 @@ class Restriction(BaseModel):
         """The gRPC metadata key, lower case as gRPC sends it."""
         return (GRPC_PREFIX + self.header).lower()
 
+    @functools.cached_property
+    def _expected_digest(self) -> bytes:
+        """The value's bytes (ASCII, see ``_header_value``), digested once."""
+        return hashlib.sha256(self.value.get_secret_value().encode("ascii")).digest()
+
     def admits(self, presented: str | bytes | None) -> bool:
-        """Whether ``presented`` is the value, compared in constant time (over digests, so
-        that not even the value's length shows in the time taken)."""
+        """Whether ``presented`` is the value: the one comparison of every transport, bytes
+        to bytes, in constant time (over digests, so that not even the value's length shows
+        in the time taken). HTTP passes the header's raw bytes; a ``str`` (gRPC metadata) is
+        taken back to its bytes as HTTP libraries decode them (latin-1, one byte a
+        character): a character past that is no header byte, so never the value."""
         if presented is None:
             return False
         if isinstance(presented, str):
-            presented = presented.encode("utf-8", "surrogateescape")
-        expected = self.value.get_secret_value().encode()
-        return hmac.compare_digest(
-            hashlib.sha256(presented).digest(), hashlib.sha256(expected).digest()
-        )
+            try:
+                presented = presented.encode("latin-1")
+            except UnicodeEncodeError:
+                return False
+        return hmac.compare_digest(hashlib.sha256(presented).digest(), self._expected_digest)
 
     def to_flag(self) -> str:
         """Back to Triton's syntax (with the secret value): how workers are handed it."""

@@ -82,6 +82,11 @@ class ServerSettings(_Group):
         "the process.",
     )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    strict_readiness: bool = Field(
+        True,
+        description="Ready only while every model the server was asked to serve is loaded "
+        "(as Triton's --strict-readiness); false: ready once the server is up.",
+    )
 
 
 class LimitSettings(_Group):

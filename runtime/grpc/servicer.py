@@ -42,7 +42,8 @@ class InferenceServicer:
     @translated
     async def ServerReady(self, request: Any, context: Context) -> Any:
         # Served only while the runtime is open: started after it, stopped before it closes.
-        return service_pb2.ServerReadyResponse(ready=True)
+        # Not ready while a model asked for has not loaded (--strict-readiness), as HTTP.
+        return service_pb2.ServerReadyResponse(ready=not self._runtime.unready_models())
 
     @translated
     async def ModelReady(self, request: Any, context: Context) -> Any:

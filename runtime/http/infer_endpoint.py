@@ -213,7 +213,12 @@ async def _send_answer(
 
 async def refuse(send: Send, head: InferHead, error: Exception) -> None:
     """Answer ``head``'s request with ``error``, as every endpoint does (see ``errors``)."""
-    answer = error_answer(error, head.method, head.path)
+    await refuse_request(send, head.method, head.path, error)
+
+
+async def refuse_request(send: Send, method: str, path: str, error: Exception) -> None:
+    """Answer the request ``method path`` with ``error`` (see ``errors``), without the app."""
+    answer = error_answer(error, method, path)
     headers = [
         (b"content-length", b"%d" % len(answer.body)),
         (b"content-type", _JSON),

@@ -86,8 +86,8 @@ class InferHeads:
                 accept = value.decode("latin-1")
             elif name == b"cache-control":
                 cache_control = value.decode("latin-1")
-            elif name == restricted:
-                presented = value
+            elif name == restricted and presented is None:
+                presented = value  # the first, as every other route judges (``restricted``)
         refusal = None
         if self._restriction is not None and not self._restriction.admits(presented):
             refusal = self._refusal

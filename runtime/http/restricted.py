@@ -45,12 +45,21 @@ class ApiGuard:
         restriction = self._by_group.get(group)
         if restriction is None:
             return endpoint
-        header = restriction.header.lower()
+        header = restriction.header.lower().encode()
 
         async def guarded(request: Request) -> Response:
-            if not restriction.admits(request.headers.get(header)):
+            if not restriction.admits(presented_value(request.scope["headers"], header)):
                 raise RestrictedApiError(refusal_message(restriction))
             return await endpoint(request)
 
         guarded.__name__ = getattr(endpoint, "__name__", "endpoint")
         return guarded
+
+
+def presented_value(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> bytes | None:
+    """The raw bytes of the first ``name`` header (lower case) among an ASGI scope's, the one a
+    restriction judges on every route (the infer route's description reads the same)."""
+    for key, value in headers:
+        if key == name:
+            return value
+    return None

@@ -16,7 +16,7 @@ from starlette.routing import BaseRoute, Route
 
 from cachefleet.runtime.composition import RuntimeSlot
 from cachefleet.runtime.config import ApiGroup
-from cachefleet.runtime.errors import BadRequestError
+from cachefleet.runtime.errors import BadRequestError, NotReadyError
 from cachefleet.runtime.http.body import read_body
 from cachefleet.runtime.http.restricted import ApiGuard
 from cachefleet.runtime.http.shared_memory_routes import shared_memory_routes
@@ -81,7 +81,8 @@ class Endpoints:
         return Response(status_code=200)
 
     async def ready(self, request: Request) -> Response:
-        self._slot.ready()
+        if unready := self._slot.ready().unready_models():
+            raise NotReadyError(_unready_message(unready))
         return Response(status_code=200)
 
     async def server(self, request: Request) -> Response:
@@ -167,3 +168,11 @@ def _ready_only(body: bytes) -> bool:
     if not isinstance(ready, bool):
         raise BadRequestError('the index request body must be like {"ready": true}')
     return ready
+
+
+def _unready_message(models: list[str]) -> str:
+    """Why ``/v2/health/ready`` is 503: the models that did not load (``--strict-readiness``)."""
+    return (
+        f"not every model is ready (--strict-readiness): {', '.join(models)}; "
+        "see the server log, or POST /v2/repository/index"
+    )

@@ -252,3 +252,36 @@ def test_the_fingerprint_is_visible_in_config_metrics_and_log(
     other = make_server("--cache", "local", repository=subtracts)
     assert served_fingerprint(other.base_url) != fingerprint
     assert fingerprint not in loopback.get(f"{other.base_url}/metrics").text
+
+
+def unlinks(client: Any) -> int:
+    """UNLINK commands the Redis server has run (the shared tier deletes with UNLINK)."""
+    return int(client.info("commandstats").get("cmdstat_unlink", {}).get("calls", 0))
+
+
+def test_an_entry_past_its_own_expiry_is_a_miss_and_deleted(
+    make_server: MakeServer, redis_server: RedisProcess, adds: Path
+) -> None:
+    """Redis's TTL on the key still runs (an hour), but the entry says it expired a minute
+    ago: it is never served, and it is deleted before the fleet's fresh answer replaces it."""
+    server = make_server("--cache", "redis", "--redis-url", redis_server.url, repository=adds)
+    inputs = [
+        Tensor.from_numpy("INPUT0", np.full((1, 16), 7, dtype="<i4")),
+        Tensor.from_numpy("INPUT1", np.ones((1, 16), dtype="<i4")),
+    ]
+    key = compute_key("simple", "1", served_fingerprint(server.base_url), inputs, {})
+    stale = [
+        Tensor.from_numpy(name, np.full((1, 16), 555, dtype="<i4"))
+        for name in ("OUTPUT0", "OUTPUT1")
+    ]
+    where = KeySpace().redis_key(key)
+    client = redis_server.client()
+    planted = encode_entry(key.digest, stale, time.time() - 60, None)
+    client.set(where, planted, ex=3600)
+    before = unlinks(client)
+    assert ask(server, 7) == ("miss", [8] * 16)
+    assert ask(server, 7) in (("miss", [8] * 16), ("hit-redis", [8] * 16))  # never the stale one
+    wait_for(lambda: unlinks(client) == before + 1, "the expired entry to be deleted")
+    wait_for(lambda: client.get(where) not in (None, planted), "the expired entry to be replaced")
+    assert ask(server, 7) == ("hit-redis", [8] * 16)
+    assert errors(server, "corrupt") == errors(server, "forged") == 0

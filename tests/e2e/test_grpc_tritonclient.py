@@ -269,8 +269,11 @@ def test_grpc_port_in_use_stops_the_server_with_a_message(model_repository: Path
             "--port", str(free_port()), "--grpc-port", str(busy),
         ]  # fmt: skip
         result = subprocess.run(command, capture_output=True, text=True, timeout=120)
-    assert result.returncode != 0
-    assert f"cannot listen for gRPC on 127.0.0.1:{busy}" in result.stderr
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"cachefleet serve: error: --grpc-port {busy}: cannot listen on 127.0.0.1:{busy} "
+        "(Address already in use; another server there?)\n"
+    )
 
 
 def test_grpc_off_with_port_zero(make_server: Callable[..., ServerProcess]) -> None:

@@ -14,6 +14,7 @@ import subprocess
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -219,3 +220,44 @@ def test_cachefleet_flush_sends_the_header(admin_restricted: ServerProcess) -> N
         [*command, "--header", f"admin-key: {TOKEN}"], capture_output=True, text=True, timeout=60
     )
     assert with_header.returncode == 0, with_header.stderr
+
+
+def test_a_token_past_ascii_is_refused_when_the_settings_are_read(
+    model_repository: Any, tmp_path: Any
+) -> None:
+    """One encoding for every route and transport: a value no HTTP header and no gRPC metadata
+    carries alike (it was compared as UTF-8 on the infer route, latin-1 on the others) stops
+    the start with one line naming the flag, and the value is never echoed."""
+    for flag, env in (
+        (["--http-restricted-api", "inference,metadata:tok=s\u00e9same"], {}),
+        ([], {"CACHEFLEET_GRPC_RESTRICTED_PROTOCOL": "health:tok=s\u00e9same"}),
+        (["--http-restricted-api", "inference:tok= padded"], {}),
+    ):
+        result = subprocess.run(
+            [*CACHEFLEET, "serve", "--model-repository", str(model_repository), *flag],
+            capture_output=True, text=True, timeout=120, env={**os.environ, **env},
+        )  # fmt: skip
+        assert result.returncode == 2, result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1, result.stderr
+        assert "-restricted-" in lines[0]
+        assert "printable ASCII" in lines[0]
+        assert "same" not in lines[0]
+
+
+def test_a_repeated_header_is_judged_by_its_first_value_on_every_route(
+    make_server: Callable[..., ServerProcess],
+) -> None:
+    server = make_server("--http-restricted-api", "inference,metadata:tok=right")
+    document = {
+        "inputs": [
+            {"name": name, "datatype": "INT32", "shape": [1, 16], "data": [1] * 16}
+            for name in ("INPUT0", "INPUT1")
+        ]
+    }
+    with httpx.Client(base_url=server.base_url, timeout=30) as client:
+        for first, second, status in (("wrong", "right", 403), ("right", "wrong", 200)):
+            headers = [("tok", first), ("tok", second)]
+            infer = client.post("/v2/models/simple/infer", json=document, headers=headers)
+            metadata = client.get("/v2/models/simple", headers=headers)
+            assert (infer.status_code, metadata.status_code) == (status, status), first

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
+import socket
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from support.processes import ServerProcess
+from support.processes import ServerProcess, free_port
 from support.sample_requests import x_cache
 
 from cachefleet.runtime.config import RuntimeSettings
@@ -35,6 +37,71 @@ def test_settings_errors_exit_2_with_a_clear_message(args: tuple[str, ...], mess
     result = _serve(*args)
     assert result.returncode == 2
     assert message in result.stderr
+
+
+def _one_line_error(result: subprocess.CompletedProcess[str], *names: str) -> str:
+    """The one line a bad start prints, checked: exit 2, no traceback, the flag named."""
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("cachefleet serve: error: "), lines[0]
+    for name in names:
+        assert name in lines[0]
+    return lines[0]
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    """A port another process's socket listens on."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        yield holder.getsockname()[1]
+
+
+def test_a_start_the_user_can_break_is_one_line_and_exit_2(
+    model_repository: Path, tmp_path: Path, busy_port: int
+) -> None:
+    repository = str(model_repository)
+    serve = ("--model-repository", repository, "--host", "127.0.0.1")
+    free = ("--port", str(free_port()), "--grpc-port", str(free_port()))
+    cases: list[tuple[tuple[str, ...], dict[str, str], tuple[str, ...]]] = [
+        ((*serve, *free, "--cache", "tiered"), {}, ("--cache tiered", "--redis-url")),
+        ((*serve, *free, "--cache", "redis"), {}, ("--redis-url",)),
+        ((*serve, "--port", str(busy_port), "--grpc-port", "0"), {}, ("--port",)),
+        ((*serve, "--port", str(free_port()), "--grpc-port", str(busy_port)), {},
+         ("--grpc-port",)),
+        ((*serve, "--port", "18999", "--grpc-port", "18999"), {}, ("--port", "--grpc-port")),
+        (("--model-repository", f"{repository}/simple", *free), {},
+         ("--model-repository", "--model-name")),
+        ((*serve, *free, "--ssl-certfile", str(tmp_path / "missing.pem"), "--ssl-keyfile",
+          str(tmp_path / "missing.pem")), {}, ("--ssl-certfile",)),
+        ((*serve, *free, "--grpc-use-ssl", "--grpc-server-cert", str(tmp_path),
+          "--grpc-server-key", str(tmp_path)), {}, ("--grpc-server-cert",)),
+        ((*serve, *free), {"CACHEFLEET_GRPC_USE_SSL": "maybe"}, ("CACHEFLEET_GRPC_USE_SSL",)),
+        ((*serve, *free), {"CACHEFLEET_CACHE": "tierd"}, ("CACHEFLEET_CACHE",)),
+    ]  # fmt: skip
+    for args, env, names in cases:
+        result = _serve(*args, env={**os.environ, **env})
+        assert "Traceback" not in result.stderr, args
+        _one_line_error(result, *names)
+
+
+def test_a_mistyped_serve_flag_shows_serves_usage_and_the_nearest_flag() -> None:
+    result = _serve("--model-repositry", "/models")
+    assert result.returncode == 2
+    assert result.stderr.startswith("usage: cachefleet serve ")
+    last = result.stderr.strip().splitlines()[-1]
+    assert last == (
+        "cachefleet serve: error: unrecognized arguments: --model-repositry /models "
+        "(did you mean --model-repository?)"
+    )
+    typo = _serve("--strict-readyness=false")
+    assert "(did you mean --strict-readiness?)" in typo.stderr
+    bad_value = _serve("--strict-readiness", "perhaps")
+    assert bad_value.returncode == 2
+    assert bad_value.stderr.startswith("usage: cachefleet serve ")
+    assert "expected true or false, got 'perhaps'" in bad_value.stderr
 
 
 def test_config_file_and_workers(
