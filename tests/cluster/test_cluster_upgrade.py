@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import base64
 import copy
+import os
+import signal
 import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -26,7 +28,7 @@ from typing import Any
 
 import pytest
 import yaml
-from support.cluster_operator import give_password, service_account_token
+from support.cluster_operator import OperatorProcess, give_password, service_account_token
 from support.plane import ROOT, Plane, until
 from support.previous_release import ReleaseCheckout, checkout_previous_release, current_version
 from support.processes import CACHEFLEET, ManagedProcess, RedisProcess
@@ -155,8 +157,23 @@ def _without_images(template: dict[str, Any], old_image: str, new_image: str) ->
 
 
 @pytest.fixture(scope="module")
+def session_operator_paused(operator: OperatorProcess) -> Iterator[None]:
+    """The session's operator (today's code, every namespace) stopped for this module, so that
+    only the operator of the phase under test handles the service; continued afterwards."""
+    group = os.getpgid(operator.process.pid)
+    os.killpg(group, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.killpg(group, signal.SIGCONT)
+
+
+@pytest.fixture(scope="module")
 def story(
-    plane: Plane, stand_in_redis: RedisProcess, tmp_path_factory: pytest.TempPathFactory
+    plane: Plane,
+    stand_in_redis: RedisProcess,
+    tmp_path_factory: pytest.TempPathFactory,
+    session_operator_paused: None,
 ) -> Iterator[Story]:
     """The previous release installed, its operator running, the service Ready under it."""
     old = checkout_previous_release()
