@@ -75,7 +75,7 @@ class ServerSettings(_Group):
     workers: int = Field(1, ge=1, description="Server processes; each loads every model.")
     max_request_bytes: Bytes = Field(64 * 2**20, description="Larger bodies get 413.")
     max_json_bytes: Bytes = Field(
-        8 * 2**20,
+        32 * 2**20,
         gt=0,
         description="JSON text an infer request may carry (its body, or the binary "
         "extension's header), inflated; over it 413. Bounds the time one JSON parse holds "

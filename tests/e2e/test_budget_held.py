@@ -89,12 +89,12 @@ def test_slow_json_bodies_leave_room_for_a_small_memo_hit(
 def test_a_compressed_json_body_over_the_json_bound_is_refused_before_it_is_parsed(
     make_server: Callable[..., ServerProcess],
 ) -> None:
-    """A 12 MiB JSON text sent as 12 KiB of gzip: once inflated and parsed (holding the GIL,
+    """A 40 MiB JSON text sent as 40 KiB of gzip: once inflated and parsed (holding the GIL,
     with every other request waiting), now refused with 413 naming the flag; a plain body
     declaring more than the bound is refused from its head, before its body is sent. (The
-    default bound, 8 MiB.)"""
+    default bound, 32 MiB.)"""
     server = make_server("--grpc-port", "0")
-    numbers = b",".join([b"0"] * (6 * MIB))
+    numbers = b",".join([b"0"] * (20 * MIB))
     document = b'{"inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [1, 16], "data": ['
     bomb = gzip.compress(document + numbers + b"]}]}")
     answer = _exchange(server, _post(bomb, b"Content-Encoding: gzip"))
@@ -103,7 +103,7 @@ def test_a_compressed_json_body_over_the_json_bound_is_refused_before_it_is_pars
     with raw_http.connect(server) as stream:
         stream.sendall(
             b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\n"
-            b"Content-Length: %d\r\n\r\n" % (9 * MIB)
+            b"Content-Length: %d\r\n\r\n" % (33 * MIB)
         )
         answer = raw_http.read(stream, bytearray())
     assert answer[0] == 413
