@@ -16,13 +16,17 @@ before it is counted, and counted before it is parsed; one whose cost is larger 
 budget is refused the same way when it enters (gRPC ``RESOURCE_EXHAUSTED``), so no request ever
 holds the whole budget alone.
 
-Used from the event loop only. The fast path is one synchronous call, :meth:`try_enter`, and
-the matching :meth:`leave`: no coroutine, no lock.
+Used from the event loop and from the gRPC server's threads (a memoized ``ModelInfer`` hit is
+admitted on the call's thread, as every inference request is admitted once at its transport's
+door): the counts change under one lock, held for a few additions, and waiters wait on the
+loop, woken through it (``call_soon_threadsafe``) whichever thread let room free. The fast path
+is one synchronous call, :meth:`try_enter`, and the matching :meth:`leave`: no coroutine.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections import deque
 
 from cachefleet.runtime.errors import OverloadedError, PayloadTooLargeError
@@ -51,6 +55,10 @@ class RequestBudget:
         self._requests = 0
         self._bytes = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
+        #: Guards the counts: the loop and the gRPC server's threads change them.
+        self._lock = threading.Lock()
+        #: The loop the waiters wait on (set by the first): a thread wakes them through it.
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def max_bytes(self) -> int:
@@ -71,16 +79,17 @@ class RequestBudget:
         PayloadTooLargeError when ``cost`` could never fit the whole budget."""
         if cost > self._max_bytes:
             raise self.over_budget(cost)
-        if self._requests >= self._max_requests:
-            raise OverloadedError(
-                f"the server is answering {self._requests} requests, the most it may "
-                "(--max-requests-in-flight); retry later"
-            )
-        self._requests += 1
-        if self._fits(cost):
-            self._bytes += cost
-            return True
-        return False
+        with self._lock:
+            if self._requests < self._max_requests:
+                self._requests += 1
+                if self._bytes + cost <= self._max_bytes:
+                    self._bytes += cost
+                    return True
+                return False
+        raise OverloadedError(
+            f"the server is answering {self._requests} requests, the most it may "
+            "(--max-requests-in-flight); retry later"
+        )
 
     async def wait(self, cost: int) -> None:
         """After :meth:`try_enter` said False: take ``cost`` bytes once they fit, or leave and
@@ -88,30 +97,30 @@ class RequestBudget:
         try:
             await self._room_for(cost)
         except BaseException:
-            self._requests -= 1
+            with self._lock:
+                self._requests -= 1
             self._wake()
             raise
-        self._bytes += cost
 
     def try_take(self, cost: int) -> bool:
         """For a request that entered: take ``cost`` more bytes if they fit now."""
-        if self._fits(cost):
-            self._bytes += cost
-            return True
-        return False
+        with self._lock:
+            if self._bytes + cost <= self._max_bytes:
+                self._bytes += cost
+                return True
+            return False
 
     async def take(self, cost: int) -> None:
         """After :meth:`try_take` said False: take ``cost`` more bytes once they fit, or raise
         OverloadedError after waiting :data:`WAIT_S` (the request keeps what it took before,
         and gives it back with :meth:`leave`)."""
         await self._room_for(cost)
-        self._bytes += cost
 
     async def _room_for(self, cost: int) -> None:
-        """Return once ``cost`` bytes fit; OverloadedError after :data:`WAIT_S`."""
-        loop = asyncio.get_running_loop()
+        """Take ``cost`` bytes once they fit; OverloadedError after :data:`WAIT_S`."""
+        loop = self._loop = asyncio.get_running_loop()
         deadline = loop.time() + self._wait_s
-        while not self._fits(cost):
+        while not self.try_take(cost):
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise OverloadedError(
@@ -130,22 +139,25 @@ class RequestBudget:
 
     def leave(self, cost: int) -> None:
         """A request that entered is done; ``cost``: the bytes it took (0 if it never did)."""
-        self._requests -= 1
-        self._bytes -= cost
+        with self._lock:
+            self._requests -= 1
+            self._bytes -= cost
         if self._waiters:
-            self._wake()
+            self._wake_soon()
 
     def hold(self, cost: int) -> None:
         """Count ``cost`` bytes that exist already (a rendered answer waiting to be written),
         whether they fit or not: refusing them would not free them, but others wait for them.
         Give them back with :meth:`release`."""
-        self._bytes += cost
+        with self._lock:
+            self._bytes += cost
 
     def release(self, cost: int) -> None:
         """Give back bytes taken with :meth:`hold`."""
-        self._bytes -= cost
+        with self._lock:
+            self._bytes -= cost
         if self._waiters:
-            self._wake()
+            self._wake_soon()
 
     def over_budget(self, cost: int) -> PayloadTooLargeError:
         """The refusal of a request that would hold ``cost`` bytes, more than the whole budget."""
@@ -154,8 +166,17 @@ class RequestBudget:
             f"budget of {self._max_bytes} bytes of requests in flight (--max-inflight-bytes)"
         )
 
-    def _fits(self, cost: int) -> bool:
-        return self._bytes + cost <= self._max_bytes
+    def _wake_soon(self) -> None:
+        """:meth:`_wake` now on the waiters' loop, or through it from another thread."""
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        loop = self._loop
+        if running is loop or loop is None:
+            self._wake()
+        else:
+            loop.call_soon_threadsafe(self._wake)
 
     def _wake(self) -> None:
         """Let every waiter look again (each checks whether its own cost fits now)."""
