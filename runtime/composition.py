@@ -208,7 +208,7 @@ async def _open_repository(settings: RuntimeSettings) -> ModelRepository:
     """The model source: the upstream's models (``--upstream``), else the local repository;
     built off the event loop."""
     if settings.upstream.url is not None:
-        return await asyncio.to_thread(open_upstream, settings.upstream)
+        return await open_upstream(settings.upstream)
     if settings.models.repository is None:
         raise ModelLoadError("no model repository configured (--model-repository)")
     return await asyncio.to_thread(

@@ -40,6 +40,10 @@ pytestmark = pytest.mark.slow
 INFER_DEADLINE_S = 3
 CLIENT_TIMEOUT_S = 120.0
 FINGERPRINT = "cachefleet.fingerprint"
+#: Every gRPC group of the upstream needs this token (Triton's restricted-protocol syntax).
+RESTRICTED = "health,metadata,inference,model-config,model-repository,statistics"
+TOKEN_KEY = "upstream-token"
+TOKEN = "s3cret-upstream-token-4711"
 
 
 def swapped_simple() -> bytes:
@@ -60,11 +64,16 @@ def upstream_repository(model_repository: Path, tmp_path_factory: pytest.TempPat
 
 @pytest.fixture(scope="module")
 def upstream(
-    upstream_repository: Path, tmp_path_factory: pytest.TempPathFactory
+    upstream_repository: Path, certificates: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
+    """The upstream: gRPC over TLS, every gRPC group behind a token (its HTTP port, which only
+    the test itself uses, stays plain)."""
     server = ServerProcess(
         ["--model-repository", str(upstream_repository), "--cache", "none",
-         "--model-control-mode", "explicit", "--load-model", "*"],
+         "--model-control-mode", "explicit", "--load-model", "*",
+         "--grpc-use-ssl", "--grpc-server-cert", str(certificates / "node.crt"),
+         "--grpc-server-key", str(certificates / "node.key"),
+         "--grpc-restricted-protocol", f"{RESTRICTED}:{TOKEN_KEY}={TOKEN}"],
         tmp_path_factory.mktemp("upstream-log"),
     )  # fmt: skip
     server.start()
@@ -74,17 +83,30 @@ def upstream(
 
 @pytest.fixture(scope="module")
 def front(
-    upstream: ServerProcess, tmp_path_factory: pytest.TempPathFactory
+    upstream: ServerProcess, certificates: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
+    """The server under test, in front of the upstream; the token comes from a file, as from a
+    mounted Secret (with its trailing newline)."""
+    logs = tmp_path_factory.mktemp("front-log")
+    (logs / "token").write_text(TOKEN + "\n")
     server = ServerProcess(
-        ["--upstream", f"grpc://{upstream.grpc_url}", "--cache-all-models",
+        ["--upstream", f"grpcs://{upstream.grpc_url}",
+         "--upstream-tls-ca-file", str(certificates / "ca.crt"),
+         "--upstream-auth-header", f"triton-grpc-protocol-{TOKEN_KEY}",
+         "--upstream-auth-file", str(logs / "token"), "--cache-all-models",
          "--upstream-timeout", str(INFER_DEADLINE_S), "--upstream-control-timeout", "2",
          "--upstream-refresh", "0.3"],
-        tmp_path_factory.mktemp("front-log"),
+        logs,
     )  # fmt: skip
     server.start()
     yield server
     server.stop()
+
+
+def upstream_grpc(upstream: ServerProcess, certificates: Path) -> grpcclient.InferenceServerClient:
+    """A client of the upstream alone, over its TLS."""
+    root = str(certificates / "ca.crt")
+    return grpcclient.InferenceServerClient(upstream.grpc_url, ssl=True, root_certificates=root)
 
 
 def simple_json(seed: int) -> dict[str, Any]:
@@ -151,7 +173,7 @@ def identity_inputs(elements: list[bytes]) -> list[httpclient.InferInput]:
 
 
 def test_answers_through_the_cache_are_the_upstreams_byte_for_byte(
-    upstream: ServerProcess, front: ServerProcess
+    upstream: ServerProcess, front: ServerProcess, certificates: Path
 ) -> None:
     # HTTP JSON: the first answer is the upstream's computation, the second a hit; both are
     # the upstream's own answer to the same body, byte for byte.
@@ -179,7 +201,8 @@ def test_answers_through_the_cache_are_the_upstreams_byte_for_byte(
     )
 
     # gRPC through real tritonclient: the same raw output contents as the upstream's.
-    expected = grpcclient.InferenceServerClient(upstream.grpc_url).infer("simple", grpc_inputs(40))
+    token = {f"triton-grpc-protocol-{TOKEN_KEY}": TOKEN}
+    expected = upstream_grpc(upstream, certificates).infer("simple", grpc_inputs(40), headers=token)
     client = grpcclient.InferenceServerClient(front.grpc_url)
     for _ in range(2):
         got = client.infer("simple", grpc_inputs(40)).get_response()
@@ -329,3 +352,6 @@ def test_a_paused_or_killed_upstream_is_a_clear_503_and_the_hits_keep_coming(
         60,
     )
     assert "Traceback" not in front.log(), front.log()[-3000:]
+    # The token went to the upstream on every call (it answered), and nowhere else.
+    metrics = loopback.get(f"{front.base_url}/metrics", timeout=30).text
+    assert TOKEN not in front.log() + metrics

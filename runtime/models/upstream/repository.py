@@ -11,11 +11,12 @@ object and so new keys.
 When the upstream cannot be reached, the last view keeps serving what the cache holds (a miss
 fails fast: the breaker), while the index reports every version UNAVAILABLE with the reason, so
 the server is not ready until the upstream answers again. At start, :func:`open_upstream`
-waits for the upstream's first answer: until then the server itself answers 503.
+waits for the upstream's first answer: until then the server does not serve.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections.abc import Mapping
@@ -237,25 +238,29 @@ def _check_cacheable(message: Any) -> None:
         raise ModelLoadError("a decoupled model is not served through a cache")
 
 
-def open_upstream(settings: UpstreamSettings) -> UpstreamRepository:
-    """The upstream's repository, once the upstream has answered; blocking (a thread).
+async def open_upstream(settings: UpstreamSettings) -> UpstreamRepository:
+    """The upstream's repository, once the upstream has answered.
 
     Waits for as long as the upstream takes to answer the first time (each try bounded by its
-    deadline, one every ``refresh_s``): a server in front of an upstream that is not there yet
-    stays unready rather than serving an empty repository.
+    deadline, one every ``refresh_s``), on the event loop so that a shutdown can end the wait:
+    a server in front of an upstream that is not there yet does not serve (as while local
+    models load) rather than serve an empty repository.
     """
-    client = UpstreamClient(settings)
     if settings.model_repository is not None and not settings.model_repository.is_dir():
         raise ModelLoadError(f"--upstream-model-repository {settings.model_repository}: no folder")
+    client = await asyncio.to_thread(UpstreamClient, settings)
     shared = None if settings.model_repository is None else SharedFiles(settings.model_repository)
     repository = UpstreamRepository(client, settings, shared)
-    stop = threading.Event()
-    while True:
-        try:
-            repository.refresh()
-            break
-        except ServingError as error:
-            logger.warning("waiting for upstream %s: %s", client.target, error.message)
-        stop.wait(settings.refresh_s)
+    try:
+        while True:
+            try:
+                await asyncio.to_thread(repository.refresh)
+                break
+            except ServingError as error:
+                logger.warning("waiting for upstream %s: %s", client.target, error.message)
+            await asyncio.sleep(settings.refresh_s)
+    except BaseException:
+        client.close()
+        raise
     repository.start()
     return repository
