@@ -286,8 +286,8 @@ FLAGS: tuple[Flag, ...] = (
         "upstream",
         "upstream",
         "url",
-        "grpc://HOST:PORT (grpcs:// for TLS) of a KServe v2 / Triton server whose models are "
-        "served through this cache instead of --model-repository.",
+        "grpc://HOST:PORT (grpcs:// for TLS; or http://, https://) of a KServe v2 / Triton "
+        "server whose models are served through this cache instead of --model-repository.",
         metavar="URL",
     ),
     Flag(
@@ -342,12 +342,17 @@ FLAGS: tuple[Flag, ...] = (
         "The auth header's value (prefer the environment or --upstream-auth-file).",
         metavar="VALUE",
     ),
-    Flag("upstream-tls-ca-file", "upstream", "tls_ca_file", "CA bundle for a grpcs:// upstream."),
+    Flag(
+        "upstream-tls-ca-file",
+        "upstream",
+        "tls_ca_file",
+        "CA bundle for a grpcs:// or https:// upstream.",
+    ),
     Flag(
         "upstream-tls-cert-file",
         "upstream",
         "tls_cert_file",
-        "Client certificate for a grpcs:// upstream.",
+        "Client certificate for a TLS upstream.",
     ),
     Flag("upstream-tls-key-file", "upstream", "tls_key_file", "Key of --upstream-tls-cert-file."),
 )

@@ -338,9 +338,9 @@ class RedisSettings(_Group):
         return self
 
 
-#: The schemes ``--upstream`` takes: KServe v2 gRPC (``grpcs``: over TLS). HTTP upstreams are
-#: named as such only to be refused with a message that says what to use.
-UPSTREAM_SCHEMES = ("grpc://", "grpcs://")
+#: The schemes ``--upstream`` takes: KServe v2 gRPC or HTTP (``grpcs``, ``https``: over TLS).
+UPSTREAM_SCHEMES = ("grpc://", "grpcs://", "http://", "https://")
+_TLS_SCHEMES = ("grpcs://", "https://")
 
 
 class UpstreamSettings(_Group):
@@ -349,7 +349,9 @@ class UpstreamSettings(_Group):
     it. The auth header's value is a secret: excluded from every dump, never logged."""
 
     url: str | None = Field(
-        None, description="grpc://HOST:PORT or grpcs://HOST:PORT (TLS) of the upstream server."
+        None,
+        description="grpc://HOST:PORT (grpcs:// for TLS), or http:// / https://, of the "
+        "upstream server.",
     )
     timeout_s: Seconds = Field(
         30.0, gt=0, description="Deadline of one forwarded inference; past it 503 UNAVAILABLE."
@@ -392,8 +394,8 @@ class UpstreamSettings(_Group):
         if url is not None and not url.startswith(UPSTREAM_SCHEMES):
             shown = redact(url)
             raise ValueError(
-                f"upstream url must start with grpc:// or grpcs:// (the KServe v2 gRPC "
-                f"port, 8001 on Triton): {shown!r}"
+                "upstream url must start with grpc://, grpcs:// (the KServe v2 gRPC port, 8001 "
+                f"on Triton), http:// or https://: {shown!r}"
             )
         if url is not None and "@" in url:
             raise ValueError("the upstream url carries credentials: use --upstream-auth-file")
@@ -420,8 +422,8 @@ class UpstreamSettings(_Group):
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ValueError("--upstream-tls-cert-file and --upstream-tls-key-file go together")
         tls = self.tls_ca_file or self.tls_cert_file
-        if tls is not None and self.url is not None and not self.url.startswith("grpcs://"):
-            raise ValueError("upstream TLS files need a grpcs:// upstream url")
+        if tls is not None and self.url is not None and not self.url.startswith(_TLS_SCHEMES):
+            raise ValueError("upstream TLS files need a grpcs:// or https:// upstream url")
         return self
 
 

@@ -291,6 +291,33 @@ def test_a_reload_on_the_upstream_is_never_answered_from_the_previous_entries(
     assert newest.content == post_json(upstream, "simple", body).content
 
 
+def test_an_http_upstream_answers_the_same_through_the_binary_extension(
+    upstream: ServerProcess, tmp_path: Path
+) -> None:
+    front = ServerProcess(["--upstream", upstream.base_url, "--cache-all-models"], tmp_path)
+    front.start()
+    try:
+        alone = post_json(upstream, "simple", simple_json(900))
+        answers = [post_json(front, "simple", simple_json(900)) for _ in range(2)]
+        assert [answer.headers["x-cache"] for answer in answers] == ["miss", "hit-local"]
+        assert all(answer.content == alone.content for answer in answers)
+        body, headers = binary_body(identity_inputs(["héllo".encode(), b"", b"a\x00b"]))
+        through = post_binary(front, "simple_identity", body, headers)
+        assert through.content == post_binary(upstream, "simple_identity", body, headers).content
+        computed = success_count(upstream, "simple")
+        assert post_json(front, "simple", simple_json(900)).headers["x-cache"] == "hit-local"
+        assert success_count(upstream, "simple") == computed
+        bad = binary_body(identity_inputs([b"\xff\xfe"]))
+        refused = post_binary(front, "simple_identity", *bad)
+        assert (refused.status_code, refused.json()) == (
+            400, post_binary(upstream, "simple_identity", *bad).json(),
+        )  # fmt: skip
+        versions = loopback.get(f"{front.base_url}/v2/models/simple", timeout=30).json()
+        assert versions == loopback.get(f"{upstream.base_url}/v2/models/simple", timeout=30).json()
+    finally:
+        front.stop()
+
+
 def ready(server: ServerProcess) -> int:
     return loopback.get(f"{server.base_url}/v2/health/ready", timeout=30).status_code
 

@@ -178,13 +178,19 @@ def test_upstream_flags_keep_the_auth_value_out_of_every_dump_and_refuse_what_ca
     assert (upstream.url, upstream.auth_header, upstream.timeout_s) == (
         "grpcs://triton:8001", "authorization", 10.0,
     )  # fmt: skip
-    assert upstream.auth_value is not None and upstream.auth_value.get_secret_value() == secret
+    assert upstream.auth_value is not None
+    assert upstream.auth_value.get_secret_value() == secret
     assert secret not in repr(settings.to_document()) + repr(settings)
     refused = {
-        ("--upstream", "http://triton:8000"): "must start with grpc:// or grpcs://",
+        ("--upstream", "unix:///triton.sock"): "must start with grpc://, grpcs://",
         ("--upstream", "grpc://user:pw@triton:8001"): "use --upstream-auth-file",
         ("--upstream", "grpc://t:8001", "--upstream-auth-file", "f"): "goes with",
-        ("--upstream", "grpc://t:8001", "--upstream-tls-ca-file", "ca"): "need a grpcs://",
+        (
+            "--upstream",
+            "grpc://t:8001",
+            "--upstream-tls-ca-file",
+            "ca",
+        ): "need a grpcs:// or https://",
     }
     for argv, message in refused.items():
         with pytest.raises(SettingsError, match=message) as raised:

@@ -1,56 +1,27 @@
-"""The gRPC client of the upstream server, and the one place its errors become ours.
+"""What the repository and the models need of an upstream, whichever protocol reaches it.
 
-One channel for the server's life (HTTP/2 multiplexes the forwarded misses and the refresh
-calls). Every call has a deadline: a forwarded inference ``timeout_s``, anything else
-``control_timeout_s``, so an upstream that stopped answering (paused, partitioned) costs a
-client at most that long, never a hang; an upstream that cannot be reached at all fails at once,
-and after a few such failures the breaker refuses calls without trying until a probe gets
-through. The auth header travels as call metadata and is never part of a message or a log line.
-
-Errors keep the upstream's status and message (``tritonclient`` users check both): gRPC's code
-becomes the HTTP status that maps back to the same code (``grpc.errors``), the upstream's text
-is the message. Only a deadline and an open breaker are worded here, naming the upstream.
+:func:`connect` chooses the client once, by the URL's scheme: ``grpc://`` / ``grpcs://``
+(``grpc_client``: a miss is one ``ModelInfer`` with raw contents) or ``http://`` / ``https://``
+(``http_client``: a miss is one POST with the binary tensor extension). Either keeps the
+upstream's status and message in its errors (:class:`UpstreamError`), bounds every call by a
+deadline, and stops calling an upstream it cannot reach (``breaker``).
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
-
-import grpc
-from tritonclient.grpc import service_pb2, service_pb2_grpc
+from typing import Any, Protocol
 
 from cachefleet.runtime.config import UpstreamSettings
 from cachefleet.runtime.errors import NotReadyError, ServingError
 from cachefleet.runtime.models.upstream.breaker import UpstreamBreaker
-from cachefleet.runtime.models.upstream.contents import output_tensor
 from cachefleet.runtime.tensor import Tensor
-
-logger = logging.getLogger(__name__)
-
-#: gRPC status -> the HTTP status whose gRPC mapping (``grpc.errors``) is that status again.
-_HTTP_STATUS = {
-    grpc.StatusCode.INVALID_ARGUMENT: 400,
-    grpc.StatusCode.OUT_OF_RANGE: 400,
-    grpc.StatusCode.NOT_FOUND: 404,
-    grpc.StatusCode.ALREADY_EXISTS: 409,
-    grpc.StatusCode.FAILED_PRECONDITION: 409,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: 413,
-    grpc.StatusCode.UNIMPLEMENTED: 501,
-    grpc.StatusCode.UNAVAILABLE: 503,
-    grpc.StatusCode.DEADLINE_EXCEEDED: 503,
-}
-#: Codes that say the upstream was not reached (or did not answer): they count for the breaker.
-_UNREACHED = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
-#: Messages are bounded by the server's own body limits; 2 GiB is gRPC's own ceiling.
-_MAX_MESSAGE_BYTES = 2**31 - 1
 
 
 class UpstreamError(ServingError):
-    """An error the upstream answered (or a failure to reach it), with the status it maps to."""
+    """An error the upstream answered, with the HTTP status that maps back to its gRPC code."""
 
     def __init__(self, message: str, status_code: int) -> None:
         super().__init__(message)
@@ -72,121 +43,62 @@ class IndexRow:
     reason: str
 
 
-def target_of(url: str) -> tuple[str, bool]:
-    """``host:port`` of a ``grpc://`` or ``grpcs://`` URL, and whether it is TLS."""
-    secure = url.startswith("grpcs://")
-    return url.split("://", 1)[1].rstrip("/"), secure
-
-
-class UpstreamClient:
+class UpstreamClient(Protocol):
     """Blocking calls to one upstream server; safe to share between threads."""
 
-    def __init__(self, settings: UpstreamSettings) -> None:
-        if settings.url is None:
-            raise ValueError("no upstream url")
-        self.target, secure = target_of(settings.url)
-        self._infer_timeout_s = settings.timeout_s
-        self._control_timeout_s = settings.control_timeout_s
-        self._metadata = _auth_metadata(settings)
-        options = [
-            ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
-            ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
-        ]
-        if secure:
-            credentials = grpc.ssl_channel_credentials(
-                root_certificates=_read(settings.tls_ca_file),
-                private_key=_read(settings.tls_key_file),
-                certificate_chain=_read(settings.tls_cert_file),
-            )
-            self._channel = grpc.secure_channel(self.target, credentials, options)
-        else:
-            self._channel = grpc.insecure_channel(self.target, options)
-        self._stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
-        self.breaker = UpstreamBreaker(
-            self.target, settings.breaker_failure_threshold, settings.breaker_reset_s
-        )
+    @property
+    def target(self) -> str:
+        """``host:port``, as messages and logs name the upstream (no credentials)."""
+        ...
 
-    def close(self) -> None:
-        self._channel.close()
+    def close(self) -> None: ...
 
-    def server_ready(self) -> bool:
-        return bool(self._call("ServerReady", service_pb2.ServerReadyRequest()).ready)
+    def server_ready(self) -> bool: ...
 
     def server_identity(self) -> str:
-        """The upstream's name and version (``triton 2.51.0``): a new server release may
-        answer differently, so it is part of every model's identity."""
-        answer = self._call("ServerMetadata", service_pb2.ServerMetadataRequest())
-        return f"{answer.name} {answer.version}"
+        """The upstream's name and version (``triton 2.51.0``)."""
+        ...
 
-    def index(self) -> list[IndexRow]:
-        answer = self._call("RepositoryIndex", service_pb2.RepositoryIndexRequest())
-        return [IndexRow(row.name, row.version, row.state, row.reason) for row in answer.models]
+    def index(self) -> list[IndexRow]: ...
 
     def model_config(self, name: str, version: str) -> Any:
-        """The upstream's ``ModelConfig`` message of ``name`` at ``version``."""
-        request = service_pb2.ModelConfigRequest(name=name, version=version)
-        return self._call("ModelConfig", request).config
+        """The upstream's ``ModelConfig`` message (tritonclient's generated class)."""
+        ...
 
-    def load(self, name: str, config_json: str | None) -> None:
-        request = service_pb2.RepositoryModelLoadRequest(model_name=name)
-        if config_json is not None:
-            request.parameters["config"].string_param = config_json
-        self._call("RepositoryModelLoad", request, timeout_s=self._infer_timeout_s)
+    def load(self, name: str, config_json: str | None) -> None: ...
 
-    def unload(self, name: str) -> None:
-        request = service_pb2.RepositoryModelUnloadRequest(model_name=name)
-        self._call("RepositoryModelUnload", request)
+    def unload(self, name: str) -> None: ...
 
     def infer(self, name: str, version: str, inputs: Sequence[Tensor]) -> list[Tensor]:
-        """Forward one execution: the inputs' canonical bytes are the raw contents as they are,
-        every output comes back (none is named, so the upstream returns them all)."""
-        request = service_pb2.ModelInferRequest(model_name=name, model_version=version)
-        for tensor in inputs:
-            request.inputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
-            request.raw_input_contents.append(tensor.data)
-        answer = self._call("ModelInfer", request, timeout_s=self._infer_timeout_s)
-        raw = answer.raw_output_contents
-        return [
-            output_tensor(output, raw[index] if index < len(raw) else None)
-            for index, output in enumerate(answer.outputs)
-        ]
-
-    def _call(self, method: str, request: Any, *, timeout_s: float | None = None) -> Any:
-        """One unary call under the breaker and a deadline; errors translated once, here."""
-        if not self.breaker.allow():
-            raise UpstreamUnavailableError(
-                f"upstream {self.target} is unreachable (circuit open after repeated failures; "
-                "probing it again)"
-            )
-        timeout = self._control_timeout_s if timeout_s is None else timeout_s
-        try:
-            answer = getattr(self._stub, method)(request, timeout=timeout, metadata=self._metadata)
-        except grpc.RpcError as error:
-            raise self._translated(error, timeout) from None
-        self.breaker.record_success()
-        return answer
-
-    def _translated(self, error: grpc.RpcError, timeout_s: float) -> ServingError:
-        # What a failed unary call raises is a grpc.Call too (grpcio's _InactiveRpcError).
-        call = cast(grpc.Call, error)
-        code = call.code() if hasattr(call, "code") else grpc.StatusCode.UNKNOWN
-        details = (call.details() if hasattr(call, "details") else None) or code.name
-        if code in _UNREACHED:
-            self.breaker.record_failure(details)
-        else:
-            self.breaker.record_success()  # it answered: reachable, whatever it said
-        if code is grpc.StatusCode.DEADLINE_EXCEEDED:
-            return UpstreamUnavailableError(
-                f"upstream {self.target} did not answer within {timeout_s:g} s"
-            )
-        if code is grpc.StatusCode.UNAVAILABLE:
-            return UpstreamUnavailableError(details)
-        return UpstreamError(details, _HTTP_STATUS.get(code, 500))
+        """One execution of ``name`` at ``version`` on ``inputs``; every output comes back."""
+        ...
 
 
-def _auth_metadata(settings: UpstreamSettings) -> tuple[tuple[str, str], ...]:
-    """The auth header as call metadata: its value from the file (read once, at start, without
-    its trailing newline) or from the settings; none when no header is set."""
+def connect(settings: UpstreamSettings) -> UpstreamClient:
+    """The client for ``settings.url``'s scheme."""
+    url = settings.url or ""
+    if url.startswith(("http://", "https://")):
+        from cachefleet.runtime.models.upstream.http_client import HttpUpstreamClient
+
+        return HttpUpstreamClient(settings)
+    from cachefleet.runtime.models.upstream.grpc_client import GrpcUpstreamClient
+
+    return GrpcUpstreamClient(settings)
+
+
+def split_url(url: str) -> tuple[str, bool]:
+    """``host:port`` of an upstream URL, and whether it is TLS (``grpcs``, ``https``)."""
+    scheme, rest = url.split("://", 1)
+    return rest.rstrip("/"), scheme in ("grpcs", "https")
+
+
+def new_breaker(target: str, settings: UpstreamSettings) -> UpstreamBreaker:
+    return UpstreamBreaker(target, settings.breaker_failure_threshold, settings.breaker_reset_s)
+
+
+def auth_metadata(settings: UpstreamSettings) -> tuple[tuple[str, str], ...]:
+    """The auth header as ``(name, value)`` pairs: its value from the file (read once, at start,
+    without its trailing newline) or from the settings; none when no header is set."""
     if settings.auth_header is None:
         return ()
     if settings.auth_file is not None:
@@ -202,5 +114,14 @@ def _auth_metadata(settings: UpstreamSettings) -> tuple[tuple[str, str], ...]:
     return ((settings.auth_header, value),)
 
 
-def _read(path: Path | None) -> bytes | None:
+def read_file(path: Path | None) -> bytes | None:
     return None if path is None else path.read_bytes()
+
+
+def unavailable(target: str, what: str) -> UpstreamUnavailableError:
+    """The error of a call the breaker refused, or of a deadline that passed."""
+    return UpstreamUnavailableError(f"upstream {target} {what}")
+
+
+#: Words of :func:`unavailable`.
+CIRCUIT_OPEN = "is unreachable (circuit open after repeated failures; probing it again)"

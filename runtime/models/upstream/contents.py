@@ -1,13 +1,15 @@
 """An upstream's output tensor in canonical form, from raw contents or typed ``contents``.
 
-Triton and cachefleet answer in ``raw_output_contents``, which is the canonical byte form
-already (little-endian, BYTES as length-prefixed elements): it is taken as it is, only checked
-against its shape. A server that answers in the typed ``contents`` fields instead (the
-protocol allows either) is converted once here.
+Triton and cachefleet answer in ``raw_output_contents`` (gRPC) or binary data (HTTP, when
+asked), which is the canonical byte form already (little-endian, BYTES as length-prefixed
+elements): it is taken as it is, only checked against its shape. A server that answers in the
+typed ``contents`` fields or in JSON ``data`` instead (the protocol allows either) is converted
+once here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -33,16 +35,44 @@ _FIELDS = {
 
 
 def output_tensor(output: Any, raw: bytes | None) -> Tensor:
-    """The output ``output`` (an ``InferOutputTensor``) with its raw bytes, if any."""
+    """The output ``output`` (a gRPC ``InferOutputTensor``) with its raw bytes, if any."""
     shape = tuple(int(dim) for dim in output.shape)
     try:
         if raw is None:
             raw = _typed_bytes(output)
         return Tensor(output.name, output.datatype, shape, raw)
     except TensorDataError as error:
-        raise ModelExecutionError(
-            f"the upstream's answer does not hold together: {error}"
-        ) from None
+        raise _incoherent(error) from None
+
+
+def output_bytes_tensor(output: Mapping[str, Any], raw: bytes) -> Tensor:
+    """An HTTP answer's output (its JSON description) with its binary data."""
+    try:
+        return Tensor(output["name"], output["datatype"], _shape(output), raw)
+    except (TensorDataError, KeyError, TypeError, ValueError) as error:
+        raise _incoherent(error) from None
+
+
+def json_output_tensor(output: Mapping[str, Any]) -> Tensor:
+    """An HTTP answer's output given as JSON ``data``."""
+    try:
+        datatype, data = output["datatype"], output.get("data", [])
+        flat = np.asarray(data, dtype=object).ravel().tolist() if data else []
+        if datatype == "BYTES":
+            raw = encode_bytes_elements(flat)
+        else:
+            raw = bytes(np.asarray(flat, dtype=NUMPY_DTYPES[datatype]).tobytes())
+        return Tensor(output["name"], datatype, _shape(output), raw)
+    except (TensorDataError, KeyError, TypeError, ValueError) as error:
+        raise _incoherent(error) from None
+
+
+def _shape(output: Mapping[str, Any]) -> tuple[int, ...]:
+    return tuple(int(dim) for dim in output["shape"])
+
+
+def _incoherent(error: Exception) -> ModelExecutionError:
+    return ModelExecutionError(f"the upstream's answer does not hold together: {error}")
 
 
 def _typed_bytes(output: Any) -> bytes:

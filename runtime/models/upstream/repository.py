@@ -29,7 +29,7 @@ from cachefleet.runtime.errors import BadRequestError, ModelNotFoundError, Servi
 from cachefleet.runtime.models.config import to_model_config
 from cachefleet.runtime.models.errors import ModelLoadError
 from cachefleet.runtime.models.types import Model, ModelIndexEntry
-from cachefleet.runtime.models.upstream.client import IndexRow, UpstreamClient
+from cachefleet.runtime.models.upstream.client import IndexRow, UpstreamClient, connect
 from cachefleet.runtime.models.upstream.identity import (
     SharedFiles,
     reported_identity,
@@ -248,7 +248,7 @@ async def open_upstream(settings: UpstreamSettings) -> UpstreamRepository:
     """
     if settings.model_repository is not None and not settings.model_repository.is_dir():
         raise ModelLoadError(f"--upstream-model-repository {settings.model_repository}: no folder")
-    client = await asyncio.to_thread(UpstreamClient, settings)
+    client = await asyncio.to_thread(connect, settings)
     shared = None if settings.model_repository is None else SharedFiles(settings.model_repository)
     repository = UpstreamRepository(client, settings, shared)
     try:
