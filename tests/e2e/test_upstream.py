@@ -322,63 +322,100 @@ def ready(server: ServerProcess) -> int:
     return loopback.get(f"{server.base_url}/v2/health/ready", timeout=30).status_code
 
 
+def readiness(servers: tuple[ServerProcess, ...]) -> set[int]:
+    """The readiness status codes the servers answer now."""
+    return {ready(server) for server in servers}
+
+
+class Load:
+    """Distinct misses sent one after another through ``front`` until stopped (at most
+    ``limit``), each answer's status and error text kept: the load a fault lands in."""
+
+    def __init__(self, front: ServerProcess, first_seed: int, limit: int = 5000) -> None:
+        self.outcomes: list[tuple[int, str]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(front, first_seed, limit))
+        self._thread.start()
+
+    def _run(self, front: ServerProcess, first_seed: int, limit: int) -> None:
+        for seed in range(first_seed, first_seed + limit):
+            if self._stop.is_set():
+                return
+            answer = post_json(front, "simple", simple_json(seed))
+            error = answer.json().get("error", "") if answer.status_code != 200 else ""
+            self.outcomes.append((answer.status_code, error))
+
+    def refused(self) -> list[str]:
+        return [error for status, error in self.outcomes if status == 503]
+
+    def stop(self) -> list[tuple[int, str]]:
+        self._stop.set()
+        self._thread.join(CLIENT_TIMEOUT_S)
+        assert not self._thread.is_alive(), "a request through the front hangs"
+        return self.outcomes
+
+
 def test_a_paused_or_killed_upstream_is_a_clear_503_and_the_hits_keep_coming(
-    upstream: ServerProcess, front: ServerProcess
+    upstream: ServerProcess, front: ServerProcess, tmp_path: Path
 ) -> None:
+    http_front = ServerProcess(
+        ["--upstream", upstream.base_url, "--cache-all-models",
+         "--upstream-timeout", str(INFER_DEADLINE_S), "--upstream-control-timeout", "2",
+         "--upstream-refresh", "0.3"],
+        tmp_path,
+    )  # fmt: skip
+    http_front.start()
+    fronts = (front, http_front)
     warm = simple_json(500)
-    post_json(front, "simple", warm)
-    assert post_json(front, "simple", warm).headers["x-cache"] == "hit-local"
+    for server in fronts:
+        post_json(server, "simple", warm)
+        assert post_json(server, "simple", warm).headers["x-cache"] == "hit-local"
     grpc_front = grpcclient.InferenceServerClient(front.grpc_url)
 
-    # Paused mid-load: misses already on their way, and new ones, end at the deadline with a
-    # 503 that says so; nothing hangs, and hits are served all along.
-    outcomes: list[httpx.Response] = []
+    # Paused mid-load: the misses in flight, and those after, end at the deadline with a 503
+    # that says so; nothing hangs, hits are served all along, readiness follows the upstream.
+    loads = [Load(server, 10_000 * (n + 1)) for n, server in enumerate(fronts)]
+    wait_for(lambda: all(load.outcomes for load in loads), "the load to be answered", 60)
     os.kill(upstream.pid, signal.SIGSTOP)
     try:
-
-        def send(seed: int) -> None:
-            outcomes.append(post_json(front, "simple", simple_json(seed)))
-
-        senders = [threading.Thread(target=send, args=(seed,)) for seed in (601, 602, 603)]
-        for sender in senders:
-            sender.start()
-        assert post_json(front, "simple", warm).headers["x-cache"] == "hit-local"
-        for sender in senders:
-            sender.join(CLIENT_TIMEOUT_S)
-        assert len(outcomes) == 3
-        for outcome in outcomes:
-            assert outcome.status_code == 503, outcome.text
-            message = outcome.json()["error"]
-            assert "did not answer within" in message or "unreachable" in message, message
+        for load in loads:
+            wait_for(load.refused, "a miss in flight to be refused", 60)
+        for server in fronts:
+            assert post_json(server, "simple", warm).headers["x-cache"] == "hit-local"
         with pytest.raises(InferenceServerException) as raised:
             grpc_front.infer("simple", grpc_inputs(700), client_timeout=CLIENT_TIMEOUT_S)
         assert raised.value.status() == "StatusCode.UNAVAILABLE"
-        wait_for(lambda: ready(front) == 503, "readiness to follow the paused upstream", 60)
-        assert post_json(front, "simple", warm).headers["x-cache"] == "hit-local"
+        wait_for(lambda: readiness(fronts) == {503}, "readiness to follow the paused upstream", 60)
     finally:
         os.kill(upstream.pid, signal.SIGCONT)
-    wait_for(lambda: ready(front) == 200, "readiness to come back with the upstream", 60)
-    assert post_json(front, "simple", simple_json(601)).status_code == 200
+    for load in loads:
+        outcomes = load.stop()
+        assert {status for status, _ in outcomes} <= {200, 503}
+        for error in load.refused():
+            assert "did not answer within" in error or "unreachable" in error, error
+    wait_for(lambda: readiness(fronts) == {200}, "readiness to come back with the upstream", 60)
+    for server in fronts:
+        assert post_json(server, "simple", simple_json(601)).status_code == 200
 
-    # Killed: a miss is refused at once with UNAVAILABLE (the breaker stops asking), hits
-    # are still answered, readiness says the upstream is gone; it comes back on its own.
+    # Killed mid-load: misses are refused at once (the breaker stops asking), hits are still
+    # answered, readiness says the upstream is gone, and all of it comes back with it.
+    loads = [Load(server, 50_000 * (n + 1)) for n, server in enumerate(fronts)]
+    wait_for(lambda: all(load.outcomes for load in loads), "the load to be answered", 60)
     os.kill(upstream.pid, signal.SIGKILL)
     assert upstream.process is not None
     upstream.process.wait(CLIENT_TIMEOUT_S)
-    for seed in (801, 802, 803, 804):
-        refused = post_json(front, "simple", simple_json(seed))
-        assert refused.status_code == 503, refused.text
-        assert refused.json()["error"]
-    assert post_json(front, "simple", warm).headers["x-cache"] == "hit-local"
-    wait_for(lambda: ready(front) == 503, "readiness to follow the killed upstream", 60)
+    wait_for(lambda: all(len(load.refused()) >= 5 for load in loads), "refused misses", 60)
+    for server in fronts:
+        assert post_json(server, "simple", warm).headers["x-cache"] == "hit-local"
+    wait_for(lambda: readiness(fronts) == {503}, "readiness to follow the killed upstream", 60)
+    for load in loads:
+        assert {status for status, _ in load.stop()} <= {200, 503}
     upstream.start()
-    wait_for(lambda: ready(front) == 200, "readiness once the upstream is back", 60)
-    wait_for(
-        lambda: post_json(front, "simple", simple_json(801)).status_code == 200,
-        "a miss to be computed again",
-        60,
-    )
-    assert "Traceback" not in front.log(), front.log()[-3000:]
+    wait_for(lambda: readiness(fronts) == {200}, "readiness once the upstream is back", 60)
+    for server in fronts:
+        assert post_json(server, "simple", simple_json(801)).status_code == 200
+        assert "Traceback" not in server.log(), server.log()[-3000:]
+    http_front.stop()
     # The token went to the upstream on every call (it answered), and nowhere else.
     metrics = loopback.get(f"{front.base_url}/metrics", timeout=30).text
     assert TOKEN not in front.log() + metrics
