@@ -103,6 +103,22 @@ def front(
     server.stop()
 
 
+@pytest.fixture(scope="module")
+def http_front(
+    upstream: ServerProcess, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    """A second server under test, reaching the same upstream over plain HTTP."""
+    server = ServerProcess(
+        ["--upstream", upstream.base_url, "--cache-all-models",
+         "--upstream-timeout", str(INFER_DEADLINE_S), "--upstream-control-timeout", "2",
+         "--upstream-refresh", "0.3"],
+        tmp_path_factory.mktemp("http-front-log"),
+    )  # fmt: skip
+    server.start()
+    yield server
+    server.stop()
+
+
 def upstream_grpc(upstream: ServerProcess, certificates: Path) -> grpcclient.InferenceServerClient:
     """A client of the upstream alone, over its TLS."""
     root = str(certificates / "ca.crt")
@@ -292,30 +308,26 @@ def test_a_reload_on_the_upstream_is_never_answered_from_the_previous_entries(
 
 
 def test_an_http_upstream_answers_the_same_through_the_binary_extension(
-    upstream: ServerProcess, tmp_path: Path
+    upstream: ServerProcess, http_front: ServerProcess
 ) -> None:
-    front = ServerProcess(["--upstream", upstream.base_url, "--cache-all-models"], tmp_path)
-    front.start()
-    try:
-        alone = post_json(upstream, "simple", simple_json(900))
-        answers = [post_json(front, "simple", simple_json(900)) for _ in range(2)]
-        assert [answer.headers["x-cache"] for answer in answers] == ["miss", "hit-local"]
-        assert all(answer.content == alone.content for answer in answers)
-        body, headers = binary_body(identity_inputs(["héllo".encode(), b"", b"a\x00b"]))
-        through = post_binary(front, "simple_identity", body, headers)
-        assert through.content == post_binary(upstream, "simple_identity", body, headers).content
-        computed = success_count(upstream, "simple")
-        assert post_json(front, "simple", simple_json(900)).headers["x-cache"] == "hit-local"
-        assert success_count(upstream, "simple") == computed
-        bad = binary_body(identity_inputs([b"\xff\xfe"]))
-        refused = post_binary(front, "simple_identity", *bad)
-        assert (refused.status_code, refused.json()) == (
-            400, post_binary(upstream, "simple_identity", *bad).json(),
-        )  # fmt: skip
-        versions = loopback.get(f"{front.base_url}/v2/models/simple", timeout=30).json()
-        assert versions == loopback.get(f"{upstream.base_url}/v2/models/simple", timeout=30).json()
-    finally:
-        front.stop()
+    front = http_front
+    alone = post_json(upstream, "simple", simple_json(900))
+    answers = [post_json(front, "simple", simple_json(900)) for _ in range(2)]
+    assert [answer.headers["x-cache"] for answer in answers] == ["miss", "hit-local"]
+    assert all(answer.content == alone.content for answer in answers)
+    body, headers = binary_body(identity_inputs(["héllo".encode(), b"", b"a\x00b"]))
+    through = post_binary(front, "simple_identity", body, headers)
+    assert through.content == post_binary(upstream, "simple_identity", body, headers).content
+    computed = success_count(upstream, "simple")
+    assert post_json(front, "simple", simple_json(900)).headers["x-cache"] == "hit-local"
+    assert success_count(upstream, "simple") == computed
+    bad = binary_body(identity_inputs([b"\xff\xfe"]))
+    refused = post_binary(front, "simple_identity", *bad)
+    assert (refused.status_code, refused.json()) == (
+        400, post_binary(upstream, "simple_identity", *bad).json(),
+    )  # fmt: skip
+    versions = loopback.get(f"{front.base_url}/v2/models/simple", timeout=30).json()
+    assert versions == loopback.get(f"{upstream.base_url}/v2/models/simple", timeout=30).json()
 
 
 def ready(server: ServerProcess) -> int:
@@ -356,15 +368,8 @@ class Load:
 
 
 def test_a_paused_or_killed_upstream_is_a_clear_503_and_the_hits_keep_coming(
-    upstream: ServerProcess, front: ServerProcess, tmp_path: Path
+    upstream: ServerProcess, front: ServerProcess, http_front: ServerProcess
 ) -> None:
-    http_front = ServerProcess(
-        ["--upstream", upstream.base_url, "--cache-all-models",
-         "--upstream-timeout", str(INFER_DEADLINE_S), "--upstream-control-timeout", "2",
-         "--upstream-refresh", "0.3"],
-        tmp_path,
-    )  # fmt: skip
-    http_front.start()
     fronts = (front, http_front)
     warm = simple_json(500)
     for server in fronts:
@@ -415,7 +420,6 @@ def test_a_paused_or_killed_upstream_is_a_clear_503_and_the_hits_keep_coming(
     for server in fronts:
         assert post_json(server, "simple", simple_json(801)).status_code == 200
         assert "Traceback" not in server.log(), server.log()[-3000:]
-    http_front.stop()
     # The token went to the upstream on every call (it answered), and nowhere else.
     metrics = loopback.get(f"{front.base_url}/metrics", timeout=30).text
     assert TOKEN not in front.log() + metrics
