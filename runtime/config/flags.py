@@ -315,6 +315,12 @@ FLAGS: tuple[Flag, ...] = (
         "Inferences forwarded to the upstream at once (64).",
     ),
     Flag(
+        "upstream-models",
+        "upstream",
+        "models",
+        "Comma-separated models to serve that the upstream's repository index does not list.",
+    ),
+    Flag(
         "upstream-model-repository",
         "upstream",
         "model_repository",

@@ -368,6 +368,12 @@ class UpstreamSettings(_Group):
     max_in_flight: int = Field(
         64, ge=1, description="Forwarded inferences at once (each holds a thread while it waits)."
     )
+    models: Annotated[tuple[str, ...], BeforeValidator(_names)] = Field(
+        (),
+        description="Models to serve that the upstream's repository index does not list (a "
+        "server without the repository extension, or PyTriton's): read from their metadata "
+        "and readiness instead (comma-separated on the command line).",
+    )
     model_repository: Path | None = Field(
         None,
         description="The upstream's own model repository, when this server sees the same "

@@ -96,8 +96,21 @@ class GrpcUpstreamClient:
         return f"{answer.name} {answer.version}"
 
     def index(self) -> list[IndexRow]:
-        answer = self._call("RepositoryIndex", service_pb2.RepositoryIndexRequest())
+        try:
+            answer = self._call("RepositoryIndex", service_pb2.RepositoryIndexRequest())
+        except UpstreamError as error:
+            if error.status_code == 501:  # no repository extension: --upstream-models
+                return []
+            raise
         return [IndexRow(row.name, row.version, row.state, row.reason) for row in answer.models]
+
+    def model_versions(self, name: str) -> list[str]:
+        answer = self._call("ModelMetadata", service_pb2.ModelMetadataRequest(name=name))
+        return list(answer.versions)
+
+    def model_ready(self, name: str, version: str) -> bool:
+        request = service_pb2.ModelReadyRequest(name=name, version=version)
+        return bool(self._call("ModelReady", request).ready)
 
     def model_config(self, name: str, version: str) -> Any:
         """The upstream's ``ModelConfig`` message of ``name`` at ``version``."""

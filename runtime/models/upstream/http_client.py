@@ -79,12 +79,24 @@ class HttpUpstreamClient:
         return f"{document.get('name', '')} {document.get('version', '')}"
 
     def index(self) -> list[IndexRow]:
-        rows = self._json("POST", "/v2/repository/index", b"{}")
+        try:
+            rows = self._json("POST", "/v2/repository/index", b"{}")
+        except UpstreamError as error:
+            if error.status_code in (404, 405, 501):  # no repository extension
+                return []
+            raise
         return [
             IndexRow(row["name"], str(row.get("version", "")), row.get("state", ""),
                      row.get("reason", ""))
             for row in rows
         ]  # fmt: skip
+
+    def model_versions(self, name: str) -> list[str]:
+        return [str(each) for each in self._json("GET", _model_path(name, "")).get("versions", [])]
+
+    def model_ready(self, name: str, version: str) -> bool:
+        path = f"{_model_path(name, version)}/ready"
+        return self._call("GET", path, accept_errors=True)[0] == 200
 
     def model_config(self, name: str, version: str) -> Any:
         document = self._json("GET", f"{_model_path(name, version)}/config")

@@ -29,7 +29,12 @@ from cachefleet.runtime.errors import BadRequestError, ModelNotFoundError, Servi
 from cachefleet.runtime.models.config import to_model_config
 from cachefleet.runtime.models.errors import ModelLoadError
 from cachefleet.runtime.models.types import Model, ModelIndexEntry
-from cachefleet.runtime.models.upstream.client import IndexRow, UpstreamClient, connect
+from cachefleet.runtime.models.upstream.client import (
+    IndexRow,
+    UpstreamClient,
+    UpstreamUnavailableError,
+    connect,
+)
 from cachefleet.runtime.models.upstream.identity import (
     SharedFiles,
     reported_identity,
@@ -62,6 +67,7 @@ class UpstreamRepository:
     ) -> None:
         self._client = client
         self._refresh_s = settings.refresh_s
+        self._named = settings.models
         self._shared = shared
         self._view = _View()
         #: None while the upstream answers; otherwise why it is not serving.
@@ -148,13 +154,34 @@ class UpstreamRepository:
         try:
             ready = self._client.server_ready()
             server = self._client.server_identity()
-            rows = tuple(self._client.index())
+            rows = self._rows()
             view = self._build(server, rows)
         except ServingError as error:
             self._went_down(error.message)
             raise
         self._view = view
         self._went_down(None if ready else "the upstream server is not ready")
+
+    def _rows(self) -> tuple[IndexRow, ...]:
+        """The upstream's index, and a row per version of each ``--upstream-models`` model it
+        does not list (from its metadata and readiness)."""
+        rows = list(self._client.index())
+        listed = {row.name for row in rows}
+        for name in self._named:
+            if name in listed:
+                continue
+            try:
+                versions = self._client.model_versions(name)
+            except UpstreamUnavailableError:
+                raise
+            except ServingError as error:
+                rows.append(IndexRow(name, "", UNAVAILABLE, error.message))
+                continue
+            for version in versions:
+                ready = self._client.model_ready(name, version)
+                reason = "" if ready else "not ready on the upstream"
+                rows.append(IndexRow(name, version, READY if ready else UNAVAILABLE, reason))
+        return tuple(rows)
 
     def _refresh_loop(self) -> None:
         while not self._stop.wait(self._refresh_s):
