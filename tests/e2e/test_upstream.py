@@ -105,11 +105,13 @@ def front(
 
 @pytest.fixture(scope="module")
 def http_front(
-    upstream: ServerProcess, tmp_path_factory: pytest.TempPathFactory
+    upstream: ServerProcess, upstream_repository: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
-    """A second server under test, reaching the same upstream over plain HTTP."""
+    """A second server under test, reaching the same upstream over plain HTTP, and seeing its
+    model repository (``--upstream-model-repository``: the files go into its keys)."""
     server = ServerProcess(
         ["--upstream", upstream.base_url, "--cache-all-models",
+         "--upstream-model-repository", str(upstream_repository),
          "--upstream-timeout", str(INFER_DEADLINE_S), "--upstream-control-timeout", "2",
          "--upstream-refresh", "0.3"],
         tmp_path_factory.mktemp("http-front-log"),
@@ -257,6 +259,7 @@ def test_answers_through_the_cache_are_the_upstreams_byte_for_byte(
 
 
 def front_fingerprint(front: ServerProcess) -> str:
+    """The fingerprint the server keys ``simple``'s entries with (its config's parameter)."""
     config = loopback.get(f"{front.base_url}/v2/models/simple/config", timeout=30).json()
     return str(config["parameters"][FINGERPRINT]["string_value"])
 
@@ -269,17 +272,25 @@ def load_on_upstream(upstream: ServerProcess) -> None:
 
 
 def test_a_reload_on_the_upstream_is_never_answered_from_the_previous_entries(
-    upstream: ServerProcess, front: ServerProcess, upstream_repository: Path
+    upstream: ServerProcess,
+    front: ServerProcess,
+    http_front: ServerProcess,
+    upstream_repository: Path,
 ) -> None:
     body = simple_json(100)
     first = post_json(front, "simple", body)
     assert post_json(front, "simple", body).headers["x-cache"] == "hit-local"
     assert first.json()["outputs"][0]["data"] == [a + 3 for a in range(100, 116)]  # the sum
-    before = front_fingerprint(front)
+    before, shared_before = front_fingerprint(front), front_fingerprint(http_front)
+    assert before != shared_before  # the shared files are in the second front's identity
 
-    # Other files under the same name and version, reloaded on the upstream: the upstream's
-    # reported config changes (its fingerprint parameter), so the front's key does.
+    # Other files under the same name and version. The front that shares the repository sees
+    # them at once; the other one sees nothing until the upstream reloads them.
     (upstream_repository / "simple" / "1" / "model.onnx").write_bytes(swapped_simple())
+    wait_for(lambda: front_fingerprint(http_front) != shared_before, "the files to be seen", 30)
+    assert front_fingerprint(front) == before
+    # Reloaded on the upstream: its reported config changes (its fingerprint parameter), so
+    # the front's key does too.
     load_on_upstream(upstream)
     wait_for(lambda: front_fingerprint(front) != before, "the front to see the reload", 30)
     after = post_json(front, "simple", body)
@@ -410,6 +421,9 @@ def test_a_paused_or_killed_upstream_is_a_clear_503_and_the_hits_keep_coming(
     assert upstream.process is not None
     upstream.process.wait(CLIENT_TIMEOUT_S)
     wait_for(lambda: all(len(load.refused()) >= 5 for load in loads), "refused misses", 60)
+    # Refused without trying, once the breaker has opened.
+    opened = lambda: all(any("circuit open" in e for e in load.refused()) for load in loads)  # noqa: E731
+    wait_for(opened, "the breaker to open", 60)
     for server in fronts:
         assert post_json(server, "simple", warm).headers["x-cache"] == "hit-local"
     wait_for(lambda: readiness(fronts) == {503}, "readiness to follow the killed upstream", 60)
