@@ -74,6 +74,9 @@ class UpstreamRepository:
         self._down: str | None = "not asked yet"
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        #: One refresh at a time (the timer's, a load's): an older reading never replaces a
+        #: newer one.
+        self._refreshing = threading.Lock()
 
     @property
     def target(self) -> str:
@@ -151,6 +154,10 @@ class UpstreamRepository:
     def refresh(self) -> None:
         """Read the upstream's state once and swap the new view in; raises ServingError when
         the upstream cannot be reached (the old view stays, the index says why)."""
+        with self._refreshing:
+            self._refresh()
+
+    def _refresh(self) -> None:
         try:
             ready = self._client.server_ready()
             server = self._client.server_identity()
