@@ -133,6 +133,7 @@ class ConnectionGuard:
     #: Since when answer bytes have waited in the write buffer.
     _write_since: float | None = None
     _write_waiters: list[asyncio.Future[None]] | None = None
+    _written: Any = None
     _timer: asyncio.TimerHandle | None = None
     _gone = False
 
@@ -144,26 +145,22 @@ class ConnectionGuard:
             transport.close()
             return
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=0)
+        #: Bound once: every request's scope carries it (:data:`WRITTEN`).
+        self._written = self.written
         self._enter(Reading.HEAD)  # the first head's clock runs from the connection's start
         self._timer = self.loop.call_later(tick_s(self.limits), self._check)
 
     def data_received(self, data: bytes) -> None:
         self._received += len(data)
         super().data_received(data)  # type: ignore[misc]
-        self._follow_parser()
+        self._check_head_size()
+
+    def _check_head_size(self) -> None:
         if (
             self._reading is Reading.HEAD
             and self._received - self._head_bytes_from > MAX_HEAD_BYTES
         ):
             self.transport.close()  # a head larger than any real one
-
-    def on_response_complete(self) -> None:
-        super().on_response_complete()  # type: ignore[misc]
-        self._follow_parser()  # h11 parses a pipelined request only now
-
-    def _follow_parser(self) -> None:
-        """Bring the phase up to the parser's (h11: read from its state; httptools: its
-        callbacks have)."""
 
     def _message_begun(self) -> None:
         if self._reading is Reading.BETWEEN:
@@ -173,7 +170,13 @@ class ConnectionGuard:
         """A head is whole and ``cycle`` made for it: its body is read from now on."""
         if cycle is None or cycle is self._body_cycle:
             return
-        cycle.scope.setdefault("extensions", {})[WRITTEN] = self.written
+        # uvicorn's scope has no extensions of its own (an app's middleware may add some).
+        scope = cycle.scope
+        extensions = scope.get("extensions")
+        if extensions is None:
+            scope["extensions"] = {WRITTEN: self._written}
+        else:
+            extensions[WRITTEN] = self._written
         self._body_cycle = cycle
         self._enter(Reading.BODY)
 
@@ -291,7 +294,18 @@ class GuardedH11Protocol(ConnectionGuard, H11Protocol):
 
     conn: h11.Connection
 
+    def data_received(self, data: bytes) -> None:
+        self._received += len(data)
+        H11Protocol.data_received(self, data)
+        self._follow_parser()
+        self._check_head_size()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._follow_parser()  # h11 parses a pipelined request only now
+
     def _follow_parser(self) -> None:
+        """Bring the phase up to h11's state (httptools' callbacks bring it themselves)."""
         state = self.conn.their_state
         if state is h11.IDLE:
             if self._reading is Reading.BODY:
@@ -308,16 +322,33 @@ class GuardedH11Protocol(ConnectionGuard, H11Protocol):
 
 class GuardedHttpToolsProtocol(ConnectionGuard, HttpToolsProtocol):
     """uvicorn's httptools protocol with the guard; the phase follows the parser's callbacks
-    (the parser reads pipelined requests as they come, and uvicorn queues them)."""
+    (the parser reads pipelined requests as they come, and uvicorn queues them). They run for
+    every request, so each is written out here (``_enter`` inlined, uvicorn's callback called
+    directly): a few attribute writes and one clock read each."""
 
     def on_message_begin(self) -> None:
-        super().on_message_begin()
-        self._message_begun()
+        HttpToolsProtocol.on_message_begin(self)
+        if self._reading is Reading.BETWEEN:
+            self._reading = Reading.HEAD
+            self._phase_s = 0.0
+            self._counted_at = self.loop.time()
 
     def on_headers_complete(self) -> None:
-        super().on_headers_complete()
-        self._head_complete(self.cycle)
+        HttpToolsProtocol.on_headers_complete(self)
+        cycle = self.cycle
+        if cycle is None or cycle is self._body_cycle:
+            return  # no new request (an upgrade)
+        # uvicorn's scope has no extensions of its own.
+        cycle.scope["extensions"] = {WRITTEN: self._written}
+        self._body_cycle = cycle
+        self._reading = Reading.BODY
+        self._phase_s = 0.0
+        self._counted_at = self.loop.time()
+        self._body_mark = None
 
     def on_message_complete(self) -> None:
-        super().on_message_complete()
-        self._message_complete()
+        HttpToolsProtocol.on_message_complete(self)
+        if self._reading is not Reading.BETWEEN:
+            self._reading = Reading.BETWEEN
+            # The next head's bytes count from here (within this chunk's end).
+            self._head_bytes_from = self._received
