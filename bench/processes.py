@@ -43,9 +43,19 @@ _PORT_TAKEN = ("address already in use", "failed to bind")
 
 def free_port() -> int:
     """A port free on loopback right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct ports free on loopback right now: all held open while they are picked,
+    since a port closed before the next pick may be handed out again at once."""
+    with contextlib.ExitStack() as held:
+        ports = []
+        for _ in range(count):
+            sock = held.enter_context(socket.socket())
+            sock.bind(("127.0.0.1", 0))
+            ports.append(int(sock.getsockname()[1]))
+        return ports
 
 
 def _orphan_guard() -> list[str]:
@@ -234,9 +244,8 @@ class ServerProcess:
         wrapper: Sequence[str] = (),
     ) -> None:
         """``wrapper``: a command that runs the server, put before it (``prlimit ... --``)."""
-        self.port = free_port()
-        #: Never gRPC's default 8001: servers of parallel runs would fight over it.
-        self.grpc_port = free_port()
+        #: The gRPC port is never gRPC's default 8001: servers of parallel runs would fight over it.
+        self.port, self.grpc_port = free_ports(2)
         self.args = list(args)
         self.env = dict(env or {})
         self.cpus = cpus
@@ -282,7 +291,7 @@ class ServerProcess:
                 taken = any(sign in str(error).lower() for sign in _PORT_TAKEN)
                 if not taken or self.managed_before or attempt == _PORT_ATTEMPTS - 1:
                     raise
-                self.port, self.grpc_port = free_port(), free_port()
+                self.port, self.grpc_port = free_ports(2)
         self.managed_before = True
 
     def _start_once(self, timeout_s: float) -> None:
