@@ -61,6 +61,8 @@ from support.cluster_operator import OPERATOR_NAMESPACE, service_account_token  
 from support.plane import NodeSpec, Plane, plane_bin  # noqa: E402
 from support.processes import CACHEFLEET, ManagedProcess, free_port  # noqa: E402
 
+from harness.operator_scale import Memory  # noqa: E402
+
 NAMESPACE = "scale"
 CIS_PATH = f"/apis/cachefleet.io/v1alpha1/namespaces/{NAMESPACE}/cachedinferenceservices"
 MANAGED = "app.kubernetes.io/managed-by=cachefleet-operator"
@@ -83,32 +85,16 @@ THROTTLE_LINE = re.compile(r"Throttling for")
 
 
 # ---------------------------------------------------------------------------------------------
-# The operator process, read from /proc
+# Processes, read from /proc (harness.operator_scale.Memory)
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Proc:
-    """One process's figures from /proc (Linux)."""
-
-    pid: int
-
-    def memory(self) -> dict[str, int]:
-        """``VmRSS`` and ``VmHWM`` (the peak) in bytes."""
-        figures: dict[str, int] = {}
-        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                figures[key] = int(value.split()[0]) * 1024
-        return figures
-
-    def cpu_s(self) -> float:
-        """User and system CPU-seconds so far."""
-        try:
-            fields = Path(f"/proc/{self.pid}/stat").read_text().rpartition(")")[2].split()
-        except OSError:
-            return 0.0
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def _cpu_s_if_running(pid: int) -> float:
+    """A process's CPU-seconds so far, 0 once it has gone (its /proc entry with it)."""
+    try:
+        return Memory(pid).cpu_s()
+    except OSError:
+        return 0.0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -335,13 +321,13 @@ def run(
         plane.kubectl("apply", "--server-side", "-f", str(ROOT / "deploy" / "cachefleet.yaml"))
         plane.kubectl("create", "namespace", NAMESPACE)
         operator = _operator(plane, folder, resync_interval_s, extra_env)
-        proc = Proc(operator.pid)
+        proc = Memory(operator.pid)
         client = Client(plane)
         readiness, events = Readiness(), EventCount()
         _threads(lambda: readiness.follow(client, stop),
                  *(lambda p=p: events.follow(client, p, stop) for p in CHILD_WATCHES))  # fmt: skip
         time.sleep(5.0)  # the operator's watches and the harness's have started
-        result.idle_rss, result.idle_cpu_s = proc.memory()["VmRSS"], proc.cpu_s()
+        result.idle_rss, result.idle_cpu_s = proc.read()["VmRSS"], _cpu_s_if_running(proc.pid)
         bodies = quickstarts(services)
         before = Flow.read(client)
         events.counting = True
@@ -353,7 +339,7 @@ def run(
         now = time.monotonic()
         result.ready_s = now - began
         result.per_service_s = sorted(t - began for t in readiness.ready_at.values())
-        result.ready_rss, result.ready_cpu_s = proc.memory()["VmRSS"], proc.cpu_s()
+        result.ready_rss, result.ready_cpu_s = proc.read()["VmRSS"], _cpu_s_if_running(proc.pid)
         result.flow = Flow.read(client).since(before)
         result.watch_events = dict(events.counts)
         # The first resync and served pass that end after every service is Ready.
@@ -368,13 +354,13 @@ def run(
         result.end_s = time.monotonic() - began
         result.end_flow = Flow.read(client).since(before)
         result.end_watch_events = dict(events.counts)
-        figures = proc.memory()
+        figures = proc.read()
         result.end_rss, result.peak_rss, result.end_cpu_s = (
-            figures["VmRSS"], figures["VmHWM"], proc.cpu_s())  # fmt: skip
+            figures["VmRSS"], figures["VmHWM"], _cpu_s_if_running(proc.pid))  # fmt: skip
         log = operator.log_path.read_text(errors="replace")
         result.throttled = len(THROTTLE_LINE.findall(log))
         result.passes = _passes(operator)
-        result.plane_cpu_s = {p.name: Proc(p.pid).cpu_s() for p in plane.processes}
+        result.plane_cpu_s = {p.name: _cpu_s_if_running(p.pid) for p in plane.processes}
     finally:
         stop.set()
         if operator is not None:
