@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import tritonclient.http as httpclient
-from support.sample_requests import sample_request
+from support.sample_requests import binary_body
 from support.waiting import wait_for_async
 from uvicorn.config import Config
 from uvicorn.server import ServerState
@@ -64,12 +63,8 @@ class RecordingTransport(asyncio.Transport):
 
 
 def _request(seed: int) -> bytes:
-    inputs = []
-    for name, (array, datatype) in sample_request("simple", seed).items():
-        item = httpclient.InferInput(name, list(array.shape), datatype)
-        item.set_data_from_numpy(array, binary_data=True)
-        inputs.append(item)
-    body, json_size = httpclient.InferenceServerClient.generate_request_body(inputs)
+    body, json_size = binary_body("simple", seed)
+    assert json_size is not None
     head = (
         b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: test\r\n"
         b"Content-Type: application/octet-stream\r\n"
