@@ -20,7 +20,7 @@ from starlette.types import Receive, Scope, Send
 
 from cachefleet.runtime.cache.memo import MemoEntry, MemoKey
 from cachefleet.runtime.composition import Runtime, RuntimeSlot
-from cachefleet.runtime.errors import ServingError
+from cachefleet.runtime.errors import BadRequestError, ServingError
 from cachefleet.runtime.http.answer_charge import AnswerCharge
 from cachefleet.runtime.http.body import ClientGoneError, inflate, joined, receive_parts
 from cachefleet.runtime.http.body_charge import BodyCharge
@@ -172,7 +172,7 @@ class InferEndpoint:
                     return
             body = joined(parts)
             if head.bad_header is not None:
-                raise head.bad_header
+                raise BadRequestError(head.bad_header)
             check_json_size(json_size(len(body), head.header_length), self._json_limit)
             await charge.decoding(len(body))  # before the decode, now that its size is known
         except ClientGoneError:

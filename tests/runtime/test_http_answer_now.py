@@ -8,22 +8,20 @@ miss go to uvicorn as before, in order; the answer's bytes stay charged until wr
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-from collections.abc import AsyncIterator, MutableMapping
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support.sample_requests import binary_body
+from support.served_app import opened_server
 from support.waiting import wait_for_async
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
-from cachefleet.runtime.config import add_flags, load_settings
 from cachefleet.runtime.http.infer_front import InferFront
 from cachefleet.runtime.http.uvicorn_protocol import GuardedHttpToolsProtocol
-from cachefleet.runtime.server import create_server
 
 
 class RecordingTransport(asyncio.Transport):
@@ -99,23 +97,8 @@ class Connection:
 
 @pytest.fixture
 async def app(light_model_repository: Path) -> AsyncIterator[InferFront]:
-    parser = argparse.ArgumentParser()
-    add_flags(parser)
-    args = ["--model-repository", str(light_model_repository), "--cache", "local",
-            "--grpc-port", "0", "--log-level", "warning"]  # fmt: skip
-    served = create_server(load_settings(parser.parse_args(args), environ={}))
-    assert isinstance(served, InferFront)
-    messages: asyncio.Queue[dict[str, str]] = asyncio.Queue()
-    replies: asyncio.Queue[MutableMapping[str, Any]] = asyncio.Queue()
-    lifespan = asyncio.create_task(
-        served({"type": "lifespan", "asgi": {"version": "3.0"}}, messages.get, replies.put)
-    )
-    await messages.put({"type": "lifespan.startup"})
-    assert (await replies.get())["type"] == "lifespan.startup.complete"
-    yield served
-    await messages.put({"type": "lifespan.shutdown"})
-    await replies.get()
-    await lifespan
+    async with opened_server(light_model_repository, "--cache", "local") as served:
+        yield served
 
 
 def _x_cache(answer: bytes) -> bytes:
