@@ -86,13 +86,15 @@ class Inference:
             budget = self._runtime.budget
             cost = message_cost(len(message))
             try:
-                entered = budget.try_enter(cost)
+                entered = budget.enter_from_thread(cost)
             except ServingError as error:
                 _abort(context, error)
-            try:
-                found = memo.hit(key, "grpc", started_ns) if entered else None
-            finally:
-                budget.leave(cost if entered else 0)
+            found = None
+            if entered:  # else its bytes do not fit now: the loop waits for room
+                try:
+                    found = memo.hit(key, "grpc", started_ns)
+                finally:
+                    budget.leave_from_thread(cost)
             if found is not None:
                 context.set_trailing_metadata(_HIT_LOCAL)
                 return found.body

@@ -9,7 +9,7 @@ everything a transport does with it, decided once, so HTTP and gRPC cannot drift
   request's bytes: its answer is a bypass, which is never memoized.
 - Its key: the transport frames its request as a *scope* (its domain, and whatever besides the
   body shapes the answer) and hands over the body, whole or in the pieces it came in
-  (:meth:`hasher` and :meth:`key`, or :meth:`key_of`). The memo compares; the digest only finds.
+  (:attr:`hasher` and :attr:`key`, or :meth:`key_of`). The memo compares; the digest only finds.
 - A hit (:meth:`hit`): one synchronous call, no await, the same on the event loop and on a gRPC
   server thread: the lookup; then the request written down in the ledger
   (``RequestLedger.memo_hit``): in flight first, so that an unload waits for it; its model
@@ -63,22 +63,20 @@ class MemoAnswers:
         self.memo = memo
         self._ledger = ledger
         self._service = service
+        # The next two are the memo's own methods, bound once: a hit pays no wrapper's call.
+        #: ``hasher(scope)``: a hasher for a request of ``scope``; feed it the body, piece by
+        #: piece as it comes, and give its ``digest()`` to :attr:`key`.
+        self.hasher: Callable[[bytes], xxhash.xxh3_128] = memo.hasher
+        #: ``key(digest, scope, body)``: the key of a request of ``scope`` whose hasher gave
+        #: ``digest``, ``body`` in its pieces (one, for an insert: a body in several is only
+        #: looked up).
+        self.key: Callable[[bytes, bytes, Sequence[bytes]], MemoKey] = memo.key
 
     @staticmethod
     def applies(directives: CacheDirectives) -> bool:
         """Whether a request with ``directives`` may be answered from the memo (and kept in it):
         the one rule of both transports."""
         return directives.lookup
-
-    def hasher(self, scope: bytes) -> xxhash.xxh3_128:
-        """A hasher for a request of ``scope``: feed it the body, piece by piece as it comes,
-        and give its ``digest()`` to :meth:`key`."""
-        return self.memo.hasher(scope)
-
-    def key(self, digest: bytes, scope: bytes, body: Sequence[bytes]) -> MemoKey:
-        """The key of a request of ``scope`` whose hasher gave ``digest``, ``body`` in its
-        pieces (one, for an insert: a body in several is only looked up)."""
-        return self.memo.key(digest, scope, body)
 
     def whole(self, key: MemoKey, body: bytes) -> MemoKey:
         """``key`` to keep an entry under, ``body`` being its request's body joined (the same
