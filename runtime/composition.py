@@ -40,6 +40,7 @@ from cachefleet.runtime.service import (
     SharedMemoryRegistry,
     StatisticsRegistry,
 )
+from cachefleet.runtime.service.memo_answers import MemoAnswers
 from cachefleet.runtime.service.model_info import ModelInfo
 from cachefleet.runtime.service.request_budget import RequestBudget
 from cachefleet.runtime.service.request_ledger import RequestLedger
@@ -78,9 +79,12 @@ class Runtime:
     budget: RequestBudget
     #: The span pipeline when the server traces (``OTEL_*``), else None.
     tracing: TracingPipeline | None = None
-    #: The answer memo both transports consult (see ``cache.memo``); None where no local tier
-    #: can vouch for its answers (``--cache none`` or ``redis``).
+    #: The answer memo (see ``cache.memo``); None where no local tier can vouch for its
+    #: answers (``--cache none`` or ``redis``). The transports use it only as served, below.
     memo: ResponseMemo | None = None
+    #: The memo as both transports are answered from it (``service.memo_answers``); None
+    #: without a memo.
+    memo_answers: MemoAnswers | None = None
 
     def unready_models(self) -> list[str]:
         """The models that keep the server from being ready under ``--strict-readiness``
@@ -153,10 +157,11 @@ class Runtime:
                 control.on_release(_forgetting(memo))
             limits = settings.limits
             budget = RequestBudget(limits.max_requests_in_flight, limits.max_inflight_bytes)
+            memo_answers = None if memo is None else MemoAnswers(memo, ledger, service)
             runtime = cls(
                 settings, metrics, repository, cache, admission, ledger, service, control,
                 shared_memory,
-                budget, tracing, memo,
+                budget, tracing, memo, memo_answers,
             )  # fmt: skip
             # Everything made so far (modules, models, sessions) lives as long as the server:
             # out of the collector's sight, a full collection walks only what requests and the

@@ -5,21 +5,23 @@ Why it is a tier: like the local tier it maps a key to an answer, is bounded by 
 evicts the least recently used, and it implements the same interface (``tier.Tier``: lookup,
 insert, delete, flush, figures), so the cache's flush empties it with the other tiers and its
 figures are exported with theirs (``tier_metrics``); it is also forgotten when a model is
-unloaded or loaded again. Unlike the other
-tiers it keeps answers as a transport sent them (the HTTP body, the encoded
-``ModelInferResponse``), so a byte-identical repeat skips decoding, the cache key and rendering.
+unloaded or loaded again. Unlike the other tiers it keeps answers as a transport sent them
+(bytes the transport rendered), so a byte-identical repeat skips decoding, the cache key and
+rendering. It knows no transport: the service layer serves it (``service.memo_answers``), and
+a transport only frames its request (a *scope*: its domain and whatever besides the body shapes
+the answer, as bytes) and hands over the body.
 
 Why it is safe:
 
-- An entry answers one request exactly: it keeps the request (for HTTP the names of its path,
-  its binary header length and its body; for gRPC the serialized message) and a lookup returns
-  it only to a request equal to it, byte for byte. The digest (:class:`MemoKey`) only finds the
-  candidate: it is a fast hash (xxHash's XXH3, 128 bits, under a seed each memo draws at
-  random), not a cryptographic one, because it never decides; the comparison does. Everything
-  that shapes an answer (the request ``id``, the selected outputs, JSON vs binary,
-  classification, parameters, the tensors) is in those bytes, so requests that would be
-  answered differently never share an entry, and an HTTP request (a tuple, or its body's
-  pieces) never equals a gRPC one (bytes), so neither transport answers the other's.
+- An entry answers one request exactly: it keeps the request (its scope and its body) and a
+  lookup returns it only to a request equal to it, byte for byte. The digest (:class:`MemoKey`)
+  only finds the candidate: it is a fast hash (xxHash's XXH3, 128 bits, under a seed each memo
+  draws at random), not a cryptographic one, because it never decides; the comparison does.
+  Everything that shapes an answer (the request ``id``, the selected outputs, JSON vs binary,
+  classification, parameters, the tensors; what a transport carries outside the body, in its
+  scope) is in those bytes, so requests that would be answered differently never
+  share an entry, and each transport's scope starts with its own domain, so neither transport
+  answers the other's.
 - An entry lives no longer than the local-tier entry it was rendered from: it keeps that
   entry's liveness token (``cache.api.LocalEntryToken``) and is served only while the token
   confirms it (a flush, an expiry, an eviction or a replacement ends it), so only a
@@ -35,21 +37,19 @@ and the comparison (a ``memcmp``) 16.
 
 What an entry is charged: what it keeps alive, object by object (:func:`entry_footprint`): its
 slot in the LRU (the ordered dict's table and link, table growth included: :data:`SLOT_BYTES`),
-the digest, the entry, the answer's bytes, the request it keeps (a tuple of the path's names,
-the header length and the body, or the gRPC message), the answer's headers and the liveness
-token, each at ``sys.getsizeof``. A flat 320 bytes per entry once stood for all but the bytes,
-and small entries held 1.6-2.4 times what they were charged (75.7 MiB for 32 MiB with 40-byte
-answers).
+the digest, the entry, the answer's bytes, the request it keeps (a tuple of its scope and its
+body, the scope counted though a transport may share it between entries), the answer's headers
+and the liveness token, each at ``sys.getsizeof``. A flat 320 bytes per entry once stood for
+all but the bytes, and small entries held 1.6-2.4 times what they were charged (75.7 MiB for
+32 MiB with 40-byte answers).
 
-It is read from gRPC's threads and from the event loop, so one lock guards it; every operation
-under the lock is dict work, never I/O, and no call waits for anything but the lock.
+It is read from a transport's threads and from the event loop, so one lock guards it; every
+operation under the lock is dict work, never I/O, and no call waits for anything but the lock.
 """
 
 from __future__ import annotations
 
-import functools
 import secrets
-import struct
 import sys
 import threading
 from collections import OrderedDict
@@ -62,33 +62,26 @@ import xxhash
 from cachefleet.runtime.cache.api import LocalEntryToken
 from cachefleet.runtime.cache.tier import TierFigures
 
-#: Each transport's domain: the first bytes of everything it hashes.
-_HTTP_PREFIX = b"cachefleet.memo.http2"
-_GRPC_PREFIX = b"cachefleet.memo.grpc2"
-_LENGTHS = struct.Struct("<QQQ")
+#: A request as an entry keeps it: its scope (see the module) and its body, whole.
+KeptRequest = tuple[bytes, bytes]
 
 
-#: An HTTP infer request as an entry keeps it: the names its path gives (no version: None), its
-#: binary header length (None: absent) and its body, whole.
-HttpRequest = tuple[str, str | None, int | None, bytes]
-
-
-class HttpPieces:
-    """An HTTP request whose body came in several pieces, as a lookup compares it with a kept
-    :data:`HttpRequest`: equal when the fields are and the pieces are the kept body's bytes,
+class MemoPieces:
+    """A request whose body came in several pieces, as a lookup compares it with a kept
+    :data:`KeptRequest`: equal when the scopes are and the pieces are the kept body's bytes,
     compared where they lie, so a 600 KB body is not joined (copied) to be looked up. A body in
     one piece needs none of this: its request is the plain tuple, compared in C."""
 
-    __slots__ = ("fields", "pieces")
+    __slots__ = ("pieces", "scope")
 
-    def __init__(self, fields: tuple[str, str | None, int | None], pieces: Sequence[bytes]) -> None:
-        self.fields = fields
+    def __init__(self, scope: bytes, pieces: Sequence[bytes]) -> None:
+        self.scope = scope
         self.pieces = pieces
 
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, tuple) or other[:3] != self.fields:
+        if not isinstance(other, tuple) or other[0] != self.scope:
             return False
-        whole, offset = other[3], 0
+        whole, offset = other[1], 0
         for piece in self.pieces:
             if not whole.startswith(piece, offset):  # a memcmp in place, no slice
                 return False
@@ -98,11 +91,8 @@ class HttpPieces:
     __hash__ = None  # type: ignore[assignment]  # compared, never a dict key
 
 
-#: The exact request an entry answers, as kept: an :data:`HttpRequest`, or for gRPC the
-#: serialized ``ModelInferRequest``.
-KeptRequest = HttpRequest | bytes
-#: A request as looked up: as kept, or an HTTP body still in its pieces.
-MemoRequest = KeptRequest | HttpPieces
+#: A request as looked up: as kept, or a body still in its pieces.
+MemoRequest = KeptRequest | MemoPieces
 
 
 class MemoKey(NamedTuple):
@@ -113,26 +103,11 @@ class MemoKey(NamedTuple):
     request: MemoRequest
 
 
-@functools.lru_cache(maxsize=1024)
-def _http_prefix(model: str, version: str | None, header_length: int | None) -> bytes:
-    """The bytes an HTTP request's digest starts with (see :meth:`ResponseMemo.http_hasher`),
-    remembered: a fleet's clients send a few models with a few header lengths, over and over.
-
-    The fields are length-prefixed, so they end where their lengths say and the body is
-    everything after them. The names are the path's, before they are resolved (no version,
-    "latest", is ""); the header length goes in as decimal text ("" when absent)."""
-    name = model.encode()
-    named = b"" if version is None else version.encode()
-    length = b"" if header_length is None else b"%d" % header_length
-    sizes = _LENGTHS.pack(len(name), len(named), len(length))
-    return _HTTP_PREFIX + sizes + name + named + length
-
-
 @dataclass(slots=True)
 class MemoEntry:
     """One rendered answer and what it was rendered from."""
 
-    #: The answer as the transport sends it (the HTTP body; the encoded gRPC response).
+    #: The answer as the transport sends it.
     body: bytes
     #: The model object it was rendered for, compared by identity only: served only while the
     #: request's names resolve to that very object.
@@ -142,10 +117,10 @@ class MemoEntry:
     #: The model's name and its version as the request named them ("" for the latest).
     name: str
     version: str
-    #: The transport's own header bytes for it (HTTP: the response headers), made on first use.
+    #: The transport's own header bytes for it (name, value pairs), if it keeps any.
     headers: list[tuple[bytes, bytes]] | None = None
     #: The request it answers, set when the memo keeps it.
-    request: KeptRequest = b""
+    request: KeptRequest = (b"", b"")
     #: Bytes it is charged against the bound (:func:`entry_footprint`), set when kept.
     charged: int = 0
 
@@ -179,15 +154,7 @@ def entry_footprint(digest: bytes, entry: MemoEntry) -> int:
     The model object is shared with the server and not counted; the header names are the
     transport's constants."""
     request = entry.request
-    if isinstance(request, bytes):
-        kept = sys.getsizeof(request)
-    else:
-        model, version, header_length, body = request
-        kept = _held(request, model, body)
-        if version is not None:
-            kept += sys.getsizeof(version)
-        if header_length is not None:
-            kept += sys.getsizeof(header_length)
+    kept = _held(request, *request)
     headers = entry.headers
     if headers:
         kept += sys.getsizeof(headers) + sum(_held(pair, pair[1]) for pair in headers)
@@ -216,33 +183,34 @@ class ResponseMemo:
         #: The digests' seed, drawn per memo: nobody outside can aim two requests at one digest.
         self._seed = secrets.randbits(64)
 
-    def http_hasher(
-        self, model: str, version: str | None, header_length: int | None
-    ) -> xxhash.xxh3_128:
-        """A hasher for an HTTP infer request, fed its path's names and binary header length;
-        feed it the body (in any number of pieces, never joined) and take its ``digest()``
-        for :meth:`http_key`."""
-        return xxhash.xxh3_128(_http_prefix(model, version, header_length), self._seed)
+    def hasher(self, scope: bytes) -> xxhash.xxh3_128:
+        """A hasher for a request of ``scope`` (see the module), fed the scope already: feed it
+        the body (in any number of pieces, never joined) and take its ``digest()`` for
+        :meth:`key`."""
+        return xxhash.xxh3_128(scope, self._seed)
 
     @staticmethod
-    def http_key(
-        digest: bytes,
-        model: str,
-        version: str | None,
-        header_length: int | None,
-        body: Sequence[bytes],
-    ) -> MemoKey:
-        """The key of an HTTP request whose hasher gave ``digest``; ``body`` in its pieces
-        (one, to keep an entry: a body in several is only looked up)."""
+    def key(digest: bytes, scope: bytes, body: Sequence[bytes]) -> MemoKey:
+        """The key of a request of ``scope`` whose hasher gave ``digest``; ``body`` in its
+        pieces (one, to keep an entry: a body in several is only looked up)."""
         if len(body) == 1:
-            return MemoKey(digest, (model, version, header_length, body[0]))
-        return MemoKey(digest, HttpPieces((model, version, header_length), body))
+            return MemoKey(digest, (scope, body[0]))
+        return MemoKey(digest, MemoPieces(scope, body))
 
-    def grpc_key(self, message: bytes) -> MemoKey:
-        """The key of a serialized ``ModelInferRequest`` (it names the model and version)."""
-        hasher = xxhash.xxh3_128(_GRPC_PREFIX, self._seed)
-        hasher.update(message)
-        return MemoKey(hasher.digest(), message)
+    @staticmethod
+    def whole(key: MemoKey, body: bytes) -> MemoKey:
+        """``key`` as an entry keeps it, ``body`` being its request's body joined: the same
+        key when it came in one piece, else its digest and scope with the whole body."""
+        request = key.request
+        if isinstance(request, MemoPieces):
+            return MemoKey(key.digest, (request.scope, body))
+        return key
+
+    def key_of(self, scope: bytes, body: bytes) -> MemoKey:
+        """The key of a request of ``scope`` whose whole ``body`` is at hand."""
+        hasher = xxhash.xxh3_128(scope, self._seed)
+        hasher.update(body)
+        return MemoKey(hasher.digest(), (scope, body))
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -265,7 +233,7 @@ class ResponseMemo:
         evicting the least recently used entries to make room; an answer larger than the bound
         is not kept. ``ttl_s`` is not needed: an entry lives no longer than its local entry
         (its token)."""
-        assert not isinstance(key.request, HttpPieces), "an entry keeps its body whole"
+        assert not isinstance(key.request, MemoPieces), "an entry keeps its body whole"
         value.request = key.request
         size = value.charged = entry_footprint(key.digest, value)
         if size > self.max_bytes:

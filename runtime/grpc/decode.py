@@ -42,9 +42,12 @@ def decode_infer_request(
         parameters=values,
         # gRPC answers always carry raw_output_contents; there is no JSON rendering to choose.
         binary_output=True,
+        # Every input that names a region was read from it (``_inputs`` refuses the others).
+        reads_shared_memory=any(_REGION in item.parameters for item in message.inputs),
     )
 
 
+_REGION = "shared_memory_region"
 #: Bytes a typed element may take while decoded (a Python object and its pointer, for BYTES).
 TYPED_ELEMENT_BYTES = 40
 #: Copies of a message's bytes a request holds while it is decoded: the serialized message

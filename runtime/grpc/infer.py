@@ -8,16 +8,19 @@ the request ledger. How the cache answered goes back as ``x-cache`` trailing met
 counterpart of the ``X-Cache`` header (trailing: it rides on the status, where initial metadata
 costs one more message per call); ``cache-control`` request metadata opts out as the header does.
 
-``ModelInfer`` takes the request's bytes as they arrived. Where the runtime has the answer
-memo (``cache.memo``: a local tier vouches for answers, ``--cache local`` or ``tiered``) and
-the call carries no ``cache-control``, a byte-identical repeat of a request whose last answer
-was a local hit is answered on the call's thread: one digest of the bytes, one memo lookup, the
-request written down in the ledger (in flight first, so an unload waits for it, then the model
-and the local entry confirmed: the local tier counts the hit as a lookup does), and the stored
-bytes sent with ``x-cache: hit-local``. The event loop does nothing for it. Everything else goes
-to the loop as bytes, is admitted against the request budget for what its bytes will hold
-(``decode.message_cost``) before it is parsed once (``handlers.parsed``), and is answered there;
-a local hit that went through no shared memory is memoized for the next repeat.
+``ModelInfer`` takes the request's bytes as they arrived and scans the call's metadata once (its
+``cache-control``, as the cache directives). Where the runtime has the answer memo (``--cache
+local`` or ``tiered``) and the directives let it answer (the service's one rule, HTTP's too: not
+``no-cache`` nor ``no-store``), the call is answered from the memo on its own thread, as the
+service serves it to both transports (``service.memo_answers``), gRPC supplying only its scope
+and the message: admitted against the request budget first, as HTTP admits a request before it
+reads its body (one of the requests in flight, charged for what its bytes will hold:
+``decode.message_cost``), then the lookup, in flight, the model and the local entry confirmed,
+counted, and the place given back; a hit is sent with ``x-cache: hit-local`` and the event loop
+does nothing for it. Everything else goes to the loop as bytes (a place in the budget never
+crosses threads, so a call cancelled before the loop runs it holds none), is admitted there,
+parsed once (``handlers.parsed``), charged for its typed contents and answered; a local hit that
+went through no shared memory is kept for the next repeat by the service's one memoizing render.
 
 grpcio inflates a compressed message whole before the handler sees it, and refuses one whose
 inflated size is over ``grpc.max_receive_message_length`` (``--max-request-size``) with
@@ -33,12 +36,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar, cast
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 
-from cachefleet.runtime.cache.api import CacheDirectives, CacheStatus
-from cachefleet.runtime.cache.memo import MemoEntry, MemoKey, ResponseMemo
+from cachefleet.runtime.cache.api import CacheDirectives
 from cachefleet.runtime.composition import Runtime
 from cachefleet.runtime.errors import ServingError
 from cachefleet.runtime.grpc.decode import (
@@ -52,15 +54,17 @@ from cachefleet.runtime.grpc.errors import error_status, translated
 from cachefleet.runtime.grpc.handlers import checked, parsed
 from cachefleet.runtime.grpc.loop_bridge import LoopBridge, LoopContext
 from cachefleet.runtime.grpc.messages import service_pb2
-from cachefleet.runtime.models.types import Model, ModelConfig
+from cachefleet.runtime.models.types import ModelConfig
 from cachefleet.runtime.protocol import directives_from
 from cachefleet.runtime.protocol.request import InferRequest
-from cachefleet.runtime.service import InferAnswer
+from cachefleet.runtime.service import InferAnswer, Renderer
+from cachefleet.runtime.service.memo_answers import Kept, MemoKey
 
 Rendered = TypeVar("Rendered")
 _HIT_LOCAL = (("x-cache", "hit-local"),)
-_SHARED = "shared_memory_region"
 _CACHE_CONTROL = "cache-control"
+#: gRPC's scope in the memo: its domain; the message itself names the model and version.
+SCOPE = b"cachefleet.memo.grpc3"
 
 
 class Inference:
@@ -69,23 +73,36 @@ class Inference:
     def __init__(self, runtime: Runtime, bridge: LoopBridge) -> None:
         self._runtime = runtime
         self._service = runtime.service
-        self._ledger = runtime.ledger
         self._bridge = bridge
-        self._memo = runtime.memo
+        self._memo = runtime.memo_answers
 
     def ModelInfer(self, message: bytes, context: grpc.ServicerContext) -> bytes | None:
         started_ns = time.perf_counter_ns()
-        metadata = context.invocation_metadata()
-        memo_key = None
-        if self._memo is not None and not any(key == _CACHE_CONTROL for key, _ in metadata or ()):
-            memo_key = self._memo.grpc_key(message)
-            body = self._memoized(self._memo, memo_key, started_ns)
-            if body is not None:
+        directives = directives_of(context.invocation_metadata())
+        memo = self._memo
+        key = None
+        if memo is not None and memo.applies(directives):
+            key = memo.key_of(SCOPE, message)
+            budget = self._runtime.budget
+            cost = message_cost(len(message))
+            try:
+                entered = budget.enter_from_thread(cost)
+            except ServingError as error:
+                _abort(context, error)
+            found = None
+            if entered:  # else its bytes do not fit now: the loop waits for room
+                try:
+                    found = memo.hit(key, "grpc", started_ns)
+                finally:
+                    budget.leave_from_thread(cost)
+            if found is not None:
                 context.set_trailing_metadata(_HIT_LOCAL)
-                return body
-        answered: bytes | None = self._bridge.call(
-            lambda message, stand_in: self._infer(message, memo_key, stand_in), message, context
-        )
+                return found.body
+
+        def infer(message: bytes, stand_in: LoopContext) -> Any:
+            return self._infer(message, key, directives, stand_in)
+
+        answered: bytes | None = self._bridge.call(infer, message, context)
         return answered
 
     def ModelStreamInfer(
@@ -142,7 +159,13 @@ class Inference:
         )
 
     @translated
-    async def _infer(self, message: bytes, memo_key: MemoKey | None, context: LoopContext) -> bytes:
+    async def _infer(
+        self,
+        message: bytes,
+        memo_key: MemoKey | None,
+        directives: CacheDirectives,
+        context: LoopContext,
+    ) -> bytes:
         """``ModelInfer`` on the loop: admitted for the copies of its bytes before it is
         parsed (``decode.message_cost``: a compressed message arrives inflated, and is charged
         so), then parsed, answered, encoded, and memoized when ``memo_key`` is given."""
@@ -159,47 +182,17 @@ class Inference:
                 if not budget.try_take(extra):
                     await budget.take(extra)
                 cost += extra
-
-            def render(answer: InferAnswer) -> tuple[bytes, str]:
-                body: bytes = encode_infer_response(answer).SerializeToString()
-                token = answer.local_entry
-                if memo_key is not None and token is not None and not _uses_shared_memory(request):
-                    assert self._memo is not None  # a key is made only with a memo
-                    entry = MemoEntry(
-                        body, answer.model, token, request.model_name, request.model_version
-                    )
-                    self._memo.insert(memo_key, entry)
-                return body, answer.cache_status.value
-
-            directives = directives_of(context.invocation_metadata())
+            render: Renderer[tuple[bytes, str]] = _encoded
+            if memo_key is not None:
+                assert self._memo is not None  # a key is made only with a memo
+                render = self._memo.memoizing(
+                    memo_key, request.model_name, request.model_version, render, _kept
+                )
             body, status = await self._answered(request, directives, render)
         finally:
             budget.leave(cost)
         context.set_trailing_metadata((("x-cache", status),))
         return body
-
-    def _memoized(self, memo: ResponseMemo, key: MemoKey, started_ns: int) -> bytes | None:
-        """The memoized answer to ``key``'s request, written down in the ledger, while its
-        model and local entry live; else None (and a stale entry is dropped)."""
-        found = memo.lookup(key)
-        if found is None:
-            return None
-        # In flight first, so that an unload waits for it; then the model is checked. The memo
-        # keeps the model object the entry was rendered for (typed as an object in ``cache``).
-        passage = self._ledger.open(cast(Model, found.model), "grpc", started_ns)
-        try:
-            model = self._service.model(found.name, found.version or None)
-        except ServingError:
-            model = None  # the loop's path refuses it, and counts the failure
-        confirmed_ns = found.token.confirm(started_ns) if found.model is model else None
-        if confirmed_ns is None:
-            self._ledger.abandoned(passage)
-            memo.delete(key)  # stale: its entry or its model is gone
-            return None
-        passage.cache_status = CacheStatus.HIT_LOCAL
-        passage.cache_ns = confirmed_ns - started_ns
-        self._ledger.succeeded(passage)
-        return found.body
 
 
 def directives_of(metadata: Any) -> CacheDirectives:
@@ -214,7 +207,17 @@ def _message(answer: InferAnswer) -> tuple[Any, str]:
     return encode_infer_response(answer), answer.cache_status.value
 
 
-def _uses_shared_memory(request: Any) -> bool:
-    return any(_SHARED in i.parameters for i in request.inputs) or any(
-        _SHARED in o.parameters for o in request.outputs
-    )
+def _encoded(answer: InferAnswer) -> tuple[bytes, str]:
+    body: bytes = encode_infer_response(answer).SerializeToString()
+    return body, answer.cache_status.value
+
+
+def _kept(rendered: tuple[bytes, str]) -> Kept:
+    """What the memo keeps of an encoded answer: its bytes (the trailer is always the same)."""
+    return rendered[0], None
+
+
+def _abort(context: grpc.ServicerContext, error: ServingError) -> NoReturn:
+    """End the call with ``error``'s status, as the loop's methods end theirs (``errors``)."""
+    context.abort(*error_status(error, "ModelInfer"))
+    raise AssertionError("grpc's abort raises")

@@ -19,6 +19,7 @@ from cachefleet.runtime.http.errors import handle_error
 from cachefleet.runtime.http.infer_endpoint import InferEndpoint
 from cachefleet.runtime.http.infer_front import AnswerNow, InferFront, Serve
 from cachefleet.runtime.http.infer_request import InferHeads
+from cachefleet.runtime.http.restricted import ApiGuard
 from cachefleet.runtime.http.routes import build_routes
 from cachefleet.runtime.http.traced import TracedInfer
 
@@ -31,6 +32,7 @@ def create_app(
 ) -> InferFront:
     """The HTTP server over ``slot``, as uvicorn serves it; ``traced``: infer requests are
     served in spans (decided once, by ``server.create_server``)."""
+    guard = ApiGuard(slot.settings.security.http_restricted_api)  # the one, for every route
     app = FastAPI(
         title="cachefleet",
         version=slot.version,
@@ -40,7 +42,7 @@ def create_app(
         openapi_url=None,
         # The server exports Prometheus metrics itself; skip FastAPI's per-request telemetry.
         telemetry={"tracing": False, "metrics": False, "logs": False},
-        routes=build_routes(slot),
+        routes=build_routes(slot, guard),
     )
     for error_type in (ServingError, HTTPException, Exception):
         app.add_exception_handler(error_type, handle_error)
@@ -49,4 +51,4 @@ def create_app(
     answer_now: AnswerNow | None = endpoint.answer_now
     if traced:  # every answer in a span: none below ASGI
         serve, answer_now = TracedInfer(serve, slot), None
-    return InferFront(app, InferHeads(slot.settings), serve, slot.settings.limits, answer_now)
+    return InferFront(app, InferHeads(guard), serve, slot.settings.limits, answer_now)

@@ -36,7 +36,7 @@ class ClientGoneError(Exception):
 
 
 class Hasher(Protocol):
-    """What :func:`receive_parts` feeds each piece of a body to (a BLAKE3 hasher)."""
+    """What :func:`receive_parts` feeds each piece of a body to (the memo's digest of it)."""
 
     def update(self, data: bytes, /) -> object: ...
 
@@ -52,12 +52,19 @@ class Charge(Protocol):
     async def cover_inflated(self, size: int) -> None: ...
 
 
+def declared_length(value: bytes) -> int | None:
+    """A ``Content-Length`` header's value as a number of bytes; None when it is not a plain
+    decimal number (the server's HTTP parser refuses such a request before it gets here). The
+    one reading of the header, for the infer route's description and for routed requests."""
+    return int(value) if value.isdigit() else None  # bytes.isdigit: ASCII digits only
+
+
 async def read_body(request: Request, limit: int) -> bytes:
     """The (decompressed) body of a routed request, or PayloadTooLargeError past ``limit``
     bytes: :func:`receive_parts`, then :func:`joined` or :func:`inflate`."""
     headers = request.headers
     length = headers.get("content-length")
-    declared = int(length) if length is not None and length.isdigit() else None
+    declared = None if length is None else declared_length(length.encode("latin-1"))
     try:
         parts = await receive_parts(request.receive, declared, limit, None)
     except ClientGoneError:

@@ -1,29 +1,25 @@
 """How the infer endpoint gets its answers: the service's one ``answer``, with or without the
-runtime's answer memo (``cache.memo``) in front of it.
+runtime's answer memo (served by ``service.memo_answers``) in front of it.
 
 :class:`ServiceAnswers` decodes the body and renders the answer for HTTP, and that is all.
 :class:`MemoizedAnswers` (chosen once, when the runtime has a memo: a local tier vouches for
-its answers) adds the memo: a byte-identical repeat of a request whose last answer was a local
-hit is answered with the bytes (and headers) rendered then, for as long as the local entry
-they came from lives (its liveness token says so, and counts the hit as the cache counts one).
-
-Serving a memoized answer counts everything a hit counts (the request and its duration in the
-request ledger, the cache hit and its lookup through the token) in one synchronous call, with
-no task, no coroutine and no await between the lookup and the counting. The memo holds only
-local hits, so it follows cache admission without asking it: while admission skips the local
-tier for a model there are no local hits of it, and nothing of it is memoized.
+its answers) adds the memo, as the service serves it to both transports: HTTP supplies only its
+request's scope (:func:`http_scope`: the path's names and the binary header length, framed),
+the body's digest and the body, and what of its rendered answer the memo keeps (the body and
+its headers, so that a hit is sent without rendering anything). Which requests may use the memo,
+the hit's order (lookup, in flight, model and local entry confirmed, counted) and what may be
+kept are the service's, the same for gRPC.
 """
 
 from __future__ import annotations
 
+import functools
+import struct
 from collections.abc import Sequence
 
 import xxhash
 
-from cachefleet.runtime.cache.api import CacheStatus
-from cachefleet.runtime.cache.memo import MemoEntry, MemoKey, ResponseMemo
 from cachefleet.runtime.composition import Runtime
-from cachefleet.runtime.errors import ServingError
 from cachefleet.runtime.http.infer_codec import (
     HIT_LOCAL,
     BodyDecoder,
@@ -32,9 +28,33 @@ from cachefleet.runtime.http.infer_codec import (
     render,
 )
 from cachefleet.runtime.http.infer_request import InferHead
-from cachefleet.runtime.service import InferAnswer, InferenceService, SharedMemoryRegistry
-from cachefleet.runtime.service.request_ledger import RequestLedger
+from cachefleet.runtime.service import (
+    DecodeInThread,
+    Decoder,
+    InferenceService,
+    SharedMemoryRegistry,
+)
+from cachefleet.runtime.service.memo_answers import Kept, MemoAnswers, MemoEntry, MemoKey
 from cachefleet.runtime.service.scheduler import OnWait
+
+#: HTTP's domain in the memo: the first bytes of every HTTP request's scope.
+_DOMAIN = b"cachefleet.memo.http3"
+_LENGTHS = struct.Struct("<QQQ")
+
+
+@functools.lru_cache(maxsize=1024)
+def http_scope(model: str, version: str | None, header_length: int | None) -> bytes:
+    """An HTTP infer request's scope in the memo: what besides its body shapes its answer,
+    remembered (a fleet's clients send a few models with a few header lengths, over and over).
+
+    The fields are length-prefixed, so they end where their lengths say. The names are the
+    path's, before they are resolved (no version, "latest", is ""); the header length goes in
+    as decimal text ("" when absent)."""
+    name = model.encode()
+    named = b"" if version is None else version.encode()
+    length = b"" if header_length is None else b"%d" % header_length
+    sizes = _LENGTHS.pack(len(name), len(named), len(length))
+    return _DOMAIN + sizes + name + named + length
 
 
 class ServiceAnswers:
@@ -44,38 +64,36 @@ class ServiceAnswers:
         self._service = service
         self._shared_memory = shared_memory
 
-    def hasher(self, head: InferHead) -> xxhash.xxh3_128 | None:
-        """A hasher to feed the body to when the memo may answer ``head``'s request."""
+    def scope(self, head: InferHead) -> bytes | None:
+        """``head``'s request's scope when the memo may answer it, else None."""
         return None
 
+    def hasher(self, scope: bytes) -> xxhash.xxh3_128:
+        """A hasher to feed the body of a request of ``scope`` to."""
+        raise AssertionError("no memo, so no scope")
+
     def memoized(
-        self, head: InferHead, digest: bytes, body: Sequence[bytes], started_ns: int
+        self, scope: bytes, digest: bytes, body: Sequence[bytes], started_ns: int
     ) -> tuple[MemoEntry | None, MemoKey | None]:
-        """The memoized answer to ``head``'s request with ``body`` (in the pieces it came in;
-        its hasher gave ``digest``), counted, and the request's memo key; None, nothing counted,
-        when there is none (``started_ns``: ``time.perf_counter_ns()`` when the body was in)."""
+        """The memoized answer to the request of ``scope`` with ``body`` (in the pieces it came
+        in; its hasher gave ``digest``), counted, and the request's memo key; None, nothing
+        counted, when there is none (``started_ns``: ``time.perf_counter_ns()`` when the body
+        was in)."""
         return None, None
 
     async def answer(
         self, head: InferHead, body: bytes, on_wait: OnWait, key: MemoKey | None
     ) -> InferOutcome:
         """The service's answer, rendered (``key``: the request's memo key, when it has one)."""
-        decode = await self._decoder(head, body)
         return await self._service.answer(
-            head.model, head.version, decode, render, head.directives, on_wait, transport="http"
-        )
+            head.model, head.version, self._decoder(head, body), render, head.directives,
+            on_wait, transport="http",
+        )  # fmt: skip
 
-    async def _decoder(self, head: InferHead, body: bytes) -> BodyDecoder:
-        """The body's decoder; a large body decoded ahead, in a worker thread, for the model
-        it names (a model that does not exist is left to the service, which refuses it)."""
+    def _decoder(self, head: InferHead, body: bytes) -> Decoder | DecodeInThread:
+        """The body's decoder; a large body's decoded in a worker thread."""
         decode = BodyDecoder(body, head.header_length, self._shared_memory)
-        if decode.large:
-            try:
-                config = self._service.model(head.model, head.version).config
-            except ServingError:
-                return decode
-            await decode.prepare(config)
-        return decode
+        return DecodeInThread(decode) if decode.large else decode
 
 
 class MemoizedAnswers(ServiceAnswers):
@@ -85,72 +103,48 @@ class MemoizedAnswers(ServiceAnswers):
         self,
         service: InferenceService,
         shared_memory: SharedMemoryRegistry,
-        memo: ResponseMemo,
-        ledger: RequestLedger,
+        memo: MemoAnswers,
     ) -> None:
         super().__init__(service, shared_memory)
         self.memo = memo
-        self._ledger = ledger
 
-    def hasher(self, head: InferHead) -> xxhash.xxh3_128 | None:
+    def scope(self, head: InferHead) -> bytes | None:
         if not head.memo:
             return None
-        return self.memo.http_hasher(head.model, head.version, head.header_length)
+        return http_scope(head.model, head.version, head.header_length)
+
+    def hasher(self, scope: bytes) -> xxhash.xxh3_128:
+        return self.memo.hasher(scope)
 
     def memoized(
-        self, head: InferHead, digest: bytes, body: Sequence[bytes], started_ns: int
+        self, scope: bytes, digest: bytes, body: Sequence[bytes], started_ns: int
     ) -> tuple[MemoEntry | None, MemoKey | None]:
-        key = self.memo.http_key(digest, head.model, head.version, head.header_length, body)
-        found = self.memo.lookup(key)
-        if found is None:
-            return None, key
-        # Resolved now, with the body in: an unload or reload may have come while it arrived.
-        try:
-            model = self._service.model(head.model, head.version)
-        except ServingError:
-            model = None  # its own path refuses it, and counts the failure
-        now_ns = found.token.confirm(started_ns) if found.model is model else None
-        if model is None or now_ns is None:
-            self.memo.delete(key)  # stale: its entry or its model is gone
-            return None, key
-        passage = self._ledger.open(model, "http", started_ns)
-        passage.cache_status, passage.cache_ns = CacheStatus.HIT_LOCAL, now_ns - started_ns
-        self._ledger.succeeded(passage)
-        return found, key
+        key = self.memo.key(digest, scope, body)
+        return self.memo.hit(key, "http", started_ns), key
 
     async def answer(
         self, head: InferHead, body: bytes, on_wait: OnWait, key: MemoKey | None
     ) -> InferOutcome:
-        """The service's answer, memoized under ``key`` when it was a local hit (from the
-        second sighting on: a one-off request costs nothing more) and its inputs and outputs
-        are all in its body and answer (no shared memory)."""
+        """The service's answer, memoized under ``key`` (its body joined) when the service's
+        memo keeps it."""
         if key is None:
             return await super().answer(head, body, on_wait, key)
-        decode = await self._decoder(head, body)
-        # Kept with its body whole: every later request is compared with it piece by piece.
-        key = self.memo.http_key(key.digest, head.model, head.version, head.header_length, (body,))
-
-        def memoizing(answer: InferAnswer) -> InferOutcome:
-            outcome = render(answer)
-            token = answer.local_entry
-            outputs = answer.request.outputs
-            shared = decode.read_shared_memory or any(o.shared_memory is not None for o in outputs)
-            if token is not None and not shared:
-                headers = answer_headers(outcome.body, outcome.header_length, HIT_LOCAL)
-                entry = MemoEntry(
-                    outcome.body, answer.model, token, head.model, head.version or "", headers
-                )
-                self.memo.insert(key, entry)
-            return outcome
-
+        memoizing = self.memo.memoizing(
+            self.memo.whole(key, body), head.model, head.version, render, _kept
+        )
         return await self._service.answer(
-            head.model, head.version, decode, memoizing, head.directives, on_wait,
-            transport="http",
+            head.model, head.version, self._decoder(head, body), memoizing, head.directives,
+            on_wait, transport="http",
         )  # fmt: skip
+
+
+def _kept(outcome: InferOutcome) -> Kept:
+    """What the memo keeps of a rendered answer: its body, and the headers a hit sends."""
+    return outcome.body, answer_headers(outcome.body, outcome.header_length, HIT_LOCAL)
 
 
 def answers_for(runtime: Runtime) -> ServiceAnswers:
     """The infer endpoint's answers: memoized when the runtime has a memo."""
-    if runtime.memo is None:
+    if runtime.memo_answers is None:
         return ServiceAnswers(runtime.service, runtime.shared_memory)
-    return MemoizedAnswers(runtime.service, runtime.shared_memory, runtime.memo, runtime.ledger)
+    return MemoizedAnswers(runtime.service, runtime.shared_memory, runtime.memo_answers)

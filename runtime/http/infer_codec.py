@@ -2,17 +2,15 @@
 
 The service's one ``answer`` takes a decoder and a renderer from each transport; these are
 HTTP's (gRPC's are in ``grpc.decode`` and ``grpc.encode``). The body holds JSON and Triton's
-binary tensor data; inputs may also come from system shared memory, which a request that
-reads it cannot be answered from a memo of rendered responses (its body does not hold them).
+binary tensor data; inputs may also come from system shared memory (the decoded request says
+so: ``InferRequest.shareable``, which the memo reads).
 """
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 
 from cachefleet.runtime.cache.api import CacheStatus
-from cachefleet.runtime.errors import ServingError
 from cachefleet.runtime.models.types import ModelConfig
 from cachefleet.runtime.protocol import InferRequest, decode_request, encode_response
 from cachefleet.runtime.service import InferAnswer, SharedMemoryRegistry
@@ -35,14 +33,17 @@ class InferOutcome:
     cache_status: CacheStatus
 
 
-#: A body with at least this many bytes of JSON is decoded in a worker thread (see
-#: :meth:`BodyDecoder.prepare`); a smaller one on the event loop, where it costs less than the
-#: trip to a thread.
+#: A body with at least this many bytes of JSON is decoded in a worker thread (the service's
+#: ``DecodeInThread``); a smaller one on the event loop, where it costs less than the trip to a
+#: thread.
 THREAD_DECODE_BYTES = 256 * 1024
 
 
 class BodyDecoder:
-    """Decodes one request's body, noting whether it read shared memory."""
+    """Decodes one request's body (for the model's config the service resolved), reading any
+    shared-memory inputs through one bounded set of reads."""
+
+    __slots__ = ("_body", "_header_length", "_reads", "_shared_memory")
 
     def __init__(
         self, body: bytes, header_length: int | None, shared_memory: SharedMemoryRegistry
@@ -52,10 +53,6 @@ class BodyDecoder:
         self._shared_memory = shared_memory
         #: This request's reads, bounded in total (made on the first: most requests read none).
         self._reads: RequestReads | None = None
-        #: Whether an input came from a shared-memory region.
-        self.read_shared_memory = False
-        #: A decode made ahead by :meth:`prepare`: the config it was for, and its outcome.
-        self._prepared: tuple[ModelConfig, InferRequest | ServingError] | None = None
 
     @property
     def large(self) -> bool:
@@ -64,41 +61,11 @@ class BodyDecoder:
         json_bytes = size if self._header_length is None else min(self._header_length, size)
         return json_bytes >= THREAD_DECODE_BYTES
 
-    async def prepare(self, config: ModelConfig) -> None:
-        """Decode for ``config`` now, in a worker thread, so that a large JSON body's decode
-        (tens of milliseconds per MiB) does not hold the event loop in one piece: the call
-        for the same config then returns (or raises) what this decode made, and its refusal
-        is counted where every refusal is. The JSON parser itself keeps the interpreter lock
-        while it parses, so what the loop gains is everything around the parse."""
-        try:
-            request = await asyncio.to_thread(
-                decode_request, self._body, self._header_length, config, self
-            )
-        except ServingError as error:
-            # Without its traceback: the thread's frames hold the parsed document (tens of
-            # MiB for a large refused body), and a client's refusal needs no stack.
-            self._prepared = (config, error.with_traceback(None))
-            return
-        self._prepared = (config, request)
-
     def __call__(self, config: ModelConfig) -> InferRequest:
-        prepared, self._prepared = self._prepared, None
-        if prepared is not None and prepared[0] is config:
-            outcome = prepared[1]
-            del prepared
-            if isinstance(outcome, ServingError):
-                try:
-                    raise outcome
-                finally:
-                    # This frame joins the traceback; holding the error too would make a cycle
-                    # that keeps the request's body and document until the cyclic collector.
-                    del outcome
-            return outcome
         return decode_request(self._body, self._header_length, config, self)
 
     def read(self, name: str, offset: int, byte_size: int) -> bytes:
         """The decoder's view of the shared-memory registry."""
-        self.read_shared_memory = True
         if self._reads is None:
             self._reads = self._shared_memory.for_request()
         return self._reads.read(name, offset, byte_size)

@@ -18,7 +18,6 @@ import time
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from cachefleet.runtime.cache.memo import MemoEntry, MemoKey
 from cachefleet.runtime.composition import Runtime, RuntimeSlot
 from cachefleet.runtime.errors import BadRequestError, ServingError
 from cachefleet.runtime.http.answer_charge import AnswerCharge
@@ -32,6 +31,7 @@ from cachefleet.runtime.http.infer_codec import answer_headers, header_length_of
 from cachefleet.runtime.http.infer_request import InferHead
 from cachefleet.runtime.http.json_limit import check_json_size, json_size
 from cachefleet.runtime.http.restricted import RestrictedApiError
+from cachefleet.runtime.service.memo_answers import MemoEntry, MemoKey
 
 _JSON = b"application/json"
 _START = "http.response.start"
@@ -100,12 +100,14 @@ class InferEndpoint:
             return None
         try:
             answers = self._answers_of(runtime)
-            hasher = answers.hasher(head)
-            if hasher is None:
+            memo_scope = answers.scope(head)
+            if memo_scope is None:
                 return None
+            hasher = answers.hasher(memo_scope)
             for part in parts:
                 hasher.update(part)
-            found, _ = answers.memoized(head, hasher.digest(), parts, time.perf_counter_ns())
+            started_ns = time.perf_counter_ns()
+            found, _ = answers.memoized(memo_scope, hasher.digest(), parts, started_ns)
             return None if found is None else (found, AnswerCharge(budget))
         finally:
             budget.leave(cost)
@@ -143,7 +145,8 @@ class InferEndpoint:
         answer: AnswerCharge,
     ) -> None:
         try:
-            hasher = answers.hasher(head)
+            memo_scope = answers.scope(head)
+            hasher = None if memo_scope is None else answers.hasher(memo_scope)
             # A plain body is hashed piece by piece as it comes; a compressed one once inflated
             # (its digest is the plain body's).
             plain = head.encoding is None
@@ -154,10 +157,11 @@ class InferEndpoint:
                 parts = [await inflate(parts, head.encoding or "", self._limit, charge)]
             key = None
             if hasher is not None:
+                assert memo_scope is not None  # a hasher is made only for a scope
                 if not plain:
                     hasher.update(parts[0])
                 started_ns = time.perf_counter_ns()
-                found, key = answers.memoized(head, hasher.digest(), parts, started_ns)
+                found, key = answers.memoized(memo_scope, hasher.digest(), parts, started_ns)
                 if found is not None:
                     headers = found.headers or []
                     if head.accept is None:

@@ -20,12 +20,12 @@ from collections.abc import Awaitable, Callable
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from cachefleet.runtime.cache.memo import MemoEntry
 from cachefleet.runtime.config import LimitSettings
 from cachefleet.runtime.http.answer_charge import AnswerCharge
 from cachefleet.runtime.http.infer_endpoint import refuse, refuse_request
 from cachefleet.runtime.http.infer_request import InferHead, InferHeads
 from cachefleet.runtime.http.transfer_coding import transfer_coding_refusal
+from cachefleet.runtime.service.memo_answers import MemoEntry
 
 #: Serves a described infer request (``InferEndpoint.serve``, or tracing around it).
 Serve = Callable[[InferHead, Scope, Receive, Send], Awaitable[None]]

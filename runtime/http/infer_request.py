@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from starlette.types import Scope
 
 from cachefleet.runtime.cache.api import CacheDirectives
-from cachefleet.runtime.config import RuntimeSettings
-from cachefleet.runtime.http.restricted import ApiGuard, refusal_message
+from cachefleet.runtime.http.body import declared_length
+from cachefleet.runtime.http.restricted import ApiGuard
 from cachefleet.runtime.protocol.cache_control import directives_from
+from cachefleet.runtime.service.memo_answers import MemoAnswers
 
 _PREFIX = "/v2/models/"
 _SUFFIX = "/infer"
@@ -52,20 +53,19 @@ class InferHead:
     directives: CacheDirectives
     #: Why the inference group's restriction refuses the request; None when it admits it.
     refusal: str | None
-    #: Whether the memo may answer (the cache is looked up and the header length is sound);
-    #: whether there is a memo is the runtime's (``Runtime.memo``).
+    #: Whether the memo may answer (the service's rule, ``MemoAnswers.applies``, and a sound
+    #: header length); whether there is a memo is the runtime's (``Runtime.memo_answers``).
     memo: bool
 
 
 class InferHeads:
-    """Describes the infer requests of a server with ``settings`` (see the module)."""
+    """Describes the infer requests of a server whose restrictions ``guard`` judges (the app's
+    one guard, see ``restricted``)."""
 
-    def __init__(self, settings: RuntimeSettings) -> None:
-        restriction = ApiGuard(settings.security.http_restricted_api).restriction("inference")
-        self._restriction = restriction
+    def __init__(self, guard: ApiGuard) -> None:
+        self._guard = guard
         #: The (lower-case) header the restriction reads, b"" when there is none.
-        self._header = b"" if restriction is None else restriction.header.lower().encode()
-        self._refusal = None if restriction is None else refusal_message(restriction)
+        self._header = guard.header("inference") or b""
 
     def __call__(self, scope: Scope) -> InferHead | None:
         """The head of ``scope``'s request when its path is an infer path, else None."""
@@ -78,7 +78,7 @@ class InferHeads:
         restricted = self._header
         for name, value in scope["headers"]:
             if name == b"content-length":
-                declared = int(value) if value.isdigit() else None
+                declared = declared_length(value)
             elif name == b"inference-header-content-length":
                 header_length, bad_header = _header_length(value)
             elif name == b"content-encoding":
@@ -89,14 +89,12 @@ class InferHeads:
                 cache_control = value.decode("latin-1")
             elif name == restricted and presented is None:
                 presented = value  # the first, as every other route judges (``restricted``)
-        refusal = None
-        if self._restriction is not None and not self._restriction.admits(presented):
-            refusal = self._refusal
+        refusal = None if not restricted else self._guard.refusal("inference", presented)
         directives = directives_from(cache_control)
         return InferHead(
             scope["method"], path, route[0], route[1], declared, header_length, bad_header,
             encoding, accept, directives, refusal,
-            memo=directives.lookup and bad_header is None,
+            memo=MemoAnswers.applies(directives) and bad_header is None,
         )  # fmt: skip
 
 

@@ -26,15 +26,15 @@ _JSON = "application/json"
 _MODEL_PATHS = ("/v2/models/{model}", "/v2/models/{model}/versions/{version}")
 
 
-def build_routes(slot: RuntimeSlot) -> list[BaseRoute]:
+def build_routes(slot: RuntimeSlot, guard: ApiGuard) -> list[BaseRoute]:
     """Every route of the server but infer (the infer front serves it before the router),
     bound to ``slot``.
 
-    Each endpoint is guarded by its API group's restriction (``--http-restricted-api``), with
-    Triton's groups: ``/metrics`` belongs to none, as Triton serves it on a port of its own.
+    Each endpoint is guarded by its API group's restriction (``--http-restricted-api``, judged
+    by the app's one ``guard``), with Triton's groups: ``/metrics`` belongs to none, as Triton
+    serves it on a port of its own.
     """
     endpoints = Endpoints(slot)
-    guard = ApiGuard(slot.settings.security.http_restricted_api)
     # Before "/v2/models/{model}", which would take "stats" for a model name.
     statistics = guard("statistics", endpoints.statistics)
     routes: list[BaseRoute] = [

@@ -59,7 +59,9 @@ def decode_request(
     if not isinstance(binary_output, bool):
         raise BadRequestError("request parameter 'binary_data_output' must be true or false")
     check_request_parameters(parameters)
-    inputs = _decode_inputs(document.get("inputs"), binary, config, shared_memory)
+    inputs, reads_shared_memory = _decode_inputs(
+        document.get("inputs"), binary, config, shared_memory
+    )
     outputs = tuple(_decode_output(item, config) for item in _array(document, "outputs"))
     return InferRequest(
         id=_request_id(document.get("id")),
@@ -67,6 +69,7 @@ def decode_request(
         outputs=outputs,
         parameters=parameters,
         binary_output=binary_output,
+        reads_shared_memory=reads_shared_memory,
     )
 
 
@@ -97,11 +100,13 @@ def _decode_inputs(
     binary: memoryview,
     config: ModelConfig,
     shared_memory: SharedMemoryReader | None,
-) -> tuple[Tensor, ...]:
+) -> tuple[tuple[Tensor, ...], bool]:
+    """The input tensors, and whether one was read from shared memory."""
     if not isinstance(items, list) or not items:
         raise BadRequestError("the request needs a non-empty 'inputs' array")
     tensors: list[Tensor] = []
     offset = 0
+    reads_shared_memory = False
     for item in items:
         if not isinstance(item, dict):
             raise BadRequestError("each entry of 'inputs' must be a JSON object")
@@ -119,6 +124,7 @@ def _decode_inputs(
             data = shared_memory.read(window.region, window.offset, window.byte_size)
             check_binary_size(name, datatype, shape, data)
             tensors.append(Tensor(name, datatype, shape, data))
+            reads_shared_memory = True
             continue
         size = parameters.get("binary_data_size")
         if size is None:
@@ -140,7 +146,7 @@ def _decode_inputs(
             "(binary_data_size values do not add up to the body)"
         )
     check_inputs_complete(tensors, config)
-    return tuple(tensors)
+    return tuple(tensors), reads_shared_memory
 
 
 def _take(binary: memoryview, offset: int, size: Any, name: str) -> bytes:

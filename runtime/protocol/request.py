@@ -56,6 +56,14 @@ class InferRequest:
     parameters: Mapping[str, Any]
     #: ``parameters.binary_data_output``: the default encoding of outputs.
     binary_output: bool
+    #: Whether an input was read from a shared-memory region (the request's bytes lack it).
+    reads_shared_memory: bool = False
+
+    @property
+    def shareable(self) -> bool:
+        """Whether the request's own bytes and its answer's hold everything the answer depends
+        on and gives (no shared memory either way): what a memo of rendered answers may keep."""
+        return not self.reads_shared_memory and all(o.shared_memory is None for o in self.outputs)
 
     @property
     def use_cache(self) -> bool:

@@ -2,13 +2,16 @@
 
 Layer rule: used by ``http`` and ``grpc``; uses ``protocol``, ``cache`` and ``models``; knows
 nothing of either transport. Transport-neutral modules: ``inference`` (the one ``answer`` of
-every transport, metadata, index, flush), ``request_ledger`` (what every request is counted
-in), ``statistics`` (Triton's statistics extension), ``model_control`` (load/unload),
+every transport, metadata, index, flush), ``memo_answers`` (the answer memo served: one hit and
+one memoizing render for both transports), ``request_ledger`` (what every request is counted
+in, and the one place it is written), ``request_budget`` (what requests may hold at once),
+``statistics`` (Triton's statistics extension), ``model_control`` (load/unload),
 ``shared_memory`` (system shared-memory regions), ``in_flight``.
 """
 
 from cachefleet.runtime.service.in_flight import InFlight
 from cachefleet.runtime.service.inference import (
+    DecodeInThread,
     Decoder,
     InferAnswer,
     InferenceService,
@@ -19,6 +22,7 @@ from cachefleet.runtime.service.shared_memory import SharedMemoryRegistry
 from cachefleet.runtime.service.statistics import StatisticsRegistry
 
 __all__ = [
+    "DecodeInThread",
     "Decoder",
     "InFlight",
     "InferAnswer",

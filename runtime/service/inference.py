@@ -14,10 +14,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from cachefleet.runtime.cache.api import (
     CacheDirectives,
@@ -30,7 +30,7 @@ from cachefleet.runtime.cache.api import (
 from cachefleet.runtime.cache.errors import CacheTierError
 from cachefleet.runtime.cache.terms import on_terms
 from cachefleet.runtime.config import RuntimeSettings
-from cachefleet.runtime.errors import NotReadyError, ServingError
+from cachefleet.runtime.errors import NotReadyError
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.models.heap import release_freed_memory
 from cachefleet.runtime.models.types import Model, ModelConfig, ModelRepository
@@ -53,6 +53,15 @@ FINGERPRINT_PARAMETER = "cachefleet.fingerprint"
 Rendered = TypeVar("Rendered")
 #: Decodes and validates a transport's request against the model's configuration.
 Decoder = Callable[[ModelConfig], InferRequest]
+
+
+class DecodeInThread(NamedTuple):
+    """A decoder to run in a worker thread: a decode long enough (a large JSON body, tens of
+    milliseconds per MiB) that the event loop should not be held for it in one piece. The JSON
+    parser keeps the interpreter lock while it parses, so what the loop gains is everything
+    around the parse."""
+
+    decode: Decoder
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,57 +124,41 @@ class InferenceService:
         self,
         model_name: str,
         version: str | None,
-        decode: Decoder,
+        decode: Decoder | DecodeInThread,
         render: Renderer[Rendered],
         directives: CacheDirectives,
         on_wait: OnWait | None = None,
         *,
         transport: str,
     ) -> Rendered:
-        """Answer one request of any transport: ``decode`` it, compute or look up its outputs,
-        ``render`` them. Raises ServingError subclasses for the client; success and failure
-        are counted in the request ledger, so every transport reports the same."""
-
-        async def work(model: Model, passage: Passage) -> Rendered:
-            return await self._answer(model, passage, decode, render, directives, on_wait)
-
-        return await self._accounted(model_name, version, transport, work)
-
-    async def _accounted(
-        self,
-        model_name: str,
-        version: str | None,
-        transport: str,
-        work: Callable[[Model, Passage], Awaitable[Rendered]],
-    ) -> Rendered:
-        """Run ``work`` for the resolved model in a passage of the request ledger, which counts
-        its success or failure and holds the model loaded while it runs."""
+        """Answer one request of any transport: resolve its model (once), ``decode`` it,
+        compute or look up its outputs, ``render`` them. Raises ServingError subclasses for the
+        client; success and failure are counted in the request ledger, so every transport
+        reports the same."""
         started = time.perf_counter_ns()
         model = self._repository.get(model_name, version)
-        passage = self._ledger.open(model, transport, started)  # no await since get()
-        try:
-            outcome = await work(model, passage)
-        except ServingError as error:
-            self._ledger.failed(passage, error)
-            raise
-        except BaseException:
-            self._ledger.abandoned(passage)
-            raise
-        self._ledger.succeeded(passage)
-        return outcome
+
+        async def work(passage: Passage) -> Rendered:
+            return await self._answer(model, passage, decode, render, directives, on_wait)
+
+        # No await since get(): the passage opens before an unload could slip in.
+        return await self._ledger.accounted(model, transport, started, work)
 
     async def _answer(
         self,
         model: Model,
         passage: Passage,
-        decode: Decoder,
+        decode: Decoder | DecodeInThread,
         render: Renderer[Rendered],
         directives: CacheDirectives,
         on_wait: OnWait | None,
     ) -> Rendered:
         """Decode, look up or compute, render; the cache's outcome goes into ``passage``."""
         config = model.config
-        request = decode(config)
+        if isinstance(decode, DecodeInThread):
+            request = await asyncio.to_thread(decode.decode, config)
+        else:
+            request = decode(config)
         parameters = request.keyed_parameters()
         scheduler = self._schedulers.of(model)
         scheduler.check_priority(_priority(request.parameters))

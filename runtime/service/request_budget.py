@@ -16,13 +16,23 @@ before it is counted, and counted before it is parsed; one whose cost is larger 
 budget is refused the same way when it enters (gRPC ``RESOURCE_EXHAUSTED``), so no request ever
 holds the whole budget alone.
 
-Used from the event loop only. The fast path is one synchronous call, :meth:`try_enter`, and
-the matching :meth:`leave`: no coroutine, no lock.
+Used from the event loop and, for one thing, from the gRPC server's threads: a memoized
+``ModelInfer`` hit is admitted on the call's thread (:meth:`enter_from_thread` and
+:meth:`leave_from_thread`), as every inference request is admitted once at its transport's door.
+The loop's side takes no lock, so that a small HTTP hit pays a few additions for its admission:
+the loop alone writes its counts, the threads write theirs under a lock of their own, and each
+side checks the sum only after adding its own share (a thread's and the loop's admissions that
+meet both see the other, so the sum never goes over the limits; at worst both are refused at the
+very edge). The fast path is one synchronous call, :meth:`try_enter`, and the matching
+:meth:`leave`: no coroutine, no lock. Waiters wait on the loop; a thread that frees room wakes
+them through it (``call_soon_threadsafe``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
 from collections import deque
 
 from cachefleet.runtime.errors import OverloadedError, PayloadTooLargeError
@@ -48,9 +58,16 @@ class RequestBudget:
         self._max_requests = max_requests
         self._max_bytes = max_bytes
         self._wait_s = wait_s
+        #: The loop's share, written by the loop only.
         self._requests = 0
         self._bytes = 0
+        #: The gRPC server threads' share, written under ``_thread_lock`` only.
+        self._thread_requests = 0
+        self._thread_bytes = 0
+        self._thread_lock = threading.Lock()
         self._waiters: deque[asyncio.Future[None]] = deque()
+        #: The loop the waiters wait on (set by the first): a thread wakes them through it.
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def max_bytes(self) -> int:
@@ -59,27 +76,26 @@ class RequestBudget:
 
     @property
     def requests(self) -> int:
-        return self._requests
+        return self._requests + self._thread_requests
 
     @property
     def bytes(self) -> int:
-        return self._bytes
+        return self._bytes + self._thread_bytes
 
     def try_enter(self, cost: int) -> bool:
-        """Count one request; True when its ``cost`` bytes fit now, False when the caller must
-        :meth:`wait` for them. Raises OverloadedError when no request may enter at all, and
-        PayloadTooLargeError when ``cost`` could never fit the whole budget."""
+        """On the loop: count one request; True when its ``cost`` bytes fit now, False when
+        the caller must :meth:`wait` for them. Raises OverloadedError when no request may enter
+        at all, and PayloadTooLargeError when ``cost`` could never fit the whole budget."""
         if cost > self._max_bytes:
             raise self.over_budget(cost)
-        if self._requests >= self._max_requests:
-            raise OverloadedError(
-                f"the server is answering {self._requests} requests, the most it may "
-                "(--max-requests-in-flight); retry later"
-            )
-        self._requests += 1
-        if self._fits(cost):
-            self._bytes += cost
+        self._requests += 1  # added before the sum is read (see the module)
+        if self._requests + self._thread_requests > self._max_requests:
+            self._requests -= 1
+            raise self._overloaded()
+        self._bytes += cost  # as try_take, written out: every request pays this call
+        if self._bytes + self._thread_bytes <= self._max_bytes:
             return True
+        self._bytes -= cost
         return False
 
     async def wait(self, cost: int) -> None:
@@ -91,13 +107,13 @@ class RequestBudget:
             self._requests -= 1
             self._wake()
             raise
-        self._bytes += cost
 
     def try_take(self, cost: int) -> bool:
-        """For a request that entered: take ``cost`` more bytes if they fit now."""
-        if self._fits(cost):
-            self._bytes += cost
+        """On the loop, for a request that entered: take ``cost`` more bytes if they fit now."""
+        self._bytes += cost  # added before the sum is read (see the module)
+        if self._bytes + self._thread_bytes <= self._max_bytes:
             return True
+        self._bytes -= cost
         return False
 
     async def take(self, cost: int) -> None:
@@ -105,21 +121,25 @@ class RequestBudget:
         OverloadedError after waiting :data:`WAIT_S` (the request keeps what it took before,
         and gives it back with :meth:`leave`)."""
         await self._room_for(cost)
-        self._bytes += cost
 
     async def _room_for(self, cost: int) -> None:
-        """Return once ``cost`` bytes fit; OverloadedError after :data:`WAIT_S`."""
-        loop = asyncio.get_running_loop()
+        """Take ``cost`` bytes once they fit; OverloadedError after :data:`WAIT_S`."""
+        loop = self._loop = asyncio.get_running_loop()
         deadline = loop.time() + self._wait_s
-        while not self._fits(cost):
+        while not self.try_take(cost):
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise OverloadedError(
-                    f"the server holds {self._bytes} bytes of requests, with room for "
+                    f"the server holds {self.bytes} bytes of requests, with room for "
                     f"{self._max_bytes} (--max-inflight-bytes); retry later"
                 )
             waiter = loop.create_future()
             self._waiters.append(waiter)
+            # Looked at again once waiting is written down: a thread that freed room meanwhile
+            # saw no waiter to wake.
+            if self.try_take(cost):
+                waiter.cancel()
+                return
             try:
                 await asyncio.wait_for(asyncio.shield(waiter), remaining)
             except TimeoutError:
@@ -129,16 +149,47 @@ class RequestBudget:
                     waiter.cancel()
 
     def leave(self, cost: int) -> None:
-        """A request that entered is done; ``cost``: the bytes it took (0 if it never did)."""
+        """On the loop: a request that entered is done; ``cost``: the bytes it took (0 if it
+        never did)."""
         self._requests -= 1
         self._bytes -= cost
         if self._waiters:
             self._wake()
 
+    def enter_from_thread(self, cost: int) -> bool:
+        """On a gRPC server thread: count one request with its ``cost`` bytes if both fit now
+        (True; give them back with :meth:`leave_from_thread`). False, nothing counted, when the
+        bytes do not fit: the request goes to the loop, which waits for room. Raises as
+        :meth:`try_enter` does when no request may enter, or ``cost`` never could."""
+        if cost > self._max_bytes:
+            raise self.over_budget(cost)
+        with self._thread_lock:
+            self._thread_requests += 1
+            self._thread_bytes += cost
+            if self._requests + self._thread_requests > self._max_requests:
+                self._thread_requests -= 1
+                self._thread_bytes -= cost
+                raise self._overloaded()
+            if self._bytes + self._thread_bytes > self._max_bytes:
+                self._thread_requests -= 1
+                self._thread_bytes -= cost
+                return False
+        return True
+
+    def leave_from_thread(self, cost: int) -> None:
+        """On a gRPC server thread: a request :meth:`enter_from_thread` counted is done."""
+        with self._thread_lock:
+            self._thread_requests -= 1
+            self._thread_bytes -= cost
+        loop = self._loop
+        if self._waiters and loop is not None:  # read after the counts (see _room_for)
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+                loop.call_soon_threadsafe(self._wake)
+
     def hold(self, cost: int) -> None:
-        """Count ``cost`` bytes that exist already (a rendered answer waiting to be written),
-        whether they fit or not: refusing them would not free them, but others wait for them.
-        Give them back with :meth:`release`."""
+        """On the loop: count ``cost`` bytes that exist already (a rendered answer waiting to
+        be written), whether they fit or not: refusing them would not free them, but others
+        wait for them. Give them back with :meth:`release`."""
         self._bytes += cost
 
     def release(self, cost: int) -> None:
@@ -154,8 +205,11 @@ class RequestBudget:
             f"budget of {self._max_bytes} bytes of requests in flight (--max-inflight-bytes)"
         )
 
-    def _fits(self, cost: int) -> bool:
-        return self._bytes + cost <= self._max_bytes
+    def _overloaded(self) -> OverloadedError:
+        return OverloadedError(
+            f"the server is answering {self.requests} requests, the most it may "
+            "(--max-requests-in-flight); retry later"
+        )
 
     def _wake(self) -> None:
         """Let every waiter look again (each checks whether its own cost fits now)."""

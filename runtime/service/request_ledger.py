@@ -1,8 +1,10 @@
 """The request ledger: the one place a request's passage through the server is written down.
 
-Every way a request is answered (a transport's call of the service, a memoized HTTP answer)
-opens a :class:`Passage` when its model is resolved and closes it with :meth:`succeeded` or
-:meth:`failed`; the ledger alone counts, so every path reports the same:
+Every way a request is answered is written down here, and only here: the service's answer
+(:meth:`RequestLedger.accounted`) and a memoized answer (:meth:`RequestLedger.memo_hit`), each
+opening a :class:`Passage` when its model is resolved and closing it with
+:meth:`~RequestLedger.succeeded` or :meth:`~RequestLedger.failed`; the ledger alone counts, so
+every path reports the same:
 
 - in flight: the model's count (``in_flight``), which an unload waits on, and the gauge
   ``cachefleet_queue_pending`` (what autoscaling on ``queue`` reads);
@@ -21,10 +23,10 @@ request pays a few additions, not a metric object's lock per increment.
 
 The ledger has one way to be written, whichever thread answers: the event loop (HTTP, and
 every gRPC call the service answers) or one of the gRPC server's threads (a repeated
-``ModelInfer`` answered from the memo) calls :meth:`open` and then :meth:`succeeded` (or
-:meth:`failed`, :meth:`abandoned`) before its answer is sent, so a client that has its answer
-and then reads statistics or ``/metrics`` sees its request counted. Each write holds one lock
-for its few increments (measured at well under a microsecond uncontended: see
+``ModelInfer`` answered from the memo) opens a passage and closes it before its answer is
+sent, so a client that has its answer and then reads statistics or ``/metrics`` sees its
+request counted. Each write holds one lock for its few increments (measured at well under a
+microsecond uncontended: see
 ``bench/results/2026-11-28-grpc-server.md``); a scrape copies the request figures under it,
 and reads of the statistics take none and see every write that finished.
 """
@@ -32,7 +34,9 @@ and reads of the statistics take none and see every write that finished.
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from cachefleet.runtime.cache.api import CacheStatus
 from cachefleet.runtime.errors import ServingError
@@ -41,6 +45,7 @@ from cachefleet.runtime.models.types import Model
 from cachefleet.runtime.service.in_flight import InFlight
 from cachefleet.runtime.service.statistics import ModelStatistics, StatisticsRegistry
 
+Outcome = TypeVar("Outcome")
 _MISSES = (CacheStatus.MISS, CacheStatus.PARTIAL)
 
 
@@ -89,6 +94,64 @@ class RequestLedger:
         #: It is the request figures' own lock, so their few numbers need no other.
         self._lock = metrics.requests.lock
         self._bound: dict[tuple[str, str], _Figures] = {}
+
+    async def accounted(
+        self,
+        model: Model,
+        transport: str,
+        started_ns: int,
+        work: Callable[[Passage], Awaitable[Outcome]],
+    ) -> Outcome:
+        """Run ``work`` for the resolved ``model`` in a passage, which counts its success or
+        failure and holds the model loaded while it runs. Call it right after resolving the
+        model: it opens the passage before its first await."""
+        passage = self.open(model, transport, started_ns)
+        try:
+            outcome = await work(passage)
+        except ServingError as error:
+            self.failed(passage, error)
+            raise
+        except BaseException:
+            self.abandoned(passage)
+            raise
+        self.succeeded(passage)
+        return outcome
+
+    def memo_hit(
+        self,
+        model: Model,
+        transport: str,
+        started_ns: int,
+        confirm: Callable[[], int | None],
+    ) -> bool:
+        """Write down an answer from the memo, rendered for ``model``, on whichever thread
+        serves it: in flight first (so that an unload waits for it), then ``confirm`` (its model
+        still resolves to ``model`` and its local entry lives: the ``perf_counter_ns()`` it
+        confirmed at, else None); a local hit, counted, or stale and closed uncounted (False:
+        the request takes the service's path, which counts it)."""
+        # open() and succeeded() without a Passage to carry between them: a hit is the
+        # cheapest answer there is, and these few lines are most of what it costs.
+        lock = self._lock
+        with lock:
+            figures = self._figures(model)
+            self.in_flight.enter(figures.name)
+            series = figures.series
+            series.pending += 1
+        confirmed_ns = confirm()
+        if confirmed_ns is None:
+            with lock:
+                self.in_flight.leave(figures.name)
+                series.pending -= 1
+            return False
+        elapsed_ns = time.perf_counter_ns() - started_ns
+        with lock:
+            self.in_flight.leave(figures.name)
+            series.pending -= 1
+            series.answered("200", elapsed_ns / 1e9)
+            stats = figures.stats
+            stats.record_success(elapsed_ns)
+            stats.record_cache_hit(confirmed_ns - started_ns)
+        return True
 
     def open(self, model: Model, transport: str, started_ns: int) -> Passage:
         """Start a request's passage: it is in flight until closed. No await may come between

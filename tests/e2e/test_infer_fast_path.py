@@ -102,6 +102,8 @@ def test_a_repeated_request_is_a_local_hit_with_the_same_bytes(server: ServerPro
     assert seen["cachefleet_cache_misses_total"] == 1
     assert seen["nv_cache_num_hits_per_model"] == 3
     assert seen["cachefleet_request_seconds_count"] == 4
+    # The second answer was the local tier's, rendered and kept; the last two the memo's.
+    assert memo_figures(server)["cachefleet_cache_tier_hits_total"] == 2
 
 
 def test_every_rendering_of_one_entry_is_rendered_as_asked(server: ServerProcess) -> None:
@@ -140,6 +142,8 @@ def test_every_rendering_of_one_entry_is_rendered_as_asked(server: ServerProcess
     assert seen["cachefleet_cache_misses_total"] == 1
     assert seen["cachefleet_cache_hits_total:local"] == 3 * len(variants) - 1
     assert seen["cachefleet_requests_total:200"] == 3 * len(variants)
+    # Each rendering was kept on its first local hit and answered from the memo after it.
+    assert memo_figures(server)["cachefleet_cache_tier_hits_total"] == 2 * len(variants) - 1
 
 
 def test_a_flush_ends_the_memoized_answer(server: ServerProcess) -> None:
@@ -147,11 +151,14 @@ def test_a_flush_ends_the_memoized_answer(server: ServerProcess) -> None:
     assert [post(server, body, headers).headers["X-Cache"] for _ in range(3)] == [
         "miss", "hit-local", "hit-local",
     ]  # fmt: skip
+    assert memo_figures(server)["cachefleet_cache_tier_hits_total"] == 1
     flushed = loopback.post(f"{server.base_url}/v2/models/simple/cache/flush", timeout=10)
     assert flushed.json()["removed"] >= 1
 
     assert post(server, body, headers).headers["X-Cache"] == "miss"
     assert post(server, body, headers).headers["X-Cache"] == "hit-local"
+    assert post(server, body, headers).headers["X-Cache"] == "hit-local"
+    assert memo_figures(server)["cachefleet_cache_tier_hits_total"] == 2  # kept again
 
 
 def memo_figures(server: ServerProcess) -> dict[str, float]:
@@ -215,6 +222,7 @@ def test_cache_directives_and_the_cache_parameter_skip_the_memo(server: ServerPr
 
 def test_compressed_requests_and_responses(server: ServerProcess) -> None:
     body, headers = simple_body()
+    post(server, body, headers)  # a miss; the next is a local hit, kept in the memo
     plain = post(server, body, headers)
     zipped = post(
         server,
@@ -224,6 +232,8 @@ def test_compressed_requests_and_responses(server: ServerProcess) -> None:
     assert zipped.headers["X-Cache"] == "hit-local"
     assert zipped.headers["Content-Encoding"] == "gzip"
     assert zipped.content == plain.content  # httpx decompressed it
+    # The inflated body is the same request: the memo answered it, compressed for this client.
+    assert memo_figures(server)["cachefleet_cache_tier_hits_total"] == 1
 
 
 def test_errors_keep_their_shape_on_the_fast_path(make_server: MakeServer) -> None:
@@ -284,6 +294,7 @@ def test_a_memoized_answer_is_counted_once_everywhere(server: ServerProcess) -> 
     assert phases["fail"]["count"] == 0
     assert model["execution_count"] == 1
     assert phases["cache_hit"]["ns"] > 0
+    assert memo_figures(server)["cachefleet_cache_tier_hits_total"] == 3  # the last three
 
 
 def test_a_body_in_many_pieces_is_answered_from_the_memo(server: ServerProcess) -> None:
@@ -306,6 +317,8 @@ def test_a_body_in_many_pieces_is_answered_from_the_memo(server: ServerProcess) 
     assert renamed.headers["X-Cache"] == "hit-local"
     assert parse(renamed)[0]["id"] == "r2"
     assert counters(server)["cachefleet_requests_total:200"] == 4
+    # The chunked repeat was the memo's (another id is another request: the local tier's).
+    assert memo_figures(server)["cachefleet_cache_tier_hits_total"] == 1
 
 
 def test_a_reloaded_model_ends_its_memoized_answers(make_server: MakeServer) -> None:

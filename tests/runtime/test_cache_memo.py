@@ -18,6 +18,8 @@ from cachefleet.runtime.cache.memo import (
     entry_footprint,
 )
 from cachefleet.runtime.cache.tier import TierFigures
+from cachefleet.runtime.grpc.infer import SCOPE as GRPC_SCOPE
+from cachefleet.runtime.http.infer_answers import http_scope
 from cachefleet.runtime.models.types import ModelConfig
 from cachefleet.runtime.tensor import Tensor
 
@@ -44,14 +46,22 @@ def request_digest_of(
     memo: ResponseMemo, model: FakeModel, body: bytes, header_length: int | None
 ) -> bytes:
     """The digest of a whole body at hand, as the server computes it piece by piece."""
-    hasher = memo.http_hasher(model.name, model.version, header_length)
+    hasher = memo.hasher(http_scope(model.name, model.version, header_length))
     hasher.update(body)
-    return hasher.digest()
+    digest: bytes = hasher.digest()
+    return digest
+
+
+def http_key(
+    digest: bytes, model: str, version: str | None, length: int | None, body: Sequence[bytes]
+) -> MemoKey:
+    """An HTTP request's key, as the server makes it."""
+    return ResponseMemo.key(digest, http_scope(model, version, length), body)
 
 
 def tagged(tag: bytes) -> MemoKey:
     """A key whose request is ``tag`` itself (a digest is whatever finds the entry)."""
-    return MemoKey(tag, tag)
+    return MemoKey(tag, (b"", tag))
 
 
 KEY = CacheKey("m", "1", bytes(32))
@@ -89,9 +99,11 @@ def test_digests_separate_models_versions_header_lengths_and_bodies() -> None:
 def test_the_memo_is_an_lru_bounded_by_bytes() -> None:
     response = b"x" * 100
     model = FakeModel("m")
-    plain = MemoEntry(response, model, token(), "m", "", request=bytes([0]))
+    plain = MemoEntry(response, model, token(), "m", "", request=(b"", bytes([0])))
     size = entry_footprint(bytes([0]), plain)  # with the one-byte request it answers
-    headed = MemoEntry(response, model, token(), "m", "1", [(b"x-cache", b"hit-local")], bytes([3]))
+    headed = MemoEntry(
+        response, model, token(), "m", "1", [(b"x-cache", b"hit-local")], (b"", bytes([3]))
+    )
     big = entry_footprint(bytes([3]), headed)
     memo = ResponseMemo(2 * size + big)
     for index in range(3):
@@ -126,10 +138,11 @@ def test_an_entry_answers_only_the_request_it_was_kept_for() -> None:
     memo = ResponseMemo(1 << 20)
     model = FakeModel("m")
     body = b"\x00" * 1000
-    kept = ResponseMemo.http_key(b"d" * 16, "m", None, 12, (body,))
+    kept = http_key(b"d" * 16, "m", None, 12, (body,))
     assert memo.insert(kept, MemoEntry(b"answer", model, token(), "m", ""))
+    scope = http_scope("m", None, 12)
     assert memo.figures().bytes == entry_footprint(
-        kept.digest, MemoEntry(b"answer", model, token(), "m", "", request=("m", None, 12, body))
+        kept.digest, MemoEntry(b"answer", model, token(), "m", "", request=(scope, body))
     )
     for name, version, length, parts in (
         ("m", None, 12, (body[:500], body[500:-1] + b"\x01")),  # one byte of the body
@@ -138,13 +151,13 @@ def test_an_entry_answers_only_the_request_it_was_kept_for() -> None:
         ("m", "1", 12, (body,)),  # a version named where the entry's was not
         ("n", None, 12, (body,)),  # the model
     ):
-        stranger = ResponseMemo.http_key(kept.digest, name, version, length, parts)
+        stranger = http_key(kept.digest, name, version, length, parts)
         assert memo.lookup(stranger) is None
         memo.delete(stranger)  # a stranger cannot drop the entry either
-    assert memo.lookup(MemoKey(kept.digest, body)) is None  # a gRPC message
+    assert memo.lookup(MemoKey(kept.digest, (GRPC_SCOPE, body))) is None  # a gRPC message
     # The same body in any pieces is the same request.
     pieces = (body[:1], body[1:700], b"", body[700:])
-    found = memo.lookup(ResponseMemo.http_key(kept.digest, "m", None, 12, pieces))
+    found = memo.lookup(http_key(kept.digest, "m", None, 12, pieces))
     assert found is not None
     assert found.body == b"answer"
     assert memo.figures() == TierFigures(1, memo.figures().bytes, hits=1, misses=6, evictions=0)
@@ -155,19 +168,19 @@ def test_each_memo_draws_its_own_digest_seed() -> None:
     memo's own (the comparison would refuse the stranger anyway)."""
     message = b"\n\x06simple"
     first, second = ResponseMemo(1 << 20), ResponseMemo(1 << 20)
-    assert first.grpc_key(message).digest != second.grpc_key(message).digest
-    assert first.grpc_key(message) == first.grpc_key(message)
+    assert first.key_of(GRPC_SCOPE, message).digest != second.key_of(GRPC_SCOPE, message).digest
+    assert first.key_of(GRPC_SCOPE, message) == first.key_of(GRPC_SCOPE, message)
 
 
 def test_a_body_hashed_in_pieces_has_the_digest_of_the_whole() -> None:
     memo = ResponseMemo(1 << 20)
     body = bytes(range(256)) * 40
-    hasher = memo.http_hasher("m", "1", 12)
+    hasher = memo.hasher(http_scope("m", "1", 12))
     for start in range(0, len(body), 1000):
         hasher.update(body[start : start + 1000])
     assert hasher.digest() == request_digest_of(memo, FakeModel("m"), body, 12)
     # No version (the latest) is its own request: it may resolve to another model later.
-    latest = memo.http_hasher("m", None, 12)
+    latest = memo.hasher(http_scope("m", None, 12))
     latest.update(body)
     assert latest.digest() != hasher.digest()
 
@@ -205,7 +218,7 @@ def test_forgetting_or_flushing_a_model_drops_its_answers_only() -> None:
     assert memo.lookup(tagged(b"a" * 32)) is None
     assert memo.lookup(tagged(b"b" * 32)) is not None
     assert memo.figures().bytes == entry_footprint(
-        b"b" * 32, MemoEntry(b"x", FakeModel("n"), token(), "n", "", request=b"b" * 32)
+        b"b" * 32, MemoEntry(b"x", FakeModel("n"), token(), "n", "", request=(b"", b"b" * 32))
     )
     memo.forget_model("n")
     assert len(memo) == 0
@@ -213,14 +226,15 @@ def test_forgetting_or_flushing_a_model_drops_its_answers_only() -> None:
 
 
 def test_an_http_answer_is_never_a_grpc_answer() -> None:
-    """The transports hash under their own prefixes and their requests are of different kinds
-    (a tuple, bytes): no HTTP body, however chosen, is a gRPC message's request (or back)."""
+    """The transports' scopes start with their own domains: no HTTP body, however chosen, is
+    a gRPC message's request (or back), and the memo itself knows neither."""
     memo = ResponseMemo(1 << 20)
     message = b"\n\x06simple"
-    hasher = memo.http_hasher("", None, None)
+    scope = http_scope("", None, None)
+    hasher = memo.hasher(scope)
     hasher.update(message)
-    http = memo.http_key(hasher.digest(), "", None, None, (message,))
-    grpc = memo.grpc_key(message)
+    http = ResponseMemo.key(hasher.digest(), scope, (message,))
+    grpc = memo.key_of(GRPC_SCOPE, message)
     assert http.digest != grpc.digest
     assert http.request != grpc.request
     memo.insert(grpc, MemoEntry(b"grpc answer", FakeModel("simple"), token(), "simple", ""))
@@ -242,7 +256,7 @@ def test_the_memo_holds_what_it_is_charged_for_small_entries() -> None:
             body = index.to_bytes(8, "little") * 28  # a 224-byte request body, its own bytes
             digest = request_digest_of(memo, model, body, 180)
             name = b"simple".decode()  # the path's name: a string of its own per request
-            key = ResponseMemo.http_key(digest, name, None, 180, (body,))
+            key = http_key(digest, name, None, 180, (body,))
             answer = index.to_bytes(8, "little") * 5
             local = token(CacheKey(name, "1", index.to_bytes(32, "little")), object())
             headers = answer_headers(answer, 30, b"hit-local")

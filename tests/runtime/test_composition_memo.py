@@ -29,7 +29,9 @@ async def test_a_local_tier_gets_one_memo_of_an_eighth_of_its_bound(
         assert runtime.memo.max_bytes == 1 << 20
         answers = answers_for(runtime)
         assert isinstance(answers, MemoizedAnswers)
-        assert answers.memo is runtime.memo
+        assert answers.memo is runtime.memo_answers
+        assert runtime.memo_answers is not None
+        assert runtime.memo_answers.memo is runtime.memo
 
 
 @pytest.mark.parametrize("mode", ["none"])
@@ -38,4 +40,5 @@ async def test_a_server_without_a_local_tier_memoizes_nothing(
 ) -> None:
     async with Runtime.open(settings(model_repository, mode)) as runtime:
         assert runtime.memo is None
+        assert runtime.memo_answers is None
         assert not isinstance(answers_for(runtime), MemoizedAnswers)

@@ -92,3 +92,61 @@ def test_a_request_larger_than_the_whole_budget_is_refused_and_counts_nothing() 
     assert (budget.requests, budget.bytes) == (0, 0)
     assert budget.try_enter(100)
     assert not budget.try_enter(1)
+
+
+def test_the_loop_and_the_grpc_threads_share_one_count_and_one_budget() -> None:
+    async def scenario() -> None:
+        budget = RequestBudget(max_requests=2, max_bytes=100, wait_s=30)
+        assert await asyncio.to_thread(budget.enter_from_thread, 80)  # a gRPC memo hit
+        assert (budget.requests, budget.bytes) == (1, 80)
+        assert not budget.try_enter(50)  # a place, but not the bytes: it waits
+        with pytest.raises(OverloadedError, match="max-requests-in-flight"):
+            budget.try_enter(0)
+        with pytest.raises(OverloadedError, match="max-requests-in-flight"):
+            await asyncio.to_thread(budget.enter_from_thread, 0)
+        waiting = asyncio.create_task(budget.wait(50))
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        # The thread's hit is done: room freed off the loop wakes the waiter on it.
+        await asyncio.to_thread(budget.leave_from_thread, 80)
+        await asyncio.wait_for(waiting, 20)  # well before its 30 s wait would end
+        assert (budget.requests, budget.bytes) == (1, 50)
+        assert not await asyncio.to_thread(budget.enter_from_thread, 60)  # nothing counted
+        assert (budget.requests, budget.bytes) == (1, 50)
+        budget.leave(50)
+        assert (budget.requests, budget.bytes) == (0, 0)
+
+    asyncio.run(scenario())
+
+
+def test_the_loop_and_threads_entering_together_never_pass_the_limit() -> None:
+    budget = RequestBudget(max_requests=3, max_bytes=1 << 30)
+    seen: list[int] = []
+
+    def hits() -> None:
+        for _ in range(20_000):
+            try:
+                entered = budget.enter_from_thread(1)
+            except OverloadedError:
+                continue
+            if entered:
+                seen.append(budget.requests)
+                budget.leave_from_thread(1)
+
+    async def scenario() -> None:
+        threads = [asyncio.create_task(asyncio.to_thread(hits)) for _ in range(3)]
+        while not all(thread.done() for thread in threads):
+            try:
+                budget.try_enter(1)
+            except OverloadedError:
+                await asyncio.sleep(0)
+                continue
+            seen.append(budget.requests)
+            budget.leave(1)
+            await asyncio.sleep(0)
+        await asyncio.gather(*threads)
+
+    asyncio.run(scenario())
+    assert seen
+    assert max(seen) <= 3
+    assert (budget.requests, budget.bytes) == (0, 0)
