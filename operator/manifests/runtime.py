@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from cachefleet.operator.manifests import meta, model_fetch
+from cachefleet.operator.manifests import meta, model_fetch, upstream
 from cachefleet.operator.manifests.errors import SpecError
 from cachefleet.operator.manifests.meta import RUNTIME_GRPC_PORT, RUNTIME_PORT, Owner
 from cachefleet.operator.manifests.redis import password_ref
@@ -87,7 +87,8 @@ def runtime_settings(spec: ServiceSpec, *, owner: Owner) -> RuntimeSettings:
             log_level=spec.runtime.log_level,
         ),
         models=ModelSettings(
-            repository=Path(MODEL_DIR),
+            # In front of a server (``spec.server``) the models are the upstream's.
+            repository=Path(MODEL_DIR) if spec.server is None else None,
             cache_all_models=spec.model.cache_all_models,
             row_cache_models=(spec.model.name,) if spec.model.row_cache else (),
             execution_provider=spec.runtime.execution_provider,
@@ -245,6 +246,7 @@ def build_runtime_service(spec: ServiceSpec, *, owner: Owner) -> dict[str, Any]:
             "ports": [
                 {"name": "http", "port": RUNTIME_PORT, "targetPort": "http"},
                 {"name": "grpc", "port": RUNTIME_GRPC_PORT, "targetPort": "grpc"},
+                *upstream.metrics_service_ports(spec),
             ],
         },
     }
@@ -276,7 +278,7 @@ def build_runtime_deployment(
     }
     if spec.autoscaling is None:  # else the scaler (an HPA, or KEDA's) owns the count
         deployment_spec["replicas"] = spec.replicas
-    if spec.runtime.gpus:
+    if spec.runtime.gpus or (spec.server is not None and spec.server.gpus_or_default):
         # A surge pod would need a GPU beyond the replicas' own, and on a full GPU pool it stays
         # Pending forever: replace one pod at a time instead.
         deployment_spec["strategy"] = {
@@ -321,7 +323,7 @@ def _pod_spec(
     pod.update(meta.pull_secrets(spec))
     image_source = spec.model.image
     model_volume = _model_volume(spec)
-    size = (model_volume.get("emptyDir") or {}).get("sizeLimit")
+    size = ((model_volume or {}).get("emptyDir") or {}).get("sizeLimit")
     if image_source is not None:
         resources = _filling(copy_resources(server["resources"]), size)
         pod["initContainers"] = [_copy_container(image_source, resources)]
@@ -334,10 +336,13 @@ def _pod_spec(
     pod["volumes"] = [
         {"name": "config", "configMap": {"name": configmap_name}},
         {"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE_LIMIT}},
-        model_volume,
+        *([model_volume] if model_volume is not None else []),
         *model_fetch.scratch_volumes(spec),
         *model_fetch.credential_volumes(spec),
     ]
+    if spec.server is not None and spec.server.kind == "triton":
+        pod["containers"].append(upstream.triton_container(spec, models_mount=_models_mount(spec)))
+        pod["volumes"] += upstream.triton_volumes(size_limit=TMP_SIZE_LIMIT)
     if runtime.tls is not None:
         pod["volumes"].append(
             {"name": "tls", "secret": {"secretName": runtime.tls.secret_name, "defaultMode": 0o440}}
@@ -411,8 +416,12 @@ def _total_size(sizes: list[str | None]) -> str | None:
     return format_bytes(sum(parse_bytes(size) for size in given))
 
 
-def _model_volume(spec: ServiceSpec) -> dict[str, Any]:
+def _model_volume(spec: ServiceSpec) -> dict[str, Any] | None:
+    """The volume of the model's files; None for an external server's model (its files are
+    the server's)."""
     model = spec.model
+    if not model.has_files:
+        return None
     if model.pvc is not None:
         return {
             "name": "models",
@@ -422,17 +431,22 @@ def _model_volume(spec: ServiceSpec) -> dict[str, Any]:
     return {"name": "models", "emptyDir": {"sizeLimit": str(size)}}
 
 
+def _models_mount(spec: ServiceSpec) -> dict[str, Any]:
+    """Where a container sees the model's files (cachefleet's, and Triton's beside it)."""
+    mount: dict[str, Any] = {"name": "models", "mountPath": MODEL_DIR}
+    pvc = spec.model.pvc
+    if pvc is not None:
+        mount["readOnly"] = True
+        if pvc.sub_path:
+            mount["subPath"] = pvc.sub_path
+    return mount
+
+
 def _server_container(spec: ServiceSpec, owner: Owner, runtime_image: str) -> dict[str, Any]:
     runtime = spec.runtime
     resources = runtime.resources.as_dict()
     if runtime.gpus:
         resources.setdefault("limits", {})[GPU_RESOURCE] = runtime.gpus
-    models_mount: dict[str, Any] = {"name": "models", "mountPath": MODEL_DIR}
-    pvc = spec.model.pvc
-    if pvc is not None:
-        models_mount["readOnly"] = True
-        if pvc.sub_path:
-            models_mount["subPath"] = pvc.sub_path
     env = []
     for name, ref in (
         (PASSWORD_ENV, redis_password_ref(spec, owner=owner)),
@@ -448,22 +462,24 @@ def _server_container(spec: ServiceSpec, owner: Owner, runtime_image: str) -> di
     mounts: list[dict[str, Any]] = [
         {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
         {"name": "tmp", "mountPath": "/tmp"},
-        models_mount,
     ]
+    if spec.model.has_files:
+        mounts.append(_models_mount(spec))
+    command = ["cachefleet", "serve", "--config", f"{CONFIG_DIR}/config.yaml"]
+    startup_failures = 60
+    if spec.server is None:
+        command += ["--model-repository", MODEL_DIR]
+    else:
+        command += upstream.upstream_arguments(spec.server, model_dir=MODEL_DIR)
+        env += upstream.upstream_env(spec.server)
+        startup_failures = upstream.STARTUP_FAILURES
     if https:
         mounts.append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
     return {
         "name": "server",
         "image": runtime.image or runtime_image,
         "imagePullPolicy": runtime.image_pull_policy,
-        "command": [
-            "cachefleet",
-            "serve",
-            "--config",
-            f"{CONFIG_DIR}/config.yaml",
-            "--model-repository",
-            MODEL_DIR,
-        ],
+        "command": command,
         "env": env,
         "ports": [
             {"name": "http", "containerPort": RUNTIME_PORT, "protocol": "TCP"},
@@ -473,7 +489,9 @@ def _server_container(spec: ServiceSpec, owner: Owner, runtime_image: str) -> di
         "securityContext": container_security(),
         "readinessProbe": _http_probe("/v2/health/ready", period_s=5, failures=3, https=https),
         "livenessProbe": _http_probe("/v2/health/live", period_s=10, failures=6, https=https),
-        "startupProbe": _http_probe("/v2/health/live", period_s=5, failures=60, https=https),
+        "startupProbe": _http_probe(
+            "/v2/health/live", period_s=5, failures=startup_failures, https=https
+        ),
         "volumeMounts": mounts,
     }
 

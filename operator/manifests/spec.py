@@ -149,7 +149,8 @@ class Model(_Spec):
 
     @model_validator(mode="after")
     def _one_source(self) -> Model:
-        if (self.repository is None) == (self.storage_uri is None):
+        # At most one here; at least one unless the server is external (``ServiceSpec``).
+        if self.repository is not None and self.storage_uri is not None:
             raise ValueError("set exactly one of model.storageUri or model.repository")
         if self.storage_uri is None:
             if self.storage_secret_name is not None:
@@ -177,11 +178,17 @@ class Model(_Spec):
         return uri if uri.downloaded else None
 
     @property
+    def has_files(self) -> bool:
+        """Whether the spec names the model's files (not so for an external server's model)."""
+        return self.repository is not None or self.storage_uri is not None
+
+    @property
     def pvc(self) -> PvcSource | None:
         """The claim the repository is mounted from: ``repository.pvc`` or a pvc:// URI."""
         if self.repository is not None:
             return self.repository.pvc
-        assert self.storage_uri is not None
+        if self.storage_uri is None:
+            return None
         uri = parse_storage_uri(self.storage_uri)
         if uri.downloaded:
             return None
@@ -553,6 +560,118 @@ def autoscaling_problems(scaling: Autoscaling) -> list[str]:
     return problems
 
 
+ServerKind = Literal["triton", "external"]
+#: ``server.url`` (the runtime's ``--upstream``): KServe v2 gRPC or HTTP, HOST:PORT (no path,
+#: no credentials: those go in ``authSecretRef``).
+SERVER_URL_PATTERN = r"^(grpc|grpcs|http|https)://[^\s/@]+:[0-9]{1,5}/?$"
+DEFAULT_AUTH_HEADER = "Authorization"
+_TRITON_FIELDS = ("image", "image_pull_policy", "args", "resources", "gpus", "env")
+_EXTERNAL_FIELDS = ("url", "auth_secret_ref", "auth_header")
+#: tritonserver options the operator sets (the shared repository, the loopback ports the
+#: cachefleet container reaches): ``server.args`` may not set them again.
+OWNED_TRITON_OPTIONS = (
+    "--model-repository",
+    "--model-store",
+    "--model-control-mode",
+    "--http-address",
+    "--http-port",
+    "--grpc-address",
+    "--grpc-port",
+    "--metrics-port",
+)
+
+
+class AuthSecretRef(_Spec):
+    """The Secret key of an auth value (no default key: the value is a whole header's)."""
+
+    name: str = Field(min_length=1)
+    key: str = Field(min_length=1)
+
+
+class EnvVar(_Spec):
+    """A variable of the Triton container: a value, or a Kubernetes ``valueFrom`` as written."""
+
+    name: str = Field(min_length=1, pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+    value: str | None = None
+    value_from: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _one_value(self) -> EnvVar:
+        if self.value is not None and self.value_from is not None:
+            raise ValueError(f"server.env {self.name}: set value or valueFrom, not both")
+        return self
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, exclude_none=True)
+
+
+class Server(_Spec):
+    """The model server the fleet fronts: the runtime pods serve its models through the cache
+    (the runtime's upstream mode) instead of running models of their own.
+
+    triton: a Triton container beside cachefleet's in every runtime pod, loading the model
+    repository both containers mount; external: an existing KServe v2 server at ``url``.
+    """
+
+    kind: ServerKind
+    #: triton: the tritonserver image (e.g. nvcr.io/nvidia/tritonserver:24.08-py3).
+    image: str | None = Field(None, min_length=1)
+    #: triton: None is IfNotPresent.
+    image_pull_policy: PullPolicy | None = None
+    #: triton: more tritonserver arguments, after the ones the operator sets.
+    args: list[str] = []
+    #: triton: the Triton container's resources (cachefleet's are ``runtime.resources``).
+    resources: Resources | None = None
+    #: triton: nvidia.com/gpu of the Triton container.
+    gpus: int | None = Field(None, ge=0)
+    env: list[EnvVar] = []
+    #: external: grpc://, grpcs://, http:// or https:// HOST:PORT of the server.
+    url: str | None = Field(None, pattern=SERVER_URL_PATTERN)
+    #: external: a Secret key whose value is sent as the ``authHeader`` with every call.
+    auth_secret_ref: AuthSecretRef | None = None
+    #: external: the header (gRPC metadata key) the Secret's value goes in.
+    auth_header: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]+$")
+
+    @model_validator(mode="after")
+    def _fields_of_the_kind(self) -> Server:
+        others = _EXTERNAL_FIELDS if self.kind == "triton" else _TRITON_FIELDS
+        given = [f for f in others if getattr(self, f) not in (None, [])]
+        if given:
+            names = ", ".join(f"server.{to_camel(f)}" for f in given)
+            other = "external" if self.kind == "triton" else "triton"
+            raise ValueError(
+                f"{names}: read for server kind {other} only (this one is {self.kind}): remove"
+            )
+        if self.kind == "triton" and self.image is None:
+            raise ValueError("server kind triton needs server.image (a tritonserver image)")
+        if self.kind == "external" and self.url is None:
+            raise ValueError(
+                "server kind external needs server.url (grpc://, grpcs://, http:// or "
+                "https://HOST:PORT of the KServe v2 server)"
+            )
+        owned = sorted({o for a in self.args for o in OWNED_TRITON_OPTIONS if a.split("=")[0] == o})
+        if owned:
+            raise ValueError(
+                f"server.args must not set {', '.join(owned)}: the operator sets them (the "
+                "shared model repository and the loopback ports cachefleet reaches Triton on)"
+            )
+        if self.auth_header is not None and self.auth_secret_ref is None:
+            raise ValueError("server.authHeader is read only with server.authSecretRef")
+        return self
+
+    @property
+    def auth_header_or_default(self) -> str:
+        return self.auth_header or DEFAULT_AUTH_HEADER
+
+    @property
+    def image_pull_policy_or_default(self) -> PullPolicy:
+        return self.image_pull_policy or "IfNotPresent"
+
+    @property
+    def gpus_or_default(self) -> int:
+        return self.gpus or 0
+
+
 class ServiceSpec(_Spec):
     """The whole spec of a CachedInferenceService."""
 
@@ -565,6 +684,15 @@ class ServiceSpec(_Spec):
     runtime: Runtime = Runtime()
     cache: Cache = Cache()
     autoscaling: Autoscaling | None = None
+    #: The model server the fleet fronts; None: the runtime runs the model itself.
+    server: Server | None = None
+
+    @model_validator(mode="after")
+    def _server_fits(self) -> ServiceSpec:
+        problems = server_problems(self)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
     @model_validator(mode="after")
     def _cpu_request_for_autoscaling(self) -> ServiceSpec:
@@ -581,6 +709,30 @@ class ServiceSpec(_Spec):
                 "process has its own metrics, and a scrape sees only the one that answers"
             )
         return self
+
+
+def server_problems(spec: ServiceSpec) -> list[str]:
+    """What makes ``spec.server`` unusable with the rest of the spec (the CRD's CEL rules say
+    the same)."""
+    server = spec.server
+    external = server is not None and server.kind == "external"
+    problems = []
+    if external and spec.model.has_files:
+        problems.append(
+            "server kind external serves the external server's models: remove "
+            "model.storageUri and model.repository"
+        )
+    if not external and not spec.model.has_files:
+        problems.append(
+            "set exactly one of model.storageUri or model.repository (only a server of kind "
+            "external needs neither)"
+        )
+    if server is not None and spec.runtime.gpus:
+        problems.append(
+            "runtime.gpus must be 0 with a server: the model runs on the server (server.gpus "
+            "for kind triton), not in cachefleet's container"
+        )
+    return problems
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from cachefleet.cli.main import build_parser
+from cachefleet.operator.manifests.upstream import TRITON_METRICS_PORT_NAME
 from cachefleet.operator.reconcile.settings import OperatorSettings
 from delivery.support import CHART, NAMESPACE, RELEASE, REPO, Helm, Manifest, find, only
 
@@ -203,10 +204,13 @@ def test_service_monitor_scrapes_the_runtime_services_of_the_watched_namespaces(
     spec = monitor["spec"]
     assert spec["namespaceSelector"] == {"matchNames": ["team-a", "team-b"]}
     assert spec["selector"]["matchLabels"]["app.kubernetes.io/component"] == "runtime"
+    ports = []
     for endpoint in spec["endpoints"]:  # (one per scheme: test_chart_tls)
-        assert endpoint["port"] == "http"
+        ports.append(endpoint["port"])
         assert endpoint["path"] == "/metrics"
         assert (endpoint["interval"], endpoint["scrapeTimeout"]) == ("15s", "10s")
+    # cachefleet's own port, and the port the operator gives a Triton beside it (spec.server).
+    assert ports == ["http", "http", TRITON_METRICS_PORT_NAME]
 
 
 def test_dashboard_config_map_is_labelled_for_the_grafana_sidecar(

@@ -58,7 +58,8 @@ def test_each_runtime_service_is_scraped_once_over_its_own_scheme(
     helm: Helm, custom_objects: list[Manifest]
 ) -> None:
     monitor = only(custom_objects, "ServiceMonitor", "cachefleet-runtime")
-    by_scheme = {endpoint["scheme"]: endpoint for endpoint in monitor["spec"]["endpoints"]}
+    endpoints = [e for e in monitor["spec"]["endpoints"] if e["port"] == "http"]
+    by_scheme = {endpoint["scheme"]: endpoint for endpoint in endpoints}
     assert set(by_scheme) == {"http", "https"}
     assert by_scheme["https"]["tlsConfig"] == {"insecureSkipVerify": True}
     assert set(by_scheme["https"]["tlsConfig"]) <= SAFE_TLS_FIELDS

@@ -28,6 +28,8 @@ GOLDEN = {
     "autoscaling.yaml": "6576d5b7f2dac033",
     "densenet-gpu-aof.yaml": "230d9161985c413d",
     "tracing.yaml": "6576d5b7f2dac033",  # the default Redis, as autoscaling.yaml's
+    "external-upstream.yaml": "6576d5b7f2dac033",  # the default Redis
+    "triton-upstream.yaml": "6576d5b7f2dac033",  # the default Redis
 }
 PASSWORD = "golden-password"
 CACHE_SECRET = "golden-cache-secret"

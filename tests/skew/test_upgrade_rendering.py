@@ -23,8 +23,11 @@ import pytest
 import yaml
 from support.kube.crd_schema import EXAMPLES, apply_defaults
 from support.previous_release import ReleaseCheckout
+from support.skew import NEW_EXAMPLES
 
 CRD = Path("crds") / "cachedinferenceservices.cachefleet.io.yaml"
+#: The examples an upgrade takes over: those of services the previous release could run.
+UPGRADED = [e for e in EXAMPLES if e.name not in NEW_EXAMPLES]
 #: ``cachefleet render FILE`` with a fixed stand-in for the generated password, cache secret and
 #: admin token, so that two renderings differ only where the releases do: the previous release
 #: drew them from ``secrets.token_urlsafe``; today's renders the digests of
@@ -88,7 +91,7 @@ def renderings(
     """(previous release's children, today's) of every example."""
     folder = tmp_path_factory.mktemp("stored")
     found = {}
-    for example in EXAMPLES:
+    for example in UPGRADED:
         path = folder / example.name
         path.write_text(yaml.safe_dump(stored(example, previous_release.root / CRD)))
         old = rendered(previous_release.run_python(RENDER, str(path)))
@@ -104,7 +107,7 @@ def renderings(
     return found
 
 
-@pytest.mark.parametrize("example", [e.name for e in EXAMPLES])
+@pytest.mark.parametrize("example", [e.name for e in UPGRADED])
 def test_an_operator_upgrade_restarts_no_redis(
     renderings: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]], example: str
 ) -> None:
@@ -112,7 +115,7 @@ def test_an_operator_upgrade_restarts_no_redis(
     assert template(new, "StatefulSet") == template(old, "StatefulSet")
 
 
-@pytest.mark.parametrize("example", [e.name for e in EXAMPLES])
+@pytest.mark.parametrize("example", [e.name for e in UPGRADED])
 def test_the_runtime_pods_change_only_where_this_release_means_them_to(
     renderings: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]], example: str
 ) -> None:
@@ -124,3 +127,10 @@ def test_the_runtime_pods_change_only_where_this_release_means_them_to(
     service = yaml.safe_load(next(e for e in EXAMPLES if e.name == example).read_text())
     names_image = "image" in (service["spec"].get("runtime") or {})
     assert ("spec.containers[server].image" in changed) != names_image
+
+
+def test_the_examples_left_out_are_new_in_this_release(previous_release: ReleaseCheckout) -> None:
+    """NEW_EXAMPLES holds only examples the previous release did not ship."""
+    shipped = {p.name for p in (previous_release.root / "examples").glob("*.yaml")}
+    assert not shipped & NEW_EXAMPLES.keys()
+    assert NEW_EXAMPLES.keys() <= {e.name for e in EXAMPLES}

@@ -27,6 +27,15 @@ KIND = "CachedInferenceService"
 #: What a Secret key holds in a pod, for the loaders (long enough for a cache MAC secret).
 SECRET_STAND_IN = "s" * 40
 _REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+#: Examples of a kind of service this release adds and the previous one cannot run at all:
+#: no such object predates an upgrade, and no runtime pod of the previous release serves it (a
+#: fleet that pins an older ``runtime.image`` cannot use them). Left out of the skew checks,
+#: each with its reason; an entry expires by itself once the previous release ships the example
+#: (``test_upgrade_rendering`` checks it does not).
+NEW_EXAMPLES = {
+    "triton-upstream.yaml": "spec.server (the runtime's upstream mode) is new in this release",
+    "external-upstream.yaml": "spec.server (the runtime's upstream mode) is new in this release",
+}
 
 
 def example_objects(root: Path = ROOT) -> list[tuple[str, dict[str, Any]]]:

@@ -68,6 +68,21 @@ GOOD_STORAGE_URIS = (
 #: Past the schema's pattern, refused by the operator (and CEL where it can).
 BAD_STORAGE_URIS = ("s3://Bad_Bucket/m", "pvc://claim/../up", "https://u:p@host/m.onnx")
 
+GOOD_SERVER_URLS = ("grpc://triton.models:8001", "https://v2.example.com:443")
+
+
+def _gpus_beside_a_server(spec: dict[str, Any]) -> None:
+    spec["server"] = {"kind": "triton", "image": "triton:dev"}
+    spec.setdefault("runtime", {})["gpus"] = 1
+
+
+def _external_beside_files(spec: dict[str, Any]) -> None:
+    spec["server"] = {"kind": "external", "url": GOOD_SERVER_URLS[0]}
+    for name in ("storageUri", "storageSecretName"):
+        spec["model"].pop(name, None)
+    spec["model"]["repository"] = {"pvc": {"claimName": "models"}}
+
+
 SPREAD = {
     "maxSkew": 1,
     "topologyKey": "kubernetes.io/hostname",
@@ -117,6 +132,23 @@ OVERRIDES: dict[str, st.SearchStrategy[Any]] = {
         names,
         max_size=2,
     ),
+    "server.image": st.sampled_from(["nvcr.io/nvidia/tritonserver:24.08-py3", "triton:dev"]),
+    "server.args": st.lists(
+        st.sampled_from(["--log-verbose=1", "--exit-timeout-secs=20", "--grpc-port=8001"]),
+        max_size=2,
+    ),
+    "server.resources": resources,
+    "server.gpus": st.integers(0, 2),
+    "server.env": st.lists(
+        st.fixed_dictionaries(
+            {"name": st.sampled_from(["A", "CUDA_MODULE_LOADING"])}, optional={"value": names}
+        ),
+        max_size=2,
+        unique_by=lambda v: v["name"],
+    ),
+    "server.url": st.sampled_from([*GOOD_SERVER_URLS, "grpc://triton", "t:8001"]),
+    "server.authSecretRef": st.fixed_dictionaries({"name": names, "key": names}),
+    "server.authHeader": st.sampled_from(["Authorization", "triton-grpc-protocol-token"]),
     "cache.ttl": durations,
     "cache.local.size": sizes,
     "cache.redis.external.url": st.sampled_from(
@@ -275,6 +307,14 @@ breakages = st.one_of(
         )
     ),
     st.just(Breakage("both sources", _both_sources, "exactly one of model.repository")),
+    st.just(Breakage("GPUs beside a server", _gpus_beside_a_server, "runtime.gpus must be 0")),
+    st.just(
+        Breakage(
+            "an external server beside model files",
+            _external_beside_files,
+            "serves the external server's models",
+        )
+    ),
     st.builds(
         lambda sampler: Breakage(
             "tracing ratio without its sampler",
@@ -351,6 +391,9 @@ def _base(spec: dict[str, Any]) -> dict[str, Any]:
     cache["ttl"], cache["local"] = "1h", {"size": "256Mi"}
     cache["redis"] = {"maxmemoryPolicy": "allkeys-lfu"}
     spec.setdefault("runtime", {}).pop("resources", None)
+    server = spec.get("server")
+    if server is not None:
+        _valid_server(spec, server)
     tracing = spec["runtime"].get("tracing")
     if tracing is not None:
         if not tracing.get("sampler", "").endswith("traceidratio"):
@@ -358,6 +401,31 @@ def _base(spec: dict[str, Any]) -> dict[str, Any]:
         attributes = tracing.get("resourceAttributes", {})
         tracing["resourceAttributes"] = {k: v for k, v in attributes.items() if "," not in k}
     return spec
+
+
+_TRITON_ONLY = ("image", "imagePullPolicy", "args", "resources", "gpus", "env")
+_EXTERNAL_ONLY = ("url", "authSecretRef", "authHeader")
+
+
+def _valid_server(spec: dict[str, Any], server: dict[str, Any]) -> None:
+    """``spec.server`` made valid: the fields of its kind only, with the required ones, no GPUs
+    on cachefleet's container, and model files for triton only."""
+    spec["runtime"]["gpus"] = 0
+    server.pop("resources", None)  # (bad quantities among them: see runtime.resources)
+    if server["kind"] == "triton":
+        for name in _EXTERNAL_ONLY:
+            server.pop(name, None)
+        server.setdefault("image", "triton:dev")
+        server["args"] = [a for a in server.get("args", []) if not a.startswith("--grpc-port")]
+        return
+    for name in _TRITON_ONLY:
+        server.pop(name, None)
+    if server.get("url") not in GOOD_SERVER_URLS:
+        server["url"] = GOOD_SERVER_URLS[0]
+    if "authSecretRef" not in server:
+        server.pop("authHeader", None)
+    for name in ("repository", "storageUri", "storageSecretName", "storageSizeLimit"):
+        spec["model"].pop(name, None)
 
 
 def broken(spec: dict[str, Any], breakage: Breakage) -> Any:
