@@ -10,10 +10,13 @@ The layer is skipped, whole, only when ``scripts/build-plane`` has not built the
 - ``operator``: ``cachefleet operator`` as a process of the test, under a token of ``deploy/``'s
   ServiceAccount (its real RBAC), with a loopback ``redis-server`` standing in for the managed
   Redis pods (kwok runs no container).
+- ``session_operator_paused``: that operator stopped (SIGSTOP) for a module that runs its own.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Iterator
 
 import pytest
@@ -74,6 +77,19 @@ def operator(
         yield running
     finally:
         running.stop()
+
+
+@pytest.fixture(scope="module")
+def session_operator_paused(operator: OperatorProcess) -> Iterator[None]:
+    """The session's operator (today's code, every namespace) stopped for a module that runs
+    an operator of its own, so that only that one handles the module's services; continued
+    afterwards."""
+    group = os.getpgid(operator.process.pid)
+    os.killpg(group, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.killpg(group, signal.SIGCONT)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import base64
 import copy
-import os
-import signal
 import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -28,7 +26,7 @@ from typing import Any
 
 import pytest
 import yaml
-from support.cluster_operator import OperatorProcess, give_password, service_account_token
+from support.cluster_operator import give_password, service_account_token
 from support.plane import ROOT, Plane, until
 from support.previous_release import ReleaseCheckout, checkout_previous_release, current_version
 from support.processes import CACHEFLEET, ManagedProcess, RedisProcess
@@ -154,18 +152,6 @@ def _without_images(template: dict[str, Any], old_image: str, new_image: str) ->
     text = yaml.safe_dump(copy.deepcopy(template)).replace(new_image, old_image)
     loaded: dict[str, Any] = yaml.safe_load(text)
     return loaded
-
-
-@pytest.fixture(scope="module")
-def session_operator_paused(operator: OperatorProcess) -> Iterator[None]:
-    """The session's operator (today's code, every namespace) stopped for this module, so that
-    only the operator of the phase under test handles the service; continued afterwards."""
-    group = os.getpgid(operator.process.pid)
-    os.killpg(group, signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        os.killpg(group, signal.SIGCONT)
 
 
 @pytest.fixture(scope="module")

@@ -67,6 +67,7 @@ class OperatorProcess:
 
 def give_password(redis: RedisProcess, password: str) -> None:
     """Have the stand-in for a managed Redis take the password the operator generated for it.
-    One stand-in serves the session, so the last service given it is the one it answers."""
-    redis.command("CONFIG", "SET", "requirepass", password)
+    One stand-in serves the session: it takes every service's password (the default user may
+    hold several), so services made one after another all reach it."""
+    redis.command("ACL", "SETUSER", "default", "on", f">{password}")
     redis.password = password

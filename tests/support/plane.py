@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx
 import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
@@ -75,7 +77,7 @@ class Plane:
         NodeSpec("kwok-cpu-1"),
         NodeSpec("kwok-gpu-0", gpus=4),
     )
-    persistent_volumes: int = 12
+    persistent_volumes: int = 16
     processes: list[ManagedProcess] = field(default_factory=list)
     port: int = 0
     #: Seconds from the first process started to every node Ready (reported by the tests).
@@ -92,6 +94,19 @@ class Plane:
     @property
     def ca(self) -> Path:
         return self.folder / "pki" / "ca.crt"
+
+    def http(self, token: str | None = None) -> httpx.Client:
+        """A plain HTTP client of the API server: as the admin (its client certificate), or
+        with ``token`` (a service account's). For requests kubectl cannot shape (a JSON patch,
+        an apply of a chosen body, a watch from a resourceVersion)."""
+        context = ssl.create_default_context(cafile=str(self.ca))
+        headers = {}
+        if token is None:
+            pki = self.folder / "pki"
+            context.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+        else:
+            headers["Authorization"] = f"Bearer {token}"
+        return httpx.Client(base_url=self.server, verify=context, headers=headers, timeout=60)
 
     def env(self, **extra: str) -> dict[str, str]:
         """The environment of a client of the plane as its admin."""
