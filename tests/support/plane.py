@@ -78,6 +78,7 @@ class Plane:
         NodeSpec("kwok-gpu-0", gpus=4),
     )
     persistent_volumes: int = 16
+    expandable_volumes: int = 4
     processes: list[ManagedProcess] = field(default_factory=list)
     port: int = 0
     #: Seconds from the first process started to every node Ready (reported by the tests).
@@ -311,25 +312,32 @@ class Plane:
             }
 
     def _storage_objects(self) -> Iterator[dict[str, Any]]:
-        yield {
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {"name": "standard", "annotations": {
-                "storageclass.kubernetes.io/is-default-class": "true"}},
-            "provisioner": "kubernetes.io/no-provisioner",
-            "volumeBindingMode": "Immediate",
-            "reclaimPolicy": "Retain",
-        }  # fmt: skip
-        for index in range(self.persistent_volumes):
+        """The default class ``standard`` (no volume expansion) and ``expandable`` (a class
+        that allows it), each with static volumes the PV binder binds claims to."""
+        classes = {"standard": self.persistent_volumes, "expandable": self.expandable_volumes}
+        for name, count in classes.items():
+            default = str(name == "standard").lower()
             yield {
-                "apiVersion": "v1",
-                "kind": "PersistentVolume",
-                "metadata": {"name": f"pv-{index}"},
-                "spec": {"capacity": {"storage": "100Gi"}, "accessModes": ["ReadWriteOnce"],
-                         "storageClassName": "standard",
-                         "persistentVolumeReclaimPolicy": "Retain",
-                         "hostPath": {"path": f"/nonexistent/pv-{index}"}},
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "StorageClass",
+                "metadata": {"name": name, "annotations": {
+                    "storageclass.kubernetes.io/is-default-class": default}},
+                "provisioner": "kubernetes.io/no-provisioner",
+                "volumeBindingMode": "Immediate",
+                "reclaimPolicy": "Retain",
+                "allowVolumeExpansion": name == "expandable",
             }  # fmt: skip
+            for index in range(count):
+                volume = f"pv-{index}" if name == "standard" else f"pv-{name}-{index}"
+                yield {
+                    "apiVersion": "v1",
+                    "kind": "PersistentVolume",
+                    "metadata": {"name": volume},
+                    "spec": {"capacity": {"storage": "100Gi"}, "accessModes": ["ReadWriteOnce"],
+                             "storageClassName": name,
+                             "persistentVolumeReclaimPolicy": "Retain",
+                             "hostPath": {"path": f"/nonexistent/{volume}"}},
+                }  # fmt: skip
 
 
 def until(check: Callable[[], T], what: str, timeout_s: float = 120) -> T:
