@@ -44,8 +44,7 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
 def installed(plane: Plane) -> Plane:
     """The CRD, then ``deploy/`` (namespace, ServiceAccount, RBAC, the operator Deployment)."""
     plane.kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
-    plane.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                  "crd/cachedinferenceservices.cachefleet.io")  # fmt: skip
+    plane.established("crd/cachedinferenceservices.cachefleet.io")
     plane.kubectl("apply", "--server-side", "-f", str(ROOT / "deploy" / "cachefleet.yaml"))
     return plane
 

@@ -130,6 +130,13 @@ class Plane:
         done = self.kubectl("get", resource, "-n", namespace, "-o", "json", check=False)
         return _condition(json.loads(done.stdout), kind) if done.returncode == 0 else None
 
+    def established(self, crd: str) -> None:
+        """Wait for the CRD ``crd`` (``crd/NAME``) to be served. Polled: ``kubectl wait`` fails
+        at once on a CRD the server has not given conditions yet ("<nil> is of the type
+        <nil>")."""
+        until(lambda: self.condition(crd, "default", "Established") == "True",
+              f"{crd} Established", timeout_s=60)  # fmt: skip
+
     # Starting and stopping.
 
     def start(self) -> None:
