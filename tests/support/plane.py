@@ -263,7 +263,10 @@ class Plane:
         self._spawn(name, *common)
 
     def _kwok(self) -> None:
+        # kwok's own stages, and the project's (``kwok_stages/``: pods of images from
+        # registry.invalid cannot pull them, those of crash.invalid crash-loop).
         stages = sorted((self.bin / "stages").glob("*.yaml"))
+        stages += sorted((Path(__file__).parent / "kwok_stages").glob("*.yaml"))
         config = self.folder / "kwok.yaml"
         config.write_text("\n---\n".join(path.read_text() for path in stages))
         self._spawn(
