@@ -96,6 +96,18 @@ class Decided:
     queued: str | None = None
 
 
+@dataclass
+class Observed:
+    """What the children are doing, read from the live objects (``Reconciler._observe``)."""
+
+    redis: Condition
+    runtime: Condition
+    #: Why pods are refused, where the API says (a quota, an admission webhook).
+    refusals: list[observe.Refusal]
+    replicas: int
+    ready: int
+
+
 PodSource = Callable[[str, Mapping[str, str]], Sequence[Mapping[str, Any]]]
 """The pods of a namespace that carry all the given labels (the operator's handlers read kopf's
 index of the fleets' pods; without one, the API is asked)."""
@@ -198,7 +210,7 @@ class Reconciler:
         self.decided[(owner.namespace, owner.name)] = Decided(
             generation, tuple(applied.blocked), tuple(applied.unserved), queued
         )
-        return self._observe(body, spec, owner, password, applied, ignored + events, queued)
+        return self._settle(body, spec, owner, password, applied, ignored + events, queued)
 
     def refresh(self, body: Mapping[str, Any]) -> Outcome | None:
         """The status from the live children and pods, with what the last full reconcile of
@@ -215,7 +227,7 @@ class Reconciler:
         except SpecError:
             return None
         applied = Applied(blocked=list(decided.blocked), unserved=list(decided.unserved))
-        return self._observe(body, spec, owner, None, applied, [], decided.queued)
+        return self._settle(body, spec, owner, None, applied, [], decided.queued)
 
     def apply_paced(
         self,
@@ -302,7 +314,7 @@ class Reconciler:
         annotations = (body.get("metadata") or {}).get("annotations") or {}
         return fleet_secret.read_fleet_keys(self.kube, spec, owner, annotations)
 
-    def _observe(
+    def _settle(
         self,
         body: Mapping[str, Any],
         spec: ServiceSpec,
@@ -312,32 +324,20 @@ class Reconciler:
         events: list[Event],
         queued: str | None = None,
     ) -> Outcome:
-        statefulset = None
-        if spec.cache.managed_redis:
-            name = meta.redis_name(owner)
-            statefulset = self._live(applied, "apps/v1", "StatefulSet", name, owner)
-        redis = observe.redis_condition(statefulset, managed=spec.cache.managed_redis)
-        refusals: list[observe.Refusal] = []
-        if statefulset is not None and redis.reason == "Starting":
-            found = observe.statefulset_refusal(
-                self.kube.list_events(owner.namespace, "StatefulSet", meta.redis_name(owner))
-            )
-            if found is not None:
-                redis = found.condition("RedisReady")
-                refusals.append(found)
-        if statefulset is not None and redis.reason in ("Starting", "Restarting"):
-            redis = self._pod_problem(owner, "redis", "RedisReady") or redis
-        persistence = spec.cache.redis.persistence_or_default
-        if redis.status and spec.cache.managed_redis and persistence.enabled:
-            claim = self.kube.get(
-                "v1", "PersistentVolumeClaim", owner.namespace, meta.redis_claim_name(owner)
-            )
-            redis = observe.volume_condition(redis, claim, str(persistence.size))
-        problem = None
-        if redis.status and spec.cache.managed_redis:
-            problem = self._apply_live_memory(spec, owner, password, events)
+        """What the children are doing (:meth:`_observe`, reads only), Redis's live settings
+        brought to the spec once it is ready (:meth:`_apply_live_settings`, the one write
+        after the apply), and the status both make (:meth:`_report`)."""
+        observed = self._observe(spec, owner, applied)
+        problem = self._apply_live_settings(spec, owner, password, observed.redis, events)
         if problem is not None:
-            redis = Condition("RedisReady", False, "ConfigSetFailed", problem)
+            observed.redis = Condition("RedisReady", False, "ConfigSetFailed", problem)
+        return self._report(body, spec, owner, applied, observed, events, queued, problem)
+
+    def _observe(self, spec: ServiceSpec, owner: Owner, applied: Applied) -> Observed:
+        """The children's conditions and counts, as the apply returned them or read back:
+        reads only."""
+        refusals: list[observe.Refusal] = []
+        redis = self._observe_redis(spec, owner, applied, refusals)
         deployment = self._live(applied, "apps/v1", "Deployment", owner.name, owner)
         floor = spec.autoscaling.min_replicas if spec.autoscaling is not None else 0
         runtime = observe.runtime_condition(deployment, floor=floor)
@@ -349,7 +349,50 @@ class Reconciler:
             runtime = refused.condition("RuntimeReady")
             refusals.append(refused)
         replicas, ready = observe.replica_counts(deployment)
-        lasting = [f"pods are refused: {r.message}" for r in refusals if r.lasting]
+        return Observed(redis, runtime, refusals, replicas, ready)
+
+    def _observe_redis(
+        self, spec: ServiceSpec, owner: Owner, applied: Applied, refusals: list[observe.Refusal]
+    ) -> Condition:
+        """The managed Redis's condition (why its pods are refused, into ``refusals``)."""
+        managed = spec.cache.managed_redis
+        statefulset = None
+        if managed:
+            name = meta.redis_name(owner)
+            statefulset = self._live(applied, "apps/v1", "StatefulSet", name, owner)
+        redis = observe.redis_condition(statefulset, managed=managed)
+        if statefulset is None:
+            return redis
+        if redis.reason == "Starting":
+            found = observe.statefulset_refusal(
+                self.kube.list_events(owner.namespace, "StatefulSet", meta.redis_name(owner))
+            )
+            if found is not None:
+                redis = found.condition("RedisReady")
+                refusals.append(found)
+        if redis.reason in ("Starting", "Restarting"):
+            redis = self._pod_problem(owner, "redis", "RedisReady") or redis
+        persistence = spec.cache.redis.persistence_or_default
+        if redis.status and persistence.enabled:
+            claim = self.kube.get(
+                "v1", "PersistentVolumeClaim", owner.namespace, meta.redis_claim_name(owner)
+            )
+            redis = observe.volume_condition(redis, claim, str(persistence.size))
+        return redis
+
+    def _report(
+        self,
+        body: Mapping[str, Any],
+        spec: ServiceSpec,
+        owner: Owner,
+        applied: Applied,
+        observed: Observed,
+        events: list[Event],
+        queued: str | None,
+        problem: str | None,
+    ) -> Outcome:
+        """The status and events of what was applied and observed."""
+        lasting = [f"pods are refused: {r.message}" for r in observed.refusals if r.lasting]
         stalled = "; ".join([*applied.blocked, *applied.unserved, *lasting]) or None
         reason = "ReconcileFailed"
         if applied.unserved and not applied.blocked:
@@ -357,14 +400,15 @@ class Reconciler:
         elif lasting and not applied.blocked:
             reason = observe.REFUSED
         conditions = summary_conditions(
-            redis, runtime, problem=problem, stalled=stalled, stalled_reason=reason
-        )
+            observed.redis, observed.runtime, problem=problem, stalled=stalled,
+            stalled_reason=reason,
+        )  # fmt: skip
         if queued is not None and stalled is None:
             conditions = queued_conditions(conditions, queued)
         status = self._status(body, conditions)
         status.update(
-            replicas=replicas,
-            readyReplicas=ready,
+            replicas=observed.replicas,
+            readyReplicas=observed.ready,
             selector=meta.label_selector(owner, "runtime"),
             url=meta.service_url(owner, https=spec.runtime.tls is not None),
             redisUrl=redis_url(spec, owner=owner) or "",
@@ -401,10 +445,18 @@ class Reconciler:
             return found
         return self.kube.get(api_version, kind, owner.namespace, name)
 
-    def _apply_live_memory(
-        self, spec: ServiceSpec, owner: Owner, password: str | None, events: list[Event]
+    def _apply_live_settings(
+        self,
+        spec: ServiceSpec,
+        owner: Owner,
+        password: str | None,
+        observed: Condition,
+        events: list[Event],
     ) -> str | None:
-        """CONFIG SET maxmemory and its policy on the running Redis; a message when it failed."""
+        """CONFIG SET maxmemory and its policy on the managed Redis once it is ready
+        (``observed``: its condition); a message when it failed."""
+        if not (observed.status and spec.cache.managed_redis):
+            return None
         redis = spec.cache.redis
         try:
             changed = apply_memory_settings(

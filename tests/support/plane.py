@@ -259,7 +259,11 @@ class Plane:
                        "--root-ca-file", str(pki / "ca.crt"),
                        "--cluster-signing-cert-file", str(pki / "ca.crt"),
                        "--cluster-signing-key-file", str(pki / "ca.key"),
-                       "--concurrent-gc-syncs", "5"]  # fmt: skip
+                       "--concurrent-gc-syncs", "5",
+                       # kwok's heartbeat stage renews a node every 20-45 s: within the default
+                       # 50 s grace only on an idle machine. A node marked NotReady has its
+                       # pods' Ready set False, which kwok (no kubelet) never sets back.
+                       "--node-monitor-grace-period", "10m"]  # fmt: skip
         self._spawn(name, *common)
 
     def _kwok(self) -> None:
