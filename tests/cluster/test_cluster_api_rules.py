@@ -5,7 +5,6 @@ controllers apply them."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,10 +16,10 @@ NAMESPACE = "rules"
 
 
 @pytest.fixture(scope="module")
-def plane_ns(plane: Plane) -> Iterator[Plane]:
+def plane_ns(plane: Plane) -> Plane:
+    """The module's namespace (deleted at its end: ``nothing_left_behind``)."""
     plane.kubectl("create", "namespace", NAMESPACE)
-    yield plane
-    plane.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
+    return plane
 
 
 def _statefulset(name: str, size: str = "1Gi") -> dict[str, Any]:

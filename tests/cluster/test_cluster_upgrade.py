@@ -19,7 +19,6 @@ stands in for the managed Redis pod (it takes the password the operator generate
 
 from __future__ import annotations
 
-import base64
 import copy
 import json
 import os
@@ -34,7 +33,12 @@ from typing import Any, TypeVar
 
 import pytest
 import yaml
-from support.cluster_operator import OperatorProcess, give_password, service_account_token
+from support.cluster_operator import (
+    OperatorProcess,
+    give_password,
+    redis_password,
+    service_account_token,
+)
 from support.plane import ROOT, Plane, until
 from support.previous_release import ReleaseCheckout, checkout_previous_release, current_version
 from support.processes import CACHEFLEET, ManagedProcess, RedisProcess
@@ -136,13 +140,6 @@ def _service(old: ReleaseCheckout, name: str) -> dict[str, Any]:
     return service
 
 
-def _redis_password(plane: Plane, name: str) -> str | None:
-    done = plane.kubectl("get", f"secret/{name}-redis-auth", "-n", NAMESPACE, "-o", "json",
-                         check=False)  # fmt: skip
-    data = yaml.safe_load(done.stdout).get("data", {}) if done.returncode == 0 else {}
-    return base64.b64decode(data["password"]).decode() if "password" in data else None
-
-
 def _redis_statefulset(plane: Plane, name: str = NAME) -> dict[str, Any]:
     statefulset: dict[str, Any] = plane.get(f"statefulset/{name}-redis", "-n", NAMESPACE)
     return statefulset
@@ -242,7 +239,9 @@ def story(
     told.start_operator("old-operator", old=True)
     plane.apply([_service(old, name) for name in NAMES])
     for name in NAMES:
-        password = until(partial(_redis_password, plane, name), f"{name}'s Redis password")
+        password = until(
+            partial(redis_password, plane, NAMESPACE, name), f"{name}'s Redis password"
+        )
         assert password is not None
         if name == NAME:
             give_password(stand_in_redis, password)
@@ -259,8 +258,7 @@ def story(
     try:
         yield told
     finally:
-        told.stop_operator()
-        plane.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
+        told.stop_operator()  # (its namespaces are deleted at the module's end)
         subprocess.run([str(ROOT / ".cache" / "tools" / "bin" / "helm"), "uninstall", RELEASE,
                         "-n", OPERATOR_NAMESPACE], env=plane.env(), capture_output=True,
                        timeout=300, check=False)  # fmt: skip
@@ -392,10 +390,10 @@ _OBJECT = re.compile(r"\[([a-z0-9-]+)/([a-z0-9.-]+)\]")
 
 
 def _an_error_of_this_story(line: str) -> bool:
-    """An error line about this module's service or the operator as a whole. Services other
-    modules left on the shared plane are reconciled too (the operator watches every namespace),
-    against the one stand-in Redis whose password is this module's: their errors are not the
-    upgrade's."""
+    """An error line about this module's service or the operator as a whole. Every other
+    module deletes its services at its end (``nothing_left_behind``), but the operator watches
+    every namespace, against the one stand-in Redis whose password is this module's: an error
+    about another object is not the upgrade's."""
     if "ERROR" not in line and "Traceback" not in line:
         return False
     about = _OBJECT.search(line)

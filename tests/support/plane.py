@@ -17,7 +17,7 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -35,6 +35,8 @@ ROOT = Path(__file__).resolve().parents[2]
 KWOK_NODE = {"kwok.x-k8s.io/node": "fake"}
 #: The GPU nodes' labels, as NVIDIA's GPU feature discovery sets them.
 GPU_LABELS = {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": "NVIDIA-A10G"}
+#: The project's custom resource, as kubectl names it.
+SERVICES = "cachedinferenceservices.cachefleet.io"
 ADMISSION = (
     "NamespaceLifecycle,LimitRanger,ServiceAccount,NodeRestriction,TaintNodesByCondition,"
     "PodSecurity,Priority,DefaultTolerationSeconds,DefaultStorageClass,"
@@ -136,6 +138,24 @@ class Plane:
         <nil>")."""
         until(lambda: self.condition(crd, "default", "Established") == "True",
               f"{crd} Established", timeout_s=60)  # fmt: skip
+
+    def namespaces(self) -> set[str]:
+        """The names of the namespaces there are (those being deleted included)."""
+        return {item["metadata"]["name"] for item in self.get("namespaces")["items"]}
+
+    def delete_fleets_and_namespaces(self, namespaces: Iterable[str]) -> None:
+        """Delete every CachedInferenceService, waiting until each is gone with what it owns,
+        then the ``namespaces``, waiting until each is gone with all it holds.
+
+        Foreground deletion: the garbage collector deletes a service's Deployment and
+        StatefulSet (owned with ``blockOwnerDeletion``) before the service itself, so once the
+        services are gone no runtime Deployment of theirs is left for an operator to count."""
+        self.kubectl("delete", SERVICES, "--all", "--all-namespaces", "--cascade=foreground",
+                     "--wait=true", "--timeout=300s", timeout_s=330)  # fmt: skip
+        names = sorted(namespaces)
+        if names:
+            self.kubectl("delete", "namespace", *names, "--ignore-not-found", "--wait=true",
+                         "--timeout=300s", timeout_s=330)  # fmt: skip
 
     # Starting and stopping.
 
