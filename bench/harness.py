@@ -159,7 +159,8 @@ def run_plan(plan: list[Scenario], options: BenchOptions, log: Log) -> RunRecord
                 try:
                     url = cluster_url if scenario.cache in CLUSTER_CACHES else redis_url
                     if scenario.server == "floor":
-                        targets[key] = _start_floor(targets, options, workdir, stack, log)
+                        floored = sorted({s.model for s in plan if s.server == "floor"})
+                        targets[key] = _start_floor(targets, floored, options, workdir, stack, log)
                     else:
                         targets[key] = _start_target(
                             *key, repository, url, workdir, options, stack, record, log,
@@ -284,12 +285,14 @@ def _start_target(
 
 def _start_floor(
     targets: dict[tuple[str, str], Target | BenchError],
+    models: list[str],
     options: BenchOptions,
     workdir: Path,
     stack: contextlib.ExitStack,
     log: Log,
 ) -> Target:
-    """The HTTP floor, answering what one of our servers (the local cache's, if up) answers."""
+    """The HTTP floor, answering each of ``models``' hit as one of our servers (the local
+    cache's, if up) answers it (every model a run loads is loaded by each of its servers)."""
     ours = [
         target
         for (server, _), target in sorted(targets.items(), key=lambda kv: kv[0][1] != "local")
@@ -297,8 +300,9 @@ def _start_floor(
     ]
     if not ours:
         raise BenchError("no cachefleet server is up to capture the floor's answer from")
-    source = Scenario("hits", http_floor.MODEL, "local", 1.0)
-    answers = http_floor.capture(ours[0].base_url, request_set(ours[0].base_url, source))
+    base_url = ours[0].base_url
+    sets = [request_set(base_url, Scenario("hits", model, "local", 1.0)) for model in models]
+    answers = http_floor.capture(base_url, *sets)
     process, base_url = http_floor.start(answers, workdir, options.cpus.server)
     stack.callback(process.stop)
     log(f"{process.name} at {base_url}")

@@ -1,12 +1,15 @@
 """The HTTP floor: a bare ASGI app on uvicorn (uvloop, httptools) that answers with canned bytes.
 
-It answers ``POST /v2/models/simple/infer`` with the bytes ``cachefleet serve`` answered the
-bench's ``simple`` request with (captured from the run's own server, headers included), and the
-few ``GET`` paths a load generator reads first (health, model metadata, config, statistics) with
-what the server answered them with; it reads each request's body and does nothing else: no
-routing framework, no decoding, no cache, no encoding. What it reaches is the most any server on
-uvicorn reaches for this request on the same core, so the report shows each server's ``simple``
-100%-hit throughput as a share of it.
+It answers ``POST /v2/models/{m}/infer`` of each floor model (``scenarios.FLOOR_MODELS``:
+``simple``, and ``densenet_onnx`` with its 600 KB body) with the bytes ``cachefleet serve``
+answered the bench's first hit body of that model with (captured from the run's own server,
+headers included), and the few ``GET`` paths a load generator reads first (health, model
+metadata, config, statistics) with what the server answered them with; it reads each request's
+whole body with ``receive()`` and does nothing else: no routing framework, no decoding, no
+cache, no encoding. uvicorn runs as ``cachefleet serve`` runs it (uvloop, httptools, no access
+log, no proxy-headers middleware). What it reaches is the most any server on uvicorn reaches for
+this request on the same core, so the report shows each server's 100%-hit throughput of the
+model as a share of it.
 
 The harness runs it as ``python -m cachefleet.bench.http_floor --canned FILE --port PORT``,
 pinned like the servers, and loads it with the same generator, connections and duration as
@@ -36,17 +39,6 @@ from cachefleet.bench.scenarios import FLOOR_MODEL
 #: The model whose request the floor answers.
 MODEL = FLOOR_MODEL
 READY_PATH = "/v2/health/ready"
-#: What a load generator may read before and between its loads: the bench's request set reads
-#: the model's metadata, perf_analyzer also the config, the statistics and the health paths.
-GET_PATHS = (
-    "/v2",
-    "/v2/health/live",
-    READY_PATH,
-    f"/v2/models/{MODEL}",
-    f"/v2/models/{MODEL}/ready",
-    f"/v2/models/{MODEL}/config",
-    f"/v2/models/{MODEL}/stats",
-)
 #: Headers uvicorn writes itself (or the floor computes): not part of the canned answer.
 _OWN_HEADERS = frozenset({"date", "server", "content-length", "connection", "transfer-encoding"})
 
@@ -84,25 +76,37 @@ class Canned:
 Answers = dict[tuple[str, str], Canned]
 
 
-def capture(base_url: str, requests: RequestSet) -> Answers:
-    """What the server at ``base_url`` answers the floor's paths with: the ``GET`` paths it has,
-    and ``POST`` of the request set's first hit body (a hit, once the run has warmed it)."""
-    if requests.model != MODEL or requests.encoding != "binary":
-        raise BenchError(f"the HTTP floor answers {MODEL}'s binary request only")
+def capture(base_url: str, *request_sets: RequestSet) -> Answers:
+    """What the server at ``base_url`` answers the floor's paths with: the ``GET`` paths it has
+    (of each request set's model), and ``POST`` of each request set's first hit body (a hit,
+    once the run has warmed it)."""
     answers: Answers = {}
-    for path in GET_PATHS:
-        answer = _exchange(base_url, "GET", path, b"", {})
-        if answer.status == 200:
-            answers["GET", path] = answer
-    answer = _exchange(
-        base_url, "POST", requests.path, requests.hit_bodies[0], dict(requests.headers)
-    )
-    if answer.status != 200:
-        raise BenchError(f"POST {base_url}{requests.path} answered {answer.status}")
-    answers["POST", requests.path] = answer
+    for requests in request_sets:
+        if requests.encoding != "binary":
+            raise BenchError("the HTTP floor answers binary requests only")
+        for path in get_paths(requests.model):
+            answer = _exchange(base_url, "GET", path, b"", {})
+            if answer.status == 200:
+                answers["GET", path] = answer
+        answer = _exchange(
+            base_url, "POST", requests.path, requests.hit_bodies[0], dict(requests.headers)
+        )
+        if answer.status != 200:
+            raise BenchError(f"POST {base_url}{requests.path} answered {answer.status}")
+        answers["POST", requests.path] = answer
     if ("GET", READY_PATH) not in answers:
         answers["GET", READY_PATH] = Canned(200, (), b"")
     return answers
+
+
+def get_paths(model: str) -> tuple[str, ...]:
+    """What a load generator may read of ``model`` before and between its loads: the bench's
+    request set reads the model's metadata, perf_analyzer also the config, the statistics and
+    the health paths."""
+    return (
+        "/v2", "/v2/health/live", READY_PATH, f"/v2/models/{model}",
+        f"/v2/models/{model}/ready", f"/v2/models/{model}/config", f"/v2/models/{model}/stats",
+    )  # fmt: skip
 
 
 def _exchange(
@@ -200,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         http="httptools",
         lifespan="off",
         access_log=False,
+        # As ``cachefleet serve`` runs uvicorn: no X-Forwarded-* middleware in front.
+        proxy_headers=False,
         server_header=False,
         log_level="warning",
     )

@@ -35,11 +35,27 @@ _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 CACHEFLEET = [sys.executable, "-P", "-m", "cachefleet.cli.main"]
 
 
+#: How often a first start tries fresh ports, and how the server says a port was taken.
+_PORT_ATTEMPTS = 3
+#: (the preflight check, or uvicorn and grpcio when the port is taken after it).
+_PORT_TAKEN = ("address already in use", "failed to bind")
+
+
 def free_port() -> int:
     """A port free on loopback right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct ports free on loopback right now: all held open while they are picked,
+    since a port closed before the next pick may be handed out again at once."""
+    with contextlib.ExitStack() as held:
+        ports = []
+        for _ in range(count):
+            sock = held.enter_context(socket.socket())
+            sock.bind(("127.0.0.1", 0))
+            ports.append(int(sock.getsockname()[1]))
+        return ports
 
 
 def _orphan_guard() -> list[str]:
@@ -228,9 +244,8 @@ class ServerProcess:
         wrapper: Sequence[str] = (),
     ) -> None:
         """``wrapper``: a command that runs the server, put before it (``prlimit ... --``)."""
-        self.port = free_port()
-        #: Never gRPC's default 8001: servers of parallel runs would fight over it.
-        self.grpc_port = free_port()
+        #: The gRPC port is never gRPC's default 8001: servers of parallel runs would fight over it.
+        self.port, self.grpc_port = free_ports(2)
         self.args = list(args)
         self.env = dict(env or {})
         self.cpus = cpus
@@ -238,6 +253,8 @@ class ServerProcess:
         self.wrapper = list(wrapper)
         self.log_path = logdir / f"server-{self.port}.log"
         self.managed: ManagedProcess | None = None
+        #: Whether a start succeeded once: from then on the ports are kept.
+        self.managed_before = False
 
     @property
     def url(self) -> str:
@@ -263,6 +280,21 @@ class ServerProcess:
         return self.managed.pid
 
     def start(self, timeout_s: float = 180) -> None:
+        """Start and wait until ready. A first start whose ports were taken between
+        :func:`free_port` and the server's bind (by any other process on the host) picks
+        fresh ports and tries again; a restart keeps its ports, as clients hold them."""
+        for attempt in range(_PORT_ATTEMPTS):
+            try:
+                self._start_once(timeout_s)
+                break
+            except BenchError as error:
+                taken = any(sign in str(error).lower() for sign in _PORT_TAKEN)
+                if not taken or self.managed_before or attempt == _PORT_ATTEMPTS - 1:
+                    raise
+                self.port, self.grpc_port = free_ports(2)
+        self.managed_before = True
+
+    def _start_once(self, timeout_s: float) -> None:
         command = [*CACHEFLEET, "serve", "--host", "127.0.0.1", "--port", str(self.port),
                    "--grpc-port", str(self.grpc_port)]  # fmt: skip
         self.managed = ManagedProcess(

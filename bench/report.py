@@ -87,18 +87,20 @@ def render(record: RunRecord, command: str) -> str:
     if floor:
         lines += [
             "", f"## {FLOOR_TITLE}", "",
-            "A bare ASGI app on uvicorn (uvloop, httptools) that reads each request and answers "
-            f"`POST /v2/models/{FLOOR_MODEL}/infer` with the bytes our server answered the same "
-            "request with (captured in this run), and nothing else: the most any server on "
-            "uvicorn reaches for this request on the same core, under the same load. Each "
-            f"server's {FLOOR_MODEL} 100%-hit throughput as a share of it, and the floor's "
-            "server CPU per request as a share of the server's:",
+            "A bare ASGI app on uvicorn (uvloop, httptools, no access log, no proxy-headers "
+            "middleware, as `cachefleet serve` runs it) that reads each request's whole body "
+            "with `receive()` and answers `POST /v2/models/{m}/infer` with the bytes our server "
+            "answered the same request with (captured in this run, headers included), and "
+            "nothing else: the most any server on uvicorn reaches for this request on the same "
+            "core, under the same load. Each server's 100%-hit throughput of the model as a "
+            "share of it, and the floor's server CPU per request as a share of the server's:",
             "",
-            "| server | cache | req/s | of the floor | server CPU ms/req | of the floor, by CPU |",
-            "|---|---|---|---|---|---|",
+            "| model | server | cache | req/s | of the floor | server CPU ms/req "
+            "| of the floor, by CPU |",
+            "|---|---|---|---|---|---|---|",
             *(
-                f"| {row.server} | {row.cache} | {row.throughput:.0f} | {row.share:.2f}x "
-                f"| {row.cpu_ms:.3f} | {row.cpu_share:.2f}x |"
+                f"| {row.model} | {row.server} | {row.cache} | {row.throughput:.0f} "
+                f"| {row.share:.2f}x | {row.cpu_ms:.3f} | {row.cpu_share:.2f}x |"
                 for row in floor
             ),
         ]  # fmt: skip
@@ -188,9 +190,10 @@ def docs_page(report: str, source: str) -> str:
         "tests: no test asserts a speed.",
         "",
         "Reports made since the HTTP floor and the admission column were added also have a "
-        "section *HTTP floor: bare uvicorn* (a bare uvicorn app answering `simple`'s request "
-        "with the bytes our server answers it with: each server's `simple` 100%-hit rate as a "
-        "share of what any server on uvicorn reaches there) and, in every table, the column "
+        "section *HTTP floor: bare uvicorn* (a bare uvicorn app answering each floor "
+        "model's request with the bytes our server answers it with: each server's 100%-hit "
+        "rate of the model as a share of what any server on uvicorn reaches there) and, in "
+        "every table, the column "
         "*cache admission*: per tier of the scenario's cache mode, whether the server used it "
         "for the model at the end of the measured window (admitted), skipped it as costing more "
         "than it saves (skipped), or had not measured it yet (not measured); see "
@@ -225,7 +228,7 @@ def scenario_cells(scenario: Scenario) -> list[str]:
 
 @dataclass(frozen=True)
 class FloorRow:
-    """One server's simple 100%-hit figures beside the HTTP floor's."""
+    """One server's 100%-hit figures of a model beside the HTTP floor's for that model."""
 
     server: str
     cache: str
@@ -235,37 +238,40 @@ class FloorRow:
     cpu_ms: float
     #: The floor's server CPU per request over this server's (1.0: as cheap as the floor).
     cpu_share: float
+    model: str = FLOOR_MODEL
 
 
 def floor_rows(measurements: Sequence[Measurement]) -> list[FloorRow]:
-    """The floor first, then each server's 100%-hit binary HTTP row of its model; empty when
-    the floor was not measured (or served nothing)."""
-    floor = next(
-        (m for m in measurements if m.scenario.server == "floor" and m.load.throughput > 0), None
-    )
-    if floor is None:
-        return []
-    rows = [
-        m
-        for m in measurements
-        if m.scenario.group == "hits"
-        and m.scenario.model == floor.scenario.model
-        and m.scenario.encoding == "binary"
-        and m.scenario.server != "floor"
-    ]
-    return [
-        FloorRow(
-            server=scenario_cells(m.scenario)[2],
-            cache=scenario_cells(m.scenario)[3],
-            throughput=m.load.throughput,
-            share=m.load.throughput / floor.load.throughput,
-            cpu_ms=m.cpu_ms_per_request,
-            cpu_share=(
-                floor.cpu_ms_per_request / m.cpu_ms_per_request if m.cpu_ms_per_request else 0.0
-            ),
-        )
-        for m in [floor, *rows]
-    ]
+    """Per model the floor answered, the floor first, then each server's 100%-hit binary HTTP
+    row of that model; empty when the floor was not measured (or served nothing)."""
+    found: list[FloorRow] = []
+    floors = [m for m in measurements if m.scenario.server == "floor" and m.load.throughput > 0]
+    for floor in floors:
+        if floor.scenario.group != "hits":
+            continue
+        rows = [
+            m
+            for m in measurements
+            if m.scenario.group == "hits"
+            and m.scenario.model == floor.scenario.model
+            and m.scenario.encoding == "binary"
+            and m.scenario.server != "floor"
+        ]
+        found += [
+            FloorRow(
+                server=scenario_cells(m.scenario)[2],
+                cache=scenario_cells(m.scenario)[3],
+                throughput=m.load.throughput,
+                share=m.load.throughput / floor.load.throughput,
+                cpu_ms=m.cpu_ms_per_request,
+                cpu_share=(
+                    floor.cpu_ms_per_request / m.cpu_ms_per_request if m.cpu_ms_per_request else 0
+                ),
+                model=floor.scenario.model,
+            )
+            for m in [floor, *rows]
+        ]
+    return found
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,12 @@ PEER_MODEL = "simple"
 TRANSPORT_HIT_RATIO = 0.9
 TRANSPORT_CACHE = "local"
 
-#: The model whose 100%-hit request the HTTP floor (bench/http_floor.py) answers, canned.
+#: The model whose 100%-hit request the HTTP floor (bench/http_floor.py) answers, canned, for
+#: perf_analyzer (``--judge``), and the first of :data:`FLOOR_MODELS`.
 FLOOR_MODEL = "simple"
+#: The models whose 100%-hit requests the HTTP floor answers beside ours under wrk: a small
+#: answer and a large body (600 KB).
+FLOOR_MODELS: tuple[str, ...] = (FLOOR_MODEL, "densenet_onnx")
 #: The cache modes perf_analyzer measures again, beside Triton, when it judges (``--judge``).
 JUDGED_CACHES: tuple[str, ...] = ("local", "tiered")
 
@@ -85,8 +89,9 @@ def build_plan(
     once at 100% hits (the comparison) and once at 0% (reported, not compared: its model is a
     Python function there).
 
-    With ``floor``, the HTTP floor (a bare uvicorn app answering :data:`FLOOR_MODEL`'s request
-    with canned bytes) runs right after that model's 100%-hit scenarios, with the same load.
+    With ``floor``, the HTTP floor (a bare uvicorn app answering each of :data:`FLOOR_MODELS`'
+    requests with canned bytes) runs right after that model's 100%-hit scenarios, with the
+    same load.
 
     With ``judge`` (transports: ``http``, ``grpc``), perf_analyzer measures the model's 100%
     hits again right after those, over each transport: our :data:`JUDGED_CACHES` among
@@ -101,7 +106,7 @@ def build_plan(
         plan += [Scenario("hits", model, cache, 1.0) for cache in caches]
         if triton:
             plan.append(Scenario("hits", model, "local", 1.0, server="triton"))
-        if floor and model == FLOOR_MODEL:
+        if floor and model in FLOOR_MODELS:
             plan.append(Scenario("hits", model, "none", 1.0, server="floor"))
         plan += _judged(model, caches, triton, floor, judge)
         for ratio in sweep:

@@ -35,9 +35,12 @@ def start(
     python: Path | None,
     logdir: Path,
     cpus: str | None,
+    *,
+    access_token_file: Path | None = None,
 ) -> tuple[ManagedProcess, str, str, str]:
     """The peer serving ``models``; returns it, its HTTP base URL, its metrics URL and the
-    ``host:port`` of its gRPC endpoint."""
+    ``host:port`` of its gRPC endpoint. ``access_token_file``: the token of its restricted
+    endpoints (the repository index among them), else a random one."""
     python = python or default_python()
     if not python.exists():
         raise BenchError(
@@ -54,6 +57,8 @@ def start(
             "--metrics-port", str(metrics), "--cache-bytes", str(CACHE_BYTES),
             "--intra-op-threads", "1",
         ]  # fmt: skip
+        if access_token_file is not None:
+            command += ["--access-token-file", str(access_token_file)]
         process = ManagedProcess(
             "triton peer", pinned(command, cpus), logdir / f"triton-{http}.log", dict(os.environ)
         )

@@ -96,6 +96,9 @@ def main() -> None:
     parser.add_argument("--metrics-port", type=int, required=True)
     parser.add_argument("--cache-bytes", type=int, default=256 * 2**20)
     parser.add_argument("--intra-op-threads", type=int, default=1)
+    # The token of PyTriton's restricted endpoints (read from this file), for a client that
+    # needs them (cachefleet in front of the peer reads its repository index); else a random one.
+    parser.add_argument("--access-token-file", type=Path)
     args = parser.parse_args()
 
     from pytriton.triton import Triton, TritonConfig, TritonSecurityConfig
@@ -112,8 +115,10 @@ def main() -> None:
     )
     # PyTriton puts some endpoints behind a token of its own; perf_analyzer reads the statistics
     # (before and after each window) without one, so they stay open, as in a plain tritonserver.
+    token = args.access_token_file.read_text().strip() if args.access_token_file else None
     security = TritonSecurityConfig(
-        restricted_endpoints=["shared-memory", "model-repository", "trace", "logging"]
+        access_token=token,
+        restricted_endpoints=["shared-memory", "model-repository", "trace", "logging"],
     )
     with Triton(config=config, security_config=security) as triton:
         for model in args.models:

@@ -59,7 +59,7 @@ class CacheTimes:
     def __init__(self, cache: ReadThroughCache) -> None:
         self.calls = 0
         self.total_s = self.compute_s = self.key_s = 0.0
-        get_or_compute, key = cache.get_or_compute, cache._key
+        get_or_compute, key = cache.get_or_compute, cache.walk.key
 
         async def timed_get(
             request: CacheRequest,
@@ -87,7 +87,7 @@ class CacheTimes:
                 self.key_s += time.perf_counter() - started
 
         cache.get_or_compute = timed_get  # type: ignore[method-assign]
-        cache._key = timed_key  # type: ignore[method-assign]
+        cache.walk.key = timed_key  # type: ignore[method-assign]
 
     def line(self, mode: str) -> str:
         per = 1e6 / max(1, self.calls)

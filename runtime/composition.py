@@ -32,6 +32,7 @@ from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.models.errors import ModelLoadError
 from cachefleet.runtime.models.repository import NOT_LOADED, READY, load_repository
 from cachefleet.runtime.models.types import ModelRepository
+from cachefleet.runtime.models.upstream.repository import open_upstream
 from cachefleet.runtime.service import (
     InferenceService,
     InFlight,
@@ -105,12 +106,8 @@ class Runtime:
         pipeline is built first and shut down last, flushing every span; the ledger is then the
         traced one.
         """
-        if settings.models.repository is None:
-            raise ModelLoadError("no model repository configured (--model-repository)")
         metrics = RuntimeMetrics()
-        repository = await asyncio.to_thread(
-            load_repository, settings.models.repository, settings.models, _models_to_load(settings)
-        )
+        repository = await _open_repository(settings)
         async with AsyncExitStack() as stack:
             tracing = None
             if trace_exporter is not None:
@@ -120,7 +117,7 @@ class Runtime:
                 stack.push_async_callback(asyncio.to_thread, tracing.shutdown)
             stack.callback(repository.close)
             executor = ThreadPoolExecutor(
-                max_workers=_model_threads(), thread_name_prefix="cachefleet-model"
+                max_workers=_model_threads(settings), thread_name_prefix="cachefleet-model"
             )
             stack.callback(executor.shutdown, wait=True, cancel_futures=True)
             admission = build_admission(settings)
@@ -168,7 +165,7 @@ class Runtime:
             log.info(
                 "serving %d model version(s) from %s, cache %s",
                 sum(entry.state == "READY" for entry in repository.index()),
-                settings.models.repository,
+                settings.upstream.url or settings.models.repository,
                 settings.cache.mode,
             )
             if unready := runtime.unready_models():
@@ -207,8 +204,23 @@ def _models_to_load(settings: RuntimeSettings) -> frozenset[str] | None:
     return frozenset(settings.models.load_models)
 
 
-def _model_threads() -> int:
+async def _open_repository(settings: RuntimeSettings) -> ModelRepository:
+    """The model source: the upstream's models (``--upstream``), else the local repository;
+    built off the event loop."""
+    if settings.upstream.url is not None:
+        return await open_upstream(settings.upstream)
+    if settings.models.repository is None:
+        raise ModelLoadError("no model repository configured (--model-repository)")
+    return await asyncio.to_thread(
+        load_repository, settings.models.repository, settings.models, _models_to_load(settings)
+    )
+
+
+def _model_threads(settings: RuntimeSettings) -> int:
     """Concurrent model runs: one per usable core (at least 2, at most 8), so that inference
-    never blocks the event loop and ONNX Runtime's own thread pools are not oversubscribed."""
+    never blocks the event loop and ONNX Runtime's own thread pools are not oversubscribed.
+    An upstream's runs wait on the network, not a core: ``--upstream-max-in-flight`` of them."""
+    if settings.upstream.url is not None:
+        return settings.upstream.max_in_flight
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return max(2, min(8, cores or 1))

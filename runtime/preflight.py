@@ -38,6 +38,17 @@ def check_startup(settings: RuntimeSettings) -> None:
 
 def _check_repository(settings: RuntimeSettings) -> None:
     repository = settings.models.repository
+    upstream = settings.upstream
+    if upstream.url is not None:
+        if repository is not None:
+            raise PreflightError(
+                "--upstream serves the upstream's models: leave --model-repository out (the "
+                "upstream's own folder, when shared, is --upstream-model-repository)"
+            )
+        shared = upstream.model_repository
+        if shared is not None and not shared.is_dir():
+            raise PreflightError(f"--upstream-model-repository {shared}: not a folder")
+        return
     if repository is None:
         raise PreflightError(
             "--model-repository is required "
@@ -65,6 +76,10 @@ def _check_files(settings: RuntimeSettings) -> None:
         "--redis-tls-ca-file": redis.tls_ca_file,
         "--redis-tls-cert-file": redis.tls_cert_file,
         "--redis-tls-key-file": redis.tls_key_file,
+        "--upstream-auth-file": settings.upstream.auth_file,
+        "--upstream-tls-ca-file": settings.upstream.tls_ca_file,
+        "--upstream-tls-cert-file": settings.upstream.tls_cert_file,
+        "--upstream-tls-key-file": settings.upstream.tls_key_file,
     }
     for flag, path in named.items():
         if path is not None:

@@ -63,6 +63,8 @@ def third_party_imports(folder: Path) -> set[str]:
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 modules.add(node.module.split(".")[0])
     own = {"cachefleet", folder.name}  # the package, and the harness importing itself
+    if folder.name == "harness":  # plane_scale.py starts the cluster tests' plane (tests/support)
+        own.add("support")
     stdlib = sys.stdlib_module_names | {"_typeshed"}  # the stdlib's stubs, for type checking only
     return {m for m in modules if m not in stdlib and m not in own}
 

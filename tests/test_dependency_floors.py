@@ -28,8 +28,8 @@ CACHE = ROOT / ".cache" / "dependency-floor"
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 #: The tests that exercise each dependency: the Redis tier's own connection and its contract
-#: over redis-py; the uvicorn protocols' deadlines and cap (what ``uvicorn_protocol`` reads of
-#: uvicorn), nothing the ASGI app alone decides.
+#: over redis-py; the uvicorn protocols' deadlines, cap and memo hits answered below ASGI (what
+#: ``uvicorn_protocol`` reads of uvicorn), nothing the ASGI app alone decides.
 EXERCISED = {
     "redis": [
         "tests/runtime/test_cache_pipelined.py",
@@ -39,6 +39,8 @@ EXERCISED = {
     ],
     "uvicorn": [
         "tests/runtime/test_http_connection_guard.py",
+        "tests/runtime/test_http_answer_now.py",
+        "tests/e2e/test_http_memo_wire.py",
         "tests/e2e/test_http_limits.py::test_a_slow_head_is_cut_off_within_its_deadline",
         "tests/e2e/test_http_limits.py::test_a_slow_body_is_cut_off_while_others_are_served",
         "tests/e2e/test_http_limits.py::test_connections_over_the_cap_get_503_with_retry_after",

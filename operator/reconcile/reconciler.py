@@ -26,7 +26,7 @@ from cachefleet.operator.manifests.redis_memory import maxmemory_bytes
 from cachefleet.operator.manifests.runtime import redis_password_ref, redis_url
 from cachefleet.operator.manifests.spec import ReadSpec, ServiceSpec, parse_spec, read_spec
 from cachefleet.operator.manifests.tls import tls_digest
-from cachefleet.operator.reconcile import fleet_secret, observe, pod_problems
+from cachefleet.operator.reconcile import fleet_secret, observe, pod_problems, redis_restarts
 from cachefleet.operator.reconcile.admission import check_allowed
 from cachefleet.operator.reconcile.announcements import announced
 from cachefleet.operator.reconcile.applied import AppliedVersions
@@ -94,6 +94,18 @@ class Decided:
     blocked: tuple[str, ...] = ()
     unserved: tuple[str, ...] = ()
     queued: str | None = None
+
+
+@dataclass
+class Observed:
+    """What the children are doing, read from the live objects (``Reconciler._observe``)."""
+
+    redis: Condition
+    runtime: Condition
+    #: Why pods are refused, where the API says (a quota, an admission webhook).
+    refusals: list[observe.Refusal]
+    replicas: int
+    ready: int
 
 
 PodSource = Callable[[str, Mapping[str, str]], Sequence[Mapping[str, Any]]]
@@ -179,12 +191,15 @@ class Reconciler:
         # without them, and said so on the object.
         ignored = [Event(True, UNKNOWN_FIELDS, _ignored_message(read))] if read.ignored else []
         pruned: list[str] = []
+        deferral = self.defer_redis_restarts(owner, children)
         applied, decision = self.apply_paced(
-            owner, children, lambda paced: self._apply(owner, paced, pruned, prune=prune)
+            owner, deferral.children, lambda paced: self._apply(owner, paced, pruned, prune=prune)
         )
         # One event per kind of change, naming what changed (not one per child).
         written = announced(body, applied.written, applied.first_seen)
         events = [Event(False, "Applied", f"applied {', '.join(written)}")] if written else []
+        if deferral.began is not None:
+            events.append(Event(False, redis_restarts.DEFERRED, deferral.began))
         events += [Event(False, "Pruned", f"deleted {', '.join(pruned)}")] if pruned else []
         for message in applied.blocked:
             events.append(Event(True, "ImmutableField", message))
@@ -195,7 +210,7 @@ class Reconciler:
         self.decided[(owner.namespace, owner.name)] = Decided(
             generation, tuple(applied.blocked), tuple(applied.unserved), queued
         )
-        return self._observe(body, spec, owner, password, applied, ignored + events, queued)
+        return self._settle(body, spec, owner, password, applied, ignored + events, queued)
 
     def refresh(self, body: Mapping[str, Any]) -> Outcome | None:
         """The status from the live children and pods, with what the last full reconcile of
@@ -212,7 +227,7 @@ class Reconciler:
         except SpecError:
             return None
         applied = Applied(blocked=list(decided.blocked), unserved=list(decided.unserved))
-        return self._observe(body, spec, owner, None, applied, [], decided.queued)
+        return self._settle(body, spec, owner, None, applied, [], decided.queued)
 
     def apply_paced(
         self,
@@ -234,6 +249,16 @@ class Reconciler:
             if decision.proceed:
                 self.rollouts.applied(fleet, applied.live.get(f"Deployment/{owner.name}") or {})
         return applied, decision
+
+    def defer_redis_restarts(
+        self, owner: Owner, children: list[dict[str, Any]]
+    ) -> redis_restarts.Deferral:
+        """The children with the Redis StatefulSet's update strategy decided from its pod (see
+        ``redis_restarts``: a change only of the password's delivery waits for its restart)."""
+        if not any(c["kind"] == "StatefulSet" for c in children):
+            return redis_restarts.Deferral(children)
+        pods = self._pods_of(owner, "redis")
+        return redis_restarts.defer_redis_restarts(self.kube, children, pods)
 
     def _apply(
         self, owner: Owner, children: list[dict[str, Any]], pruned: list[str], *, prune: bool
@@ -289,7 +314,7 @@ class Reconciler:
         annotations = (body.get("metadata") or {}).get("annotations") or {}
         return fleet_secret.read_fleet_keys(self.kube, spec, owner, annotations)
 
-    def _observe(
+    def _settle(
         self,
         body: Mapping[str, Any],
         spec: ServiceSpec,
@@ -299,32 +324,20 @@ class Reconciler:
         events: list[Event],
         queued: str | None = None,
     ) -> Outcome:
-        statefulset = None
-        if spec.cache.managed_redis:
-            name = meta.redis_name(owner)
-            statefulset = self._live(applied, "apps/v1", "StatefulSet", name, owner)
-        redis = observe.redis_condition(statefulset, managed=spec.cache.managed_redis)
-        refusals: list[observe.Refusal] = []
-        if statefulset is not None and redis.reason == "Starting":
-            found = observe.statefulset_refusal(
-                self.kube.list_events(owner.namespace, "StatefulSet", meta.redis_name(owner))
-            )
-            if found is not None:
-                redis = found.condition("RedisReady")
-                refusals.append(found)
-        if statefulset is not None and redis.reason in ("Starting", "Restarting"):
-            redis = self._pod_problem(owner, "redis", "RedisReady") or redis
-        persistence = spec.cache.redis.persistence_or_default
-        if redis.status and spec.cache.managed_redis and persistence.enabled:
-            claim = self.kube.get(
-                "v1", "PersistentVolumeClaim", owner.namespace, meta.redis_claim_name(owner)
-            )
-            redis = observe.volume_condition(redis, claim, str(persistence.size))
-        problem = None
-        if redis.status and spec.cache.managed_redis:
-            problem = self._apply_live_memory(spec, owner, password, events)
+        """What the children are doing (:meth:`_observe`, reads only), Redis's live settings
+        brought to the spec once it is ready (:meth:`_apply_live_settings`, the one write
+        after the apply), and the status both make (:meth:`_report`)."""
+        observed = self._observe(spec, owner, applied)
+        problem = self._apply_live_settings(spec, owner, password, observed.redis, events)
         if problem is not None:
-            redis = Condition("RedisReady", False, "ConfigSetFailed", problem)
+            observed.redis = Condition("RedisReady", False, "ConfigSetFailed", problem)
+        return self._report(body, spec, owner, applied, observed, events, queued, problem)
+
+    def _observe(self, spec: ServiceSpec, owner: Owner, applied: Applied) -> Observed:
+        """The children's conditions and counts, as the apply returned them or read back:
+        reads only."""
+        refusals: list[observe.Refusal] = []
+        redis = self._observe_redis(spec, owner, applied, refusals)
         deployment = self._live(applied, "apps/v1", "Deployment", owner.name, owner)
         floor = spec.autoscaling.min_replicas if spec.autoscaling is not None else 0
         runtime = observe.runtime_condition(deployment, floor=floor)
@@ -336,7 +349,50 @@ class Reconciler:
             runtime = refused.condition("RuntimeReady")
             refusals.append(refused)
         replicas, ready = observe.replica_counts(deployment)
-        lasting = [f"pods are refused: {r.message}" for r in refusals if r.lasting]
+        return Observed(redis, runtime, refusals, replicas, ready)
+
+    def _observe_redis(
+        self, spec: ServiceSpec, owner: Owner, applied: Applied, refusals: list[observe.Refusal]
+    ) -> Condition:
+        """The managed Redis's condition (why its pods are refused, into ``refusals``)."""
+        managed = spec.cache.managed_redis
+        statefulset = None
+        if managed:
+            name = meta.redis_name(owner)
+            statefulset = self._live(applied, "apps/v1", "StatefulSet", name, owner)
+        redis = observe.redis_condition(statefulset, managed=managed)
+        if statefulset is None:
+            return redis
+        if redis.reason == "Starting":
+            found = observe.statefulset_refusal(
+                self.kube.list_events(owner.namespace, "StatefulSet", meta.redis_name(owner))
+            )
+            if found is not None:
+                redis = found.condition("RedisReady")
+                refusals.append(found)
+        if redis.reason in ("Starting", "Restarting"):
+            redis = self._pod_problem(owner, "redis", "RedisReady") or redis
+        persistence = spec.cache.redis.persistence_or_default
+        if redis.status and persistence.enabled:
+            claim = self.kube.get(
+                "v1", "PersistentVolumeClaim", owner.namespace, meta.redis_claim_name(owner)
+            )
+            redis = observe.volume_condition(redis, claim, str(persistence.size))
+        return redis
+
+    def _report(
+        self,
+        body: Mapping[str, Any],
+        spec: ServiceSpec,
+        owner: Owner,
+        applied: Applied,
+        observed: Observed,
+        events: list[Event],
+        queued: str | None,
+        problem: str | None,
+    ) -> Outcome:
+        """The status and events of what was applied and observed."""
+        lasting = [f"pods are refused: {r.message}" for r in observed.refusals if r.lasting]
         stalled = "; ".join([*applied.blocked, *applied.unserved, *lasting]) or None
         reason = "ReconcileFailed"
         if applied.unserved and not applied.blocked:
@@ -344,14 +400,15 @@ class Reconciler:
         elif lasting and not applied.blocked:
             reason = observe.REFUSED
         conditions = summary_conditions(
-            redis, runtime, problem=problem, stalled=stalled, stalled_reason=reason
-        )
+            observed.redis, observed.runtime, problem=problem, stalled=stalled,
+            stalled_reason=reason,
+        )  # fmt: skip
         if queued is not None and stalled is None:
             conditions = queued_conditions(conditions, queued)
         status = self._status(body, conditions)
         status.update(
-            replicas=replicas,
-            readyReplicas=ready,
+            replicas=observed.replicas,
+            readyReplicas=observed.ready,
             selector=meta.label_selector(owner, "runtime"),
             url=meta.service_url(owner, https=spec.runtime.tls is not None),
             redisUrl=redis_url(spec, owner=owner) or "",
@@ -388,10 +445,18 @@ class Reconciler:
             return found
         return self.kube.get(api_version, kind, owner.namespace, name)
 
-    def _apply_live_memory(
-        self, spec: ServiceSpec, owner: Owner, password: str | None, events: list[Event]
+    def _apply_live_settings(
+        self,
+        spec: ServiceSpec,
+        owner: Owner,
+        password: str | None,
+        observed: Condition,
+        events: list[Event],
     ) -> str | None:
-        """CONFIG SET maxmemory and its policy on the running Redis; a message when it failed."""
+        """CONFIG SET maxmemory and its policy on the managed Redis once it is ready
+        (``observed``: its condition); a message when it failed."""
+        if not (observed.status and spec.cache.managed_redis):
+            return None
         redis = spec.cache.redis
         try:
             changed = apply_memory_settings(
@@ -531,7 +596,9 @@ def restore_child(
         if not (kind == "Secret" and name in generated):
             # (A lost generated Secret means a new secret: every pod that reads it must roll.)
             children = [c for c in children if c["kind"] == kind and c["metadata"]["name"] == name]
-        # (A restored Deployment is paced like any other change to its pods.)
+        # (A restored Deployment is paced like any other change to its pods, and a restored
+        # StatefulSet waits for its pod's restart as in any other reconcile.)
+        children = reconciler.defer_redis_restarts(owner, children).children
         applied, _ = reconciler.apply_paced(
             owner,
             children,

@@ -55,14 +55,14 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from cachefleet.runtime.cache.key import CacheKey
 from cachefleet.runtime.config.settings import CacheAdmission as AdmissionMode
 from cachefleet.runtime.tensor import Tensor
 
-Tier = Literal["local", "redis"]
-TIERS: tuple[Tier, ...] = ("local", "redis")
+#: A tier's ``name`` (``tier.Tier.name``): admission keeps figures per model and tier name, for
+#: whichever tiers the server has (``factory`` lists them), and names none itself.
+TierName = str
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +134,7 @@ class TierAdmission:
     )
 
     def __init__(
-        self, tier: Tier, model: ModelAdmission, tuning: AdmissionTuning, *, decides: bool
+        self, tier: TierName, model: ModelAdmission, tuning: AdmissionTuning, *, decides: bool
     ) -> None:
         self.tier = tier
         self.admitted = True
@@ -205,25 +205,25 @@ class ModelAdmission:
     """The figures and decisions of one model version, bound once per version (the hot path
     pays one dictionary lookup to find them)."""
 
-    __slots__ = (
-        "_by_name",
-        "_credit",
-        "_decides",
-        "_tuning",
-        "compute_s",
-        "local",
-        "model",
-        "redis",
-        "version",
-    )
+    __slots__ = ("_by_name", "_credit", "_decides", "_tiers", "_tuning", "compute_s", "model",
+                 "version")  # fmt: skip
 
-    def __init__(self, model: str, version: str, tuning: AdmissionTuning, *, decides: bool) -> None:
+    def __init__(
+        self,
+        model: str,
+        version: str,
+        tuning: AdmissionTuning,
+        *,
+        decides: bool,
+        tiers: Sequence[TierName] = (),
+    ) -> None:
+        """``tiers``: the names of the tiers measured for the model, in the order a request
+        meets them (a name not among them is measured from its first use too)."""
         self.model = model
         self.version = version
         self.compute_s = MovingAverage(tuning.weight)
-        self.local = TierAdmission("local", self, tuning, decides=decides)
-        self.redis = TierAdmission("redis", self, tuning, decides=decides)
-        self._by_name = {"local": self.local, "redis": self.redis}
+        self._by_name = {name: TierAdmission(name, self, tuning, decides=decides) for name in tiers}
+        self._tiers = tuple(self._by_name.values())
         self._credit = 0.0
         self._tuning = tuning
         self._decides = decides
@@ -241,15 +241,13 @@ class ModelAdmission:
         time at all, and so no decision: one request is computed to measure it, and charged
         one lookup's time, so that at most one in ``1 / probe_budget`` requests does so until
         the first measurement lands."""
-        local, redis = self.local, self.redis
         if not self._decides:
             return False
-        spent = (local.lookup_s.value if local.admitted else 0.0) + (
-            redis.lookup_s.value if redis.admitted else 0.0
-        )
+        tiers = self._tiers
+        spent = sum(each.lookup_s.value for each in tiers if each.admitted)
         if spent == 0.0:
             return False  # no admitted tier is looked up: nothing pays for, or needs, a recompute
-        if max(local.lookup_s.count, redis.lookup_s.count) < self._tuning.min_lookups:
+        if max((each.lookup_s.count for each in tiers), default=0) < self._tuning.min_lookups:
             return False  # undecided: a fresh model caches as before
         self._credit += self._tuning.probe_budget * spent
         if self.compute_s.count == 0:  # never computed here: measure it (see above)
@@ -270,9 +268,14 @@ class ModelAdmission:
         """One answer took ``seconds`` to compute."""
         self.compute_s.add(seconds)
 
-    def tier(self, tier: str) -> TierAdmission:
-        """The figures of the tier named ``tier`` (a tier's ``name``)."""
-        return self._by_name[tier]
+    def tier(self, tier: TierName) -> TierAdmission:
+        """The figures of the tier named ``tier`` (a tier's ``name``), made on first use."""
+        found = self._by_name.get(tier)
+        if found is None:
+            found = TierAdmission(tier, self, self._tuning, decides=self._decides)
+            self._by_name[tier] = found
+            self._tiers = tuple(self._by_name.values())
+        return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,7 +285,7 @@ class AdmissionFigures:
 
     model: str
     version: str
-    tier: Tier
+    tier: TierName
     admitted: bool
     #: Seconds one lookup is expected to save; None until both lookups and computes are seen.
     expected_saving_s: float | None
@@ -320,7 +323,7 @@ class AdmissionPolicy:
     def __init__(
         self,
         mode: AdmissionMode,
-        tiers: tuple[Tier, ...],
+        tiers: tuple[TierName, ...],
         tuning: AdmissionTuning | None = None,
     ) -> None:
         """``tiers``: the tiers this server has (reported); ``always`` never skips one."""
@@ -333,7 +336,9 @@ class AdmissionPolicy:
         """The model version's figures, made on first use."""
         found = self._models.get((model, version))
         if found is None:
-            found = ModelAdmission(model, version, self._tuning, decides=self.mode == "auto")
+            found = ModelAdmission(
+                model, version, self._tuning, decides=self.mode == "auto", tiers=self.tiers
+            )
             self._models[(model, version)] = found
         return found
 
@@ -342,13 +347,15 @@ class AdmissionPolicy:
         for key in [key for key in self._models if key[0] == model]:
             del self._models[key]
 
-    def expected_saving(self, model: str, tier: Tier, version: str | None = None) -> float | None:
+    def expected_saving(
+        self, model: str, tier: TierName, version: str | None = None
+    ) -> float | None:
         """Seconds a lookup of ``tier`` is expected to save for ``model`` (the most measured
         version when ``version`` is None); negative when it costs; None when not yet measured."""
         chosen = self._pick(model, version)
         return None if chosen is None else chosen.tier(tier).expected_saving()
 
-    def admitted(self, model: str, tier: Tier, version: str | None = None) -> bool:
+    def admitted(self, model: str, tier: TierName, version: str | None = None) -> bool:
         """Whether ``tier`` is used for ``model`` (True for a model not yet seen)."""
         chosen = self._pick(model, version)
         return True if chosen is None else chosen.tier(tier).admitted
@@ -359,7 +366,9 @@ class AdmissionPolicy:
         if version is not None:
             found = self._models.get((model, version))
             if found is None:
-                found = ModelAdmission(model, version, self._tuning, decides=False)
+                found = ModelAdmission(
+                    model, version, self._tuning, decides=False, tiers=self.tiers
+                )
             return list(self._figures([found]))
         return [each for each in self.snapshot() if each.model == model]
 

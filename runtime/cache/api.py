@@ -9,8 +9,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
-from typing import Any, NamedTuple, Protocol
+from typing import Any, ClassVar, NamedTuple, Protocol
 
 from cachefleet.runtime.cache.key import CacheKey
 from cachefleet.runtime.tensor import Tensor
@@ -19,21 +18,77 @@ from cachefleet.runtime.tensor import Tensor
 #: the event loop) comes as a :class:`~cachefleet.runtime.cache.completion.RunsToCompletion`:
 #: a miss is then computed in the caller's own task instead of a task of its own.
 Compute = Callable[[], Awaitable[list[Tensor]]]
-#: A row's outputs and how it was answered (HIT_LOCAL, HIT_REDIS or MISS).
+#: A row's outputs and how it was answered (a tier's hit status, or MISS).
 RowHit = tuple[list[Tensor], "CacheStatus"]
 #: Computes the rows at the given indices (ascending); returns their outputs in the same order.
 RowsCompute = Callable[[Sequence[int]], Awaitable[Sequence[Sequence[Tensor]]]]
 
 
-class CacheStatus(StrEnum):
-    """The value of the ``X-Cache`` response header."""
+class CacheStatus(str):
+    """The value of the ``X-Cache`` response header: ``miss``, ``bypass``, ``partial``, or
+    ``hit-<tier>`` for an answer a tier held, named by the tier's ``name``.
 
-    HIT_LOCAL = "hit-local"
-    HIT_REDIS = "hit-redis"
-    MISS = "miss"
-    BYPASS = "bypass"
+    Statuses are data, not a fixed list: every tier's hit status is made by :meth:`hit` from
+    its name, so a new tier needs no member here, and whoever reads a status (the request
+    ledger, the row cache, tracing) asks :attr:`tier` rather than comparing with ``hit-local``
+    and ``hit-redis``. Each value exists once (made through :meth:`of`), so statuses may be
+    compared with ``is``. The shipped values are a contract: ``hit-local | hit-redis | miss |
+    bypass | partial``.
+    """
+
+    __slots__ = ("rank", "tier")
+
+    tier: str | None
+    #: Where a hit's tier comes in the order statuses were made: the tiers are made in the
+    #: order a request meets them, so a larger rank is a farther tier (what a batch whose rows
+    #: came from several tiers reports).
+    rank: int
+
+    _made: ClassVar[dict[str, CacheStatus]] = {}
+
+    HIT_LOCAL: ClassVar[CacheStatus]
+    HIT_REDIS: ClassVar[CacheStatus]
+    MISS: ClassVar[CacheStatus]
+    BYPASS: ClassVar[CacheStatus]
     #: Some rows of a batched request came from the row cache, the others ran.
-    PARTIAL = "partial"
+    PARTIAL: ClassVar[CacheStatus]
+
+    @classmethod
+    def of(cls, value: str) -> CacheStatus:
+        """The one status spelt ``value``."""
+        made = cls._made.get(value)
+        if made is None:
+            made = str.__new__(cls, value)
+            made.tier = value[len(HIT_PREFIX) :] if value.startswith(HIT_PREFIX) else None
+            made.rank = sum(1 for each in cls._made.values() if each.tier is not None)
+            cls._made[value] = made
+        return made
+
+    @classmethod
+    def hit(cls, tier: str) -> CacheStatus:
+        """The status of an answer the tier named ``tier`` held."""
+        return cls.of(HIT_PREFIX + tier)
+
+    @property
+    def value(self) -> str:
+        """The header's value as a plain string (as an enum member's ``value`` was)."""
+        return str.__str__(self)
+
+    @property
+    def is_hit(self) -> bool:
+        return self.tier is not None
+
+    def __repr__(self) -> str:
+        return f"CacheStatus({str.__repr__(self)})"
+
+
+#: What every hit status starts with; the rest is the tier's name.
+HIT_PREFIX = "hit-"
+CacheStatus.HIT_LOCAL = CacheStatus.hit("local")
+CacheStatus.HIT_REDIS = CacheStatus.hit("redis")
+CacheStatus.MISS = CacheStatus.of("miss")
+CacheStatus.BYPASS = CacheStatus.of("bypass")
+CacheStatus.PARTIAL = CacheStatus.of("partial")
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +183,7 @@ class ResponseCache(Protocol):
         self, rows: Sequence[CacheRequest], compute: RowsCompute
     ) -> list[RowHit]:
         """Each one-row request's outputs (the rows of one batched request) and how it was
-        answered: HIT_LOCAL or HIT_REDIS from a tier (looked up together), MISS when
+        answered: a tier's hit status (its tiers looked up together), MISS when
         ``compute`` ran it (or, for a row another request was computing, that request's
         status). ``compute`` gets the indices of the rows no tier held and nobody else is
         computing, and returns their outputs in that order; they are inserted as

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Literal
 
 from cachefleet.runtime.cache.breaker import CircuitBreaker
@@ -36,6 +37,8 @@ from cachefleet.runtime.metrics import RuntimeMetrics
 
 if TYPE_CHECKING:  # redis-py is imported only by servers that use Redis (see factory.py)
     from cachefleet.runtime.cache.fleet_fills import FillListener
+    from cachefleet.runtime.cache.shared_tier import SharedTier
+    from cachefleet.runtime.tensor import Tensor
 
 logger = logging.getLogger(__name__)
 #: How a wait for another replica ended (the ``result`` label).
@@ -201,6 +204,40 @@ class FleetCoalescing:
             self._on_fault(error, breaker)
             return
         breaker.record_success()
+
+
+class SharedFleet:
+    """Fleet coalescing on one shared tier, as the read-through cache meets it: a miss's turn
+    (which reads a filled entry through the tier's own checks) and the holder's write (the
+    tier's insert, made at once instead of behind the response)."""
+
+    def __init__(self, coalescing: FleetCoalescing, tier: SharedTier) -> None:
+        self.coalescing = coalescing
+        #: The tier the fleet coalesces on (a request that skips it takes no turn).
+        self.tier = tier
+
+    @property
+    def listener(self) -> FillListener:
+        """The fills subscription (what tests wait on to be subscribed)."""
+        return self.coalescing.listener
+
+    async def start(self) -> None:
+        await self.coalescing.start()
+
+    async def close(self) -> None:
+        await self.coalescing.close()
+
+    async def turn(self, key: CacheKey) -> FleetTurn:
+        """Where this process's one computation of ``key`` is about to start. An entry the
+        lookup just refused (corrupt or forged) is being replaced by this computation: no
+        lease, whose script would read the same bad entry again before its delete lands."""
+        if self.tier.refused(key):
+            return FleetTurn(key)
+        return await self.coalescing.turn(key, functools.partial(self.tier.accept, key))
+
+    def write(self, key: CacheKey, outputs: Sequence[Tensor], ttl_s: float) -> Write:
+        """The tier's insert of ``outputs``, for a lease holder to make at once."""
+        return self.tier.insert_job(key, tuple(outputs), ttl_s)
 
 
 def _closed(breaker: CircuitBreaker) -> bool:

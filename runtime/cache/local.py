@@ -51,6 +51,8 @@ class LocalTier:
     """A byte-bounded, TTL-aware LRU of request keys to output tensors."""
 
     name = "local"
+    #: In this process: looked up first, at once (``tier.Tier``).
+    shared = False
 
     def __init__(
         self,
@@ -72,6 +74,12 @@ class LocalTier:
 
     def __len__(self) -> int:
         return len(self._slots)
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
 
     def asks(self, key: CacheKey) -> bool:
         return True

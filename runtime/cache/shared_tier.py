@@ -1,14 +1,16 @@
-"""The shared tier: Redis as a cache tier, with sealed entries, breakers and write-behind.
+"""The shared tier: a store every replica sees, as a cache tier, with sealed entries, breakers
+and write-behind.
 
-:class:`~cachefleet.runtime.cache.redis_tier.RedisTier` speaks Redis (commands, pipelining,
-errors translated); this module makes it a :class:`~cachefleet.runtime.cache.tier.Tier`:
+A :class:`~cachefleet.runtime.cache.store.Store` moves bytes (Redis is one:
+:class:`~cachefleet.runtime.cache.redis_tier.RedisTier` speaks its commands, pipelining, errors
+translated); this module makes any store a :class:`~cachefleet.runtime.cache.tier.Tier`:
 
 - a lookup reads the entry and checks it (``entry``: format, the request's digest, the
   fleet's MAC); one that fails is a miss, deleted and counted as ``corrupt`` or ``forged``;
 - inserts and deletes go behind the response, through the write-behind queue (a full queue
   drops and counts); an insert checks at drain time that no flush of its model began since;
 - one circuit breaker per shard (``asks``): while it is open the shard is not asked, and every
-  fault is counted in ``cachefleet_cache_errors_total{tier="redis",kind}`` and told to it.
+  fault is counted in ``cachefleet_cache_errors_total{tier=<its name>,kind}`` and told to it.
 
 Nothing here raises to a request; a flush raises :class:`CacheTierError` (see ``tier``).
 """
@@ -37,7 +39,7 @@ from cachefleet.runtime.cache.flush_marks import FlushMarks
 from cachefleet.runtime.cache.key import CacheKey, KeySpace
 from cachefleet.runtime.cache.local import entry_size
 from cachefleet.runtime.cache.metrics import CacheMetrics
-from cachefleet.runtime.cache.redis_tier import RedisTier
+from cachefleet.runtime.cache.store import Store
 from cachefleet.runtime.cache.tier import Found, TierFigures
 from cachefleet.runtime.cache.writebehind import Job as WriteJob
 from cachefleet.runtime.cache.writebehind import WriteBehind
@@ -47,13 +49,16 @@ logger = logging.getLogger(__name__)
 
 
 class SharedTier:
-    """Entries of every replica of the fleet, in Redis (one server, a cluster or Sentinel's)."""
+    """Entries of every replica of the fleet, in a shared store (Redis: one server, a cluster or
+    Sentinel's)."""
 
-    name = "redis"
+    #: Every replica sees it: looked up once per key in the process, after the in-process
+    #: tiers, and the only tier the fleet coalesces on (see ``read_through``).
+    shared = True
 
     def __init__(
         self,
-        redis: RedisTier,
+        store: Store,
         metrics: CacheMetrics,
         *,
         breakers: ShardBreakers,
@@ -63,12 +68,15 @@ class SharedTier:
         keys: KeySpace | None = None,
         mac: EntryMac | None = None,
         wall_clock: Callable[[], float] = time.time,
+        name: str = "redis",
     ) -> None:
-        """``keys``: the fleet's namespace; ``mac``: seals and checks entries (the fleet's
+        """``name``: the tier's name (its ``hit-<name>``, its metrics' ``tier`` label);
+        ``keys``: the fleet's namespace; ``mac``: seals and checks entries (the fleet's
         secret), None to trust them as they are; ``wall_clock``: Unix time, for entry expiry
         (shared by every replica), injectable so expiry is tested without waiting;
         ``admission``: told what an insert costs here (its encoding and send)."""
-        self.redis = redis
+        self.name = name
+        self.store = store
         self.metrics = metrics
         self.breakers = breakers
         self.writes = writes
@@ -84,15 +92,15 @@ class SharedTier:
         self._reported: set[str] = set()
 
     async def start(self) -> None:
-        await self.redis.start()
+        await self.store.start()
         try:
-            await self.redis.ping()
-            logger.info("cache: Redis tier at %s answers", self.redis.where)
+            await self.store.ping()
+            logger.info("cache: %s tier at %s answers", self.name, self.store.where)
         except CacheTierError as error:
-            logger.warning("cache: Redis not reachable yet, serving without it: %s", error)
+            logger.warning("cache: %s not reachable yet, serving without it: %s", self.name, error)
 
     async def close(self) -> None:
-        await self.redis.close()
+        await self.store.close()
 
     # -- the tier ---------------------------------------------------------------------------
 
@@ -103,7 +111,7 @@ class SharedTier:
         """The entry of ``key``, checked; call after :meth:`asks` said yes."""
         breaker = self.breaker(key)
         try:
-            blob = await self.redis.get(self.keys.redis_key(key))
+            blob = await self.store.get(self.keys.redis_key(key))
         except CacheTierError as error:
             self.fault(error, breaker)
             return None
@@ -117,7 +125,7 @@ class SharedTier:
         found: list[Found | None] = [None] * len(keys)
         shards: dict[str, list[int]] = {}
         for index, key in enumerate(keys):
-            shards.setdefault(self.redis.shard_of(self.keys.redis_key(key)), []).append(index)
+            shards.setdefault(self.store.shard_of(self.keys.redis_key(key)), []).append(index)
         asked = {
             shard: indices
             for shard, indices in shards.items()
@@ -131,6 +139,9 @@ class SharedTier:
                 found[index] = self.accept(keys[index], blob)
         return found
 
+    def entry(self, key: CacheKey) -> object | None:
+        return None  # its entries live in the store: no identity here to vouch for
+
     def insert(self, key: CacheKey, value: Sequence[Tensor], ttl_s: float) -> bool:
         """Queue the entry's write behind the response; False (counted) when the queue is
         full."""
@@ -142,11 +153,13 @@ class SharedTier:
     async def flush(self, model: str) -> int:
         """UNLINK every entry of ``model``, then tell the other replicas (their in-process
         tiers) on the namespace's flush channel."""
-        removed = await self.redis.flush_model(model, self.keys)
+        removed = await self.store.flush_model(model, self.keys)
         try:
-            await self.redis.publish(self.keys.flush_channel, model)
+            await self.store.publish(self.keys.flush_channel, model)
         except CacheTierError as error:
-            self.fault(error, self.breakers.of("redis"))
+            # The store's breaker as a whole (a store that is not sharded names its one shard
+            # after the tier), not any key's shard: a publish is no lookup.
+            self.fault(error, self.breakers.of(self.name))
         return removed
 
     def figures(self) -> TierFigures:
@@ -165,7 +178,7 @@ class SharedTier:
         except CorruptEntryError as error:
             kind: ErrorKind = "forged" if isinstance(error, ForgedEntryError) else "corrupt"
             logger.warning("cache: dropping %s entry %s: %s", kind, self.keys.redis_key(key), error)
-            self.metrics.metrics.cache_errors.labels("redis", kind).inc()
+            self.metrics.metrics.cache_errors.labels(self.name, kind).inc()
             self.delete(key)
             self._misses += 1
             if len(self._refused) >= 1024:
@@ -196,7 +209,7 @@ class SharedTier:
     async def _shard_get_many(self, shard: str, keys: Sequence[CacheKey]) -> list[bytes | None]:
         breaker = self.breakers.of(shard)
         try:
-            values = await self.redis.get_many([self.keys.redis_key(key) for key in keys])
+            values = await self.store.get_many([self.keys.redis_key(key) for key in keys])
         except CacheTierError as error:
             self.fault(error, breaker)
             return [None] * len(keys)
@@ -223,9 +236,9 @@ class SharedTier:
             started = time.perf_counter()
             expires_at = self._wall_clock() + ttl_s if ttl_s > 0 else None
             blob = encode_entry(key.digest, outputs, expires_at, self._mac)
-            sent = self.redis.set_soon(self.keys.redis_key(key), blob, ttl_s)
+            sent = self.store.set_soon(self.keys.redis_key(key), blob, ttl_s)
             admission = self._admission.of(key.model, key.version)
-            admission.redis.inserted(time.perf_counter() - started)
+            admission.tier(self.name).inserted(time.perf_counter() - started)
             sent.add_done_callback(functools.partial(self._inserted, key, breaker, done))
             return done
 
@@ -241,7 +254,7 @@ class SharedTier:
         """Count an insert's outcome and feed the breaker, as a lookup's is."""
         if self._written(breaker, done, sent):
             self._reported.clear()
-            self.metrics.of(key.model, key.version).inserts["redis"].inc()
+            self.metrics.of(key.model, key.version).inserts[self.name].inc()
 
     def _written(
         self, breaker: CircuitBreaker, done: asyncio.Future[None], sent: asyncio.Future[Any]
@@ -270,7 +283,7 @@ class SharedTier:
             if not (breaker := self.breaker(key)).allow():
                 done.set_result(None)
                 return done
-            sent = self.redis.delete_soon(self.keys.redis_key(key))
+            sent = self.store.delete_soon(self.keys.redis_key(key))
             sent.add_done_callback(functools.partial(self._written, breaker, done))
             return done
 
@@ -280,12 +293,12 @@ class SharedTier:
 
     def breaker(self, key: CacheKey) -> CircuitBreaker:
         """The breaker of the shard that serves ``key`` (the only one outside cluster mode)."""
-        return self.breakers.of(self.redis.shard_of(self.keys.redis_key(key)))
+        return self.breakers.of(self.store.shard_of(self.keys.redis_key(key)))
 
     def fault(self, error: CacheTierError, *breakers: CircuitBreaker) -> None:
         """Count a fault once, and tell the breakers of every shard the call went to."""
         kind: ErrorKind = error.kind
-        self.metrics.metrics.cache_errors.labels("redis", kind).inc()
+        self.metrics.metrics.cache_errors.labels(self.name, kind).inc()
         if is_outage(kind):
             for breaker in breakers:
                 breaker.record_failure(f"{kind}: {error!s}")

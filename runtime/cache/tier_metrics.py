@@ -14,12 +14,11 @@ the local entry it was rendered from and counted there, once, as the local hit i
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from cachefleet.runtime.cache.tier import Tier, TierFigures
+from cachefleet.runtime.cache.tier import Kept, TierFigures
 
 #: name (as exposed) -> (type, help, the figure it reads); labelled ``tier``.
 FAMILIES: dict[str, tuple[str, str, Callable[[TierFigures], int | None]]] = {
@@ -45,7 +44,7 @@ FAMILIES: dict[str, tuple[str, str, Callable[[TierFigures], int | None]]] = {
 class TierCollector(Collector):
     """Every family of :data:`FAMILIES`, for each of ``tiers``, as ``tier="<its name>"``."""
 
-    def __init__(self, tiers: Sequence[Tier[Any, Any, Any]]) -> None:
+    def __init__(self, tiers: Sequence[Kept]) -> None:
         self._tiers = tuple(tiers)
 
     def collect(self) -> Iterator[Metric]:

@@ -30,6 +30,7 @@ from cachefleet.runtime.config.settings import (
     RuntimeSettings,
     SecuritySettings,
     ServerSettings,
+    UpstreamSettings,
 )
 from cachefleet.runtime.config.storage_uri import (
     StorageUri,
@@ -59,6 +60,7 @@ __all__ = [
     "SettingsError",
     "StorageUri",
     "StorageUriError",
+    "UpstreamSettings",
     "add_flags",
     "by_group",
     "format_bytes",

@@ -282,6 +282,85 @@ FLAGS: tuple[Flag, ...] = (
     ),
     Flag("ssl-certfile", "security", "ssl_certfile", "Serve HTTP over TLS with this cert (PEM)."),
     Flag("ssl-keyfile", "security", "ssl_keyfile", "Private key of --ssl-certfile (PEM)."),
+    Flag(
+        "upstream",
+        "upstream",
+        "url",
+        "grpc://HOST:PORT (grpcs:// for TLS; or http://, https://) of a KServe v2 / Triton "
+        "server whose models are served through this cache instead of --model-repository.",
+        metavar="URL",
+    ),
+    Flag(
+        "upstream-timeout",
+        "upstream",
+        "timeout_s",
+        "Deadline of one forwarded inference, seconds (30); past it 503 UNAVAILABLE.",
+    ),
+    Flag(
+        "upstream-control-timeout",
+        "upstream",
+        "control_timeout_s",
+        "Deadline of one index, config or health call to the upstream, seconds (5).",
+    ),
+    Flag(
+        "upstream-refresh",
+        "upstream",
+        "refresh_s",
+        "Seconds between reads of the upstream's index, configs and readiness (2).",
+    ),
+    Flag(
+        "upstream-max-in-flight",
+        "upstream",
+        "max_in_flight",
+        "Inferences forwarded to the upstream at once (64).",
+    ),
+    Flag(
+        "upstream-models",
+        "upstream",
+        "models",
+        "Comma-separated models to serve that the upstream's repository index does not list.",
+    ),
+    Flag(
+        "upstream-model-repository",
+        "upstream",
+        "model_repository",
+        "The upstream's model repository, where this server sees the same folder: its files "
+        "go into every cache key.",
+        metavar="DIR",
+    ),
+    Flag(
+        "upstream-auth-header",
+        "upstream",
+        "auth_header",
+        "Header (gRPC metadata key) sent with every upstream call, e.g. authorization.",
+    ),
+    Flag(
+        "upstream-auth-file",
+        "upstream",
+        "auth_file",
+        "File holding that header's value (a mounted Secret); or CACHEFLEET_UPSTREAM_AUTH_VALUE.",
+        metavar="FILE",
+    ),
+    Flag(
+        "upstream-auth-value",
+        "upstream",
+        "auth_value",
+        "The auth header's value (prefer the environment or --upstream-auth-file).",
+        metavar="VALUE",
+    ),
+    Flag(
+        "upstream-tls-ca-file",
+        "upstream",
+        "tls_ca_file",
+        "CA bundle for a grpcs:// or https:// upstream.",
+    ),
+    Flag(
+        "upstream-tls-cert-file",
+        "upstream",
+        "tls_cert_file",
+        "Client certificate for a TLS upstream.",
+    ),
+    Flag("upstream-tls-key-file", "upstream", "tls_key_file", "Key of --upstream-tls-cert-file."),
 )
 _BY_NAME = {flag.name: flag for flag in FLAGS}
 _TRUE = frozenset({"1", "true", "yes", "on"})

@@ -338,6 +338,101 @@ class RedisSettings(_Group):
         return self
 
 
+#: The schemes ``--upstream`` takes: KServe v2 gRPC or HTTP (``grpcs``, ``https``: over TLS).
+UPSTREAM_SCHEMES = ("grpc://", "grpcs://", "http://", "https://")
+_TLS_SCHEMES = ("grpcs://", "https://")
+
+
+class UpstreamSettings(_Group):
+    """Another KServe v2 / Triton server whose models this one serves through its cache
+    (``--upstream``): its index, metadata and configs are read from it, a miss is forwarded to
+    it. The auth header's value is a secret: excluded from every dump, never logged."""
+
+    url: str | None = Field(
+        None,
+        description="grpc://HOST:PORT (grpcs:// for TLS), or http:// / https://, of the "
+        "upstream server.",
+    )
+    timeout_s: Seconds = Field(
+        30.0, gt=0, description="Deadline of one forwarded inference; past it 503 UNAVAILABLE."
+    )
+    control_timeout_s: Seconds = Field(
+        5.0, gt=0, description="Deadline of one index, config or health call to the upstream."
+    )
+    refresh_s: Seconds = Field(
+        2.0,
+        gt=0,
+        description="How often the upstream's index, configs and readiness are read again: "
+        "the longest a change on the upstream goes unseen.",
+    )
+    max_in_flight: int = Field(
+        64, ge=1, description="Forwarded inferences at once (each holds a thread while it waits)."
+    )
+    models: Annotated[tuple[str, ...], BeforeValidator(_names)] = Field(
+        (),
+        description="Models to serve that the upstream's repository index does not list (a "
+        "server without the repository extension, or PyTriton's): read from their metadata "
+        "and readiness instead (comma-separated on the command line).",
+    )
+    model_repository: Path | None = Field(
+        None,
+        description="The upstream's own model repository, when this server sees the same "
+        "folder: its files go into every key, as a local model's do.",
+    )
+    auth_header: str | None = Field(
+        None, min_length=1, description="Header (gRPC metadata key) sent with every call."
+    )
+    auth_value: SecretStr | None = Field(None, exclude=True)
+    auth_file: Path | None = Field(
+        None, description="File holding the auth header's value (a mounted Secret)."
+    )
+    tls_ca_file: Path | None = None
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    breaker_failure_threshold: int = Field(
+        3, ge=1, description="Consecutive unreachable calls that open the upstream's breaker."
+    )
+    breaker_reset_s: Seconds = Field(1.0, description="How long the breaker stays open per probe.")
+
+    @field_validator("url")
+    @classmethod
+    def _known_scheme(cls, url: str | None) -> str | None:
+        if url is not None and not url.startswith(UPSTREAM_SCHEMES):
+            shown = redact(url)
+            raise ValueError(
+                "upstream url must start with grpc://, grpcs:// (the KServe v2 gRPC port, 8001 "
+                f"on Triton), http:// or https://: {shown!r}"
+            )
+        if url is not None and "@" in url:
+            raise ValueError("the upstream url carries credentials: use --upstream-auth-file")
+        return url
+
+    @field_validator("auth_header")
+    @classmethod
+    def _metadata_key(cls, header: str | None) -> str | None:
+        if header is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+", header):
+            raise ValueError(f"{header!r} is not a header name (letters, digits, '-', '_', '.')")
+        return None if header is None else header.lower()
+
+    @model_validator(mode="after")
+    def _auth_and_tls(self) -> UpstreamSettings:
+        if self.auth_value is not None and self.auth_file is not None:
+            raise ValueError("give the upstream auth value or its file, not both")
+        if (self.auth_value is not None or self.auth_file is not None) != (
+            self.auth_header is not None
+        ):
+            raise ValueError(
+                "--upstream-auth-header goes with --upstream-auth-file or "
+                "CACHEFLEET_UPSTREAM_AUTH_VALUE"
+            )
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("--upstream-tls-cert-file and --upstream-tls-key-file go together")
+        tls = self.tls_ca_file or self.tls_cert_file
+        if tls is not None and self.url is not None and not self.url.startswith(_TLS_SCHEMES):
+            raise ValueError("upstream TLS files need a grpcs:// or https:// upstream url")
+        return self
+
+
 class SecuritySettings(_Group):
     """Who may call what, and TLS, with Triton's (and uvicorn's) flag names.
 
@@ -383,6 +478,7 @@ class RuntimeSettings(_Group):
     cache: CacheSettings = CacheSettings()
     redis: RedisSettings = RedisSettings()
     security: SecuritySettings = SecuritySettings()
+    upstream: UpstreamSettings = UpstreamSettings()
 
     def to_document(self) -> dict[str, Any]:
         """The settings as a YAML/JSON-ready mapping, without secrets and with plain types."""

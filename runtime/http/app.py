@@ -17,7 +17,7 @@ from cachefleet.runtime.composition import RuntimeSlot
 from cachefleet.runtime.errors import ServingError
 from cachefleet.runtime.http.errors import handle_error
 from cachefleet.runtime.http.infer_endpoint import InferEndpoint
-from cachefleet.runtime.http.infer_front import InferFront, Serve
+from cachefleet.runtime.http.infer_front import AnswerNow, InferFront, Serve
 from cachefleet.runtime.http.infer_request import InferHeads
 from cachefleet.runtime.http.routes import build_routes
 from cachefleet.runtime.http.traced import TracedInfer
@@ -44,7 +44,9 @@ def create_app(
     )
     for error_type in (ServingError, HTTPException, Exception):
         app.add_exception_handler(error_type, handle_error)
-    serve: Serve = InferEndpoint(slot).serve
-    if traced:
-        serve = TracedInfer(serve, slot)
-    return InferFront(app, InferHeads(slot.settings), serve, slot.settings.limits)
+    endpoint = InferEndpoint(slot)
+    serve: Serve = endpoint.serve
+    answer_now: AnswerNow | None = endpoint.answer_now
+    if traced:  # every answer in a span: none below ASGI
+        serve, answer_now = TracedInfer(serve, slot), None
+    return InferFront(app, InferHeads(slot.settings), serve, slot.settings.limits, answer_now)

@@ -20,6 +20,8 @@ SETTINGS_VARIABLE = "CACHEFLEET_SETTINGS_JSON"
 PASSWORD_VARIABLE = "CACHEFLEET_REDIS_PASSWORD"
 SECRET_VARIABLE = "CACHEFLEET_CACHE_SECRET"
 URL_VARIABLE = "CACHEFLEET_REDIS_URL"
+#: The upstream's auth header value, when given inline rather than as a file.
+UPSTREAM_AUTH_VARIABLE = "CACHEFLEET_UPSTREAM_AUTH_VALUE"
 #: The restrictions (secret values, so left out of the JSON), one per line in each variable.
 RESTRICTION_VARIABLES = {
     "http_restricted_api": "CACHEFLEET_HTTP_RESTRICTED_API",
@@ -39,6 +41,8 @@ def export_settings(settings: RuntimeSettings, environ: MutableMapping[str, str]
         environ[PASSWORD_VARIABLE] = settings.redis.password.get_secret_value()
     if settings.cache.secret is not None:
         environ[SECRET_VARIABLE] = settings.cache.secret.get_secret_value()
+    if settings.upstream.auth_value is not None:
+        environ[UPSTREAM_AUTH_VARIABLE] = settings.upstream.auth_value.get_secret_value()
     if URL_VARIABLE in environ and settings.redis.url is not None:
         environ[URL_VARIABLE] = settings.redis.url
     for field, variable in RESTRICTION_VARIABLES.items():
@@ -57,6 +61,9 @@ def settings_from_environment(environ: Mapping[str, str]) -> RuntimeSettings:
     secret = environ.get(SECRET_VARIABLE)
     if secret is not None:
         document.setdefault("cache", {})["secret"] = SecretStr(secret)
+    auth = environ.get(UPSTREAM_AUTH_VARIABLE)
+    if auth is not None and document.get("upstream", {}).get("auth_header") is not None:
+        document["upstream"]["auth_value"] = SecretStr(auth)
     for field, variable in RESTRICTION_VARIABLES.items():
         if variable in environ:
             document.setdefault("security", {})[field] = environ[variable]

@@ -75,17 +75,24 @@ class BodyDecoder:
                 decode_request, self._body, self._header_length, config, self
             )
         except ServingError as error:
-            self._prepared = (config, error)
+            # Without its traceback: the thread's frames hold the parsed document (tens of
+            # MiB for a large refused body), and a client's refusal needs no stack.
+            self._prepared = (config, error.with_traceback(None))
             return
         self._prepared = (config, request)
 
     def __call__(self, config: ModelConfig) -> InferRequest:
-        prepared = self._prepared
+        prepared, self._prepared = self._prepared, None
         if prepared is not None and prepared[0] is config:
-            self._prepared = None
             outcome = prepared[1]
+            del prepared
             if isinstance(outcome, ServingError):
-                raise outcome
+                try:
+                    raise outcome
+                finally:
+                    # This frame joins the traceback; holding the error too would make a cycle
+                    # that keeps the request's body and document until the cyclic collector.
+                    del outcome
             return outcome
         return decode_request(self._body, self._header_length, config, self)
 

@@ -18,9 +18,9 @@ import time
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from cachefleet.runtime.cache.memo import MemoKey
+from cachefleet.runtime.cache.memo import MemoEntry, MemoKey
 from cachefleet.runtime.composition import Runtime, RuntimeSlot
-from cachefleet.runtime.errors import ServingError
+from cachefleet.runtime.errors import BadRequestError, ServingError
 from cachefleet.runtime.http.answer_charge import AnswerCharge
 from cachefleet.runtime.http.body import ClientGoneError, inflate, joined, receive_parts
 from cachefleet.runtime.http.body_charge import BodyCharge
@@ -58,17 +58,8 @@ class InferEndpoint:
         as its head says so (``json_limit``)."""
         try:
             runtime = self._slot.ready()
-            if head.refusal is not None:
-                raise RestrictedApiError(head.refusal)
-            if head.header_length is not None:
-                check_json_size(head.header_length, self._json_limit)
-            elif head.declared is not None and head.encoding is None:
-                check_json_size(head.declared, self._json_limit)
+            charge = self._charge(head, runtime)
             budget = runtime.budget
-            charge = BodyCharge(
-                budget, head.declared, self._limit, head.header_length,
-                compressed=head.encoding is not None,
-            )  # fmt: skip
             cost = charge.opening_cost()
             if not budget.try_enter(cost):
                 await budget.wait(cost)
@@ -87,6 +78,51 @@ class InferEndpoint:
         finally:
             budget.leave(charge.taken)
         await answer.release_when_written(scope)
+
+    def answer_now(
+        self, head: InferHead, parts: list[bytes]
+    ) -> tuple[MemoEntry, AnswerCharge] | None:
+        """The memo's answer to ``head``'s request, whose plain body came whole in ``parts``,
+        counted as :meth:`serve` counts it, when it can be given at once: admitted without a
+        wait, memoized and live; with the charge to hold its bytes in until they are written.
+        None, nothing counted, when not: :meth:`serve` then answers the request (or refuses
+        it), deciding everything again. For the HTTP protocol, which reads below ASGI
+        (``uvicorn_protocol``) and decides nothing of its own."""
+        try:
+            runtime = self._slot.ready()
+            charge = self._charge(head, runtime)
+            budget = runtime.budget
+            cost = charge.opening_cost()
+            if not budget.try_enter(cost):
+                budget.leave(0)  # counted by try_enter; serve waits for room instead
+                return None
+        except ServingError:
+            return None
+        try:
+            answers = self._answers_of(runtime)
+            hasher = answers.hasher(head)
+            if hasher is None:
+                return None
+            for part in parts:
+                hasher.update(part)
+            found, _ = answers.memoized(head, hasher.digest(), parts, time.perf_counter_ns())
+            return None if found is None else (found, AnswerCharge(budget))
+        finally:
+            budget.leave(cost)
+
+    def _charge(self, head: InferHead, runtime: Runtime) -> BodyCharge:
+        """``head``'s request's charge, before a byte of its body is read; ServingError when
+        its head refuses it (restricted, or JSON over ``--max-json-size``)."""
+        if head.refusal is not None:
+            raise RestrictedApiError(head.refusal)
+        if head.header_length is not None:
+            check_json_size(head.header_length, self._json_limit)
+        elif head.declared is not None and head.encoding is None:
+            check_json_size(head.declared, self._json_limit)
+        return BodyCharge(
+            runtime.budget, head.declared, self._limit, head.header_length,
+            compressed=head.encoding is not None,
+        )  # fmt: skip
 
     def _answers_of(self, runtime: Runtime) -> ServiceAnswers:
         """The answers for ``runtime``, made the first time it serves a request (a server
@@ -136,7 +172,7 @@ class InferEndpoint:
                     return
             body = joined(parts)
             if head.bad_header is not None:
-                raise head.bad_header
+                raise BadRequestError(head.bad_header)
             check_json_size(json_size(len(body), head.header_length), self._json_limit)
             await charge.decoding(len(body))  # before the decode, now that its size is known
         except ClientGoneError:

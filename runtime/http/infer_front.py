@@ -8,7 +8,9 @@ either, a request with a transfer coding other than ``chunked`` is refused with 
 route (``transfer_coding``). Tracing,
 when the server traces, wraps the endpoint's ``serve`` here, so it sees every infer answer
 (the memo's, the full path's, every refusal) and no wrapper around the server can take the
-memo away from it.
+memo away from it. Without tracing, the front also hands the HTTP protocol the endpoint's
+``answer_now``, with which it answers a memo hit before the request becomes an ASGI task
+(``uvicorn_protocol``); whatever it does not answer comes here.
 """
 
 from __future__ import annotations
@@ -18,28 +20,53 @@ from collections.abc import Awaitable, Callable
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from cachefleet.runtime.cache.memo import MemoEntry
 from cachefleet.runtime.config import LimitSettings
+from cachefleet.runtime.http.answer_charge import AnswerCharge
 from cachefleet.runtime.http.infer_endpoint import refuse, refuse_request
 from cachefleet.runtime.http.infer_request import InferHead, InferHeads
 from cachefleet.runtime.http.transfer_coding import transfer_coding_refusal
 
 #: Serves a described infer request (``InferEndpoint.serve``, or tracing around it).
 Serve = Callable[[InferHead, Scope, Receive, Send], Awaitable[None]]
+#: The memo's answer to a described request with its whole plain body, when it can be given at
+#: once (``InferEndpoint.answer_now``); None: ``Serve`` answers it.
+AnswerNow = Callable[[InferHead, list[bytes]], tuple[MemoEntry, AnswerCharge] | None]
 
 
 class InferFront:
     """Hands infer requests to ``serve``, everything else to ``app``."""
 
     def __init__(
-        self, app: ASGIApp, heads: InferHeads, serve: Serve, limits: LimitSettings
+        self,
+        app: ASGIApp,
+        heads: InferHeads,
+        serve: Serve,
+        limits: LimitSettings,
+        answer_now: AnswerNow | None = None,
     ) -> None:
         #: Named ``app``, as middlewares name the next one.
         self.app = app
-        self._heads = heads
+        #: Describes infer requests; read by the HTTP protocol too (see ``uvicorn_protocol``).
+        self.heads = heads
         #: The infer endpoint's ``serve``, or tracing around it.
         self.serve = serve
         #: Read by the HTTP protocol's connection guard (see ``uvicorn_protocol``).
         self.limits = limits
+        #: The memo's answers that the HTTP protocol may give below ASGI, before a task is
+        #: made for the request (None when tracing, which must see every answer).
+        self.answer_now = answer_now
+
+    def held_head(self, path: str, headers: list[tuple[bytes, bytes]]) -> InferHead | None:
+        """The head of a ``POST`` to ``path`` with ``headers`` when :meth:`__call__` would
+        hand it to ``serve`` and the memo may answer it as it is (no body to inflate, no answer
+        to compress): what the HTTP protocol may ask ``answer_now`` about. None otherwise."""
+        if transfer_coding_refusal(headers) is not None:
+            return None
+        head = self.heads({"type": "http", "method": "POST", "path": path, "headers": headers})
+        if head is None or not head.memo or head.encoding is not None or head.accept is not None:
+            return None
+        return head
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -47,7 +74,7 @@ class InferFront:
             if refusal is not None:
                 await refuse_request(send, scope["method"], scope["path"], refusal)
                 return
-            head = self._heads(scope)
+            head = self.heads(scope)
             if head is not None:
                 if head.method == "POST":
                     await self.serve(head, scope, receive, send)

@@ -17,7 +17,6 @@ from starlette.types import Scope
 
 from cachefleet.runtime.cache.api import CacheDirectives
 from cachefleet.runtime.config import RuntimeSettings
-from cachefleet.runtime.errors import BadRequestError
 from cachefleet.runtime.http.restricted import ApiGuard, refusal_message
 from cachefleet.runtime.protocol.cache_control import directives_from
 
@@ -41,9 +40,11 @@ class InferHead:
     declared: int | None
     #: ``Inference-Header-Content-Length`` (None: absent).
     header_length: int | None
-    #: A header length that is not an integer, refused once the body is in (the body limit
-    #: comes first).
-    bad_header: BadRequestError | None
+    #: Why the header length is refused (not an integer), said once the body is in (the body
+    #: limit comes first). A message, not the error: an error kept here and raised would make
+    #: a cycle (the head, its error, the traceback, the frame holding the head) that only the
+    #: cyclic collector frees.
+    bad_header: str | None
     #: ``Content-Encoding`` when the body must be inflated (None: absent or ``identity``).
     encoding: str | None
     #: ``Accept-Encoding`` (None: the answer goes out as rendered).
@@ -112,11 +113,10 @@ def infer_route(path: str) -> tuple[str, str | None] | None:
     return None
 
 
-def _header_length(value: bytes) -> tuple[int | None, BadRequestError | None]:
-    """The binary extension's header length, or the error to answer once the body is read."""
+def _header_length(value: bytes) -> tuple[int | None, str | None]:
+    """The binary extension's header length, or why it is refused once the body is read."""
     try:
         return int(value), None
     except ValueError:
         text = value.decode("latin-1")
-        message = f"Inference-Header-Content-Length must be an integer, got {text!r}"
-        return None, BadRequestError(message)
+        return None, f"Inference-Header-Content-Length must be an integer, got {text!r}"

@@ -41,7 +41,6 @@ from cachefleet.runtime.models.types import Model
 from cachefleet.runtime.service.in_flight import InFlight
 from cachefleet.runtime.service.statistics import ModelStatistics, StatisticsRegistry
 
-_HITS = (CacheStatus.HIT_LOCAL, CacheStatus.HIT_REDIS)
 _MISSES = (CacheStatus.MISS, CacheStatus.PARTIAL)
 
 
@@ -114,7 +113,7 @@ class RequestLedger:
             series.answered("200", elapsed_ns / 1e9)
             stats = figures.stats
             stats.record_success(elapsed_ns)
-            if status in _HITS:
+            if status is not None and status.is_hit:  # of any tier: ``hit-<tier>``
                 stats.record_cache_hit(passage.cache_ns)
             elif status in _MISSES:
                 stats.record_cache_miss(passage.cache_ns - passage.model_ns)

@@ -31,7 +31,8 @@ Run = Callable[[Sequence[Tensor]], Awaitable[list[Tensor]]]
 @dataclass(frozen=True, slots=True)
 class RowAnswer:
     outputs: list[Tensor]
-    #: HIT_LOCAL / HIT_REDIS (every row cached), PARTIAL (some) or MISS (none).
+    #: A tier's hit (every row cached: the farthest tier any row came from), PARTIAL (some
+    #: rows) or MISS (none).
     status: CacheStatus
 
 
@@ -65,9 +66,9 @@ def _status(answered: Sequence[RowHit]) -> CacheStatus:
         return CacheStatus.MISS
     if ran:
         return CacheStatus.PARTIAL
-    if all(status is CacheStatus.HIT_LOCAL for _, status in answered):
-        return CacheStatus.HIT_LOCAL
-    return CacheStatus.HIT_REDIS
+    # Every row a hit: the farthest of the tiers they came from (statuses are ranked in the
+    # order a request meets the tiers), so a batch that needed Redis says so.
+    return max((status for _, status in answered), key=lambda status: status.rank)
 
 
 def _agree(outputs: Sequence[Sequence[Tensor]]) -> bool:

@@ -14,7 +14,8 @@ MODEL_VERSION: Final = "cachefleet.model.version"
 #: How the cache answered, as the X-Cache header says it: hit-local, hit-redis, miss, partial,
 #: bypass (the cache not asked).
 CACHE_RESULT: Final = "cachefleet.cache.result"
-#: The tier that held a hit: local or redis (absent for anything but a hit).
+#: The tier that held a hit, by its name (``hit-<tier>``: local, redis; absent for anything
+#: but a hit).
 CACHE_TIER: Final = "cachefleet.cache.tier"
 #: Seconds the request waited for a model instance (or its batch) before its execution started.
 QUEUE_DURATION: Final = "cachefleet.queue.duration"
@@ -35,5 +36,12 @@ RPC_METHOD: Final = "rpc.method"
 RPC_GRPC_STATUS: Final = "rpc.grpc.status_code"
 ERROR_TYPE: Final = "error.type"
 
-#: The cache tier of each hit result.
-TIER_OF_RESULT: Final = {"hit-local": "local", "hit-redis": "redis"}
+#: What every hit result starts with; the rest is the tier's name.
+HIT_PREFIX: Final = "hit-"
+
+
+def tier_of_result(cache_result: str) -> str | None:
+    """The tier named by a hit result (``hit-<tier>``, for any tier); None for the others."""
+    if cache_result.startswith(HIT_PREFIX):
+        return cache_result[len(HIT_PREFIX) :]
+    return None

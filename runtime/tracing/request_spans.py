@@ -44,7 +44,7 @@ def end_request(
     cache_result = traced.take_cache_result() or cache_result
     if cache_result is not None:
         span.set_attribute(names.CACHE_RESULT, cache_result)
-        tier = names.TIER_OF_RESULT.get(cache_result)
+        tier = names.tier_of_result(cache_result)
         if tier is not None:
             span.set_attribute(names.CACHE_TIER, tier)
     times = traced.take_executions()

@@ -6,7 +6,6 @@ names, and a quota's refusal of a container that states no limit."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,10 +17,10 @@ NAMESPACE = "rules"
 
 
 @pytest.fixture(scope="module")
-def plane_ns(plane: Plane) -> Iterator[Plane]:
+def plane_ns(plane: Plane) -> Plane:
+    """The module's namespace (deleted at its end: ``nothing_left_behind``)."""
     plane.kubectl("create", "namespace", NAMESPACE)
-    yield plane
-    plane.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
+    return plane
 
 
 def _statefulset(name: str, size: str = "1Gi") -> dict[str, Any]:
@@ -143,4 +142,3 @@ def test_a_quota_refuses_a_container_that_states_no_limit(plane: Plane) -> None:
     done = plane.kubectl("apply", "-f", "-", stdin=json.dumps(pod), check=False)
     assert done.returncode != 0
     assert "must specify limits.cpu for: init; limits.memory for: init" in done.stderr
-    plane.kubectl("delete", "namespace", namespace, "--wait=false")

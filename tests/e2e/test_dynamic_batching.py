@@ -25,6 +25,7 @@ from support.batching import (
     picker_config,
     post,
     values,
+    wait_for_three,
     wait_pending,
     write_picker,
     write_variant,
@@ -34,9 +35,7 @@ from support.waiting import wait_for
 
 from cachefleet.runtime.samples.densenet import DENSENET_BATCH_CONFIG
 
-WAIT_FOR_THREE = (
-    f"dynamic_batching {{ preferred_batch_size: [ 3 ] max_queue_delay_microseconds: {FOREVER_US} }}"
-)
+WAIT_FOR_THREE = wait_for_three()
 EXECUTIONS = "nv_inference_exec_count"
 ROWS = "nv_inference_count"
 PENDING = "cachefleet_queue_pending"

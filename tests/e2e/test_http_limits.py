@@ -21,7 +21,7 @@ import pytest
 from support import raw_http
 from support.processes import ServerProcess
 from support.sample_requests import simple_grpc_request
-from support.slow_clients import dribble_until_closed
+from support.slow_clients import closed_within, dribble_until_closed
 from tritonclient.grpc import service_pb2_grpc
 
 pytestmark = pytest.mark.slow
@@ -408,21 +408,6 @@ def test_a_large_json_body_is_decoded_in_a_thread_and_answered_as_before(
     assert "needs 2 elements" in str(document["error"])
 
 
-def _closed_within(sock: socket.socket, seconds: float) -> bool:
-    """Whether the server closes ``sock`` within ``seconds`` (reading what it sends)."""
-    sock.settimeout(0.2)
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            if sock.recv(65536) == b"":
-                return True
-        except TimeoutError:
-            continue
-        except ConnectionResetError:
-            return True
-    return False
-
-
 _LIVE = b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n"
 
 
@@ -443,7 +428,7 @@ def test_a_pipelined_request_that_never_sends_its_body_gives_its_place_back(
             b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
         )
         assert raw_http.read(sock, bytearray())[0] == 200
-        assert _closed_within(sock, 20)
+        assert closed_within(sock, 20)
     assert _infer_simple(server, 8)[0] == 200
 
 

@@ -19,19 +19,14 @@ import pytest
 import tritonclient.http as httpclient
 from support import loopback, raw_http
 from support.processes import ServerProcess
-from support.sample_requests import sample_request
+from support.sample_requests import binary_body, sample_request
 
 PATH = b"/v2/models/simple/infer"
 
 
 def _body(seed: int = 0) -> tuple[bytes, int]:
     """``simple``'s request as tritonclient encodes it (binary inputs), and its header length."""
-    inputs = []
-    for name, (array, datatype) in sample_request("simple", seed).items():
-        item = httpclient.InferInput(name, list(array.shape), datatype)
-        item.set_data_from_numpy(array, binary_data=True)
-        inputs.append(item)
-    body, json_size = httpclient.InferenceServerClient.generate_request_body(inputs)
+    body, json_size = binary_body("simple", seed)
     assert json_size is not None
     return body, json_size
 

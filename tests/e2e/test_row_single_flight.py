@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 from support.batching import (
-    FOREVER_US,
     TABLE,
     InFlight,
     metric,
@@ -22,15 +21,14 @@ from support.batching import (
     picker_config,
     post,
     values,
+    wait_for_three,
     wait_pending,
     write_picker,
 )
 from support.processes import ServerProcess
 
 MODEL = "picker_rows"
-WAIT_FOR_THREE = (
-    f"dynamic_batching {{ preferred_batch_size: [ 3 ] max_queue_delay_microseconds: {FOREVER_US} }}"
-)
+WAIT_FOR_THREE = wait_for_three()
 ROW_CACHE = (
     "response_cache { enable: true }\n"
     'parameters { key: "cachefleet.row_cache" value { string_value: "true" } }\n'

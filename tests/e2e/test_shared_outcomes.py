@@ -21,12 +21,12 @@ from typing import Any
 
 import pytest
 from support.batching import (
-    FOREVER_US,
     TABLE,
     InFlight,
     metric,
     pick_body,
     picker_config,
+    wait_for_three,
     wait_pending,
     write_picker,
 )
@@ -45,20 +45,13 @@ COALESCED = "cachefleet_cache_coalesced_total"
 pytestmark = pytest.mark.slow
 
 
-def _batching(extra: str) -> str:
-    return (
-        f"dynamic_batching {{ preferred_batch_size: [ 3 ] "
-        f"max_queue_delay_microseconds: {FOREVER_US} {extra} }}"
-    )
-
-
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("shared-outcomes") / "repo"
     cached = "response_cache { enable: true }"
-    override = _batching("default_queue_policy { allow_timeout_override: true }")
+    override = wait_for_three("default_queue_policy { allow_timeout_override: true }")
     write_picker(root, OVERRIDE, picker_config(OVERRIDE, batching=override, extra=cached))
-    levels = _batching("priority_levels: 2 default_priority_level: 1")
+    levels = wait_for_three("priority_levels: 2 default_priority_level: 1")
     write_picker(root, LEVELS, picker_config(LEVELS, batching=levels, extra=cached))
     return root
 

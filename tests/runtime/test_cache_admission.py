@@ -55,13 +55,13 @@ def test_a_fresh_model_is_admitted_and_undecided_until_enough_lookups() -> None:
     assert policy.admitted("simple", "redis")
     assert policy.expected_saving("simple", "redis") is None
     model = policy.of("simple", "1")
-    observe(model, model.redis, compute_s=10 * US, lookup_s=200 * US, insert_s=20 * US,
+    observe(model, model.tier("redis"), compute_s=10 * US, lookup_s=200 * US, insert_s=20 * US,
             hit=False, times=TUNING.min_lookups - 1)  # fmt: skip
     assert policy.admitted("simple", "redis", "1"), "no decision before min_lookups"
-    observe(model, model.redis, compute_s=10 * US, lookup_s=200 * US, insert_s=20 * US,
+    observe(model, model.tier("redis"), compute_s=10 * US, lookup_s=200 * US, insert_s=20 * US,
             hit=False, times=1)  # fmt: skip
     assert not policy.admitted("simple", "redis", "1")
-    assert model.local.admitted, "tiers are decided apart"
+    assert model.tier("local").admitted, "tiers are decided apart"
     assert policy.expected_saving("simple", "redis") == -220 * US
 
 
@@ -69,7 +69,7 @@ def test_a_hit_that_costs_more_than_computing_is_skipped() -> None:
     """``simple`` over Redis: even at a 100 % hit ratio, a round trip costs more than the run."""
     policy = AdmissionPolicy("auto", ("redis",), TUNING)
     model = policy.of("simple", "1")
-    observe(model, model.redis, compute_s=40 * US, lookup_s=150 * US, insert_s=20 * US,
+    observe(model, model.tier("redis"), compute_s=40 * US, lookup_s=150 * US, insert_s=20 * US,
             hit=True, times=20)  # fmt: skip
     assert not policy.admitted("simple", "redis")
     saving = policy.expected_saving("simple", "redis")
@@ -82,10 +82,10 @@ def test_an_expensive_model_keeps_its_tiers_at_a_low_hit_ratio() -> None:
     model = policy.of("densenet_onnx", "1")
     for index in range(40):
         model.computed(30_000 * US)
-        model.local.inserted(20 * US)
-        model.local.looked_up(5 * US, hit=index % 10 == 0)  # 10 % hits
-    assert model.local.admitted
-    saving = model.local.expected_saving()
+        model.tier("local").inserted(20 * US)
+        model.tier("local").looked_up(5 * US, hit=index % 10 == 0)  # 10 % hits
+    assert model.tier("local").admitted
+    saving = model.tier("local").expected_saving()
     assert saving is not None
     assert saving > 2_000 * US
 
@@ -94,20 +94,20 @@ def test_a_skipped_tier_is_probed_by_content_sample_and_by_budget() -> None:
     policy = AdmissionPolicy("auto", ("redis",), TUNING)
     model = policy.of("simple", "1")
     # compute 100 us, a probe 100 us: 2 % of compute pays one probe every 50 requests.
-    observe(model, model.redis, compute_s=100 * US, lookup_s=80 * US, insert_s=20 * US,
+    observe(model, model.tier("redis"), compute_s=100 * US, lookup_s=80 * US, insert_s=20 * US,
             hit=False, times=10)  # fmt: skip
-    assert not model.redis.admitted
-    assert all(model.redis.wants(SAMPLED) for _ in range(10)), "the sample always goes"
-    probes = sum(model.redis.wants(OUTSIDE) for _ in range(500))
+    assert not model.tier("redis").admitted
+    assert all(model.tier("redis").wants(SAMPLED) for _ in range(10)), "the sample always goes"
+    probes = sum(model.tier("redis").wants(OUTSIDE) for _ in range(500))
     assert 9 <= probes <= 10  # 500 / 50, give or take the last float rounding
 
 
 def test_a_cheap_tier_of_a_cheap_model_is_probed_at_least_at_the_floor() -> None:
     policy = AdmissionPolicy("auto", ("redis",), TUNING)
     model = policy.of("simple", "1")
-    observe(model, model.redis, compute_s=1 * US, lookup_s=1_000 * US, insert_s=0.0,
+    observe(model, model.tier("redis"), compute_s=1 * US, lookup_s=1_000 * US, insert_s=0.0,
             hit=False, times=10)  # fmt: skip
-    probes = sum(model.redis.wants(OUTSIDE) for _ in range(1_000))
+    probes = sum(model.tier("redis").wants(OUTSIDE) for _ in range(1_000))
     assert probes == 1_000 // TUNING.probe_floor
 
 
@@ -115,13 +115,13 @@ def test_the_decision_flips_back_when_the_tier_starts_saving() -> None:
     """Traffic turns repetitive and the model slower: the probes see it, the tier comes back."""
     policy = AdmissionPolicy("auto", ("local",), TUNING)
     model = policy.of("simple", "1")
-    observe(model, model.local, compute_s=20 * US, lookup_s=3 * US, insert_s=4 * US,
+    observe(model, model.tier("local"), compute_s=20 * US, lookup_s=3 * US, insert_s=4 * US,
             hit=False, times=10)  # fmt: skip
-    assert not model.local.admitted
+    assert not model.tier("local").admitted
     for _ in range(10):  # probes that hit, of a model that got expensive
         model.computed(500 * US)
-        model.local.looked_up(3 * US, hit=True)
-    assert model.local.admitted
+        model.tier("local").looked_up(3 * US, hit=True)
+    assert model.tier("local").admitted
 
 
 def test_a_model_whose_requests_all_hit_is_recomputed_now_and_then() -> None:
@@ -129,7 +129,7 @@ def test_a_model_whose_requests_all_hit_is_recomputed_now_and_then() -> None:
     policy = AdmissionPolicy("auto", ("local", "redis"), TUNING)
     model = policy.of("simple", "1")
     assert not model.recomputes(), "nothing measured yet: a fresh model caches as before"
-    observe(model, model.local, compute_s=100 * US, lookup_s=50 * US, insert_s=5 * US,
+    observe(model, model.tier("local"), compute_s=100 * US, lookup_s=50 * US, insert_s=5 * US,
             hit=True, times=10)  # fmt: skip
     # 2 % of a 50 us lookup is 1 us a request: a 100 us computation every 100 requests.
     recomputed = sum(model.recomputes() for _ in range(1_000))
@@ -144,14 +144,14 @@ def test_a_model_never_computed_here_is_computed_once_its_tiers_are_looked_up_en
     model = policy.of("simple", "1")
     for _ in range(TUNING.min_lookups):
         assert not model.recomputes(), "undecided: a fresh model caches as before"
-        model.redis.looked_up(100 * US, hit=True)
+        model.tier("redis").looked_up(100 * US, hit=True)
     assert model.compute_s.count == 0
     assert model.recomputes(), "measured lookups, never a computation: measure one"
     # Until that computation lands, its lookup's worth of credit is paid back first.
     later = [model.recomputes() for _ in range(round(1 / TUNING.probe_budget))]
     assert later.count(True) <= 1
     model.computed(20 * US)
-    model.redis.looked_up(100 * US, hit=True)
+    model.tier("redis").looked_up(100 * US, hit=True)
     assert AdmissionPolicy("always", ("redis",), TUNING).of("simple", "1").recomputes() is False
 
 
@@ -161,18 +161,18 @@ def test_a_model_at_the_boundary_does_not_flap() -> None:
     # 50 % hits: saving = 0.5 * 20 - (8 + 0.5 * 4) = 0 us, inside the margin either way.
     for index in range(64):
         model.computed(20 * US)
-        model.local.inserted(4 * US)
-        model.local.looked_up(8 * US, hit=index % 2 == 0)
-        assert model.local.admitted
+        model.tier("local").inserted(4 * US)
+        model.tier("local").looked_up(8 * US, hit=index % 2 == 0)
+        assert model.tier("local").admitted
 
 
 def test_always_measures_but_never_skips() -> None:
     policy = AdmissionPolicy("always", ("local", "redis"), TUNING)
     model = policy.of("simple", "1")
-    observe(model, model.redis, compute_s=1 * US, lookup_s=500 * US, insert_s=50 * US,
+    observe(model, model.tier("redis"), compute_s=1 * US, lookup_s=500 * US, insert_s=50 * US,
             hit=False, times=100)  # fmt: skip
-    assert model.redis.admitted
-    assert model.redis.wants(OUTSIDE)
+    assert model.tier("redis").admitted
+    assert model.tier("redis").wants(OUTSIDE)
     (figures,) = [each for each in policy.figures("simple", "1") if each.tier == "redis"]
     assert figures.lookups == 100
     assert figures.expected_saving_s is not None
@@ -183,7 +183,7 @@ def test_figures_statistics_metrics_and_forgetting() -> None:
     policy = AdmissionPolicy("auto", ("local", "redis"), TUNING)
     assert [each.admitted for each in policy.figures("simple", "1")] == [True, True]
     model = policy.of("simple", "1")
-    observe(model, model.redis, compute_s=10 * US, lookup_s=200 * US, insert_s=20 * US,
+    observe(model, model.tier("redis"), compute_s=10 * US, lookup_s=200 * US, insert_s=20 * US,
             hit=False, times=10)  # fmt: skip
 
     statistics = StatisticsRegistry(policy)
@@ -209,7 +209,7 @@ def _primed(cache: ReadThroughCache, **costs: float) -> None:
     """Feed the cache's policy a long history for ``simple`` 1 local tier (a few real requests
     then move its averages by a thousandth each)."""
     model = cache.admission.of("simple", "1")
-    observe(model, model.local, hit=False, times=1_000, **costs)
+    observe(model, model.tier("local"), hit=False, times=1_000, **costs)
 
 
 async def test_auto_skips_the_local_tier_for_a_model_it_only_costs() -> None:

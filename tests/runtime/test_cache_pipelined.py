@@ -198,7 +198,8 @@ async def test_the_inserts_of_one_drain_are_one_write_and_all_counted(
     # Write-behind batching: a fleet lease's holder would write its answer at once instead.
     cache = build_cache(settings("redis", redis_server.url, fleet_coalescing="off"), metrics)
     assert isinstance(cache, ReadThroughCache)
-    tier = shared_tier(cache).redis
+    tier = shared_tier(cache).store
+    assert isinstance(tier, RedisTier)
     await tier.start()  # the tier, but not the write-behind workers: inserts queue up
     sent: list[list[tuple[Any, ...]]] = []
     send = tier._send

@@ -23,10 +23,16 @@ from support.processes import RedisProcess
 
 from cachefleet.runtime.cache.api import CacheDirectives, CacheRequest, CacheStatus
 from cachefleet.runtime.cache.completion import RunsToCompletion
-from cachefleet.runtime.cache.factory import build_admission, build_cache, read_through
+from cachefleet.runtime.cache.factory import (
+    TIER_KINDS,
+    Built,
+    TierKind,
+    build_admission,
+    build_cache,
+    read_through,
+)
 from cachefleet.runtime.cache.local import LocalTier
 from cachefleet.runtime.cache.read_through import ReadThroughCache
-from cachefleet.runtime.cache.redis_tier import RedisTier
 from cachefleet.runtime.cache.writebehind import WriteBehind
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.tensor import Tensor
@@ -186,7 +192,7 @@ async def test_full_write_behind_queue_drops_and_counts(redis_server: RedisProce
     assert isinstance(cache, ReadThroughCache)
     await shared_tier(
         cache
-    ).redis.start()  # the tier, not the write-behind workers: the queue fills
+    ).store.start()  # the tier, not the write-behind workers: the queue fills
     try:
         for value in range(5):
             assert (await ask(cache, request(value), Model()))[1] is CacheStatus.MISS
@@ -246,7 +252,7 @@ async def test_large_answers_are_dropped_past_the_byte_bound(redis_server: Redis
     metrics = RuntimeMetrics()
     cache = build_cache(settings("redis", redis_server.url, insert_queue_bytes=1000), metrics)
     assert isinstance(cache, ReadThroughCache)
-    await shared_tier(cache).redis.start()  # no workers: what is queued stays queued
+    await shared_tier(cache).store.start()  # no workers: what is queued stays queued
     try:
         for value in range(5):
             assert (await ask(cache, request(value), Model()))[1] is CacheStatus.MISS
@@ -286,13 +292,13 @@ async def test_promoted_copy_expires_with_the_redis_entry(redis_server: RedisPro
 
     def replica() -> ReadThroughCache:
         tiered = settings("tiered", redis_server.url)
+        local = LocalTier(1 << 20, clock=clock.monotonic)
+        kinds = [
+            TierKind("local", lambda _: True, lambda parts: Built(local)),
+            *(kind for kind in TIER_KINDS if kind.name == "redis"),
+        ]
         return read_through(
-            tiered,
-            RuntimeMetrics(),
-            build_admission(tiered),
-            LocalTier(1 << 20, clock=clock.monotonic),
-            RedisTier(tiered.redis),
-            wall_clock=clock.wall,
+            tiered, RuntimeMetrics(), build_admission(tiered), wall_clock=clock.wall, kinds=kinds
         )
 
     first, second = replica(), replica()

@@ -53,7 +53,7 @@ def expected(value: int) -> list[Tensor]:
 
 def shard(cache: ReadThroughCache, value: int) -> str:
     shared = shared_tier(cache)
-    return shared.redis.shard_of(shared.keys.redis_key(key_of(request(value))))
+    return shared.store.shard_of(shared.keys.redis_key(key_of(request(value))))
 
 
 async def test_two_caches_share_answers_spread_over_the_primaries_and_flush_empties_them(

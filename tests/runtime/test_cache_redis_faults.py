@@ -16,6 +16,7 @@ from cachefleet.runtime.cache.entry import encode_entry
 from cachefleet.runtime.cache.factory import build_cache
 from cachefleet.runtime.cache.key import KeySpace, compute_key
 from cachefleet.runtime.cache.read_through import ReadThroughCache
+from cachefleet.runtime.cache.redis_tier import RedisTier
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.tensor import Tensor
 
@@ -157,7 +158,9 @@ async def test_a_saturated_pool_leaves_the_hot_commands_alone(
     only connection busy, lookups and inserts still work, and nothing opens the breaker."""
     cache, metrics = await started("redis", redis_server, pool_size=1)
     try:
-        pool = shared_tier(cache).redis.client.connection_pool
+        store = shared_tier(cache).store
+        assert isinstance(store, RedisTier)
+        pool = store.client.connection_pool
         held = await pool.get_connection()  # the only one, busy
         try:
             for value in range(5):

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 import pytest
-from support.cache_doubles import Model, ask, key_of, request, shared_tier
+from support.cache_doubles import Model, ask, key_of, redis_store, request, shared_tier
 from support.redis_nodes import MASTER_NAME, SentinelProcesses, command
 
 from cachefleet.runtime.cache.api import CacheStatus
@@ -106,7 +106,7 @@ async def test_a_sentinel_failover_is_followed_without_a_restart(
             assert time.monotonic() < deadline, (
                 "writes never reached the new primary",
                 new,
-                shared_tier(writer).redis.client.connection_pool.master_address,
+                redis_store(shared_tier(writer)).client.connection_pool.master_address,
                 redis_sentinel.primary_port(),
             )
             value += 1

@@ -16,6 +16,7 @@ from cachefleet.runtime.cache.local import LocalTier
 from cachefleet.runtime.cache.read_through import ReadThroughCache
 from cachefleet.runtime.cache.singleflight import SingleFlight
 from cachefleet.runtime.cache.terms import OnTerms, flight_key, on_terms, terms_of
+from cachefleet.runtime.cache.walk import TierWalk
 from cachefleet.runtime.errors import ModelExecutionError, QueueTimeoutError
 from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.tensor import Tensor
@@ -73,7 +74,7 @@ def test_terms_travel_with_the_work_and_the_neutral_ones_leave_it_plain() -> Non
     marked = on_terms(work, (2, 0.0))
     assert isinstance(marked, OnTerms)
     assert terms_of(marked) == (2, 0.0)
-    key = ReadThroughCache._key(request(1))
+    key = TierWalk.key(request(1))
     assert flight_key(key, None) == key
     assert flight_key(key, (2, 0.0)) != flight_key(key, (1, 0.0)) != key
 

@@ -96,7 +96,7 @@ async def test_row_lookups_are_counted_in_tritons_cache_counters() -> None:
 async def test_rows_skip_a_tier_that_admission_skips_for_the_model() -> None:
     """A model whose local tier costs more than it saves keeps its rows out of it too."""
     admission = AdmissionPolicy("auto", ("local",))
-    judged = admission.of("simple", "1").local
+    judged = admission.of("simple", "1").tier("local")
     judged.admitted = False
     judged.lookup_s.add(1.0)  # a lookup dearer than any probe budget
     metrics = RuntimeMetrics()

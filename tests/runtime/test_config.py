@@ -163,3 +163,36 @@ def test_model_control_flags_repeat_and_read_comma_lists(tmp_path: Path) -> None
     assert (from_file.models.control_mode, from_file.models.load_models) == ("explicit", ("*",))
     with pytest.raises(SystemExit):
         parse("--model-control-mode", "poll")
+
+
+def test_upstream_flags_keep_the_auth_value_out_of_every_dump_and_refuse_what_cannot_work(
+    tmp_path: Path,
+) -> None:
+    secret = "upstream-s3cret-value"
+    settings = load_settings(
+        parse("--upstream", "grpcs://triton:8001", "--upstream-auth-header", "Authorization",
+              "--upstream-timeout", "10s", "--upstream-tls-ca-file", str(tmp_path / "ca.crt")),
+        {"CACHEFLEET_UPSTREAM_AUTH_VALUE": secret},
+    )  # fmt: skip
+    upstream = settings.upstream
+    assert (upstream.url, upstream.auth_header, upstream.timeout_s) == (
+        "grpcs://triton:8001", "authorization", 10.0,
+    )  # fmt: skip
+    assert upstream.auth_value is not None
+    assert upstream.auth_value.get_secret_value() == secret
+    assert secret not in repr(settings.to_document()) + repr(settings)
+    refused = {
+        ("--upstream", "unix:///triton.sock"): "must start with grpc://, grpcs://",
+        ("--upstream", "grpc://user:pw@triton:8001"): "use --upstream-auth-file",
+        ("--upstream", "grpc://t:8001", "--upstream-auth-file", "f"): "goes with",
+        (
+            "--upstream",
+            "grpc://t:8001",
+            "--upstream-tls-ca-file",
+            "ca",
+        ): "need a grpcs:// or https://",
+    }
+    for argv, message in refused.items():
+        with pytest.raises(SettingsError, match=message) as raised:
+            load_settings(parse(*argv), {})
+        assert "pw@" not in str(raised.value)

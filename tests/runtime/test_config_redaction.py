@@ -113,6 +113,19 @@ def test_workers_inherit_neither_settings_nor_a_url_with_the_password() -> None:
     assert isinstance(restored, RuntimeSettings)
 
 
+def test_workers_get_the_upstream_auth_value_beside_the_settings_not_in_them() -> None:
+    from cachefleet.runtime.http.environment import export_settings, settings_from_environment
+
+    environ: dict[str, str] = {}
+    argv = ("--upstream", "grpc://triton:8001", "--upstream-auth-header", "authorization")
+    settings = load_settings(parse(*argv, "--upstream-auth-value", SECRET), environ)
+    export_settings(settings, environ)
+    assert SECRET not in environ["CACHEFLEET_SETTINGS_JSON"]
+    restored = settings_from_environment(environ).upstream
+    assert restored.auth_value is not None
+    assert restored.auth_value.get_secret_value() == SECRET
+
+
 def test_error_messages_and_log_records_are_redacted() -> None:
     url = f"redis://app:{SECRET}@cache:6379/0?password={SECRET}"
     assert SECRET not in NotReadyError(f"redis GET k at {url}: timeout").message

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import uvicorn
-from support.slow_clients import dribble_until_closed
+from support.slow_clients import closed_within, dribble_until_closed
 from support.uvicorn_thread import serving
 
 from cachefleet.runtime.config import LimitSettings
@@ -146,21 +146,6 @@ def _answers(sock: socket.socket, count: int) -> list[bytes]:
     return bodies
 
 
-def _closed_within(sock: socket.socket, seconds: float) -> bool:
-    """Whether the server closes ``sock`` within ``seconds`` (reading what it sends)."""
-    sock.settimeout(0.2)
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            if sock.recv(65536) == b"":
-                return True
-        except TimeoutError:
-            continue
-        except ConnectionResetError:
-            return True
-    return False
-
-
 GET = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
 
 
@@ -172,7 +157,7 @@ def test_a_pipelined_request_that_never_sends_its_body_is_cut_off(port: int) -> 
     with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
         sock.sendall(GET + b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\nx")
         assert _answers(sock, 1) == [b"0"]
-        assert _closed_within(sock, 15)
+        assert closed_within(sock, 15)
 
 
 POST_200K = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 200000\r\n\r\n"

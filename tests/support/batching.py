@@ -29,6 +29,15 @@ TABLE = [10.0, 20.0, 30.0, 40.0]
 FOREVER_US = 600_000_000
 
 
+def wait_for_three(extra: str = "") -> str:
+    """Dynamic batching that runs a batch only once three rows wait (its delay never runs out),
+    so a test decides when a batch goes by sending its third row, never by timing."""
+    return (
+        f"dynamic_batching {{ preferred_batch_size: [ 3 ] "
+        f"max_queue_delay_microseconds: {FOREVER_US} {extra} }}"
+    )
+
+
 def picker_config(name: str, *, batching: str, extra: str = "") -> str:
     return f"""
 name: "{name}"

@@ -21,6 +21,7 @@ from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.tensor import Tensor
 
 if TYPE_CHECKING:  # redis-py is imported only by the tests that use Redis
+    from cachefleet.runtime.cache.redis_tier import RedisTier
     from cachefleet.runtime.cache.shared_tier import SharedTier
 
 DEFAULT = CacheDirectives()
@@ -61,12 +62,21 @@ def local_tier(cache: ReadThroughCache) -> LocalTier:
     return tier
 
 
+def redis_store(shared: SharedTier) -> RedisTier:
+    """The shared tier's store, which is Redis in ``redis`` and ``tiered`` modes."""
+    from cachefleet.runtime.cache.redis_tier import RedisTier
+
+    assert isinstance(shared.store, RedisTier)
+    return shared.store
+
+
 def shared_tier(cache: ReadThroughCache) -> SharedTier:
     """The cache's shared tier (in ``redis`` and ``tiered`` modes)."""
     from cachefleet.runtime.cache.shared_tier import SharedTier
 
-    assert isinstance(cache.shared, SharedTier)
-    return cache.shared
+    (shared,) = cache.shared
+    assert isinstance(shared, SharedTier)
+    return shared
 
 
 class Model:

@@ -8,6 +8,8 @@ PID (``ManagedProcess``).
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -71,3 +73,12 @@ def give_password(redis: RedisProcess, password: str) -> None:
     hold several), so services made one after another all reach it."""
     redis.command("ACL", "SETUSER", "default", "on", f">{password}")
     redis.password = password
+
+
+def redis_password(plane: Plane, namespace: str, service: str) -> str | None:
+    """The password the operator generated for ``service``'s managed Redis (None until its
+    Secret has one)."""
+    done = plane.kubectl("get", f"secret/{service}-redis-auth", "-n", namespace, "-o", "json",
+                         check=False)  # fmt: skip
+    data = (json.loads(done.stdout).get("data") or {}) if done.returncode == 0 else {}
+    return base64.b64decode(data["password"]).decode() if "password" in data else None

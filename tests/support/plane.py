@@ -18,7 +18,7 @@ import os
 import ssl
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -37,6 +37,8 @@ ROOT = Path(__file__).resolve().parents[2]
 KWOK_NODE = {"kwok.x-k8s.io/node": "fake"}
 #: The GPU nodes' labels, as NVIDIA's GPU feature discovery sets them.
 GPU_LABELS = {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": "NVIDIA-A10G"}
+#: The project's custom resource, as kubectl names it.
+SERVICES = "cachedinferenceservices.cachefleet.io"
 ADMISSION = (
     "NamespaceLifecycle,LimitRanger,ServiceAccount,NodeRestriction,TaintNodesByCondition,"
     "PodSecurity,Priority,DefaultTolerationSeconds,DefaultStorageClass,"
@@ -145,6 +147,31 @@ class Plane:
         """The status of condition ``kind`` on ``resource`` (None: no such object or condition)."""
         done = self.kubectl("get", resource, "-n", namespace, "-o", "json", check=False)
         return _condition(json.loads(done.stdout), kind) if done.returncode == 0 else None
+
+    def established(self, crd: str) -> None:
+        """Wait for the CRD ``crd`` (``crd/NAME``) to be served. Polled: ``kubectl wait`` fails
+        at once on a CRD the server has not given conditions yet ("<nil> is of the type
+        <nil>")."""
+        until(lambda: self.condition(crd, "default", "Established") == "True",
+              f"{crd} Established", timeout_s=60)  # fmt: skip
+
+    def namespaces(self) -> set[str]:
+        """The names of the namespaces there are (those being deleted included)."""
+        return {item["metadata"]["name"] for item in self.get("namespaces")["items"]}
+
+    def delete_fleets_and_namespaces(self, namespaces: Iterable[str]) -> None:
+        """Delete every CachedInferenceService, waiting until each is gone with what it owns,
+        then the ``namespaces``, waiting until each is gone with all it holds.
+
+        Foreground deletion: the garbage collector deletes a service's Deployment and
+        StatefulSet (owned with ``blockOwnerDeletion``) before the service itself, so once the
+        services are gone no runtime Deployment of theirs is left for an operator to count."""
+        self.kubectl("delete", SERVICES, "--all", "--all-namespaces", "--cascade=foreground",
+                     "--wait=true", "--timeout=300s", timeout_s=330)  # fmt: skip
+        names = sorted(namespaces)
+        if names:
+            self.kubectl("delete", "namespace", *names, "--ignore-not-found", "--wait=true",
+                         "--timeout=300s", timeout_s=330)  # fmt: skip
 
     # Starting and stopping.
 
@@ -268,11 +295,18 @@ class Plane:
                        "--root-ca-file", str(pki / "ca.crt"),
                        "--cluster-signing-cert-file", str(pki / "ca.crt"),
                        "--cluster-signing-key-file", str(pki / "ca.key"),
-                       "--concurrent-gc-syncs", "5"]  # fmt: skip
+                       "--concurrent-gc-syncs", "5",
+                       # kwok's heartbeat stage renews a node every 20-45 s: within the default
+                       # 50 s grace only on an idle machine. A node marked NotReady has its
+                       # pods' Ready set False, which kwok (no kubelet) never sets back.
+                       "--node-monitor-grace-period", "10m"]  # fmt: skip
         self._spawn(name, *common)
 
     def _kwok(self) -> None:
+        # kwok's own stages, and the project's (``kwok_stages/``: pods of images from
+        # registry.invalid cannot pull them, those of crash.invalid crash-loop).
         stages = sorted((self.bin / "stages").glob("*.yaml"))
+        stages += sorted((Path(__file__).parent / "kwok_stages").glob("*.yaml"))
         config = self.folder / "kwok.yaml"
         config.write_text("\n---\n".join(path.read_text() for path in stages))
         self._spawn(

@@ -29,6 +29,18 @@ def sample_request(model: str, seed: int = 0) -> dict[str, tuple[np.ndarray, str
     return {"data_0": (image, "FP32")}
 
 
+def binary_body(model: str, seed: int = 0, **options: Any) -> tuple[bytes, int | None]:
+    """``model``'s sample request as tritonclient encodes it (binary inputs), and its JSON
+    header's length; ``options`` go to ``generate_request_body``."""
+    inputs = []
+    for name, (array, datatype) in sample_request(model, seed).items():
+        item = httpclient.InferInput(name, list(array.shape), datatype)
+        item.set_data_from_numpy(array, binary_data=True)
+        inputs.append(item)
+    body, json_size = httpclient.InferenceServerClient.generate_request_body(inputs, **options)
+    return bytes(body), json_size
+
+
 def infer(
     server: ServerProcess,
     model: str,
@@ -38,14 +50,7 @@ def infer(
     parameters: dict[str, Any] | None = None,
 ) -> tuple[httpx.Response, Any]:
     """POST one request as tritonclient encodes it; returns the response and its parsed result."""
-    inputs = []
-    for name, (array, datatype) in sample_request(model, seed).items():
-        item = httpclient.InferInput(name, list(array.shape), datatype)
-        item.set_data_from_numpy(array, binary_data=True)
-        inputs.append(item)
-    body, json_size = httpclient.InferenceServerClient.generate_request_body(
-        inputs, request_id="r1", parameters=parameters
-    )
+    body, json_size = binary_body(model, seed, request_id="r1", parameters=parameters)
     sent = {"Content-Type": "application/octet-stream", **(headers or {})}
     if json_size is not None:
         sent["Inference-Header-Content-Length"] = str(json_size)

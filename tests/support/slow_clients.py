@@ -1,4 +1,4 @@
-"""A client that sends a byte at a time, as a slowloris attack does."""
+"""Clients that go slow or quiet, as slowloris attacks and stalled peers do."""
 
 from __future__ import annotations
 
@@ -20,3 +20,19 @@ def dribble_until_closed(sock: socket.socket, data: bytes, every_s: float) -> fl
         except (BrokenPipeError, ConnectionResetError):
             return time.monotonic() - started
     raise AssertionError("the server never closed the slow connection")
+
+
+def closed_within(sock: socket.socket, seconds: float) -> bool:
+    """Whether the server closes ``sock`` within ``seconds`` (reading and dropping what it sends:
+    a client that has gone quiet but still reads)."""
+    sock.settimeout(0.2)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if sock.recv(65536) == b"":
+                return True
+        except TimeoutError:
+            continue
+        except ConnectionResetError:
+            return True
+    return False

@@ -1,0 +1,176 @@
+"""Memo hits answered below ASGI by the HTTP protocol (``uvicorn_protocol``): the real server
+application, opened as ``cachefleet serve`` opens it, fed through uvicorn's httptools protocol
+with the connection guard, over a transport that records what is written. What a client sees is
+the same either way (``tests/e2e/test_http_memo_wire.py`` reads it off real sockets); this reads
+the mechanism: a hit whose body came whole is answered before the read returns, in one write,
+with no ASGI task, counted as a hit; a request before it in flight, a body still to come or a
+miss go to uvicorn as before, in order; the answer's bytes stay charged until written."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.sample_requests import binary_body
+from support.served_app import opened_server
+from support.waiting import wait_for_async
+from uvicorn.config import Config
+from uvicorn.server import ServerState
+
+from cachefleet.runtime.http.infer_front import InferFront
+from cachefleet.runtime.http.uvicorn_protocol import GuardedHttpToolsProtocol
+
+
+class RecordingTransport(asyncio.Transport):
+    """Takes every write at once, unless told that the client reads nothing (``backlog``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[bytes] = []
+        self.backlog = 0
+        self.closing = False
+
+    def write(self, data: Any) -> None:
+        self.writes.append(bytes(data))
+
+    def get_write_buffer_size(self) -> int:
+        return self.backlog
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        pass
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def close(self) -> None:
+        self.closing = True
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"sockname": ("127.0.0.1", 8000), "peername": ("127.0.0.1", 50000)}.get(
+            name, default
+        )
+
+
+def _request(seed: int) -> bytes:
+    body, json_size = binary_body("simple", seed)
+    assert json_size is not None
+    head = (
+        b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: test\r\n"
+        b"Content-Type: application/octet-stream\r\n"
+        b"Inference-Header-Content-Length: %d\r\nContent-Length: %d\r\n\r\n"
+        % (json_size, len(body))
+    )
+    return bytes(head + body)
+
+
+class Connection:
+    """One connection of uvicorn's protocol to the served application."""
+
+    def __init__(self, app: InferFront) -> None:
+        config = Config(app, lifespan="off", proxy_headers=False, http="httptools")
+        config.load()
+        self.state = ServerState()
+        self.protocol = GuardedHttpToolsProtocol(config, self.state, {})
+        self.transport = RecordingTransport()
+        self.protocol.connection_made(self.transport)
+
+    async def answered(self, count: int) -> None:
+        """Until ``count`` answers in all are complete (an ASGI task runs on the loop)."""
+
+        async def done() -> bool:
+            return self.state.total_requests >= count
+
+        await wait_for_async(done, f"{count} answers", timeout_s=30)
+
+    def close(self) -> None:
+        self.protocol.connection_lost(None)
+
+
+@pytest.fixture
+async def app(light_model_repository: Path) -> AsyncIterator[InferFront]:
+    async with opened_server(light_model_repository, "--cache", "local") as served:
+        yield served
+
+
+def _x_cache(answer: bytes) -> bytes:
+    head = answer.split(b"\r\n\r\n", 1)[0]
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b": ")
+        if name == b"x-cache":
+            return value
+    return b""
+
+
+def _statistics(app: InferFront) -> dict[str, Any]:
+    runtime = app.serve.__self__._slot.ready()  # type: ignore[attr-defined]
+    stats = runtime.service.statistics("simple", None)["model_stats"][0]
+    return dict(stats["inference_stats"])
+
+
+async def test_a_hit_is_answered_before_the_read_returns_in_one_write(app: InferFront) -> None:
+    connection = Connection(app)
+    request = _request(0)
+    for count in (1, 2):  # a miss, then a local hit, which the memo keeps
+        connection.protocol.data_received(request)
+        await connection.answered(count)
+    hits_before = _statistics(app)["cache_hit"]["count"]
+    connection.transport.writes.clear()
+    connection.protocol.data_received(request)
+    # Answered within data_received: no task, no loop turn, head and body in one write.
+    assert connection.state.total_requests == 3
+    assert not connection.state.tasks
+    (written,) = connection.transport.writes
+    assert written.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert _x_cache(written) == b"hit-local"
+    assert _statistics(app)["cache_hit"]["count"] == hits_before + 1
+    connection.close()
+
+
+async def test_what_it_does_not_answer_goes_to_uvicorn_in_order(app: InferFront) -> None:
+    connection = Connection(app)
+    hit, miss = _request(0), _request(7)
+    for count in (1, 2):
+        connection.protocol.data_received(hit)
+        await connection.answered(count)
+    connection.transport.writes.clear()
+    # A miss, then a hit, in one read: the hit waits its turn behind the miss.
+    connection.protocol.data_received(miss + hit)
+    assert connection.transport.writes == []
+    await connection.answered(4)
+    answers = b"".join(connection.transport.writes).split(b"HTTP/1.1 200 OK\r\n")[1:]
+    assert [_x_cache(a) for a in answers] == [b"miss", b"hit-local"]
+    # A hit whose body comes in a later read is uvicorn's from its first read on.
+    connection.transport.writes.clear()
+    connection.protocol.data_received(hit[:-10])
+    assert connection.state.tasks
+    connection.protocol.data_received(hit[-10:])
+    await connection.answered(5)
+    assert _x_cache(b"".join(connection.transport.writes)) == b"hit-local"
+    connection.close()
+
+
+async def test_an_unread_answer_stays_charged_until_written(app: InferFront) -> None:
+    connection = Connection(app)
+    request = _request(0)
+    for count in (1, 2):
+        connection.protocol.data_received(request)
+        await connection.answered(count)
+    budget = app.serve.__self__._slot.ready().budget  # type: ignore[attr-defined]
+    held = budget.bytes
+    connection.transport.backlog = 1  # the client reads nothing
+    connection.protocol.data_received(request)
+    assert connection.state.total_requests == 3
+    assert budget.bytes > held  # the answer's bytes, while they wait in the buffer
+    connection.transport.backlog = 0
+    connection.protocol.resume_writing()  # the buffer is empty
+    assert budget.bytes == held
+    connection.close()
