@@ -1,15 +1,21 @@
 """A kmock Kubernetes emulator closer to a real API server, for running the operator against.
 
-kmock stores bodies as sent. A real server also assigns uid, resourceVersion, generation,
-creationTimestamp and generateName names, takes the namespace from the URL, creates an object on
-a server-side apply to a missing name, answers 422 when a JSON-patch ``test`` fails, treats
-a merge or apply that changes nothing as a no-op (same resourceVersion, no watch event), merges
-an apply's ownerReferences by uid and refuses two controller references (422), and lists and
+kmock stores bodies as sent. A real server also assigns uid, resourceVersion, generation (for
+the kinds that keep one), creationTimestamp and generateName names, takes the namespace from
+the URL, creates an object on a server-side apply to a missing name, answers 422 when a
+JSON-patch ``test`` fails, treats a merge or apply that changes nothing as a no-op (same
+resourceVersion, no watch event), merges an apply's ownerReferences by uid and refuses two
+controller references (422), refuses a change to an immutable ConfigMap's data, and lists and
 watches only the objects a ``labelSelector`` selects (equality and existence terms; a set-based
-term is refused with 400 rather than ignored). This subclass adds exactly that (the operator is
-not changed for the emulator). The operator tests and
-``python -m harness.operator_scale`` run the operator against it; kmock is a development
-dependency, so this module is only imported by them (and is not part of the wheel).
+term, which a real server reads, is refused with 400 here rather than ignored). This subclass
+adds exactly that (the operator is not changed for the emulator); each of these behaviours is
+checked against a real kube-apiserver in ``tests/cluster/test_cluster_api_server.py``. What it
+does not do (field ownership conflicts, garbage collection, controllers, admission, RBAC) the
+cluster tests (``tests/cluster/``) see on the real control plane.
+
+The operator's fast tests and ``python -m harness.operator_scale`` run the operator against it;
+kmock is a development dependency, so this module is only imported by them (and is not part of
+the wheel).
 """
 
 from __future__ import annotations
@@ -32,23 +38,32 @@ from kmock._internal import rendering
 
 APPLY = "application/apply-patch+yaml"
 CIS = "cachefleet.io/v1alpha1/cachedinferenceservices"
+#: The kinds served. ``generation``: the API server keeps a ``metadata.generation`` for the kind
+#: (moved by spec changes only); ConfigMaps, Secrets, Services, Events, Namespaces and the HPA
+#: have none, so only their resourceVersion tells a change (checked against kube-apiserver 1.35:
+#: tests/cluster/test_cluster_api_server.py).
 RESOURCES: dict[str, dict[str, Any]] = {
-    CIS: {"kind": "CachedInferenceService", "subresources": {"status"}},
+    CIS: {"kind": "CachedInferenceService", "subresources": {"status"}, "generation": True},
     "v1/namespaces": {"kind": "Namespace", "namespaced": False},
     "v1/events": {"kind": "Event"},
     "v1/secrets": {"kind": "Secret"},
     "v1/configmaps": {"kind": "ConfigMap"},
     "v1/services": {"kind": "Service"},
-    "v1/pods": {"kind": "Pod", "subresources": {"status"}},
-    "apps/v1/statefulsets": {"kind": "StatefulSet", "subresources": {"status"}},
-    "apps/v1/deployments": {"kind": "Deployment", "subresources": {"status"}},
-    "apps/v1/replicasets": {"kind": "ReplicaSet", "subresources": {"status"}},
-    "policy/v1/poddisruptionbudgets": {"kind": "PodDisruptionBudget"},
-    "networking.k8s.io/v1/networkpolicies": {"kind": "NetworkPolicy"},
+    "v1/pods": {"kind": "Pod", "subresources": {"status"}, "generation": True},
+    "apps/v1/statefulsets": {"kind": "StatefulSet", "subresources": {"status"}, "generation": True},
+    "apps/v1/deployments": {"kind": "Deployment", "subresources": {"status"}, "generation": True},
+    "apps/v1/replicasets": {"kind": "ReplicaSet", "subresources": {"status"}, "generation": True},
+    "policy/v1/poddisruptionbudgets": {"kind": "PodDisruptionBudget", "generation": True},
+    "networking.k8s.io/v1/networkpolicies": {"kind": "NetworkPolicy", "generation": True},
     "autoscaling/v2/horizontalpodautoscalers": {"kind": "HorizontalPodAutoscaler"},
     # KEDA's CRD (a cluster without KEDA: drop it from ``resources`` after construction).
-    "keda.sh/v1alpha1/scaledobjects": {"kind": "ScaledObject", "subresources": {"status"}},
-}
+    "keda.sh/v1alpha1/scaledobjects": {
+        "kind": "ScaledObject", "subresources": {"status"}, "generation": True},
+}  # fmt: skip
+#: The plurals whose objects carry a generation.
+GENERATION_PLURALS = frozenset(
+    path.rsplit("/", 1)[-1] for path, info in RESOURCES.items() if info.get("generation")
+)
 VERBS = {"get", "list", "watch", "create", "patch", "delete"}
 #: Set while the emulator serves a request (in that request's task): see ``Cluster.__iter__``.
 _SERVING: contextvars.ContextVar[bool] = contextvars.ContextVar("serving", default=False)
@@ -134,7 +149,7 @@ class Cluster(kmock.KubernetesEmulator):
         if request.resource is not None and isinstance(request.data, dict | list):
             if request.action == kmock.action.CREATE and isinstance(request.data, dict):
                 _check_one_controller(request.data)
-                self._stamp_new(request.data, request.namespace)
+                self._stamp_new(request.data, request.namespace, request.resource.plural)
             elif request.action == kmock.action.UPDATE and request.name is not None:
                 self._check_immutable(request)
                 self._merge_owner_references(request)
@@ -150,7 +165,7 @@ class Cluster(kmock.KubernetesEmulator):
                 del self._requests[index]
                 return
 
-    def _stamp_new(self, body: dict[str, Any], namespace: str | None) -> None:
+    def _stamp_new(self, body: dict[str, Any], namespace: str | None, plural: str | None) -> None:
         meta = body.setdefault("metadata", {})
         if namespace and not meta.get("namespace"):
             meta["namespace"] = namespace
@@ -158,7 +173,8 @@ class Cluster(kmock.KubernetesEmulator):
             meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
         meta.setdefault("uid", str(uuid.uuid4()))
         meta.setdefault("creationTimestamp", _now())
-        meta.setdefault("generation", 1)
+        if plural in GENERATION_PLURALS:
+            meta.setdefault("generation", 1)
         meta["resourceVersion"] = self._next()
 
     async def _prepare_update(self, request: rendering.Request) -> None:
@@ -169,7 +185,7 @@ class Cluster(kmock.KubernetesEmulator):
         content_type = request.headers.get("Content-Type", "")
         if live is None and content_type.startswith(APPLY) and isinstance(request.data, dict):
             body = copy.deepcopy(request.data)
-            self._stamp_new(body, request.namespace)
+            self._stamp_new(body, request.namespace, request.resource.plural)
             async with self._lock:
                 self._objects[key] = body
                 await self._buses[request.resource].put({"type": "ADDED", "object": body})
@@ -185,8 +201,9 @@ class Cluster(kmock.KubernetesEmulator):
         meta = request.data.setdefault("metadata", {})
         meta["resourceVersion"] = self._next()
         spec_changed = "spec" in request.data and request.data["spec"] != live.get("spec")
-        if request.subresource is None and spec_changed:
-            meta["generation"] = int(live.get("metadata", {}).get("generation", 1)) + 1
+        generation = live.get("metadata", {}).get("generation")
+        if request.subresource is None and spec_changed and generation is not None:
+            meta["generation"] = int(generation) + 1
 
     def _check_immutable(self, request: rendering.Request) -> None:
         """Refuse, as the API server does, a change to an immutable ConfigMap's or Secret's

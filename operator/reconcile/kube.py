@@ -175,13 +175,18 @@ class Kube:
             and (item.get("involvedObject") or {}).get("name") == name
         ]
 
-    def apply(self, obj: Mapping[str, Any], *, manager: str = MANAGER) -> dict[str, Any]:
+    def apply(
+        self, obj: Mapping[str, Any], *, manager: str = MANAGER, dry_run: bool = False
+    ) -> dict[str, Any]:
         """Server-side apply with the operator's one field manager, taking over conflicts.
 
         Another ``manager`` is used only to hand a field over (the Deployment's replicas to an
-        HPA), as the server-side apply documentation describes.
+        HPA), as the server-side apply documentation describes. ``dry_run`` asks what the
+        server would store, with its defaults and merge, and stores nothing.
         """
         query = [("fieldManager", manager), ("force", "true")]
+        if dry_run:
+            query.append(("dryRun", "All"))
         return self._call("PATCH", object_path(obj), query=query, body=dict(obj),
                           content_type=APPLY_CONTENT_TYPE)  # fmt: skip
 

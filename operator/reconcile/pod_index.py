@@ -4,7 +4,9 @@ The handlers keep these entries in a kopf index, filled by the label-selected wa
 status (why pods do not start) and the served pass (which pods are ready, at which address) read
 a service's pods without a list call each: at a thousand services, the served pass alone would
 otherwise list pods a thousand times a pass. Only what those readers use is kept (a pod's
-metadata that names it, its status, and its containers' names and ports), not the whole pod.
+metadata that names it, its status, and its containers' names and ports; the Redis container's
+command, a few hundred bytes, tells how that Redis got its password: ``redis_restarts``), not the
+whole pod.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from cachefleet.operator.reconcile.follow import COMPONENT, INSTANCE
+
+#: The managed Redis's container (``manifests/redis.py``).
+REDIS_CONTAINER = "redis"
 
 #: The metadata an entry keeps.
 KEPT_METADATA = ("name", "namespace", "labels", "creationTimestamp", "deletionTimestamp")
@@ -31,12 +36,16 @@ def pod_key(namespace: str | None, labels: Mapping[str, str]) -> PodKey:
 def pod_entry(body: Mapping[str, Any]) -> dict[str, Any]:
     """The part of a pod the operator reads, copied (kopf reuses the body it was given)."""
     metadata = body.get("metadata") or {}
-    containers = [
-        {"name": c.get("name"), "ports": copy.deepcopy(c.get("ports") or [])}
-        for c in (body.get("spec") or {}).get("containers") or ()
-    ]
+    containers = [_container(c) for c in (body.get("spec") or {}).get("containers") or ()]
     return {
         "metadata": {k: copy.deepcopy(metadata[k]) for k in KEPT_METADATA if k in metadata},
         "spec": {"containers": containers},
         "status": copy.deepcopy(dict(body.get("status") or {})),
     }
+
+
+def _container(container: Mapping[str, Any]) -> dict[str, Any]:
+    kept = {"name": container.get("name"), "ports": copy.deepcopy(container.get("ports") or [])}
+    if container.get("name") == REDIS_CONTAINER:
+        kept["command"] = list(container.get("command") or [])
+    return kept

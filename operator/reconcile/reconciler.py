@@ -26,7 +26,7 @@ from cachefleet.operator.manifests.redis_memory import maxmemory_bytes
 from cachefleet.operator.manifests.runtime import redis_password_ref, redis_url
 from cachefleet.operator.manifests.spec import ReadSpec, ServiceSpec, parse_spec, read_spec
 from cachefleet.operator.manifests.tls import tls_digest
-from cachefleet.operator.reconcile import fleet_secret, observe, pod_problems
+from cachefleet.operator.reconcile import fleet_secret, observe, pod_problems, redis_restarts
 from cachefleet.operator.reconcile.admission import check_allowed
 from cachefleet.operator.reconcile.announcements import announced
 from cachefleet.operator.reconcile.applied import AppliedVersions
@@ -191,12 +191,15 @@ class Reconciler:
         # without them, and said so on the object.
         ignored = [Event(True, UNKNOWN_FIELDS, _ignored_message(read))] if read.ignored else []
         pruned: list[str] = []
+        deferral = self.defer_redis_restarts(owner, children)
         applied, decision = self.apply_paced(
-            owner, children, lambda paced: self._apply(owner, paced, pruned, prune=prune)
+            owner, deferral.children, lambda paced: self._apply(owner, paced, pruned, prune=prune)
         )
         # One event per kind of change, naming what changed (not one per child).
         written = announced(body, applied.written, applied.first_seen)
         events = [Event(False, "Applied", f"applied {', '.join(written)}")] if written else []
+        if deferral.began is not None:
+            events.append(Event(False, redis_restarts.DEFERRED, deferral.began))
         events += [Event(False, "Pruned", f"deleted {', '.join(pruned)}")] if pruned else []
         for message in applied.blocked:
             events.append(Event(True, "ImmutableField", message))
@@ -246,6 +249,16 @@ class Reconciler:
             if decision.proceed:
                 self.rollouts.applied(fleet, applied.live.get(f"Deployment/{owner.name}") or {})
         return applied, decision
+
+    def defer_redis_restarts(
+        self, owner: Owner, children: list[dict[str, Any]]
+    ) -> redis_restarts.Deferral:
+        """The children with the Redis StatefulSet's update strategy decided from its pod (see
+        ``redis_restarts``: a change only of the password's delivery waits for its restart)."""
+        if not any(c["kind"] == "StatefulSet" for c in children):
+            return redis_restarts.Deferral(children)
+        pods = self._pods_of(owner, "redis")
+        return redis_restarts.defer_redis_restarts(self.kube, children, pods)
 
     def _apply(
         self, owner: Owner, children: list[dict[str, Any]], pruned: list[str], *, prune: bool
@@ -583,7 +596,9 @@ def restore_child(
         if not (kind == "Secret" and name in generated):
             # (A lost generated Secret means a new secret: every pod that reads it must roll.)
             children = [c for c in children if c["kind"] == kind and c["metadata"]["name"] == name]
-        # (A restored Deployment is paced like any other change to its pods.)
+        # (A restored Deployment is paced like any other change to its pods, and a restored
+        # StatefulSet waits for its pod's restart as in any other reconcile.)
+        children = reconciler.defer_redis_restarts(owner, children).children
         applied, _ = reconciler.apply_paced(
             owner,
             children,

@@ -6,10 +6,8 @@ event, the replicas left as scaled.
 
 from __future__ import annotations
 
-import base64
-
 import pytest
-from support.cluster_operator import OperatorProcess, give_password
+from support.cluster_operator import OperatorProcess, give_password, redis_password
 from support.plane import ROOT, Plane, until
 from support.processes import RedisProcess
 
@@ -26,15 +24,6 @@ MODELS_CLAIM = {
 }
 
 
-def _redis_password(plane: Plane) -> str | None:
-    for secret in plane.get("secrets", "-n", NAMESPACE)["items"]:
-        if secret["metadata"]["name"].endswith("redis-auth") and "password" in secret.get(
-            "data", {}
-        ):
-            return base64.b64decode(secret["data"]["password"]).decode()
-    return None
-
-
 def _restored(plane: Plane) -> list[str]:
     events = plane.get("events", "-n", NAMESPACE, "--field-selector",
                        f"involvedObject.name={NAME},reason=Restored")["items"]  # fmt: skip
@@ -49,7 +38,9 @@ def test_a_scale_of_an_autoscaled_fleet_is_not_restored(
     plane.apply([MODELS_CLAIM])
     plane.kubectl("apply", "-n", NAMESPACE, "-f", str(ROOT / "examples" / "autoscaling.yaml"))
     # The stand-in for the managed Redis pod takes the password the operator generated.
-    password = until(lambda: _redis_password(plane), "the managed Redis's password Secret")
+    password = until(
+        lambda: redis_password(plane, NAMESPACE, NAME), "the managed Redis's password Secret"
+    )
     assert password is not None
     give_password(stand_in_redis, password)
     until(lambda: plane.condition(f"cis/{NAME}", NAMESPACE, "Ready") == "True",

@@ -5,23 +5,16 @@ the service's status as ``Unschedulable`` with the scheduler's message."""
 
 from __future__ import annotations
 
-import base64
 from typing import Any
 
 import pytest
 import yaml
-from support.cluster_operator import OperatorProcess, give_password
+from support.cluster_operator import OperatorProcess, give_password, redis_password
 from support.plane import ROOT, Plane, until
 from support.processes import RedisProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 NAMESPACE = "gpus"
-
-
-def _password(plane: Plane, name: str) -> str | None:
-    done = plane.kubectl("get", "secret", f"{name}-redis-auth", "-n", NAMESPACE, "-o",
-                         "jsonpath={.data.password}", check=False)  # fmt: skip
-    return base64.b64decode(done.stdout).decode() if done.returncode == 0 and done.stdout else None
 
 
 def _unschedulable(plane: Plane, name: str) -> dict[str, Any] | None:
@@ -39,7 +32,9 @@ def test_a_gpu_fleet_lands_on_the_gpu_node_and_one_too_big_is_unschedulable(
     plane = installed
     plane.kubectl("create", "namespace", NAMESPACE)
     plane.kubectl("apply", "-n", NAMESPACE, "-f", str(ROOT / "examples" / "densenet-gpu-aof.yaml"))
-    password = until(lambda: _password(plane, "densenet"), "the managed Redis's password")
+    password = until(
+        lambda: redis_password(plane, NAMESPACE, "densenet"), "the managed Redis's password"
+    )
     assert password is not None
     give_password(stand_in_redis, password)
     until(lambda: plane.condition("cis/densenet", NAMESPACE, "Ready") == "True",

@@ -10,10 +10,9 @@ import json
 import pytest
 import yaml
 from support.cluster_operator import OperatorProcess
-from support.plane import ROOT, Plane, until
+from support.plane import ROOT, SERVICES, Plane, until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
-SERVICES = "cachedinferenceservices.cachefleet.io"
 
 
 def _namespace(plane: Plane, name: str) -> str:
@@ -92,4 +91,3 @@ def test_unknown_field_is_refused_by_kubectl_and_pruned_with_the_servers_warning
     assert 'unknown field "spec.cache.mdoe"' in done.stderr
     stored = installed.get("cis/unknown-field", "-n", "default")
     assert "mdoe" not in stored["spec"]["cache"]
-    installed.kubectl("delete", "cis/unknown-field", "-n", "default", "--wait=false")

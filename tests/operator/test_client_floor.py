@@ -131,9 +131,9 @@ def test_the_declared_kubernetes_floor_runs_the_api_adapter() -> None:
 KOPF_TESTS = [
     "tests/operator/test_operator_kmock.py::test_creating_a_service_creates_owned_children_and_status",
     "tests/operator/test_operator_kmock.py::test_deleted_and_edited_children_are_restored",
-    "tests/operator/test_real_cluster_reconcile.py::"
+    "tests/operator/test_reconcile_requests.py::"
     "test_child_watches_ask_the_server_for_the_operators_children_only",
-    "tests/operator/test_real_cluster_reconcile.py::"
+    "tests/operator/test_reconcile_requests.py::"
     "test_services_carry_no_finalizer_and_an_old_one_is_removed",
     "tests/operator/test_periodic.py::test_the_running_operator_resyncs_the_services_it_watches",
 ]

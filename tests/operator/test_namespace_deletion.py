@@ -139,7 +139,9 @@ class RecordingKube(Kube):
                  "fieldsV1": {"f:spec": {"f:replicas": {}}}}  # fmt: skip
         return {"metadata": {"name": name, "managedFields": [owned]}, "spec": {"replicas": 0}}
 
-    def apply(self, obj: Any, *, manager: str = "cachefleet-operator") -> dict[str, Any]:
+    def apply(
+        self, obj: Any, *, manager: str = "cachefleet-operator", dry_run: bool = False
+    ) -> dict[str, Any]:
         self.applies.append((manager, dict(obj)))
         return {"metadata": {"resourceVersion": str(len(self.applies))}}
 

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
-import attrs
 import pytest
 from support.kube.cluster import Cluster
-from support.kube.fixtures import CIS_PATH, NS, Api, eventually, live, service, serving
+from support.kube.fixtures import CIS_PATH, NS, Api, eventually, live, service
 
 from cachefleet.operator.reconcile.applied import AppliedVersions, key_of
 
@@ -60,22 +58,6 @@ def test_a_status_update_of_an_object_without_generation_is_not_an_edit() -> Non
     metrics = copy.deepcopy(SENT["spec"]["metrics"])
     metrics[0]["resource"]["target"]["averageUtilization"] = 90
     assert not versions.is_own(as_stored("14", spec__metrics=metrics))
-
-
-@attrs.define(kw_only=True)
-class NoHpaGeneration(Cluster):
-    """A server without the HPA generation feature gate: HPAs carry no metadata.generation."""
-
-    def _stamp_new(self, body: dict[str, Any], namespace: str | None) -> None:
-        super()._stamp_new(body, namespace)
-        if body.get("kind") == "HorizontalPodAutoscaler":
-            body["metadata"].pop("generation", None)
-
-
-@pytest.fixture
-async def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Cluster]:
-    async with serving(NoHpaGeneration(), tmp_path, monkeypatch) as emulator:
-        yield emulator
 
 
 async def test_hpa_status_updates_cost_no_requests(

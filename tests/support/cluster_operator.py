@@ -8,6 +8,8 @@ PID (``ManagedProcess``).
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -67,6 +69,16 @@ class OperatorProcess:
 
 def give_password(redis: RedisProcess, password: str) -> None:
     """Have the stand-in for a managed Redis take the password the operator generated for it.
-    One stand-in serves the session, so the last service given it is the one it answers."""
-    redis.command("CONFIG", "SET", "requirepass", password)
+    One stand-in serves the session: it takes every service's password (the default user may
+    hold several), so services made one after another all reach it."""
+    redis.command("ACL", "SETUSER", "default", "on", f">{password}")
     redis.password = password
+
+
+def redis_password(plane: Plane, namespace: str, service: str) -> str | None:
+    """The password the operator generated for ``service``'s managed Redis (None until its
+    Secret has one)."""
+    done = plane.kubectl("get", f"secret/{service}-redis-auth", "-n", namespace, "-o", "json",
+                         check=False)  # fmt: skip
+    data = (json.loads(done.stdout).get("data") or {}) if done.returncode == 0 else {}
+    return base64.b64decode(data["password"]).decode() if "password" in data else None

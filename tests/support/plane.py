@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx
 import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
@@ -35,6 +37,8 @@ ROOT = Path(__file__).resolve().parents[2]
 KWOK_NODE = {"kwok.x-k8s.io/node": "fake"}
 #: The GPU nodes' labels, as NVIDIA's GPU feature discovery sets them.
 GPU_LABELS = {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": "NVIDIA-A10G"}
+#: The project's custom resource, as kubectl names it.
+SERVICES = "cachedinferenceservices.cachefleet.io"
 ADMISSION = (
     "NamespaceLifecycle,LimitRanger,ServiceAccount,NodeRestriction,TaintNodesByCondition,"
     "PodSecurity,Priority,DefaultTolerationSeconds,DefaultStorageClass,"
@@ -75,7 +79,8 @@ class Plane:
         NodeSpec("kwok-cpu-1"),
         NodeSpec("kwok-gpu-0", gpus=4),
     )
-    persistent_volumes: int = 12
+    persistent_volumes: int = 16
+    expandable_volumes: int = 4
     processes: list[ManagedProcess] = field(default_factory=list)
     port: int = 0
     #: Seconds from the first process started to every node Ready (reported by the tests).
@@ -92,6 +97,19 @@ class Plane:
     @property
     def ca(self) -> Path:
         return self.folder / "pki" / "ca.crt"
+
+    def http(self, token: str | None = None) -> httpx.Client:
+        """A plain HTTP client of the API server: as the admin (its client certificate), or
+        with ``token`` (a service account's). For requests kubectl cannot shape (a JSON patch,
+        an apply of a chosen body, a watch from a resourceVersion)."""
+        context = ssl.create_default_context(cafile=str(self.ca))
+        headers = {}
+        if token is None:
+            pki = self.folder / "pki"
+            context.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+        else:
+            headers["Authorization"] = f"Bearer {token}"
+        return httpx.Client(base_url=self.server, verify=context, headers=headers, timeout=60)
 
     def env(self, **extra: str) -> dict[str, str]:
         """The environment of a client of the plane as its admin."""
@@ -129,6 +147,31 @@ class Plane:
         """The status of condition ``kind`` on ``resource`` (None: no such object or condition)."""
         done = self.kubectl("get", resource, "-n", namespace, "-o", "json", check=False)
         return _condition(json.loads(done.stdout), kind) if done.returncode == 0 else None
+
+    def established(self, crd: str) -> None:
+        """Wait for the CRD ``crd`` (``crd/NAME``) to be served. Polled: ``kubectl wait`` fails
+        at once on a CRD the server has not given conditions yet ("<nil> is of the type
+        <nil>")."""
+        until(lambda: self.condition(crd, "default", "Established") == "True",
+              f"{crd} Established", timeout_s=60)  # fmt: skip
+
+    def namespaces(self) -> set[str]:
+        """The names of the namespaces there are (those being deleted included)."""
+        return {item["metadata"]["name"] for item in self.get("namespaces")["items"]}
+
+    def delete_fleets_and_namespaces(self, namespaces: Iterable[str]) -> None:
+        """Delete every CachedInferenceService, waiting until each is gone with what it owns,
+        then the ``namespaces``, waiting until each is gone with all it holds.
+
+        Foreground deletion: the garbage collector deletes a service's Deployment and
+        StatefulSet (owned with ``blockOwnerDeletion``) before the service itself, so once the
+        services are gone no runtime Deployment of theirs is left for an operator to count."""
+        self.kubectl("delete", SERVICES, "--all", "--all-namespaces", "--cascade=foreground",
+                     "--wait=true", "--timeout=300s", timeout_s=330)  # fmt: skip
+        names = sorted(namespaces)
+        if names:
+            self.kubectl("delete", "namespace", *names, "--ignore-not-found", "--wait=true",
+                         "--timeout=300s", timeout_s=330)  # fmt: skip
 
     # Starting and stopping.
 
@@ -260,7 +303,10 @@ class Plane:
         self._spawn(name, *common)
 
     def _kwok(self) -> None:
+        # kwok's own stages, and the project's (``kwok_stages/``: pods of images from
+        # registry.invalid cannot pull them, those of crash.invalid crash-loop).
         stages = sorted((self.bin / "stages").glob("*.yaml"))
+        stages += sorted((Path(__file__).parent / "kwok_stages").glob("*.yaml"))
         config = self.folder / "kwok.yaml"
         config.write_text("\n---\n".join(path.read_text() for path in stages))
         self._spawn(
@@ -300,25 +346,32 @@ class Plane:
             }
 
     def _storage_objects(self) -> Iterator[dict[str, Any]]:
-        yield {
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {"name": "standard", "annotations": {
-                "storageclass.kubernetes.io/is-default-class": "true"}},
-            "provisioner": "kubernetes.io/no-provisioner",
-            "volumeBindingMode": "Immediate",
-            "reclaimPolicy": "Retain",
-        }  # fmt: skip
-        for index in range(self.persistent_volumes):
+        """The default class ``standard`` (no volume expansion) and ``expandable`` (a class
+        that allows it), each with static volumes the PV binder binds claims to."""
+        classes = {"standard": self.persistent_volumes, "expandable": self.expandable_volumes}
+        for name, count in classes.items():
+            default = str(name == "standard").lower()
             yield {
-                "apiVersion": "v1",
-                "kind": "PersistentVolume",
-                "metadata": {"name": f"pv-{index}"},
-                "spec": {"capacity": {"storage": "100Gi"}, "accessModes": ["ReadWriteOnce"],
-                         "storageClassName": "standard",
-                         "persistentVolumeReclaimPolicy": "Retain",
-                         "hostPath": {"path": f"/nonexistent/pv-{index}"}},
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "StorageClass",
+                "metadata": {"name": name, "annotations": {
+                    "storageclass.kubernetes.io/is-default-class": default}},
+                "provisioner": "kubernetes.io/no-provisioner",
+                "volumeBindingMode": "Immediate",
+                "reclaimPolicy": "Retain",
+                "allowVolumeExpansion": name == "expandable",
             }  # fmt: skip
+            for index in range(count):
+                volume = f"pv-{index}" if name == "standard" else f"pv-{name}-{index}"
+                yield {
+                    "apiVersion": "v1",
+                    "kind": "PersistentVolume",
+                    "metadata": {"name": volume},
+                    "spec": {"capacity": {"storage": "100Gi"}, "accessModes": ["ReadWriteOnce"],
+                             "storageClassName": name,
+                             "persistentVolumeReclaimPolicy": "Retain",
+                             "hostPath": {"path": f"/nonexistent/{volume}"}},
+                }  # fmt: skip
 
 
 def until(check: Callable[[], T], what: str, timeout_s: float = 120) -> T:

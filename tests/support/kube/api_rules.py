@@ -1,34 +1,29 @@
-"""Rules a real Kubernetes API server applies and the kmock emulator does not, as test helpers.
+"""Rules a real Kubernetes API server applies and the kmock emulator does not, as test helpers,
+for the fast tests that need the server's answer to a case the real control plane's tests
+(``tests/cluster/``) cannot make, or make only slowly.
 
-Each helper encodes one documented rule, with the page it comes from, so a test can check what
-the operator renders or sends against the server's behaviour without a cluster:
+- StatefulSet immutable fields (the API server answers 422 "updates to statefulset spec for
+  fields other than 'replicas', 'ordinals', 'template', 'updateStrategy',
+  'revisionHistoryLimit', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are
+  forbidden"), and PVC expansion only where the claim's StorageClass has
+  ``allowVolumeExpansion: true``, never shrinking: rules and messages checked on a real
+  kube-apiserver (``tests/cluster/test_cluster_api_rules.py``); the emulator of
+  ``tests/operator/test_reconcile_requests.py`` refuses with them where it adds a second cause
+  to one refusal, which no CR can make a real server do.
+- OpenShift's restricted-v2 SCC: OpenShift's admission, not kube-apiserver's, so no server here
+  can produce it.
 
-- names and label values: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/
-  and https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#syntax-and-character-set
-- StatefulSet immutable fields: https://kubernetes.io/docs/concepts/workloads/controllers/statefulset/
-  (the API server answers 422 "updates to statefulset spec for fields other than 'replicas',
-  'ordinals', 'template', 'updateStrategy', 'revisionHistoryLimit',
-  'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden"; these rules and
-  messages are checked on a real kube-apiserver: tests/cluster/test_cluster_api_rules.py)
-- the StatefulSet controller labels each pod ``controller-revision-hash: <set name>-<hash>``
-  (the hash is up to 10 characters): same StatefulSet page, "Pod Identity"
-- PVC expansion: https://kubernetes.io/docs/concepts/storage/persistent-volumes/#expanding-persistent-volumes-claims
-  (only when the claim's StorageClass has ``allowVolumeExpansion: true``; never shrinking)
-- PodDisruptionBudget: https://kubernetes.io/docs/tasks/run-application/configure-pdb/
-  (an eviction is allowed while ``disruptionsAllowed`` > 0)
+Names and label values, the controller-revision-hash label, the disruption budget, quotas and
+the Pod Security "restricted" standard were once written here too; the real server's answers
+replaced them (``test_cluster_api_rules.py``, ``test_cluster_platform.py``,
+``test_cluster_examples.py``).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
-DNS_1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
-DNS_1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-DNS_1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
-CONTROLLER_REVISION_HASH_LENGTH = 10
 STATEFULSET_MUTABLE = frozenset(
     {
         "replicas",
@@ -40,45 +35,6 @@ STATEFULSET_MUTABLE = frozenset(
         "minReadySeconds",
     }
 )
-
-
-def dns_1035_label_ok(name: str) -> bool:
-    """Service names (and every RFC 1035 label name): at most 63, starting with a letter."""
-    return len(name) <= 63 and DNS_1035_LABEL.fullmatch(name) is not None
-
-
-def dns_1123_subdomain_ok(name: str) -> bool:
-    """Most object names (ConfigMap, Secret, Deployment, StatefulSet...): at most 253."""
-    return len(name) <= 253 and DNS_1123_SUBDOMAIN.fullmatch(name) is not None
-
-
-def label_value_ok(value: str) -> bool:
-    return len(value) <= 63 and LABEL_VALUE.fullmatch(value) is not None
-
-
-def statefulset_pod_labels(statefulset: Mapping[str, Any]) -> dict[str, str]:
-    """The labels the StatefulSet controller gives its pods, with the longest revision hash."""
-    name = statefulset["metadata"]["name"]
-    labels = dict(statefulset["spec"]["template"]["metadata"]["labels"])
-    labels["controller-revision-hash"] = f"{name}-{'x' * CONTROLLER_REVISION_HASH_LENGTH}"
-    labels["statefulset.kubernetes.io/pod-name"] = f"{name}-0"
-    return labels
-
-
-def name_errors(obj: Mapping[str, Any]) -> list[str]:
-    """Every name or label the API server would refuse for this object (and its pods)."""
-    errors = []
-    name = obj["metadata"]["name"]
-    valid_name = dns_1035_label_ok if obj["kind"] == "Service" else dns_1123_subdomain_ok
-    if not valid_name(name):
-        errors.append(f"{obj['kind']} name {name!r}")
-    labels = dict(obj["metadata"].get("labels") or {})
-    if obj["kind"] == "StatefulSet":
-        labels.update(statefulset_pod_labels(obj))
-        if not DNS_1123_LABEL.fullmatch(f"{name}-0") or len(f"{name}-0") > 63:
-            errors.append(f"pod hostname {name}-0")
-    errors += [f"label {k}={v!r}" for k, v in labels.items() if not label_value_ok(str(v))]
-    return errors
 
 
 def statefulset_forbidden_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
@@ -115,86 +71,8 @@ def claim_resize_refusal(
     return None
 
 
-def pdb_disruptions_allowed(pdb: Mapping[str, Any], *, expected: int, healthy: int) -> int:
-    """``status.disruptionsAllowed`` the disruption controller computes for this budget."""
-    spec = pdb["spec"]
-    if "minAvailable" in spec:
-        desired_healthy = int(spec["minAvailable"])
-    else:
-        desired_healthy = max(0, expected - int(spec["maxUnavailable"]))
-    return max(0, healthy - desired_healthy)
-
-
-# --- admission of pods: ResourceQuota, Pod Security "restricted", OpenShift's restricted-v2 ------
-
-#: Volume types the "restricted" Pod Security Standard allows
-#: (https://kubernetes.io/docs/concepts/security/pod-security-standards/#restricted).
-RESTRICTED_VOLUME_TYPES = frozenset(
-    {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
-     "projected", "secret"}
-)  # fmt: skip
-
-
 def _containers(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [*(pod.get("initContainers") or []), *(pod.get("containers") or [])]
-
-
-def quota_refusals(pod: Mapping[str, Any], quota: list[str]) -> list[str]:
-    """Containers a ResourceQuota over ``quota`` (e.g. ``limits.memory``) refuses, with no
-    LimitRange to fill them in: every container, init containers included, must state each
-    resource the quota tracks (https://kubernetes.io/docs/concepts/policy/resource-quotas/;
-    a request defaults to the limit when only the limit is set)."""
-    refused = []
-    for container in _containers(pod):
-        resources = container.get("resources") or {}
-        for tracked in quota:
-            section, resource = tracked.split(".", 1)
-            stated = resource in (resources.get(section) or {})
-            if section == "requests":
-                stated = stated or resource in (resources.get("limits") or {})
-            if not stated:
-                refused.append(f"{container['name']}: no {tracked}")
-    return refused
-
-
-def restricted_violations(pod: Mapping[str, Any]) -> list[str]:
-    """What the Pod Security Standard "restricted" (with "baseline") refuses in ``pod``."""
-    found = []
-    security = pod.get("securityContext") or {}
-    for flag in ("hostNetwork", "hostPID", "hostIPC"):
-        if pod.get(flag):
-            found.append(f"{flag} is set")
-    for volume in pod.get("volumes") or []:
-        kinds = set(volume) - {"name"}
-        if not kinds <= RESTRICTED_VOLUME_TYPES:
-            found.append(f"volume {volume['name']} is of type {sorted(kinds)}")
-    if security.get("runAsUser") == 0:
-        found.append("the pod runs as user 0")
-    for container in _containers(pod):
-        name = container["name"]
-        context = container.get("securityContext") or {}
-        if context.get("privileged"):
-            found.append(f"{name} is privileged")
-        if context.get("allowPrivilegeEscalation") is not False:
-            found.append(f"{name} does not set allowPrivilegeEscalation: false")
-        if not context.get("runAsNonRoot", security.get("runAsNonRoot")):
-            found.append(f"{name} does not set runAsNonRoot: true")
-        if context.get("runAsUser") == 0:
-            found.append(f"{name} runs as user 0")
-        seccomp = (context.get("seccompProfile") or security.get("seccompProfile") or {}).get(
-            "type"
-        )
-        if seccomp not in ("RuntimeDefault", "Localhost"):
-            found.append(f"{name} has seccomp profile {seccomp}")
-        capabilities = context.get("capabilities") or {}
-        if "ALL" not in (capabilities.get("drop") or []):
-            found.append(f"{name} does not drop ALL capabilities")
-        if set(capabilities.get("add") or []) - {"NET_BIND_SERVICE"}:
-            found.append(f"{name} adds capabilities")
-        for port in container.get("ports") or []:
-            if port.get("hostPort"):
-                found.append(f"{name} uses a host port")
-    return found
 
 
 def scc_restricted_v2_refusals(pod: Mapping[str, Any], uid_range: range) -> list[str]:
