@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 import numpy as np
 import pytest
-import tritonclient.http as triton_http
+from support.sample_requests import binary_body
 from tritonclient.grpc import service_pb2
 
 from cachefleet.runtime.cache.api import CacheDirectives
@@ -61,14 +61,9 @@ async def opened(repository: Path, **limits: Any) -> AsyncIterator[tuple[Runtime
 
 
 def simple_body() -> tuple[bytes, int]:
-    values = np.arange(16, dtype=np.int32).reshape(1, 16)
-    inputs = []
-    for name in ("INPUT0", "INPUT1"):
-        each = triton_http.InferInput(name, [1, 16], "INT32")
-        each.set_data_from_numpy(values, binary_data=True)
-        inputs.append(each)
-    body, json_size = triton_http.InferenceServerClient.generate_request_body(inputs)
-    return bytes(body), int(json_size or 0)
+    body, json_size = binary_body("simple")
+    assert json_size is not None  # binary inputs: a JSON header, then the tensors
+    return body, json_size
 
 
 def scope(path: str, headers: list[tuple[bytes, bytes]], method: str = "POST") -> Message:
