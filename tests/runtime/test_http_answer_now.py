@@ -216,12 +216,12 @@ async def test_the_asgi_path_reads_the_head_described_below_it(app: InferFront) 
         described.append(scope["path"])
         return heads(scope)
 
-    app.heads = counted  # type: ignore[method-assign]
+    app.heads = counted  # type: ignore[assignment]
     try:
         connection.protocol.data_received(_request(4))
         await connection.answered(1)
     finally:
-        app.heads = heads  # type: ignore[method-assign]
+        app.heads = heads
     assert described == ["/v2/models/simple/infer"]  # once, below ASGI
     assert _x_cache(b"".join(connection.transport.writes)) == b"miss"
     connection.close()
