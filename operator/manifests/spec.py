@@ -28,6 +28,7 @@ from cachefleet.operator.manifests.unknown_fields import validate_known
 from cachefleet.runtime.config import (
     NAMESPACE_PATTERN,
     ApiGroup,
+    CacheMode,
     QuantityError,
     StorageUri,
     StorageUriError,
@@ -451,7 +452,8 @@ class LocalCache(_Spec):
 
 
 class Cache(_Spec):
-    mode: Literal["none", "local", "redis", "tiered"] = "tiered"
+    #: The runtime's own ``--cache`` modes (one definition: ``runtime.config``).
+    mode: CacheMode = "tiered"
     admission: Literal["auto", "always"] = "auto"
     ttl: Quantity = "1h"
     local: LocalCache = LocalCache()

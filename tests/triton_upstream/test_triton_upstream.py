@@ -15,18 +15,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from support import loopback
-from support.processes import ServerProcess
+from support.processes import ServerProcess, upstream_front
+from support.sample_requests import simple_inputs, success_count
 
 from cachefleet.bench import triton_peer
 from cachefleet.bench.processes import ManagedProcess
 
 TOKEN = "a-triton-access-token-for-the-test"
-#: The JSON form of ``http_inputs(3)``.
+#: The JSON form of ``simple_inputs(httpclient, 3, second=9)``.
 BODY = {
     "inputs": [
         {"name": "INPUT0", "datatype": "INT32", "shape": [1, 16], "data": list(range(3, 19))},
@@ -55,44 +55,18 @@ def triton(
 def front(
     triton: tuple[ManagedProcess, str, str], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
-    logs = tmp_path_factory.mktemp("front")
-    (logs / "token").write_text(TOKEN + "\n")
-    server = ServerProcess(
-        ["--upstream", f"grpc://{triton[2]}", "--upstream-auth-header", TOKEN_HEADER,
-         "--upstream-auth-file", str(logs / "token"), "--upstream-models", "simple"],
-        logs,
-    )  # fmt: skip
-    server.start()
-    yield server
-    server.stop()
-
-
-def http_inputs(seed: int, *, binary: bool) -> list[httpclient.InferInput]:
-    inputs = []
-    for name, data in (("INPUT0", np.arange(seed, seed + 16)), ("INPUT1", np.full(16, 9))):
-        tensor = httpclient.InferInput(name, [1, 16], "INT32")
-        tensor.set_data_from_numpy(data.astype(np.int32).reshape(1, 16), binary_data=binary)
-        inputs.append(tensor)
-    return inputs
-
-
-def grpc_inputs(seed: int) -> list[grpcclient.InferInput]:
-    inputs = []
-    for name, data in (("INPUT0", np.arange(seed, seed + 16)), ("INPUT1", np.full(16, 9))):
-        tensor = grpcclient.InferInput(name, [1, 16], "INT32")
-        tensor.set_data_from_numpy(data.astype(np.int32).reshape(1, 16))
-        inputs.append(tensor)
-    return inputs
+    with upstream_front(
+        f"grpc://{triton[2]}",
+        tmp_path_factory.mktemp("front"),
+        "--upstream-models",
+        "simple",
+        auth=(TOKEN_HEADER, TOKEN),
+    ) as server:
+        yield server
 
 
 def tensors(result: Any) -> dict[str, bytes]:
     return {name: result.as_numpy(name).tobytes() for name in ("OUTPUT0", "OUTPUT1")}
-
-
-def triton_successes(triton_http: str) -> int:
-    """Requests Triton itself answered for ``simple`` (its own cache hits included)."""
-    stats = httpclient.InferenceServerClient(triton_http).get_inference_statistics("simple")
-    return int(stats["model_stats"][0]["inference_stats"]["success"]["count"])
 
 
 def test_tritonclient_gets_tritons_answers_and_hits_never_reach_triton(
@@ -102,28 +76,30 @@ def test_tritonclient_gets_tritons_answers_and_hits_never_reach_triton(
     alone = httpclient.InferenceServerClient(triton_http)
     through = httpclient.InferenceServerClient(front.url)
     for binary in (False, True):
-        expected = tensors(alone.infer("simple", http_inputs(3, binary=binary)))
+        expected = tensors(
+            alone.infer("simple", simple_inputs(httpclient, 3, second=9, binary=binary))
+        )
         for _ in range(2):
-            got = through.infer("simple", http_inputs(3, binary=binary))
+            got = through.infer("simple", simple_inputs(httpclient, 3, second=9, binary=binary))
             assert tensors(got) == expected
     token = {TOKEN_HEADER: TOKEN}
     expected_grpc = grpcclient.InferenceServerClient(triton_grpc).infer(
-        "simple", grpc_inputs(20), headers=token
+        "simple", simple_inputs(grpcclient, 20, second=9), headers=token
     )
     grpc_front = grpcclient.InferenceServerClient(front.grpc_url)
     for _ in range(2):
-        got = grpc_front.infer("simple", grpc_inputs(20)).get_response()
+        got = grpc_front.infer("simple", simple_inputs(grpcclient, 20, second=9)).get_response()
         assert list(got.raw_output_contents) == list(
             expected_grpc.get_response().raw_output_contents
         )
 
     # Cached here (Triton's config enables response_cache): Triton never sees the hits.
-    computed = triton_successes(triton_http)
+    computed = success_count(triton_http, "simple")
     for _ in range(5):
         answer = loopback.post(f"{front.base_url}/v2/models/simple/infer", json=BODY, timeout=60)
         assert answer.headers["x-cache"] == "hit-local"
-        grpc_front.infer("simple", grpc_inputs(20))
-    assert triton_successes(triton_http) == computed
+        grpc_front.infer("simple", simple_inputs(grpcclient, 20, second=9))
+    assert success_count(triton_http, "simple") == computed
 
     # The model came from Triton (PyTriton's index lists none: --upstream-models names it),
     # its restricted endpoints read with the token from the file.
