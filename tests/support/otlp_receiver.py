@@ -40,6 +40,8 @@ class ReceivedSpan:
     status_message: str
     start_ns: int
     end_ns: int
+    #: The (trace id, span id) of each span it links to.
+    links: tuple[tuple[str, str], ...] = ()
 
 
 def _value(value: AnyValue) -> Any:
@@ -73,6 +75,9 @@ def decode(body: bytes) -> list[ReceivedSpan]:
                         status_message=span.status.message,
                         start_ns=span.start_time_unix_nano,
                         end_ns=span.end_time_unix_nano,
+                        links=tuple(
+                            (link.trace_id.hex(), link.span_id.hex()) for link in span.links
+                        ),
                     )
                 )
     return spans
