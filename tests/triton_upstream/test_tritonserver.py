@@ -1,17 +1,23 @@
-"""A reload on real Triton is never answered from the previous model's entries.
+"""cachefleet in front of real Triton run as its users run it: a reload on Triton is never
+answered from the previous model's entries, and a fleet of replicas computes each distinct
+request once on it.
 
 Real ``tritonserver`` (the ``nvidia-pytriton`` wheel's binary, ``support.tritonserver``) with
 ``--model-control-mode=explicit`` on a model repository of its own: ``simple`` as a Python
 backend model (``OUTPUT0`` the sum plus an offset the test changes, ``OUTPUT1`` the difference).
-Two servers in front of it: one over gRPC that sees only what Triton reports, one over HTTP that
-also shares Triton's model repository (``--upstream-model-repository``, the operator's layout).
 
-Each change is made as a Triton user makes it (files in the repository, then Triton's own
-``POST /v2/repository/models/simple/load``, not through cachefleet), and each is checked as the
-upstream guide's identity section says (docs/guide/upstream.md): a new version folder and a
+Reloads: two servers in front of it, one over gRPC that sees only what Triton reports, one over
+HTTP that also shares Triton's model repository (``--upstream-model-repository``, the operator's
+layout). Each change is made as a Triton user makes it (files in the repository, then Triton's
+own ``POST /v2/repository/models/simple/load``, not through cachefleet), and each is checked as
+the upstream guide's identity section says (docs/guide/upstream.md): a new version folder and a
 changed config are seen by both fronts; a model file replaced in place under the same version
-and config is seen by the front that shares the folder, and not by the other, whose flush is
-the remedy.
+and config is seen by the front that shares the folder, and not by the other, whose flush is the
+remedy.
+
+The fleet: three replicas with ``--cache tiered`` on one real Redis, a burst of a few distinct
+inputs over all of them while Triton is paused (``support.upstream_fleet``); Triton's own
+statistics count one execution per distinct input.
 """
 
 from __future__ import annotations
@@ -23,7 +29,8 @@ from typing import Any
 
 import pytest
 from support import loopback, tritonserver
-from support.processes import ServerProcess
+from support.processes import RedisProcess, ServerProcess
+from support.upstream_fleet import burst_while_paused, executed, leases
 from support.waiting import wait_for
 
 CONFIG = """\
@@ -65,6 +72,10 @@ class TritonPythonModel:
         return answers
 """
 SEED = 40
+REPLICAS = 3
+DISTINCT = 5
+#: Outlasts the pause and the burst on a loaded machine (``support.upstream_fleet``).
+MAX_WAIT_S = "120"
 FINGERPRINT = "cachefleet.fingerprint"
 
 
@@ -226,3 +237,40 @@ def test_a_reload_on_triton_is_answered_by_the_new_model(
         assert ask(front.url) == ("hit-local", "2", expected(3000))
     for front in both:
         assert "Traceback" not in front.log(), front.log()[-3000:]
+
+
+@pytest.fixture(scope="module")
+def fleet(
+    triton: tritonserver.Tritonserver, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[list[ServerProcess]]:
+    """Three replicas in front of Triton, sharing one Redis."""
+    logs = tmp_path_factory.mktemp("triton-fleet")
+    redis = RedisProcess(tmp_path_factory.mktemp("triton-fleet-redis"))
+    args = ["--upstream", f"grpc://{triton.grpc}", "--cache", "tiered", "--cache-all-models",
+            "--redis-url", redis.url, "--cache-fleet-max-wait", MAX_WAIT_S,
+            "--upstream-timeout", MAX_WAIT_S, "--upstream-control-timeout", MAX_WAIT_S]  # fmt: skip
+    replicas = [ServerProcess(args, logs) for _ in range(REPLICAS)]
+    try:
+        redis.start()
+        with ThreadPoolExecutor(REPLICAS) as pool:
+            list(pool.map(lambda replica: replica.start(), replicas))
+        yield replicas
+    finally:
+        for replica in replicas:
+            replica.stop()
+        redis.stop()
+
+
+def test_a_fleet_in_front_of_triton_computes_each_distinct_request_once(
+    triton: tritonserver.Tritonserver, fleet: list[ServerProcess]
+) -> None:
+    seeds = [5000 + 41 * n for n in range(DISTINCT)]
+    before = executed(triton.http, "simple")
+    pid = triton.process.pid
+    answers = burst_while_paused(pid, fleet, "simple", seeds, per_replica=2)
+    grew = [now - then for now, then in zip(executed(triton.http, "simple"), before, strict=True)]
+    assert grew == [DISTINCT] * 3, "Triton's execution_count, inference_count, successes"
+    assert len(answers) == REPLICAS * DISTINCT * 2
+    for seed in seeds:
+        assert len({body for s, body, _ in answers if s == seed}) == 1, "one answer per input"
+    assert leases(fleet, "simple") == DISTINCT
