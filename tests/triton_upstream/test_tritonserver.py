@@ -22,6 +22,7 @@ statistics count one execution per distinct input.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -29,6 +30,7 @@ from typing import Any
 
 import pytest
 from support import loopback, tritonserver
+from support.otlp_receiver import OtlpReceiver, ReceivedSpan, otlp_receiver
 from support.processes import RedisProcess, ServerProcess
 from support.upstream_fleet import burst_while_paused, executed, leases
 from support.waiting import wait_for
@@ -94,13 +96,29 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def receiver() -> Iterator[OtlpReceiver]:
+    """Where Triton and the fronts send their spans."""
+    with otlp_receiver() as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
 def triton(
-    repository: Path, tmp_path_factory: pytest.TempPathFactory
+    repository: Path, receiver: OtlpReceiver, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tritonserver.Tritonserver]:
+    """Triton in explicit model control, tracing every request with OpenTelemetry (which reads
+    the ``traceparent`` of a request, header or gRPC metadata)."""
+    collector = receiver.endpoint.removeprefix("http://")
+    tracing = [
+        "--trace-config=mode=opentelemetry", "--trace-config=rate=1",
+        "--trace-config=level=TIMESTAMPS",
+        f"--trace-config=opentelemetry,url={collector}/v1/traces",
+        "--trace-config=opentelemetry,bsp_schedule_delay=50",
+    ]  # fmt: skip
     server = tritonserver.start(
         repository,
         tmp_path_factory.mktemp("tritonserver"),
-        ["--model-control-mode=explicit", "--load-model=simple", "--log-verbose=0"],
+        ["--model-control-mode=explicit", "--load-model=simple", "--log-verbose=0", *tracing],
         ready_model="simple",
     )
     yield server
@@ -111,14 +129,20 @@ def triton(
 def fronts(
     triton: tritonserver.Tritonserver,
     repository: Path,
+    receiver: OtlpReceiver,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[dict[str, ServerProcess]]:
     """``reported``: over gRPC, identity from what Triton reports; ``shared``: over HTTP, with
-    Triton's repository in its identity too."""
+    Triton's repository in its identity too. Both trace to the receiver."""
     logs = tmp_path_factory.mktemp("fronts")
     common = ["--cache-all-models", "--upstream-refresh", "0.3"]
+    tracing = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "50"}
     servers = {
-        "reported": ServerProcess(["--upstream", f"grpc://{triton.grpc}", *common], logs),
+        "reported": ServerProcess(
+            ["--upstream", f"grpc://{triton.grpc}", *common],
+            logs,
+            env={**tracing, "OTEL_SERVICE_NAME": "front-reported"},
+        ),
         "shared": ServerProcess(
             [
                 "--upstream",
@@ -128,6 +152,7 @@ def fronts(
                 *common,
             ],
             logs,
+            env={**tracing, "OTEL_SERVICE_NAME": "front-shared"},
         ),
     }
     try:
@@ -153,9 +178,12 @@ def expected(offset: int) -> list[int]:
     return [value + 9 + offset for value in range(SEED, SEED + 16)]
 
 
-def ask(address: str) -> tuple[str, str, list[int]]:
-    """X-Cache (none from Triton), model_version and the sum, for ``body(SEED)``."""
-    answer = loopback.post(f"http://{address}/v2/models/simple/infer", json=body(SEED), timeout=60)
+def ask(
+    address: str, seed: int = SEED, headers: dict[str, str] | None = None
+) -> tuple[str, str, list[int]]:
+    """X-Cache (none from Triton), model_version and the sum, for ``body(seed)``."""
+    url = f"http://{address}/v2/models/simple/infer"
+    answer = loopback.post(url, json=body(seed), headers=headers, timeout=60)
     assert answer.status_code == 200, answer.text
     document = answer.json()
     sums = next(o["data"] for o in document["outputs"] if o["name"] == "OUTPUT0")
@@ -274,3 +302,38 @@ def test_a_fleet_in_front_of_triton_computes_each_distinct_request_once(
     for seed in seeds:
         assert len({body for s, body, _ in answers if s == seed}) == 1, "one answer per input"
     assert leases(fleet, "simple") == DISTINCT
+
+
+def test_tritons_trace_joins_the_callers_through_the_front(
+    fronts: dict[str, ServerProcess], receiver: OtlpReceiver
+) -> None:
+    """The caller's traceparent, through the front (its request span, its call's span) into
+    Triton's own OpenTelemetry spans: Triton's request span is a child of the front's call.
+    Over HTTP: Triton 2.51's gRPC front end leaves some requests out of the caller's trace (it
+    starts one of its own) whoever sends the traceparent (tritonclient too), after a reload most
+    often; that the gRPC client sends it is tested against a cachefleet upstream
+    (tests/e2e/test_tracing.py)."""
+    trace_id, caller = os.urandom(16).hex(), os.urandom(8).hex()
+    front = fronts["shared"]
+    status, _, _ = ask(front.url, 7100, {"traceparent": f"00-{trace_id}-{caller}-01"})
+    assert status == "miss"
+
+    def spans() -> tuple[list[ReceivedSpan], list[ReceivedSpan]] | None:
+        """The front's two spans and Triton's, once Triton's child of the front's call came."""
+        found = [s for s in receiver.received() if s.trace_id == trace_id]
+        ours = [s for s in found if s.resource.get("service.name") == "front-shared"]
+        theirs = [s for s in found if s.resource.get("service.name") != "front-shared"]
+        calls = {s.span_id for s in ours if s.kind == "SPAN_KIND_CLIENT"}
+        joined = any(s.parent_span_id in calls for s in theirs)
+        return (ours, theirs) if len(ours) == 2 and joined else None
+
+    found = wait_for(spans, "Triton's span under the front's call", 60)
+    assert found is not None
+    ours, theirs = found
+    by_kind = {s.kind: s for s in ours}
+    request, call = by_kind["SPAN_KIND_SERVER"], by_kind["SPAN_KIND_CLIENT"]
+    assert request.parent_span_id == caller
+    assert call.parent_span_id == request.span_id
+    assert {s.resource.get("service.name") for s in theirs} == {"triton-inference-server"}
+    (outermost,) = [s for s in theirs if s.parent_span_id == call.span_id]
+    assert outermost.name == "InferRequest"
