@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
@@ -173,10 +174,10 @@ def test_tritons_example_clients_get_the_same_answers_through_the_cache(
     alone_grpc = example_grpc_calls(triton_grpc, {TOKEN_HEADER: TOKEN})
     assert example_http_calls(front.url) == alone_http  # misses, forwarded to Triton
     assert example_grpc_calls(front.grpc_url, {}) == alone_grpc
-    computed = triton_successes(triton_http)
+    computed = success_count(triton_http, "simple")
     assert example_http_calls(front.url) == alone_http  # hits: Triton computes nothing
     assert example_grpc_calls(front.grpc_url, {}) == alone_grpc
-    assert triton_successes(triton_http) == computed
+    assert success_count(triton_http, "simple") == computed
 
 
 def server_figure(report: str, name: str) -> int:
@@ -195,7 +196,7 @@ def test_perf_analyzer_through_the_front_runs_clean_and_its_hits_never_reach_tri
     extension) counts the hits; Triton computed only the few first misses."""
     _, triton_http, _ = triton
     address = front.url if protocol == "http" else front.grpc_url
-    computed = triton_successes(triton_http)
+    computed = success_count(triton_http, "simple")
     arguments = perf_analyzer.command("simple", address, protocol, concurrency=2, window_ms=500)
     result = perf_analyzer.run_command(arguments, None, timeout_s=180)
     assert result.requests > 0
@@ -205,4 +206,4 @@ def test_perf_analyzer_through_the_front_runs_clean_and_its_hits_never_reach_tri
     # perf_analyzer repeats one random input: at most one miss per connection before the first
     # answer is cached, each one request to Triton (or fewer: single-flight).
     assert misses <= 2, report
-    assert triton_successes(triton_http) - computed <= 2
+    assert success_count(triton_http, "simple") - computed <= 2
