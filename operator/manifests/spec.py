@@ -566,7 +566,9 @@ ServerKind = Literal["triton", "external"]
 SERVER_URL_PATTERN = r"^(grpc|grpcs|http|https)://[^\s/@]+:[0-9]{1,5}/?$"
 DEFAULT_AUTH_HEADER = "Authorization"
 _TRITON_FIELDS = ("image", "image_pull_policy", "args", "resources", "gpus", "env")
-_EXTERNAL_FIELDS = ("url", "auth_secret_ref", "auth_header")
+_EXTERNAL_FIELDS = ("url", "auth_secret_ref", "auth_header", "tls")
+#: The schemes of ``server.url`` that speak TLS (where ``server.tls`` is read).
+TLS_SCHEMES = ("grpcs://", "https://")
 #: tritonserver options the operator sets (the shared repository, the loopback ports the
 #: cachefleet container reaches): ``server.args`` may not set them again.
 OWNED_TRITON_OPTIONS = (
@@ -586,6 +588,25 @@ class AuthSecretRef(_Spec):
 
     name: str = Field(min_length=1)
     key: str = Field(min_length=1)
+
+
+class CaConfigMapRef(_Spec):
+    """A key of a ConfigMap in the service's namespace holding PEM CA certificates."""
+
+    name: str = Field(min_length=1)
+    key: str = Field("ca.crt", min_length=1)
+
+
+class ServerTls(_Spec):
+    """How cachefleet checks an external server's certificate (kind external, grpcs:// or
+    https:// only). Without it the image's public CAs check it.
+
+    A ConfigMap, not a Secret: a CA certificate is public, and the tools that hand CA bundles
+    out in a cluster write ConfigMaps (``kube-root-ca.crt``, cert-manager's trust-manager
+    Bundles, OpenShift's injected trusted CA bundle, KServe's own ``cabundle`` for storage).
+    """
+
+    ca_config_map_ref: CaConfigMapRef
 
 
 class EnvVar(_Spec):
@@ -631,6 +652,8 @@ class Server(_Spec):
     auth_secret_ref: AuthSecretRef | None = None
     #: external: the header (gRPC metadata key) the Secret's value goes in.
     auth_header: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]+$")
+    #: external, grpcs:// or https:// only: a private CA that signed the server's certificate.
+    tls: ServerTls | None = None
 
     @model_validator(mode="after")
     def _fields_of_the_kind(self) -> Server:
@@ -657,6 +680,11 @@ class Server(_Spec):
             )
         if self.auth_header is not None and self.auth_secret_ref is None:
             raise ValueError("server.authHeader is read only with server.authSecretRef")
+        if self.tls is not None and self.url is not None and not self.url.startswith(TLS_SCHEMES):
+            raise ValueError(
+                "server.tls needs a grpcs:// or https:// server.url (a grpc:// or http:// "
+                "server is dialled without TLS, so no CA would check it)"
+            )
         return self
 
     @property
