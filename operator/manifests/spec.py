@@ -481,7 +481,7 @@ class Cache(_Spec):
         return self.uses_redis and self.redis.external is None
 
 
-ScalingMetric = Literal["cpu", "misses", "queue"]
+ScalingMetric = Literal["cpu", "misses", "queue", "forwarded"]
 ScalingEngine = Literal["hpa", "keda"]
 
 
@@ -502,9 +502,10 @@ class Autoscaling(_Spec):
     min_replicas: int = Field(1, ge=0)
     max_replicas: int = Field(ge=1)
     #: cpu: utilisation of the CPU request; misses: cache misses per second per pod (what the
-    #: model actually runs); queue: requests in flight per pod.
+    #: model actually runs); queue: requests in flight per pod; forwarded: calls forwarded to
+    #: the pod's Triton per second (``spec.server`` kind triton: what reaches its GPUs).
     metric: ScalingMetric = "cpu"
-    #: The value per pod to keep misses or queue at (not for cpu).
+    #: The value per pod to keep misses, queue or forwarded at (not for cpu).
     target: float | None = Field(None, ge=0.001)
     target_cpu_utilization_percentage: int = Field(
         70, ge=1, le=100, alias="targetCPUUtilizationPercentage"
@@ -529,11 +530,13 @@ def autoscaling_problems(scaling: Autoscaling) -> list[str]:
         problems.append("autoscaling.minReplicas must not exceed autoscaling.maxReplicas")
     if scaling.metric == "cpu" and scaling.target is not None:
         problems.append(
-            "autoscaling.target is for metric misses or queue; cpu uses "
+            "autoscaling.target is for metric misses, queue or forwarded; cpu uses "
             "targetCPUUtilizationPercentage"
         )
     if scaling.metric != "cpu" and scaling.target is None:
-        problems.append("autoscaling.metric misses or queue needs autoscaling.target (per pod)")
+        problems.append(
+            "autoscaling.metric misses, queue or forwarded needs autoscaling.target (per pod)"
+        )
     if scaling.engine == "hpa":
         if scaling.min_replicas == 0:
             problems.append("autoscaling.minReplicas 0 needs autoscaling.engine keda")
@@ -547,7 +550,7 @@ def autoscaling_problems(scaling: Autoscaling) -> list[str]:
     if needs_prometheus and scaling.prometheus is None:
         problems.append(
             "autoscaling with engine keda needs autoscaling.prometheus.serverAddress for metric "
-            "misses or queue and for minReplicas 0"
+            "misses, queue or forwarded and for minReplicas 0"
         )
     if scaling.min_replicas == 0 and (
         scaling.prometheus is None or scaling.prometheus.activation_query is None
@@ -745,6 +748,13 @@ def server_problems(spec: ServiceSpec) -> list[str]:
     server = spec.server
     external = server is not None and server.kind == "external"
     problems = []
+    forwarded = spec.autoscaling is not None and spec.autoscaling.metric == "forwarded"
+    if forwarded and (server is None or server.kind != "triton"):
+        problems.append(
+            "autoscaling.metric forwarded needs server kind triton: it scales the pods on what "
+            "reaches their own Triton (an external server's load does not fall with more "
+            "cachefleet pods; scale it where it runs)"
+        )
     if external and spec.model.has_files:
         problems.append(
             "server kind external serves the external server's models: remove "

@@ -30,7 +30,7 @@ OPERATOR = f"{RELEASE}-operator"
 #: Labels Prometheus adds to every scraped series (the Prometheus Operator's target labels).
 TARGET_LABELS = {"namespace", "service", "pod", "job", "instance", "container", "endpoint"}
 #: Series Prometheus itself writes for every target (``up``: whether the scrape answered).
-PROMETHEUS_SERIES = {"up": set()}
+PROMETHEUS_SERIES: dict[str, set[str]] = {"up": set()}
 
 # The fields the Prometheus Operator documents for these kinds (monitoring.coreos.com/v1 API
 # reference), as far as the chart uses them: a misspelt or misplaced key is silently dropped

@@ -315,9 +315,7 @@ breakages = st.one_of(
     st.just(Breakage("both sources", _both_sources, "exactly one of model.repository")),
     st.just(Breakage("GPUs beside a server", _gpus_beside_a_server, "runtime.gpus must be 0")),
     st.just(
-        Breakage(
-            "a CA for a plain server url", _ca_for_a_plain_url, "server.tls needs a grpcs://"
-        )
+        Breakage("a CA for a plain server url", _ca_for_a_plain_url, "server.tls needs a grpcs://")
     ),
     st.just(
         Breakage(
