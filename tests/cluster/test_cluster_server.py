@@ -168,3 +168,34 @@ def test_a_private_ca_is_mounted_and_a_rotated_token_rolls_the_pods_through_real
     done = plane.kubectl("apply", "-n", NAMESPACE, "-f", "-", stdin=json.dumps(bad), check=False)
     assert done.returncode != 0
     assert "server.tls needs a grpcs:// or https:// server.url" in done.stderr
+
+
+def test_a_triton_fleet_autoscales_on_forwarded_calls_and_an_external_one_may_not(
+    operator: OperatorProcess, installed: Plane
+) -> None:
+    """The real server stores metric forwarded for kind triton and the operator's HPA on the
+    Pods metric with it; for kind external the server's CEL refuses it with the CRD's message."""
+    plane = installed
+    if NAMESPACE not in plane.namespaces():
+        plane.kubectl("create", "namespace", NAMESPACE)
+    triton = example("triton-upstream")
+    triton["metadata"]["name"] = "triton-scaled"
+    triton["spec"]["model"]["repository"] = {"image": {"image": "registry.example.com/m:1"}}
+    triton["spec"]["autoscaling"] = {"metric": "forwarded", "target": 30, "maxReplicas": 3}
+    plane.apply([triton], "-n", NAMESPACE)
+
+    def hpa() -> dict[str, Any] | None:
+        found = plane.kubectl("get", "hpa", "triton-scaled", "-n", NAMESPACE, "-o", "json",
+                              check=False)  # fmt: skip
+        return json.loads(found.stdout) if found.returncode == 0 else None
+
+    scaler = until(hpa, f"the HPA\n{operator.log[-3000:]}", timeout_s=300)
+    [metric] = scaler["spec"]["metrics"]
+    assert metric["pods"]["metric"]["name"] == "cachefleet_forwarded_per_second"
+
+    bad = example("external-upstream")
+    bad["metadata"]["name"] = "external-scaled"
+    bad["spec"]["autoscaling"] = {"metric": "forwarded", "target": 30, "maxReplicas": 3}
+    done = plane.kubectl("apply", "-n", NAMESPACE, "-f", "-", stdin=json.dumps(bad), check=False)
+    assert done.returncode != 0
+    assert "autoscaling.metric forwarded needs server kind triton" in done.stderr
