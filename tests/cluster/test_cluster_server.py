@@ -190,6 +190,7 @@ def test_a_triton_fleet_autoscales_on_forwarded_calls_and_an_external_one_may_no
         return json.loads(found.stdout) if found.returncode == 0 else None
 
     scaler = until(hpa, f"the HPA\n{operator.log[-3000:]}", timeout_s=300)
+    assert scaler is not None
     [metric] = scaler["spec"]["metrics"]
     assert metric["pods"]["metric"]["name"] == "cachefleet_forwarded_per_second"
 
