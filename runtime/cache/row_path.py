@@ -6,9 +6,10 @@ judged again, so a batch earns its model's recompute credit once and is sampled 
 key; a request the plan computes without the cache has its rows computed so too), the same
 loop over tiers (one batched lookup per tier), the same single-flight per row key (the rows
 nobody here is computing are led by the batch: the shared tiers, then one compute for all of
-them; the others are waited for, counted as coalesced), the same counters (its own row counters, and Triton's), the same inserts. A batch
-leads before it waits, so batches never wait in a ring; a failed or cancelled leading batch
-sends its followers off to compute those rows themselves (its error may be another row's).
+them; the others are waited for, counted as coalesced), the same counters (its own row
+counters, and Triton's), the same inserts. A batch leads before it waits, so batches never
+wait in a ring; a failed or cancelled leading batch sends its followers off to compute those
+rows themselves (its error may be another row's).
 With fleet coalescing, each led row takes its turn in the fleet as a whole request does (all
 asked at once; the rows this replica is to compute run as their turns come, never held back by
 a row it waits for).

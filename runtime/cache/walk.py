@@ -4,9 +4,10 @@
 A request's plan is decided once (:meth:`TierWalk.plan`): admission's per-tier verdicts, or a
 bypass; a batched request's rows take their request's plan (:meth:`TierWalk.computing`).
 Then the tiers it uses are looked up in turn, one key at a time (:meth:`TierWalk.first_hit`)
-or a batch's rows at once (:meth:`TierWalk.first_hits`, one batched lookup per tier); either way each lookup is timed, counted and told to admission in
-one place (:meth:`TierWalk.looked_up`), and a hit in a later tier is promoted to the earlier
-ones (:meth:`TierWalk.promote`). A computed answer is timed for admission
+or a batch's rows at once (:meth:`TierWalk.first_hits`, one batched lookup per tier); either
+way each lookup is timed, counted and told to admission in one place
+(:meth:`TierWalk.looked_up`), and a hit in a later tier is promoted to the earlier ones
+(:meth:`TierWalk.promote`). A computed answer is timed for admission
 (:meth:`TierWalk.computed`) and inserted into every tier the request uses
 (:meth:`TierWalk.store`), unless a flush of its model began since (``flush_marks``). A shared
 tier's miss may take a turn in the fleet (:meth:`TierWalk.fleet_turn`).
