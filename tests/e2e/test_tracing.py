@@ -21,6 +21,7 @@ import tritonclient.http as httpclient
 from support import loopback
 from support.otlp_receiver import OtlpReceiver, ReceivedSpan, otlp_receiver
 from support.processes import ServerProcess
+from support.sample_requests import memo_figures
 from support.waiting import wait_for
 from tritonclient.utils import InferenceServerException
 
@@ -105,9 +106,11 @@ def test_http_requests_are_spans_under_the_callers_trace(
 ) -> None:
     caller = Caller()
     numbers = np.arange(16, dtype=np.int32).reshape(1, 16) + 1000
+    memo_hits = memo_figures(traced_server)["cachefleet_cache_tier_hits_total"]
     for _ in range(3):  # a miss, a hit, and a hit from the memo of rendered responses
         http_infer(traced_server, caller, numbers)
     spans = caller.children(receiver, 3)
+    assert memo_figures(traced_server)["cachefleet_cache_tier_hits_total"] == memo_hits + 1
     assert [s.attributes["cachefleet.cache.result"] for s in spans] == [
         "miss",
         "hit-local",
@@ -118,6 +121,8 @@ def test_http_requests_are_spans_under_the_callers_trace(
         assert span.name == "POST /v2/models/{model}/infer"
         assert span.status == "STATUS_CODE_UNSET"
         assert span.attributes["cachefleet.model.name"] == "simple"
+        # The path names no version: the one that answered, the memo's hit's too.
+        assert span.attributes["cachefleet.model.version"] == "1"
         assert span.attributes["cachefleet.transport"] == "http"
         assert span.attributes["http.request.method"] == "POST"
         assert span.attributes["http.response.status_code"] == 200
@@ -125,7 +130,6 @@ def test_http_requests_are_spans_under_the_callers_trace(
         assert span.resource["service.name"] == "traced-simple"
         assert span.resource["deployment.environment.name"] == "test"
         assert span.end_ns >= span.start_ns
-    assert miss.attributes["cachefleet.model.version"] == "1"
     assert miss.attributes["cachefleet.compute.duration"] > 0
     assert miss.attributes["cachefleet.queue.duration"] >= 0
     assert hit.attributes["cachefleet.cache.tier"] == "local"
@@ -137,12 +141,16 @@ def test_grpc_requests_are_spans_under_the_callers_trace(
 ) -> None:
     caller = Caller()
     client = grpcclient.InferenceServerClient(traced_server.grpc_url)
-    for _ in range(2):
+    memo_hits = memo_figures(traced_server)["cachefleet_cache_tier_hits_total"]
+    for _ in range(3):  # a miss, a hit, and a hit from the memo, answered on the call's thread
         client.infer("simple", simple_inputs(grpcclient, 1, 2000), headers=caller.headers)
-    miss, hit = caller.children(receiver, 2)
+    miss, hit, memo_hit = caller.children(receiver, 3)
+    assert memo_figures(traced_server)["cachefleet_cache_tier_hits_total"] == memo_hits + 1
     assert miss.attributes["cachefleet.cache.result"] == "miss"
     assert hit.attributes["cachefleet.cache.result"] == "hit-local"
-    for span in (miss, hit):
+    assert memo_hit.attributes["cachefleet.cache.result"] == "hit-local"
+    assert memo_hit.attributes["cachefleet.cache.tier"] == "local"
+    for span in (miss, hit, memo_hit):  # ModelInfer's span starts before its model is known
         assert span.name == "inference.GRPCInferenceService/ModelInfer"
         assert span.attributes["rpc.system"] == "grpc"
         assert span.attributes["rpc.method"] == "ModelInfer"

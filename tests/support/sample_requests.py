@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import urllib.request
 from types import ModuleType
 from typing import Any
 
 import httpx
 import numpy as np
 import tritonclient.http as httpclient
+from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.grpc import service_pb2
 
 from support import loopback
@@ -89,6 +91,19 @@ def success_count(url: str, model: str) -> int:
     cache hits included (Triton's statistics extension): what a server in front never sent it."""
     stats = httpclient.InferenceServerClient(url).get_inference_statistics(model)
     return int(stats["model_stats"][0]["inference_stats"]["success"]["count"])
+
+
+def memo_figures(server: ServerProcess) -> dict[str, float]:
+    """The answer memo's figures from /metrics (``tier="memo"``), by sample name: what a test
+    reads to know that the memo answered, not only that the answer was right."""
+    with urllib.request.urlopen(f"{server.base_url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.labels.get("tier") == "memo"
+    }
 
 
 def x_cache(server: ServerProcess, model: str, seed: int = 0, **kwargs: Any) -> str:
