@@ -160,7 +160,7 @@ def test_the_prometheus_rule_has_the_documented_shape(objects: list[Manifest]) -
         "CachefleetRedisCircuitOpen", "CachefleetModelDownloadFailing",
         "CachefleetOperatorNotReconciling", "CachefleetOperatorErrorsRising",
         "CachefleetOperatorNoLeader", "CachefleetUpstreamUnavailable", "CachefleetTritonDown",
-        "CachefleetTritonInferenceFailures",
+        "CachefleetTritonInferenceFailures", "CachefleetUpstreamCircuitOpen",
     } <= alerts  # fmt: skip
 
 
@@ -215,7 +215,7 @@ def test_the_upstream_alerts_fire_on_an_unreachable_upstream_and_a_failing_trito
     objects: list[Manifest], tmp_path: Path
 ) -> None:
     # Half of the requests answered 503 (the upstream behind its breaker), Triton's port silent,
-    # and Triton failing a tenth of what it is sent.
+    # Triton failing a tenth of what it is sent, and the pod's breaker open all along.
     down = [
         {"series": f'cachefleet_requests_total{{{FLEET},model="m",version="1",code="200"}}',
          "values": "0+50x20"},
@@ -226,6 +226,7 @@ def test_the_upstream_alerts_fire_on_an_unreachable_upstream_and_a_failing_trito
          "values": "0+90x20"},
         {"series": f'nv_inference_request_failure{{{TRITON},model="m",version="1"}}',
          "values": "0+10x20"},
+        {"series": f"cachefleet_upstream_circuit_open{{{FLEET}}}", "values": "1x20"},
     ]  # fmt: skip
     team = {"team": "ml-platform"}  # the chart's alertLabels in these values
     fleet = {"namespace": "ml", "service": "svc", **team}
@@ -234,6 +235,8 @@ def test_the_upstream_alerts_fire_on_an_unreachable_upstream_and_a_failing_trito
         "CachefleetTritonDown": [{**fleet, "severity": "critical", "pod": "svc-7d9f8-x2b4c",
                                   "endpoint": "triton-metrics"}],
         "CachefleetTritonInferenceFailures": [{**fleet, "severity": "warning"}],
+        "CachefleetUpstreamCircuitOpen": [{**fleet, "severity": "warning",
+                                           "pod": "svc-7d9f8-x2b4c"}],
     }  # fmt: skip
     result = promtool_test(tmp_path, upstream_groups(objects), down, fired)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -253,10 +256,13 @@ def test_the_upstream_alerts_stay_quiet_on_a_healthy_fleet(
          "values": "0+100x20"},
         {"series": f'nv_inference_request_failure{{{TRITON},model="m",version="1"}}',
          "values": "0+1x20"},
+        # The breaker open for the last 4 minutes only: a short outage does not page.
+        {"series": f"cachefleet_upstream_circuit_open{{{FLEET}}}", "values": "0x15 1x4"},
     ]  # fmt: skip
     quiet: dict[str, list[dict[str, str]]] = {"CachefleetUpstreamUnavailable": [],
                                               "CachefleetTritonDown": [],
-                                              "CachefleetTritonInferenceFailures": []}  # fmt: skip
+                                              "CachefleetTritonInferenceFailures": [],
+                                              "CachefleetUpstreamCircuitOpen": []}  # fmt: skip
     result = promtool_test(tmp_path, upstream_groups(objects), healthy, quiet)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout
@@ -277,6 +283,7 @@ def test_every_alert_reads_series_and_labels_the_code_exports(objects: list[Mani
     names = {name for name, _ in read}
     assert "cachefleet_operator_service_not_ready" in names
     assert "cachefleet_redis_circuit_open" in names
+    assert "cachefleet_upstream_circuit_open" in names
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from prometheus_client.parser import text_string_to_metric_families
 from support import loopback
 from support.processes import ServerProcess, upstream_front
 from support.sample_requests import simple_inputs, success_count
@@ -319,6 +320,20 @@ def readiness(servers: tuple[ServerProcess, ...]) -> set[int]:
     return {ready(server) for server in servers}
 
 
+def circuit_open(servers: tuple[ServerProcess, ...]) -> set[float]:
+    """The ``cachefleet_upstream_circuit_open`` values the servers' /metrics give now."""
+    values = set()
+    for server in servers:
+        text = loopback.get(f"{server.base_url}/metrics", timeout=30).text
+        values |= {
+            sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == "cachefleet_upstream_circuit_open"
+        }
+    return values
+
+
 class Load:
     """Distinct misses sent one after another through ``front`` until stopped (at most
     ``limit``), each answer's status and error text kept: the load a fault lands in."""
@@ -356,6 +371,7 @@ def test_a_paused_or_killed_upstream_is_a_clear_503_and_the_hits_keep_coming(
         post_json(server, "simple", warm)
         assert post_json(server, "simple", warm).headers["x-cache"] == "hit-local"
     grpc_front = grpcclient.InferenceServerClient(front.grpc_url)
+    assert circuit_open(fronts) == {0.0}
 
     # Paused mid-load: the misses in flight, and those after, end at the deadline with a 503
     # that says so; nothing hangs, hits are served all along, readiness follows the upstream.
@@ -373,6 +389,8 @@ def test_a_paused_or_killed_upstream_is_a_clear_503_and_the_hits_keep_coming(
             )
         assert raised.value.status() == "StatusCode.UNAVAILABLE"
         wait_for(lambda: readiness(fronts) == {503}, "readiness to follow the paused upstream", 60)
+        # Deadlines that pass count as unreachable: the breaker opens, and /metrics says so.
+        wait_for(lambda: circuit_open(fronts) == {1.0}, "the gauge to show the open breaker", 60)
     finally:
         os.kill(upstream.pid, signal.SIGCONT)
     for load in loads:
@@ -381,6 +399,7 @@ def test_a_paused_or_killed_upstream_is_a_clear_503_and_the_hits_keep_coming(
         for error in load.refused():
             assert "did not answer within" in error or "unreachable" in error, error
     wait_for(lambda: readiness(fronts) == {200}, "readiness to come back with the upstream", 60)
+    wait_for(lambda: circuit_open(fronts) == {0.0}, "the gauge to show the breaker closed", 60)
     for server in fronts:
         assert post_json(server, "simple", simple_json(601)).status_code == 200
 
@@ -395,6 +414,7 @@ def test_a_paused_or_killed_upstream_is_a_clear_503_and_the_hits_keep_coming(
     # Refused without trying, once the breaker has opened.
     opened = lambda: all(any("circuit open" in e for e in load.refused()) for load in loads)  # noqa: E731
     wait_for(opened, "the breaker to open", 60)
+    wait_for(lambda: circuit_open(fronts) == {1.0}, "the gauge to show the open breaker", 60)
     for server in fronts:
         assert post_json(server, "simple", warm).headers["x-cache"] == "hit-local"
     wait_for(lambda: readiness(fronts) == {503}, "readiness to follow the killed upstream", 60)
@@ -402,6 +422,7 @@ def test_a_paused_or_killed_upstream_is_a_clear_503_and_the_hits_keep_coming(
         assert {status for status, _ in load.stop()} <= {200, 503}
     upstream.start()
     wait_for(lambda: readiness(fronts) == {200}, "readiness once the upstream is back", 60)
+    wait_for(lambda: circuit_open(fronts) == {0.0}, "the gauge to show the breaker closed", 60)
     for server in fronts:
         assert post_json(server, "simple", simple_json(801)).status_code == 200
         assert "Traceback" not in server.log(), server.log()[-3000:]
