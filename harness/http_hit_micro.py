@@ -23,9 +23,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import tritonclient.http as triton_http
-
+from cachefleet.bench.bodies import InputSpec, build_request_set
 from cachefleet.runtime.config.flags import load_settings
 from cachefleet.runtime.samples.repository import write_samples
 from cachefleet.runtime.server import create_server
@@ -35,20 +33,12 @@ App = Callable[[dict[str, Any], Callable[[], Awaitable[Message]], Callable[[Mess
 
 
 def simple_body() -> tuple[bytes, int]:
-    """A binary-extension request for ``simple`` as tritonclient sends it, and its JSON length."""
-    values = np.arange(16, dtype=np.int32).reshape(1, 16)
-    inputs = []
-    for name in ("INPUT0", "INPUT1"):
-        each = triton_http.InferInput(name, [1, 16], "INT32")
-        each.set_data_from_numpy(values, binary_data=True)
-        inputs.append(each)
-    outputs = [
-        triton_http.InferRequestedOutput(n, binary_data=True) for n in ("OUTPUT0", "OUTPUT1")
-    ]
-    body, json_size = triton_http.InferenceServerClient.generate_request_body(
-        inputs, outputs=outputs
-    )
-    return bytes(body), int(json_size or 0)
+    """The binary-extension body ``cachefleet bench`` sends for a hit of ``simple``
+    (``bench.bodies``, one encoder for both), and its JSON header's length: this harness times
+    the request the floor and the peers are measured with."""
+    inputs = [InputSpec(name, "INT32", (1, 16)) for name in ("INPUT0", "INPUT1")]
+    requests = build_request_set("simple", inputs, ["OUTPUT0", "OUTPUT1"], "binary", warm_count=1)
+    return requests.hit_bodies[0], int(requests.headers["Inference-Header-Content-Length"])
 
 
 def _scope(body: bytes, json_size: int) -> dict[str, Any]:

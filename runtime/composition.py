@@ -32,7 +32,7 @@ from cachefleet.runtime.metrics import RuntimeMetrics
 from cachefleet.runtime.models.errors import ModelLoadError
 from cachefleet.runtime.models.repository import NOT_LOADED, READY, load_repository
 from cachefleet.runtime.models.types import ModelRepository
-from cachefleet.runtime.models.upstream.repository import open_upstream
+from cachefleet.runtime.models.upstream.repository import UpstreamRepository, open_upstream
 from cachefleet.runtime.service import (
     InferenceService,
     InFlight,
@@ -112,6 +112,9 @@ class Runtime:
         """
         metrics = RuntimeMetrics()
         repository = await _open_repository(settings)
+        if isinstance(repository, UpstreamRepository):
+            watched = repository
+            metrics.upstream_circuit_open.set_function(lambda: float(watched.circuit_open))
         async with AsyncExitStack() as stack:
             tracing = None
             if trace_exporter is not None:

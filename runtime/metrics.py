@@ -380,6 +380,14 @@ class RuntimeMetrics:
             "1 while the Redis circuit breaker is open.",
             registry=r,
         )
+        #: Read at each scrape from the upstream's breaker (``watch_upstream_breaker``); 0 when
+        #: there is no upstream.
+        self.upstream_circuit_open = Gauge(
+            "cachefleet_upstream_circuit_open",
+            "1 while the upstream's circuit breaker is open: misses are refused at once (503 /"
+            " UNAVAILABLE) but for one probe per breaker_reset_s.",
+            registry=r,
+        )
         self.cache_row_hits = Counter(
             "cachefleet_cache_row_hits", "Rows of batched requests answered by the row cache.",
             (*_MODEL, "tier"), registry=r,

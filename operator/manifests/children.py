@@ -55,6 +55,7 @@ def build_children(
     user_ids: UserIds = "fixed",
     tls_digest: str = "",
     runtime_access: bool = False,
+    upstream_digest: str = "",
 ) -> list[dict[str, Any]]:
     """All children.
 
@@ -72,6 +73,8 @@ def build_children(
     operator's configured mirror of it). ``user_ids`` is the operator's setting for services
     whose spec leaves ``userIds`` unset (platform on OpenShift). ``tls_digest`` is the digest of
     the runtime's TLS Secret (``manifests.tls``): a renewed certificate rolls the runtime pods.
+    ``upstream_digest`` is the digest of the upstream's auth value and CA
+    (``upstream.upstream_digest``): a rotated token or CA rolls the runtime pods.
     ``runtime_access`` adds the NetworkPolicy that admits the operator to the runtime pods
     (``manifests.operator_access``).
     """
@@ -107,6 +110,7 @@ def build_children(
             password_digest=secrets_digest,
             runtime_image=runtime_image,
             tls_digest=tls_digest,
+            upstream_digest=upstream_digest,
         )
     )
     if runtime_access:

@@ -259,10 +259,12 @@ def build_runtime_deployment(
     password_digest: str = "",
     runtime_image: str = RELEASE_RUNTIME_IMAGE,
     tls_digest: str = "",
+    upstream_digest: str = "",
 ) -> dict[str, Any]:
     """The server pods; ``password_digest`` (of the secrets they read at start: the Redis
     password, the cache secret) rolls them when a generated one was replaced, ``tls_digest``
-    (``manifests.tls``) when their certificate was renewed.
+    (``manifests.tls``) when their certificate was renewed, ``upstream_digest``
+    (``upstream.upstream_digest``) when the upstream's auth value or CA was.
 
     ``runtime_image`` runs when the spec names no image: the operator's own release's runtime.
     """
@@ -272,6 +274,8 @@ def build_runtime_deployment(
                 "spec": pod}  # fmt: skip
     if spec.runtime.tls is not None and tls_digest:
         template["metadata"]["annotations"][TLS_HASH_ANNOTATION] = tls_digest
+    if spec.server is not None and upstream_digest:
+        template["metadata"]["annotations"][upstream.UPSTREAM_HASH_ANNOTATION] = upstream_digest
     deployment_spec: dict[str, Any] = {
         "selector": {"matchLabels": meta.selector_labels(owner, COMPONENT)},
         "template": template,
@@ -339,6 +343,7 @@ def _pod_spec(
         *([model_volume] if model_volume is not None else []),
         *model_fetch.scratch_volumes(spec),
         *model_fetch.credential_volumes(spec),
+        *upstream.ca_volumes(spec.server),
     ]
     if spec.server is not None and spec.server.kind == "triton":
         pod["containers"].append(upstream.triton_container(spec, models_mount=_models_mount(spec)))
@@ -472,6 +477,7 @@ def _server_container(spec: ServiceSpec, owner: Owner, runtime_image: str) -> di
     else:
         command += upstream.upstream_arguments(spec.server, model_dir=MODEL_DIR)
         env += upstream.upstream_env(spec.server)
+        mounts += upstream.ca_mounts(spec.server)
         startup_failures = upstream.STARTUP_FAILURES
     if https:
         mounts.append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})

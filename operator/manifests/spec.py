@@ -28,6 +28,7 @@ from cachefleet.operator.manifests.unknown_fields import validate_known
 from cachefleet.runtime.config import (
     NAMESPACE_PATTERN,
     ApiGroup,
+    CacheMode,
     QuantityError,
     StorageUri,
     StorageUriError,
@@ -451,7 +452,8 @@ class LocalCache(_Spec):
 
 
 class Cache(_Spec):
-    mode: Literal["none", "local", "redis", "tiered"] = "tiered"
+    #: The runtime's own ``--cache`` modes (one definition: ``runtime.config``).
+    mode: CacheMode = "tiered"
     admission: Literal["auto", "always"] = "auto"
     ttl: Quantity = "1h"
     local: LocalCache = LocalCache()
@@ -481,7 +483,7 @@ class Cache(_Spec):
         return self.uses_redis and self.redis.external is None
 
 
-ScalingMetric = Literal["cpu", "misses", "queue"]
+ScalingMetric = Literal["cpu", "misses", "queue", "forwarded"]
 ScalingEngine = Literal["hpa", "keda"]
 
 
@@ -502,9 +504,10 @@ class Autoscaling(_Spec):
     min_replicas: int = Field(1, ge=0)
     max_replicas: int = Field(ge=1)
     #: cpu: utilisation of the CPU request; misses: cache misses per second per pod (what the
-    #: model actually runs); queue: requests in flight per pod.
+    #: model actually runs); queue: requests in flight per pod; forwarded: calls forwarded to
+    #: the pod's Triton per second (``spec.server`` kind triton: what reaches its GPUs).
     metric: ScalingMetric = "cpu"
-    #: The value per pod to keep misses or queue at (not for cpu).
+    #: The value per pod to keep misses, queue or forwarded at (not for cpu).
     target: float | None = Field(None, ge=0.001)
     target_cpu_utilization_percentage: int = Field(
         70, ge=1, le=100, alias="targetCPUUtilizationPercentage"
@@ -529,11 +532,13 @@ def autoscaling_problems(scaling: Autoscaling) -> list[str]:
         problems.append("autoscaling.minReplicas must not exceed autoscaling.maxReplicas")
     if scaling.metric == "cpu" and scaling.target is not None:
         problems.append(
-            "autoscaling.target is for metric misses or queue; cpu uses "
+            "autoscaling.target is for metric misses, queue or forwarded; cpu uses "
             "targetCPUUtilizationPercentage"
         )
     if scaling.metric != "cpu" and scaling.target is None:
-        problems.append("autoscaling.metric misses or queue needs autoscaling.target (per pod)")
+        problems.append(
+            "autoscaling.metric misses, queue or forwarded needs autoscaling.target (per pod)"
+        )
     if scaling.engine == "hpa":
         if scaling.min_replicas == 0:
             problems.append("autoscaling.minReplicas 0 needs autoscaling.engine keda")
@@ -547,7 +552,7 @@ def autoscaling_problems(scaling: Autoscaling) -> list[str]:
     if needs_prometheus and scaling.prometheus is None:
         problems.append(
             "autoscaling with engine keda needs autoscaling.prometheus.serverAddress for metric "
-            "misses or queue and for minReplicas 0"
+            "misses, queue or forwarded and for minReplicas 0"
         )
     if scaling.min_replicas == 0 and (
         scaling.prometheus is None or scaling.prometheus.activation_query is None
@@ -566,7 +571,9 @@ ServerKind = Literal["triton", "external"]
 SERVER_URL_PATTERN = r"^(grpc|grpcs|http|https)://[^\s/@]+:[0-9]{1,5}/?$"
 DEFAULT_AUTH_HEADER = "Authorization"
 _TRITON_FIELDS = ("image", "image_pull_policy", "args", "resources", "gpus", "env")
-_EXTERNAL_FIELDS = ("url", "auth_secret_ref", "auth_header")
+_EXTERNAL_FIELDS = ("url", "auth_secret_ref", "auth_header", "tls")
+#: The schemes of ``server.url`` that speak TLS (where ``server.tls`` is read).
+TLS_SCHEMES = ("grpcs://", "https://")
 #: tritonserver options the operator sets (the shared repository, the loopback ports the
 #: cachefleet container reaches): ``server.args`` may not set them again.
 OWNED_TRITON_OPTIONS = (
@@ -586,6 +593,25 @@ class AuthSecretRef(_Spec):
 
     name: str = Field(min_length=1)
     key: str = Field(min_length=1)
+
+
+class CaConfigMapRef(_Spec):
+    """A key of a ConfigMap in the service's namespace holding PEM CA certificates."""
+
+    name: str = Field(min_length=1)
+    key: str = Field("ca.crt", min_length=1)
+
+
+class ServerTls(_Spec):
+    """How cachefleet checks an external server's certificate (kind external, grpcs:// or
+    https:// only). Without it the image's public CAs check it.
+
+    A ConfigMap, not a Secret: a CA certificate is public, and the tools that hand CA bundles
+    out in a cluster write ConfigMaps (``kube-root-ca.crt``, cert-manager's trust-manager
+    Bundles, OpenShift's injected trusted CA bundle, KServe's own ``cabundle`` for storage).
+    """
+
+    ca_config_map_ref: CaConfigMapRef
 
 
 class EnvVar(_Spec):
@@ -631,6 +657,8 @@ class Server(_Spec):
     auth_secret_ref: AuthSecretRef | None = None
     #: external: the header (gRPC metadata key) the Secret's value goes in.
     auth_header: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]+$")
+    #: external, grpcs:// or https:// only: a private CA that signed the server's certificate.
+    tls: ServerTls | None = None
 
     @model_validator(mode="after")
     def _fields_of_the_kind(self) -> Server:
@@ -657,6 +685,11 @@ class Server(_Spec):
             )
         if self.auth_header is not None and self.auth_secret_ref is None:
             raise ValueError("server.authHeader is read only with server.authSecretRef")
+        if self.tls is not None and self.url is not None and not self.url.startswith(TLS_SCHEMES):
+            raise ValueError(
+                "server.tls needs a grpcs:// or https:// server.url (a grpc:// or http:// "
+                "server is dialled without TLS, so no CA would check it)"
+            )
         return self
 
     @property
@@ -717,6 +750,13 @@ def server_problems(spec: ServiceSpec) -> list[str]:
     server = spec.server
     external = server is not None and server.kind == "external"
     problems = []
+    forwarded = spec.autoscaling is not None and spec.autoscaling.metric == "forwarded"
+    if forwarded and (server is None or server.kind != "triton"):
+        problems.append(
+            "autoscaling.metric forwarded needs server kind triton: it scales the pods on what "
+            "reaches their own Triton (an external server's load does not fall with more "
+            "cachefleet pods; scale it where it runs)"
+        )
     if external and spec.model.has_files:
         problems.append(
             "server kind external serves the external server's models: remove "

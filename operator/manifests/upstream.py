@@ -22,13 +22,22 @@ model). A Triton that exits restarts as any container does.
 
 kind external: cachefleet's container alone, in upstream mode at ``server.url``, with no model
 volume of ours; the auth value reaches it as ``CACHEFLEET_UPSTREAM_AUTH_VALUE`` from the Secret
-(a ``secretKeyRef``), never in its arguments or ConfigMap.
+(a ``secretKeyRef``), never in its arguments or ConfigMap. A private CA (``server.tls``) is the
+ConfigMap's key mounted read-only and named by ``--upstream-tls-ca-file``.
+
+Rotation: the runtime reads the auth value and the CA once, at start (``--upstream-auth-file``
+is read once too, so mounting the Secret as a file would not let a running pod see a new
+token). So, as for the runtime's own TLS Secret (``manifests.tls``), a digest of what the pods
+read from them goes into the pod template (:data:`UPSTREAM_HASH_ANNOTATION`), and a new value
+rolls the pods, paced like every rollout. The auth value is not part of any cache key, so the
+new pods find the same entries in Redis: the fleet's cache stays warm across a rotation.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from cachefleet.operator.manifests.meta import config_hash
 from cachefleet.operator.manifests.security import container_security
 from cachefleet.operator.manifests.spec import Server, ServiceSpec
 
@@ -41,6 +50,13 @@ TRITON_METRICS_PORT_NAME = "triton-metrics"
 #: Triton's scratch (its root filesystem is read-only, as cachefleet's).
 TRITON_TMP_VOLUME = "triton-tmp"
 AUTH_ENV = "CACHEFLEET_UPSTREAM_AUTH_VALUE"
+#: The volume of ``server.tls.caConfigMapRef``, where cachefleet's container sees it, and the
+#: file the key is written to.
+CA_VOLUME = "upstream-ca"
+CA_DIR = "/etc/cachefleet/upstream-ca"
+CA_FILE = "ca.crt"
+#: On the runtime's pod template: a digest of the upstream's auth value and CA (never either).
+UPSTREAM_HASH_ANNOTATION = "cachefleet.io/upstream-hash"
 GPU_RESOURCE = "nvidia.com/gpu"
 #: How long cachefleet's startup probe waits for it to listen, which it does once the upstream
 #: has answered: Triton loads every model first (a TensorRT engine can take minutes).
@@ -60,7 +76,39 @@ def upstream_arguments(server: Server, *, model_dir: str) -> list[str]:
     arguments = ["--upstream", server.url.rstrip("/")]
     if server.auth_secret_ref is not None:
         arguments += ["--upstream-auth-header", server.auth_header_or_default]
+    if server.tls is not None:
+        arguments += ["--upstream-tls-ca-file", f"{CA_DIR}/{CA_FILE}"]
     return arguments
+
+
+def ca_volumes(server: Server | None) -> list[dict[str, Any]]:
+    """The private CA's ConfigMap key as a volume of one file; none without ``server.tls``."""
+    if server is None or server.tls is None:
+        return []
+    ref = server.tls.ca_config_map_ref
+    source = {"name": ref.name, "items": [{"key": ref.key, "path": CA_FILE}], "defaultMode": 0o444}
+    return [{"name": CA_VOLUME, "configMap": source}]
+
+
+def ca_mounts(server: Server | None) -> list[dict[str, Any]]:
+    """Where cachefleet's container reads the private CA, read-only."""
+    if server is None or server.tls is None:
+        return []
+    return [{"name": CA_VOLUME, "mountPath": CA_DIR, "readOnly": True}]
+
+
+def upstream_digest(server: Server | None, *, auth_value: str | None, ca_pem: str | None) -> str:
+    """A digest of what the pods read at start from the upstream's Secret and ConfigMap (as
+    read now by the operator); "" when the spec names neither, or neither could be read yet
+    (pods cannot start without them, so their arrival rolls nothing that runs)."""
+    if server is None:
+        return ""
+    read: dict[str, str] = {}
+    if server.auth_secret_ref is not None and auth_value is not None:
+        read["auth"] = auth_value
+    if server.tls is not None and ca_pem is not None:
+        read["ca"] = ca_pem
+    return config_hash("upstream", read) if read else ""
 
 
 def upstream_env(server: Server) -> list[dict[str, Any]]:

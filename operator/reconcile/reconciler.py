@@ -59,6 +59,7 @@ from cachefleet.operator.reconcile.served import PodDialer, read_served
 from cachefleet.operator.reconcile.served_access import served_access
 from cachefleet.operator.reconcile.settings import OperatorSettings
 from cachefleet.operator.reconcile.tls_secret import read_tls_secret
+from cachefleet.operator.reconcile.upstream_sources import read_upstream_digest
 
 #: The kinds every reconcile prunes, the resync's included: a previous runtime ConfigMap is
 #: kept while pods of an older ReplicaSet may read it, so it can go only at a later pass, once
@@ -290,8 +291,8 @@ class Reconciler:
         admin_token: str | None = None,
     ) -> list[dict[str, Any]]:
         """The children, for an operator running in this operator's namespace (the runtime's
-        TLS Secret read for its digest); refused (see ``admission``) when the operator's
-        allow-lists do not admit their pods."""
+        TLS Secret, and the upstream's Secret and CA, read for their digests); refused (see
+        ``admission``) when the operator's allow-lists do not admit their pods."""
         children = build_children(
             spec,
             owner=owner,
@@ -303,6 +304,7 @@ class Reconciler:
             user_ids=self.settings.user_ids,
             tls_digest=tls_digest(read_tls_secret(self.kube, owner.namespace, spec)),
             runtime_access=self.settings.runtime_network_policy,
+            upstream_digest=read_upstream_digest(self.kube, owner.namespace, spec),
         )
         check_allowed(children, self.settings)
         return children

@@ -1,12 +1,15 @@
 """The row cache's path through the tiers: a batched request answered row by row.
 
 It takes the steps of a whole request (``read_through``) with many keys at once, on the same
-walk (``walk``): the same admission, the same loop over tiers (one batched lookup per tier),
-the same single-flight per row key (the rows nobody here is computing are led by the batch:
-the shared tiers, then one compute for all of them; the others are waited for, counted as
-coalesced), the same counters (its own row counters, and Triton's), the same inserts. A batch
-leads before it waits, so batches never wait in a ring; a failed or cancelled leading batch
-sends its followers off to compute those rows themselves (its error may be another row's).
+walk (``walk``): the whole request's admission (its plan, decided once: the rows are not
+judged again, so a batch earns its model's recompute credit once and is sampled on its own
+key; a request the plan computes without the cache has its rows computed so too), the same
+loop over tiers (one batched lookup per tier), the same single-flight per row key (the rows
+nobody here is computing are led by the batch: the shared tiers, then one compute for all of
+them; the others are waited for, counted as coalesced), the same counters (its own row
+counters, and Triton's), the same inserts. A batch leads before it waits, so batches never
+wait in a ring; a failed or cancelled leading batch sends its followers off to compute those
+rows themselves (its error may be another row's).
 With fleet coalescing, each led row takes its turn in the fleet as a whole request does (all
 asked at once; the rows this replica is to compute run as their turns come, never held back by
 a row it waits for).
@@ -30,7 +33,7 @@ from cachefleet.runtime.cache.api import (
 )
 from cachefleet.runtime.cache.fleet import FleetTurn
 from cachefleet.runtime.cache.key import CacheKey
-from cachefleet.runtime.cache.plan import Batch, Outcome
+from cachefleet.runtime.cache.plan import Batch, Outcome, Plan
 from cachefleet.runtime.cache.singleflight import SingleFlight
 from cachefleet.runtime.cache.terms import terms_of
 from cachefleet.runtime.cache.walk import TierWalk
@@ -52,17 +55,35 @@ class RowPath:
         """Each row from the first in-process tier that holds it; else, once per key in this
         process (single-flight, per row), from the shared tiers, else computed (all the rows
         this batch leads in one call) and inserted like any answer. A row another request is
-        computing waits for it, and is counted as coalesced, as a whole request is."""
+        computing waits for it, and is counted as coalesced, as a whole request is. The rows
+        go by their batched request's plan (:meth:`_plan`), never judged by admission again."""
         if not rows:
             return []
         walk = self.walk
-        plan = walk.plan(rows[0], CacheDirectives(), started)
+        plan = self._plan(rows[0], started)
+        if plan.bypass:  # its request is computed without the cache: so are its rows
+            computed = await compute(range(len(rows)))
+            return [(list(outputs), CacheStatus.MISS) for outputs in computed]
         plan.terms = terms_of(compute)
         batch = Batch(plan, rows, [walk.key(row) for row in rows], compute)
         missing = await walk.first_hits(batch, plan.near, range(len(rows)))
         while missing:  # rows whose leader gave up go round again
             missing = await self._fill(batch, missing)
         return [each for each in batch.found if each is not None]
+
+    def _plan(self, first: CacheRequest, started: float) -> Plan:
+        """The rows' plan: the decision already made for the batched request whose compute
+        this is (its tiers, its recompute and its sample, drawn on the request's key), or, for
+        rows asked for on their own, a decision made now."""
+        whole = self.walk.computing()
+        if whole is None or (whole.request.model, whole.request.version) != (
+            first.model,
+            first.version,
+        ):
+            return self.walk.plan(first, CacheDirectives(), started)
+        plan = whole.of_row(first)
+        plan.started = started  # the rows' lookups are timed from here, as their own
+        return plan
 
     async def _fill(self, batch: Batch, missing: Sequence[int]) -> list[int]:
         """One round for the rows no in-process tier held: lead the keys nobody here is

@@ -2,11 +2,12 @@
 (``row_path``): plan, look up in order, count, promote, compute, insert.
 
 A request's plan is decided once (:meth:`TierWalk.plan`): admission's per-tier verdicts, or a
-bypass. Then the tiers it uses are looked up in turn, one key at a time
-(:meth:`TierWalk.first_hit`) or a batch's rows at once (:meth:`TierWalk.first_hits`, one
-batched lookup per tier); either way each lookup is timed, counted and told to admission in
-one place (:meth:`TierWalk.looked_up`), and a hit in a later tier is promoted to the earlier
-ones (:meth:`TierWalk.promote`). A computed answer is timed for admission
+bypass; a batched request's rows take their request's plan (:meth:`TierWalk.computing`).
+Then the tiers it uses are looked up in turn, one key at a time (:meth:`TierWalk.first_hit`)
+or a batch's rows at once (:meth:`TierWalk.first_hits`, one batched lookup per tier); either
+way each lookup is timed, counted and told to admission in one place
+(:meth:`TierWalk.looked_up`), and a hit in a later tier is promoted to the earlier ones
+(:meth:`TierWalk.promote`). A computed answer is timed for admission
 (:meth:`TierWalk.computed`) and inserted into every tier the request uses
 (:meth:`TierWalk.store`), unless a flush of its model began since (``flush_marks``). A shared
 tier's miss may take a turn in the fleet (:meth:`TierWalk.fleet_turn`).
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from contextvars import ContextVar
 
 from prometheus_client import Counter
 
@@ -32,6 +34,13 @@ from cachefleet.runtime.cache.plan import Batch, Outcome, Plan
 from cachefleet.runtime.cache.tier import Found, Tier
 from cachefleet.runtime.metrics import PlainCounter, RuntimeMetrics
 from cachefleet.runtime.tensor import Tensor
+
+#: The plan of the request whose compute is running in this context (set by
+#: :meth:`TierWalk.computed` for the time it awaits the compute). A batched request's compute is
+#: the row path (``row_path``), which reads it to take the whole request's decision for its rows
+#: rather than deciding again; a context variable because the compute is the service's, called
+#: with no arguments, and the row path is reached through it (``service.row_cache``).
+_COMPUTING: ContextVar[Plan | None] = ContextVar("cachefleet_cache_computing", default=None)
 
 
 class TierWalk:
@@ -219,9 +228,19 @@ class TierWalk:
         if plan.bypass:
             plan.series.bypass.inc()
         began = time.perf_counter()
-        outputs = await compute()
+        computing = _COMPUTING.set(plan)
+        try:
+            outputs = await compute()
+        finally:
+            _COMPUTING.reset(computing)
         plan.admission.computed(time.perf_counter() - began)
         return outputs
+
+    @staticmethod
+    def computing() -> Plan | None:
+        """The plan of the request whose compute is running here (None: none is): what a
+        batched request's rows are answered on (``row_path``)."""
+        return _COMPUTING.get()
 
     def promote(
         self, plan: Plan, key: CacheKey, found: Found, tiers: Sequence[Tier], since: float

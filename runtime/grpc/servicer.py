@@ -23,6 +23,11 @@ from cachefleet.runtime.grpc.messages import service_pb2
 from cachefleet.runtime.protocol import server_metadata
 
 Context = LoopContext
+#: Why ``TraceSetting`` is refused on a server that may well be tracing.
+TRACE_SETTING_REFUSAL = (
+    "trace settings cannot be changed by TraceSetting: tracing is set from the OTEL_* "
+    "environment variables when the server starts"
+)
 #: Unload parameters Triton's clients may send that change nothing here (no ensembles).
 _IGNORED_UNLOAD_PARAMETERS = frozenset({"unload_dependents"})
 
@@ -133,7 +138,9 @@ class InferenceServicer:
 
     @translated
     async def TraceSetting(self, request: Any, context: Context) -> Any:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "tracing is not supported")
+        """Refused: the server traces, but its tracing is set once, from the ``OTEL_*``
+        environment at start (``tracing.switch``), not changed by a call."""
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, TRACE_SETTING_REFUSAL)
 
     @translated
     async def LogSettings(self, request: Any, context: Context) -> Any:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from cachefleet.runtime.models.scheduling import BatchingPolicy
 from cachefleet.runtime.service.rows import Signature
 from cachefleet.runtime.tensor import Tensor
+from cachefleet.runtime.tracing.current import TracedRequest
 
 
 @dataclass(eq=False, slots=True)
@@ -45,6 +46,8 @@ class Pending:
     delayed: bool = False
     #: Taken into a batch: out of the queue, its timeout no longer applies.
     taken: bool = False
+    #: Its request's span, when it is traced (the batch's upstream call is a child of it).
+    traced: TracedRequest | None = None
 
 
 @dataclass

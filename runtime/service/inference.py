@@ -161,7 +161,6 @@ class InferenceService:
             request = decode(config)
         parameters = request.keyed_parameters()
         scheduler = self._schedulers.of(model)
-        scheduler.check_priority(_priority(request.parameters))
         directives = directives if request.use_cache else _NO_CACHE
         enabled = config.response_cache or self._cache_all
         by_rows = (
@@ -181,6 +180,7 @@ class InferenceService:
             fingerprint=model.fingerprint,
         )
         miss = _Miss()
+        # Made before the cache is asked: it checks the request's priority (``_compute``).
         compute = self._compute(scheduler, request, cache_request, by_rows, on_wait, miss)
         cache_started = time.perf_counter_ns()
         outputs, status, local_entry = await self._cache.get_or_compute(
@@ -204,8 +204,11 @@ class InferenceService:
         miss: _Miss,
     ) -> Compute:
         """How a miss is computed: through the model's scheduler, row by row through the row
-        cache when ``by_rows``; what happened goes into ``miss``."""
+        cache when ``by_rows``; what happened goes into ``miss``. Made before the cache is
+        asked, so it checks the request's priority (parsed once, here) for every request, hit
+        or miss: a request's own mistake fails it alone, never one that joined it in flight."""
         priority = _priority(request.parameters)
+        scheduler.check_priority(priority)
         timeout_us = _timeout_us(request.parameters)
         # Identical requests share a computation only on the same terms (``cache.terms``).
         terms = scheduler.terms(priority, timeout_us)

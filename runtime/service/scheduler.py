@@ -43,7 +43,7 @@ from cachefleet.runtime.service import rows
 from cachefleet.runtime.service.batch_queue import BatchQueue, Pending
 from cachefleet.runtime.service.statistics import ExecutionTimes, StatisticsRegistry
 from cachefleet.runtime.tensor import Tensor
-from cachefleet.runtime.tracing.current import note_execution
+from cachefleet.runtime.tracing.current import CURRENT, note_execution, serving_batch
 
 logger = logging.getLogger(__name__)
 #: Called when a request starts waiting for an execution (see InferenceService.answer).
@@ -110,6 +110,7 @@ class ModelScheduler:
             queued_at=loop.time(),
             level=level,
             submitted_ns=time.perf_counter_ns(),
+            traced=CURRENT.get(),
         )
         self._queue.push(pending)
         self._pending.set(len(self._queue))
@@ -263,6 +264,7 @@ class ModelScheduler:
         chain: tuple[asyncio.Future[None] | None, asyncio.Future[None]],
     ) -> None:
         previous, mine = chain
+        serving_batch(pending.traced for pending in batch)  # this task's own context
         try:
             results = await self._results(batch)
         finally:
@@ -303,6 +305,7 @@ class ModelScheduler:
             if pending.future.done():
                 results.append(ModelExecutionError("the caller has gone"))
                 continue
+            serving_batch((pending.traced,))
             try:
                 results.append(await self._execute_one(pending.inputs, pending.submitted_ns))
             except ServingError as error:
@@ -320,12 +323,15 @@ class ModelScheduler:
 
         Recorded for the statistics extension as one execution of all its rows: ``queue`` from
         the oldest part's arrival to the start, ``compute_input`` joining the inputs,
-        ``compute_infer`` the model, ``compute_output`` cutting the outputs.
+        ``compute_infer`` the model, ``compute_output`` cutting the outputs. It runs in a copy
+        of this task's context (as ``asyncio.to_thread`` runs), so a model that calls out (an
+        upstream's) finds the traced requests it serves (``tracing.current.served``).
         """
         loop = asyncio.get_running_loop()
         sizes = [self._rows(part) for part in parts]
+        run = contextvars.copy_context().run
         pieces, times = await loop.run_in_executor(
-            self._executor, self._execute_blocking, parts, sizes, submitted_ns
+            self._executor, run, self._execute_blocking, parts, sizes, submitted_ns
         )
         self._record(sum(sizes), times, len(parts))
         return pieces

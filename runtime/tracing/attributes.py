@@ -35,6 +35,9 @@ RPC_SERVICE: Final = "rpc.service"
 RPC_METHOD: Final = "rpc.method"
 RPC_GRPC_STATUS: Final = "rpc.grpc.status_code"
 ERROR_TYPE: Final = "error.type"
+SERVER_ADDRESS: Final = "server.address"
+SERVER_PORT: Final = "server.port"
+URL_FULL: Final = "url.full"
 
 #: What every hit result starts with; the rest is the tier's name.
 HIT_PREFIX: Final = "hit-"

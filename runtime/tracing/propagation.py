@@ -1,4 +1,5 @@
-"""W3C trace context (``traceparent``, ``tracestate``) from HTTP headers and gRPC metadata.
+"""W3C trace context (``traceparent``, ``tracestate``) from HTTP headers and gRPC metadata, and
+into the headers of a call this server makes (an upstream's).
 
 Always the W3C format, whatever ``OTEL_PROPAGATORS`` says: it is what Triton's clients and every
 OpenTelemetry SDK send by default. Only the two names are looked at, so a request without them
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -32,3 +34,11 @@ def context_from_metadata(metadata: Iterable[tuple[str, str | bytes]] | None) ->
         if key in ("traceparent", "tracestate")
     }
     return _W3C.extract(carrier) if carrier else Context()
+
+
+def headers_of(span: trace.Span) -> tuple[tuple[str, str], ...]:
+    """The ``traceparent`` (and ``tracestate``, if any) that make ``span`` the parent of what a
+    call carrying them starts: the same pairs as HTTP headers or gRPC metadata."""
+    carrier: dict[str, str] = {}
+    _W3C.inject(carrier, context=trace.set_span_in_context(span))
+    return tuple(carrier.items())

@@ -26,7 +26,7 @@ def start_request(
 ) -> TracedRequest:
     """A started server span for one request."""
     span = tracer.start_span(name, context=parent, kind=SpanKind.SERVER, attributes=attributes)
-    return TracedRequest(span)
+    return TracedRequest(span, tracer)
 
 
 def end_request(

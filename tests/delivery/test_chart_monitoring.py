@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import kubernetes_validate
 import pytest
@@ -28,6 +29,8 @@ KUBERNETES = "1.35"
 OPERATOR = f"{RELEASE}-operator"
 #: Labels Prometheus adds to every scraped series (the Prometheus Operator's target labels).
 TARGET_LABELS = {"namespace", "service", "pod", "job", "instance", "container", "endpoint"}
+#: Series Prometheus itself writes for every target (``up``: whether the scrape answered).
+PROMETHEUS_SERIES: dict[str, set[str]] = {"up": set()}
 
 # The fields the Prometheus Operator documents for these kinds (monitoring.coreos.com/v1 API
 # reference), as far as the chart uses them: a misspelt or misplaced key is silently dropped
@@ -49,7 +52,7 @@ def objects(helm: Helm) -> list[Manifest]:
 def exported() -> dict[str, set[str]]:
     """Every series name the runtime and the operator export, with its label names: each
     metric given one child, as a scrape after some traffic shows it."""
-    series: dict[str, set[str]] = {}
+    series: dict[str, set[str]] = {k: set(v) for k, v in PROMETHEUS_SERIES.items()}
     runtime, operator = RuntimeMetrics(), OperatorMetrics()
     for metrics in (runtime, operator):
         for value in vars(metrics).values():
@@ -156,7 +159,8 @@ def test_the_prometheus_rule_has_the_documented_shape(objects: list[Manifest]) -
         "CachefleetServiceNotReady", "CachefleetRedisDown", "CachefleetCacheHitRatioCollapse",
         "CachefleetRedisCircuitOpen", "CachefleetModelDownloadFailing",
         "CachefleetOperatorNotReconciling", "CachefleetOperatorErrorsRising",
-        "CachefleetOperatorNoLeader",
+        "CachefleetOperatorNoLeader", "CachefleetUpstreamUnavailable", "CachefleetTritonDown",
+        "CachefleetTritonInferenceFailures", "CachefleetUpstreamCircuitOpen",
     } <= alerts  # fmt: skip
 
 
@@ -170,6 +174,98 @@ def test_prometheus_parses_every_rule(objects: list[Manifest], tmp_path: Path) -
     assert result.returncode == 0, result.stdout + result.stderr
     count = sum(len(g["rules"]) for g in groups)
     assert f"SUCCESS: {count} rules found" in result.stdout
+
+
+#: A fleet in front of Triton, over 20 minutes at one-minute scrapes: requests (cumulative
+#: counters, 100 a minute), and what Triton's metrics endpoint says.
+FLEET = 'namespace="ml",service="svc",pod="svc-7d9f8-x2b4c"'
+TRITON = f'{FLEET},endpoint="triton-metrics"'
+
+
+def promtool_test(
+    tmp_path: Path,
+    groups: list[Any],
+    series: list[dict[str, str]],
+    alerts: dict[str, list[dict[str, str]]],
+) -> subprocess.CompletedProcess[str]:
+    """``promtool test rules``: the alerts firing at minute 20 of ``series`` must be exactly
+    ``alerts`` (each name's alerts by their labels; [] for none)."""
+    promtool = require_tool("promtool", "install Debian's prometheus package (scripts/setup-dev)")
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": groups}))
+    checks = [{"eval_time": "20m", "alertname": name,
+               "exp_alerts": [{"exp_labels": labels} for labels in fired]}
+              for name, fired in alerts.items()]  # fmt: skip
+    case = {"interval": "1m", "input_series": series, "alert_rule_test": checks}
+    test = {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": [case]}
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump(test))
+    return subprocess.run([promtool, "test", "rules", "test.yaml"], cwd=tmp_path,
+                          capture_output=True, text=True, check=False, timeout=60)  # fmt: skip
+
+
+def upstream_groups(objects: list[Manifest]) -> list[Any]:
+    """The upstream alerts without their annotations (promtool would match their text too:
+    what is tested here is when they fire, and with which labels)."""
+    groups = only(objects, "PrometheusRule")["spec"]["groups"]
+    [group] = [g for g in groups if g["name"] == "cachefleet-upstream"]
+    rules = [{k: v for k, v in rule.items() if k != "annotations"} for rule in group["rules"]]
+    return [{**group, "rules": rules}]
+
+
+def test_the_upstream_alerts_fire_on_an_unreachable_upstream_and_a_failing_triton(
+    objects: list[Manifest], tmp_path: Path
+) -> None:
+    # Half of the requests answered 503 (the upstream behind its breaker), Triton's port silent,
+    # Triton failing a tenth of what it is sent, and the pod's breaker open all along.
+    down = [
+        {"series": f'cachefleet_requests_total{{{FLEET},model="m",version="1",code="200"}}',
+         "values": "0+50x20"},
+        {"series": f'cachefleet_requests_total{{{FLEET},model="m",version="1",code="503"}}',
+         "values": "0+50x20"},
+        {"series": f"up{{{TRITON}}}", "values": "0x20"},
+        {"series": f'nv_inference_request_success{{{TRITON},model="m",version="1"}}',
+         "values": "0+90x20"},
+        {"series": f'nv_inference_request_failure{{{TRITON},model="m",version="1"}}',
+         "values": "0+10x20"},
+        {"series": f"cachefleet_upstream_circuit_open{{{FLEET}}}", "values": "1x20"},
+    ]  # fmt: skip
+    team = {"team": "ml-platform"}  # the chart's alertLabels in these values
+    fleet = {"namespace": "ml", "service": "svc", **team}
+    fired = {
+        "CachefleetUpstreamUnavailable": [{**fleet, "severity": "critical"}],
+        "CachefleetTritonDown": [{**fleet, "severity": "critical", "pod": "svc-7d9f8-x2b4c",
+                                  "endpoint": "triton-metrics"}],
+        "CachefleetTritonInferenceFailures": [{**fleet, "severity": "warning"}],
+        "CachefleetUpstreamCircuitOpen": [{**fleet, "severity": "warning",
+                                           "pod": "svc-7d9f8-x2b4c"}],
+    }  # fmt: skip
+    result = promtool_test(tmp_path, upstream_groups(objects), down, fired)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+def test_the_upstream_alerts_stay_quiet_on_a_healthy_fleet(
+    objects: list[Manifest], tmp_path: Path
+) -> None:
+    healthy = [
+        {"series": f'cachefleet_requests_total{{{FLEET},model="m",version="1",code="200"}}',
+         "values": "0+100x20"},
+        {"series": f'cachefleet_requests_total{{{FLEET},model="m",version="1",code="503"}}',
+         "values": "0+1x20"},
+        {"series": f"up{{{TRITON}}}", "values": "1x20"},
+        {"series": f'nv_inference_request_success{{{TRITON},model="m",version="1"}}',
+         "values": "0+100x20"},
+        {"series": f'nv_inference_request_failure{{{TRITON},model="m",version="1"}}',
+         "values": "0+1x20"},
+        # The breaker open for the last 4 minutes only: a short outage does not page.
+        {"series": f"cachefleet_upstream_circuit_open{{{FLEET}}}", "values": "0x15 1x4"},
+    ]  # fmt: skip
+    quiet: dict[str, list[dict[str, str]]] = {"CachefleetUpstreamUnavailable": [],
+                                              "CachefleetTritonDown": [],
+                                              "CachefleetTritonInferenceFailures": [],
+                                              "CachefleetUpstreamCircuitOpen": []}  # fmt: skip
+    result = promtool_test(tmp_path, upstream_groups(objects), healthy, quiet)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
 
 
 def test_every_alert_reads_series_and_labels_the_code_exports(objects: list[Manifest]) -> None:
@@ -187,6 +283,7 @@ def test_every_alert_reads_series_and_labels_the_code_exports(objects: list[Mani
     names = {name for name, _ in read}
     assert "cachefleet_operator_service_not_ready" in names
     assert "cachefleet_redis_circuit_open" in names
+    assert "cachefleet_upstream_circuit_open" in names
 
 
 @pytest.mark.parametrize(

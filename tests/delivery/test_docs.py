@@ -198,6 +198,7 @@ def test_the_metrics_page_is_grouped_by_what_the_metrics_are_about() -> None:
     assert "cachefleet_cache_hits_total" in sections["Response cache"]
     assert "cachefleet_cache_row_hits_total" in sections["Row cache"]
     assert "cachefleet_redis_circuit_open" in sections["Redis"]
+    assert "cachefleet_upstream_circuit_open" in sections["Upstream"]
     assert "cachefleet_inference_seconds" in sections["Requests, inference and models"]
     triton_inference = sections["Triton-compatible: inference"]
     assert all(name.startswith("nv_inference_") for name in triton_inference)

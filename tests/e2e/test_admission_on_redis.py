@@ -70,8 +70,11 @@ def test_auto_stops_sending_a_cheap_model_to_redis_but_for_probes(
     redis_server.client().config_resetstat()
     statuses = send(server, range(10_000, 10_000 + MEASURED))
     gets = redis_gets(redis_server)
-    # The probes: 1 in 256 keys, plus what 2 % of the model's compute time pays for.
-    assert gets < MEASURED // 10, gets
+    # The probes: 1 in 256 keys, plus what 2 % of the model's compute time pays for. Under load
+    # a preempted model thread measures a longer compute, which pays for more probes (one run at
+    # a load average of 12 went past a tenth), so the bound is what a user notices: most misses
+    # no longer go to Redis.
+    assert gets < MEASURED // 4, gets
     assert statuses.count("bypass") == MEASURED - gets
     assert set(statuses) <= {"bypass", "miss"}
     redis_figures = statistics_of(server)["redis"]

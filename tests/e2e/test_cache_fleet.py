@@ -110,6 +110,7 @@ def test_cache_metrics_are_exported(make_server: MakeServer, redis_server: Redis
     assert 'cachefleet_cache_misses_total{model="simple",version="1"} 1.0' in text
     assert 'nv_cache_num_hits_per_model{model="simple",version="1"} 1.0' in text
     assert "cachefleet_redis_circuit_open 0.0" in text
+    assert "cachefleet_upstream_circuit_open 0.0" in text  # no upstream: never open
     assert (
         'cachefleet_cache_lookup_seconds_count{model="simple",tier="local",version="1"} 2.0' in text
     )

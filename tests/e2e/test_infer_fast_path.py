@@ -22,6 +22,7 @@ import tritonclient.http as httpclient
 from prometheus_client.parser import text_string_to_metric_families
 from support import loopback
 from support.processes import ServerProcess
+from support.sample_requests import memo_figures
 from support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -159,18 +160,6 @@ def test_a_flush_ends_the_memoized_answer(server: ServerProcess) -> None:
     assert post(server, body, headers).headers["X-Cache"] == "hit-local"
     assert post(server, body, headers).headers["X-Cache"] == "hit-local"
     assert memo_figures(server)["cachefleet_cache_tier_hits_total"] == 2  # kept again
-
-
-def memo_figures(server: ServerProcess) -> dict[str, float]:
-    """The memo tier's figures from /metrics (``tier="memo"``), by sample name."""
-    with urllib.request.urlopen(f"{server.base_url}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    return {
-        sample.name: sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.labels.get("tier") == "memo"
-    }
 
 
 def test_the_memo_is_counted_as_a_tier_and_emptied_by_a_flush(server: ServerProcess) -> None:

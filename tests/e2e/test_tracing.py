@@ -1,13 +1,16 @@
 """Tracing on a real server: each inference request, over HTTP and gRPC, arrives at a real OTLP
 receiver on loopback as one server span under the caller's traceparent, saying which model and
 version answered, how the cache answered, and the queue and compute time; failures end in
-status ERROR. With the exporter turned off nothing is sent and nothing is set up."""
+status ERROR. With the exporter turned off nothing is sent and nothing is set up. In upstream
+mode the forwarded call is a client span whose traceparent the upstream (a second traced server)
+joins."""
 
 from __future__ import annotations
 
 import os
 import queue
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,7 @@ import tritonclient.http as httpclient
 from support import loopback
 from support.otlp_receiver import OtlpReceiver, ReceivedSpan, otlp_receiver
 from support.processes import ServerProcess
+from support.sample_requests import memo_figures
 from support.waiting import wait_for
 from tritonclient.utils import InferenceServerException
 
@@ -102,9 +106,11 @@ def test_http_requests_are_spans_under_the_callers_trace(
 ) -> None:
     caller = Caller()
     numbers = np.arange(16, dtype=np.int32).reshape(1, 16) + 1000
+    memo_hits = memo_figures(traced_server)["cachefleet_cache_tier_hits_total"]
     for _ in range(3):  # a miss, a hit, and a hit from the memo of rendered responses
         http_infer(traced_server, caller, numbers)
     spans = caller.children(receiver, 3)
+    assert memo_figures(traced_server)["cachefleet_cache_tier_hits_total"] == memo_hits + 1
     assert [s.attributes["cachefleet.cache.result"] for s in spans] == [
         "miss",
         "hit-local",
@@ -115,6 +121,8 @@ def test_http_requests_are_spans_under_the_callers_trace(
         assert span.name == "POST /v2/models/{model}/infer"
         assert span.status == "STATUS_CODE_UNSET"
         assert span.attributes["cachefleet.model.name"] == "simple"
+        # The path names no version: the one that answered, the memo's hit's too.
+        assert span.attributes["cachefleet.model.version"] == "1"
         assert span.attributes["cachefleet.transport"] == "http"
         assert span.attributes["http.request.method"] == "POST"
         assert span.attributes["http.response.status_code"] == 200
@@ -122,7 +130,6 @@ def test_http_requests_are_spans_under_the_callers_trace(
         assert span.resource["service.name"] == "traced-simple"
         assert span.resource["deployment.environment.name"] == "test"
         assert span.end_ns >= span.start_ns
-    assert miss.attributes["cachefleet.model.version"] == "1"
     assert miss.attributes["cachefleet.compute.duration"] > 0
     assert miss.attributes["cachefleet.queue.duration"] >= 0
     assert hit.attributes["cachefleet.cache.tier"] == "local"
@@ -134,12 +141,16 @@ def test_grpc_requests_are_spans_under_the_callers_trace(
 ) -> None:
     caller = Caller()
     client = grpcclient.InferenceServerClient(traced_server.grpc_url)
-    for _ in range(2):
+    memo_hits = memo_figures(traced_server)["cachefleet_cache_tier_hits_total"]
+    for _ in range(3):  # a miss, a hit, and a hit from the memo, answered on the call's thread
         client.infer("simple", simple_inputs(grpcclient, 1, 2000), headers=caller.headers)
-    miss, hit = caller.children(receiver, 2)
+    miss, hit, memo_hit = caller.children(receiver, 3)
+    assert memo_figures(traced_server)["cachefleet_cache_tier_hits_total"] == memo_hits + 1
     assert miss.attributes["cachefleet.cache.result"] == "miss"
     assert hit.attributes["cachefleet.cache.result"] == "hit-local"
-    for span in (miss, hit):
+    assert memo_hit.attributes["cachefleet.cache.result"] == "hit-local"
+    assert memo_hit.attributes["cachefleet.cache.tier"] == "local"
+    for span in (miss, hit, memo_hit):  # ModelInfer's span starts before its model is known
         assert span.name == "inference.GRPCInferenceService/ModelInfer"
         assert span.attributes["rpc.system"] == "grpc"
         assert span.attributes["rpc.method"] == "ModelInfer"
@@ -270,3 +281,89 @@ def test_with_the_exporter_turned_off_nothing_is_set_up_or_sent(
     off.stop()  # a server that traced would flush now
     assert not [s for s in receiver.received() if s.trace_id == caller.trace_id]
     assert "tracing requests" not in off.log()
+
+
+@pytest.fixture(scope="module")
+def traced_fronts(
+    traced_server: ServerProcess, receiver: OtlpReceiver, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, ServerProcess]]:
+    """Two traced servers in upstream mode in front of ``traced_server`` (which traces too):
+    one reaching it over gRPC, one over HTTP."""
+    logs = tmp_path_factory.mktemp("traced-fronts")
+    upstreams = {"grpc": f"grpc://{traced_server.grpc_url}", "http": traced_server.base_url}
+    fronts = {
+        scheme: ServerProcess(
+            ["--upstream", url],
+            logs,
+            env=tracing_env(receiver, OTEL_SERVICE_NAME=f"front-{scheme}"),
+        )
+        for scheme, url in upstreams.items()
+    }
+    try:
+        with ThreadPoolExecutor(len(fronts)) as pool:
+            list(pool.map(lambda front: front.start(), fronts.values()))
+        yield fronts
+    finally:
+        for front in fronts.values():
+            front.stop()
+
+
+@pytest.mark.parametrize("upstream_scheme", ["grpc", "http"])
+def test_the_upstream_call_is_a_span_whose_traceparent_the_upstream_joins(
+    traced_fronts: dict[str, ServerProcess], receiver: OtlpReceiver, upstream_scheme: str
+) -> None:
+    """The caller's trace, end to end: the front's server span under the caller's, the upstream
+    call a client span under it, and the upstream's own server span under that one (its
+    traceparent is what the front sent, over gRPC metadata or an HTTP header). A hit calls
+    nothing upstream: no client span, nothing at the upstream."""
+    front = traced_fronts[upstream_scheme]
+    caller = Caller()
+    seed = {"grpc": 8000, "http": 8500}[upstream_scheme]  # misses at the upstream too
+    numbers = np.arange(16, dtype=np.int32).reshape(1, 16) + seed
+    http_infer(front, caller, numbers)  # a miss, forwarded
+    http_infer(front, caller, numbers)  # a hit, here
+    grpcclient.InferenceServerClient(front.grpc_url).infer(
+        "simple", simple_inputs(grpcclient, 1, seed + 100), headers=caller.headers
+    )  # a miss over gRPC to the front, forwarded as well
+
+    def trace() -> list[ReceivedSpan]:
+        spans = [s for s in receiver.received() if s.trace_id == caller.trace_id]
+        return spans if len(spans) >= 7 else []
+
+    spans = wait_for(trace, "the spans of both servers in the caller's trace", timeout_s=30)
+    assert len(spans) == 7, spans  # 3 front requests, 2 upstream calls, 2 upstream requests
+    ours = sorted(
+        (s for s in spans if s.resource["service.name"] == f"front-{upstream_scheme}"),
+        key=lambda s: s.start_ns,
+    )
+    theirs = [s for s in spans if s.resource["service.name"] == "traced-simple"]
+    requests = [s for s in ours if s.kind == "SPAN_KIND_SERVER"]
+    calls = [s for s in ours if s.kind == "SPAN_KIND_CLIENT"]
+    assert [s.parent_span_id for s in requests] == [caller.span_id] * 3
+    assert [s.attributes["cachefleet.cache.result"] for s in requests] == [
+        "miss",
+        "hit-local",
+        "miss",
+    ]
+    missed = [requests[0], requests[2]]
+    assert len(calls) == 2, "a hit calls nothing upstream"
+    assert sorted(c.parent_span_id for c in calls) == sorted(r.span_id for r in missed)
+    for call in calls:
+        assert call.status == "STATUS_CODE_UNSET"
+        assert call.attributes["cachefleet.model.name"] == "simple"
+        assert call.attributes["cachefleet.model.version"] == "1"
+        assert call.attributes["server.address"] == "127.0.0.1"
+        if upstream_scheme == "grpc":
+            assert call.name == "inference.GRPCInferenceService/ModelInfer"
+            assert call.attributes["rpc.grpc.status_code"] == 0
+        else:
+            assert call.name == "POST"
+            assert call.attributes["http.response.status_code"] == 200
+            assert call.attributes["url.full"].endswith("/v2/models/simple/versions/1/infer")
+        assert call.start_ns >= min(r.start_ns for r in missed)
+    # The upstream's spans: children of the calls, as the traceparent it received said.
+    assert sorted(s.parent_span_id for s in theirs) == sorted(c.span_id for c in calls)
+    for upstream_span in theirs:
+        assert upstream_span.kind == "SPAN_KIND_SERVER"
+        assert upstream_span.attributes["cachefleet.transport"] == upstream_scheme
+        assert upstream_span.attributes["cachefleet.cache.result"] == "miss"

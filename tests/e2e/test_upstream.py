@@ -25,8 +25,10 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from prometheus_client.parser import text_string_to_metric_families
 from support import loopback
-from support.processes import ServerProcess
+from support.processes import ServerProcess, upstream_front
+from support.sample_requests import simple_inputs, success_count
 from support.waiting import wait_for
 from tritonclient.utils import InferenceServerException
 
@@ -87,20 +89,14 @@ def front(
 ) -> Iterator[ServerProcess]:
     """The server under test, in front of the upstream; the token comes from a file, as from a
     mounted Secret (with its trailing newline)."""
-    logs = tmp_path_factory.mktemp("front-log")
-    (logs / "token").write_text(TOKEN + "\n")
-    server = ServerProcess(
-        ["--upstream", f"grpcs://{upstream.grpc_url}",
-         "--upstream-tls-ca-file", str(certificates / "ca.crt"),
-         "--upstream-auth-header", f"triton-grpc-protocol-{TOKEN_KEY}",
-         "--upstream-auth-file", str(logs / "token"), "--cache-all-models",
-         "--upstream-timeout", str(INFER_DEADLINE_S), "--upstream-control-timeout", "2",
-         "--upstream-refresh", "0.3"],
-        logs,
-    )  # fmt: skip
-    server.start()
-    yield server
-    server.stop()
+    with upstream_front(
+        f"grpcs://{upstream.grpc_url}", tmp_path_factory.mktemp("front-log"),
+        "--upstream-tls-ca-file", str(certificates / "ca.crt"), "--cache-all-models",
+        "--upstream-timeout", str(INFER_DEADLINE_S), "--upstream-control-timeout", "2",
+        "--upstream-refresh", "0.3",
+        auth=(f"triton-grpc-protocol-{TOKEN_KEY}", TOKEN),
+    ) as server:  # fmt: skip
+        yield server
 
 
 @pytest.fixture(scope="module")
@@ -109,16 +105,13 @@ def http_front(
 ) -> Iterator[ServerProcess]:
     """A second server under test, reaching the same upstream over plain HTTP, and seeing its
     model repository (``--upstream-model-repository``: the files go into its keys)."""
-    server = ServerProcess(
-        ["--upstream", upstream.base_url, "--cache-all-models",
-         "--upstream-model-repository", str(upstream_repository),
-         "--upstream-timeout", str(INFER_DEADLINE_S), "--upstream-control-timeout", "2",
-         "--upstream-refresh", "0.3"],
-        tmp_path_factory.mktemp("http-front-log"),
-    )  # fmt: skip
-    server.start()
-    yield server
-    server.stop()
+    with upstream_front(
+        upstream.base_url, tmp_path_factory.mktemp("http-front-log"), "--cache-all-models",
+        "--upstream-model-repository", str(upstream_repository),
+        "--upstream-timeout", str(INFER_DEADLINE_S), "--upstream-control-timeout", "2",
+        "--upstream-refresh", "0.3",
+    ) as server:  # fmt: skip
+        yield server
 
 
 def upstream_grpc(upstream: ServerProcess, certificates: Path) -> grpcclient.InferenceServerClient:
@@ -159,31 +152,6 @@ def post_binary(
     return loopback.post(url, content=body, headers=headers, timeout=CLIENT_TIMEOUT_S)
 
 
-def success_count(server: ServerProcess, model: str) -> int:
-    """Requests the server itself answered for ``model`` (its statistics extension)."""
-    stats = httpclient.InferenceServerClient(server.url).get_inference_statistics(model)
-    return int(stats["model_stats"][0]["inference_stats"]["success"]["count"])
-
-
-def grpc_inputs(seed: int) -> list[grpcclient.InferInput]:
-    inputs = []
-    for name, data in (("INPUT0", np.arange(seed, seed + 16)), ("INPUT1", np.full(16, 5))):
-        tensor = grpcclient.InferInput(name, [1, 16], "INT32")
-        tensor.set_data_from_numpy(data.astype(np.int32).reshape(1, 16))
-        inputs.append(tensor)
-    return inputs
-
-
-def http_inputs(seed: int) -> list[httpclient.InferInput]:
-    """``simple``'s inputs as tritonclient.http sends them."""
-    inputs = []
-    for name, data in (("INPUT0", np.arange(seed, seed + 16)), ("INPUT1", np.full(16, 2))):
-        tensor = httpclient.InferInput(name, [1, 16], "INT32")
-        tensor.set_data_from_numpy(data.astype(np.int32).reshape(1, 16))
-        inputs.append(tensor)
-    return inputs
-
-
 def identity_inputs(elements: list[bytes]) -> list[httpclient.InferInput]:
     tensor = httpclient.InferInput("INPUT0", [1, len(elements)], "BYTES")
     tensor.set_data_from_numpy(np.array([elements], dtype=object))
@@ -212,7 +180,7 @@ def test_answers_through_the_cache_are_the_upstreams_byte_for_byte(
     answers = [post_binary(front, "simple_identity", body, headers) for _ in range(2)]
     assert [answer.headers["x-cache"] for answer in answers] == ["miss", "hit-local"]
     assert all(answer.content == alone.content for answer in answers)
-    ints = binary_body(http_inputs(11))
+    ints = binary_body(simple_inputs(httpclient, 11, second=2))
     assert (
         post_binary(front, "simple", *ints).content
         == post_binary(upstream, "simple", *ints).content
@@ -220,19 +188,21 @@ def test_answers_through_the_cache_are_the_upstreams_byte_for_byte(
 
     # gRPC through real tritonclient: the same raw output contents as the upstream's.
     token = {f"triton-grpc-protocol-{TOKEN_KEY}": TOKEN}
-    expected = upstream_grpc(upstream, certificates).infer("simple", grpc_inputs(40), headers=token)
+    expected = upstream_grpc(upstream, certificates).infer(
+        "simple", simple_inputs(grpcclient, 40, second=5), headers=token
+    )
     client = grpcclient.InferenceServerClient(front.grpc_url)
     for _ in range(2):
-        got = client.infer("simple", grpc_inputs(40)).get_response()
+        got = client.infer("simple", simple_inputs(grpcclient, 40, second=5)).get_response()
         assert list(got.raw_output_contents) == list(expected.get_response().raw_output_contents)
         assert got.outputs == expected.get_response().outputs
 
     # A hit never reaches the upstream: its own statistics do not move, ours count the hits.
-    computed = success_count(upstream, "simple")
+    computed = success_count(upstream.url, "simple")
     for _ in range(5):
         assert post_json(front, "simple", simple_json(7)).headers["x-cache"] == "hit-local"
-        client.infer("simple", grpc_inputs(40))
-    assert success_count(upstream, "simple") == computed
+        client.infer("simple", simple_inputs(grpcclient, 40, second=5))
+    assert success_count(upstream.url, "simple") == computed
     stats = httpclient.InferenceServerClient(front.url).get_inference_statistics("simple")
     assert int(stats["model_stats"][0]["inference_stats"]["cache_hit"]["count"]) >= 10
 
@@ -329,9 +299,9 @@ def test_an_http_upstream_answers_the_same_through_the_binary_extension(
     body, headers = binary_body(identity_inputs(["héllo".encode(), b"", b"a\x00b"]))
     through = post_binary(front, "simple_identity", body, headers)
     assert through.content == post_binary(upstream, "simple_identity", body, headers).content
-    computed = success_count(upstream, "simple")
+    computed = success_count(upstream.url, "simple")
     assert post_json(front, "simple", simple_json(900)).headers["x-cache"] == "hit-local"
-    assert success_count(upstream, "simple") == computed
+    assert success_count(upstream.url, "simple") == computed
     bad = binary_body(identity_inputs([b"\xff\xfe"]))
     refused = post_binary(front, "simple_identity", *bad)
     assert (refused.status_code, refused.json()) == (
@@ -348,6 +318,20 @@ def ready(server: ServerProcess) -> int:
 def readiness(servers: tuple[ServerProcess, ...]) -> set[int]:
     """The readiness status codes the servers answer now."""
     return {ready(server) for server in servers}
+
+
+def circuit_open(servers: tuple[ServerProcess, ...]) -> set[float]:
+    """The ``cachefleet_upstream_circuit_open`` values the servers' /metrics give now."""
+    values = set()
+    for server in servers:
+        text = loopback.get(f"{server.base_url}/metrics", timeout=30).text
+        values |= {
+            sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == "cachefleet_upstream_circuit_open"
+        }
+    return values
 
 
 class Load:
@@ -387,6 +371,7 @@ def test_a_paused_or_killed_upstream_is_a_clear_503_and_the_hits_keep_coming(
         post_json(server, "simple", warm)
         assert post_json(server, "simple", warm).headers["x-cache"] == "hit-local"
     grpc_front = grpcclient.InferenceServerClient(front.grpc_url)
+    assert circuit_open(fronts) == {0.0}
 
     # Paused mid-load: the misses in flight, and those after, end at the deadline with a 503
     # that says so; nothing hangs, hits are served all along, readiness follows the upstream.
@@ -399,9 +384,13 @@ def test_a_paused_or_killed_upstream_is_a_clear_503_and_the_hits_keep_coming(
         for server in fronts:
             assert post_json(server, "simple", warm).headers["x-cache"] == "hit-local"
         with pytest.raises(InferenceServerException) as raised:
-            grpc_front.infer("simple", grpc_inputs(700), client_timeout=CLIENT_TIMEOUT_S)
+            grpc_front.infer(
+                "simple", simple_inputs(grpcclient, 700, second=5), client_timeout=CLIENT_TIMEOUT_S
+            )
         assert raised.value.status() == "StatusCode.UNAVAILABLE"
         wait_for(lambda: readiness(fronts) == {503}, "readiness to follow the paused upstream", 60)
+        # Deadlines that pass count as unreachable: the breaker opens, and /metrics says so.
+        wait_for(lambda: circuit_open(fronts) == {1.0}, "the gauge to show the open breaker", 60)
     finally:
         os.kill(upstream.pid, signal.SIGCONT)
     for load in loads:
@@ -410,6 +399,7 @@ def test_a_paused_or_killed_upstream_is_a_clear_503_and_the_hits_keep_coming(
         for error in load.refused():
             assert "did not answer within" in error or "unreachable" in error, error
     wait_for(lambda: readiness(fronts) == {200}, "readiness to come back with the upstream", 60)
+    wait_for(lambda: circuit_open(fronts) == {0.0}, "the gauge to show the breaker closed", 60)
     for server in fronts:
         assert post_json(server, "simple", simple_json(601)).status_code == 200
 
@@ -424,6 +414,7 @@ def test_a_paused_or_killed_upstream_is_a_clear_503_and_the_hits_keep_coming(
     # Refused without trying, once the breaker has opened.
     opened = lambda: all(any("circuit open" in e for e in load.refused()) for load in loads)  # noqa: E731
     wait_for(opened, "the breaker to open", 60)
+    wait_for(lambda: circuit_open(fronts) == {1.0}, "the gauge to show the open breaker", 60)
     for server in fronts:
         assert post_json(server, "simple", warm).headers["x-cache"] == "hit-local"
     wait_for(lambda: readiness(fronts) == {503}, "readiness to follow the killed upstream", 60)
@@ -431,6 +422,7 @@ def test_a_paused_or_killed_upstream_is_a_clear_503_and_the_hits_keep_coming(
         assert {status for status, _ in load.stop()} <= {200, 503}
     upstream.start()
     wait_for(lambda: readiness(fronts) == {200}, "readiness once the upstream is back", 60)
+    wait_for(lambda: circuit_open(fronts) == {0.0}, "the gauge to show the breaker closed", 60)
     for server in fronts:
         assert post_json(server, "simple", simple_json(801)).status_code == 200
         assert "Traceback" not in server.log(), server.log()[-3000:]

@@ -94,7 +94,8 @@ def test_examples_cover_every_kind_we_ship() -> None:
 
 @pytest.mark.parametrize("cluster_scoped", [True, False], ids=["cluster", "namespaced"])
 def test_chart_runtime_fits_kserve_models(tmp_path: Path, cluster_scoped: bool) -> None:
-    """The chart's runtime with every ``kserve.*`` value set, as helm renders it."""
+    """The chart's runtimes with every ``kserve.*`` value set, as helm renders them (the
+    upstream one in front of a Triton predictor included)."""
     helm = Helm(require_tool("helm", "run scripts/get-helm"))
     values = {
         "enabled": True,
@@ -102,12 +103,20 @@ def test_chart_runtime_fits_kserve_models(tmp_path: Path, cluster_scoped: bool) 
         "image": "registry.local/cachefleet:dev",
         "cacheMode": "tiered",
         "localCacheSize": "1Gi",
+        "upstream": {
+            "enabled": True,
+            "name": "cachefleet-triton-front",
+            "url": "grpc://{{.Name}}-triton-predictor.{{.Namespace}}:9000",
+            "resources": {"requests": {"cpu": "500m"}},
+        },
     }
     path = tmp_path / "values.yaml"
     path.write_text(yaml.safe_dump({"kserve": values}))
-    [runtime] = kserve_objects(helm.template(path))
-    assert runtime["kind"] == ("ClusterServingRuntime" if cluster_scoped else "ServingRuntime")
-    assert problems(runtime) == []
+    runtimes = kserve_objects(helm.template(path))
+    assert [r["metadata"]["name"] for r in runtimes] == ["cachefleet", "cachefleet-triton-front"]
+    for runtime in runtimes:
+        assert runtime["kind"] == ("ClusterServingRuntime" if cluster_scoped else "ServingRuntime")
+        assert problems(runtime) == []
 
 
 def guide_blocks() -> list[Manifest]:
@@ -119,7 +128,7 @@ def test_guide_yaml_fits_kserve_models() -> None:
     """Whole objects by their kind; fragments by where the guide says they go (a fragment leaves
     out what the object around it holds, so its required fields are not asked for)."""
     blocks = guide_blocks()
-    assert [block.get("kind") for block in blocks] == ["InferenceService", None]
+    assert [block.get("kind") for block in blocks] == ["InferenceService", None, "InferenceService"]
     for block in blocks:
         if "apiVersion" in block:
             assert problems(block) == []
@@ -137,7 +146,7 @@ def test_guide_grpc_settings_fit_the_predictor_model() -> None:
         for span in re.findall(r"`((?:protocolVersion: grpc-v2|ports: \[)[^`]*)`", text)
     ]
     assert [next(iter(setting)) for setting in settings] == ["protocolVersion", "ports"]
-    [service, _] = guide_blocks()
+    service = guide_blocks()[0]
     model = service["spec"]["predictor"]["model"]
     for setting in settings:
         model.update(setting)

@@ -37,6 +37,11 @@ BASE: dict[str, Any] = {
 PODS = "svc-[bcdfghjklmnpqrstvwxz2456789]{1,10}-[bcdfghjklmnpqrstvwxz2456789]{5}"
 MISSES_QUERY = f'sum(rate(cachefleet_cache_misses_total{{namespace="ml",pod=~"{PODS}"}}[2m]))'
 QUEUE_QUERY = f'sum(cachefleet_queue_pending{{namespace="ml",pod=~"{PODS}"}})'
+FORWARDED_QUERY = (
+    f'sum(rate(cachefleet_inference_seconds_count{{namespace="ml",pod=~"{PODS}"}}[2m]))'
+)
+TRITON_SERVER = {"kind": "triton", "image": "nvcr.io/nvidia/tritonserver:24.08-py3", "gpus": 1}
+EXTERNAL_SERVER = {"kind": "external", "url": "grpc://triton.ml.svc:8001"}
 INGRESS_RATE = (
     'sum(rate(nginx_ingress_controller_requests{exported_namespace="ml",exported_service="svc"}'
     "[2m]))"
@@ -216,6 +221,7 @@ def test_the_keda_checks_catch_what_keda_refuses() -> None:
     [
         (promql.misses_per_second(OWNER), "cachefleet_cache_misses_total"),
         (promql.pending_requests(OWNER), "cachefleet_queue_pending"),
+        (promql.forwarded_per_second(OWNER), "cachefleet_inference_seconds_count"),
     ],
 )
 def test_the_promql_parses_and_selects_the_fleets_runtime_pods_only(
@@ -270,11 +276,11 @@ INVALID: dict[str, tuple[dict[str, Any], str]] = {
     ),
     "misses without target": (
         {"maxReplicas": 3, "metric": "misses"},
-        "autoscaling.metric misses or queue needs autoscaling.target",
+        "autoscaling.metric misses, queue or forwarded needs autoscaling.target",
     ),
     "cpu with target": (
         {"maxReplicas": 3, "target": 5},
-        "autoscaling.target is for metric misses or queue",
+        "autoscaling.target is for metric misses, queue or forwarded",
     ),
     "prometheus with hpa": (
         {"maxReplicas": 3, "metric": "queue", "target": 2, "prometheus": {"serverAddress": "x"}},
@@ -289,6 +295,7 @@ INVALID: dict[str, tuple[dict[str, Any], str]] = {
         "autoscaling.minReplicas must not exceed autoscaling.maxReplicas",
     ),
 }
+FORWARDED = {"maxReplicas": 4, "metric": "forwarded", "target": 30}
 
 
 def _cis(spec: dict[str, Any]) -> dict[str, Any]:
@@ -308,6 +315,51 @@ def test_the_model_and_the_crd_refuse_the_same_autoscaling(case: str) -> None:
         parse_spec(spec)
     failures = cel_failures(_cis(spec))
     assert any(message in failure for failure in failures), failures
+
+
+@pytest.mark.parametrize("server", [None, EXTERNAL_SERVER], ids=["no server", "external"])
+def test_forwarded_load_is_refused_without_a_triton_of_the_pods_own(
+    server: dict[str, Any] | None,
+) -> None:
+    spec = {**copy.deepcopy(BASE), "autoscaling": dict(FORWARDED)}
+    if server is not None:
+        spec["server"] = dict(server)
+        del spec["model"]["repository"]
+    message = "autoscaling.metric forwarded needs server kind triton"
+    with pytest.raises(SpecError, match=message):
+        parse_spec(spec)
+    assert any(message in failure for failure in cel_failures(_cis(spec)))
+
+
+def test_a_triton_fleet_scales_on_the_calls_that_reach_its_tritons() -> None:
+    """What reaches Triton is the cache's misses and bypasses, merged into batches: a fleet
+    answering mostly hits keeps few pods (and GPUs), whatever its request rate."""
+    scaled = only(render(keda("forwarded", target=30), server=TRITON_SERVER), "ScaledObject")
+    [trigger] = scaled["spec"]["triggers"]
+    assert trigger == {
+        "type": "prometheus",
+        "name": "forwarded",
+        "metadata": {"serverAddress": PROMETHEUS, "query": FORWARDED_QUERY, "threshold": "30"},
+    }
+    hpa = only(render(dict(FORWARDED), server=TRITON_SERVER), "HorizontalPodAutoscaler")
+    [metric] = hpa["spec"]["metrics"]
+    assert metric["pods"]["metric"] == {"name": "cachefleet_forwarded_per_second"}
+    assert metric["pods"]["target"] == {"type": "AverageValue", "averageValue": "30"}
+    spec = {**copy.deepcopy(BASE), "server": TRITON_SERVER, "autoscaling": dict(FORWARDED)}
+    assert cel_failures(_cis(spec)) == []
+
+
+def test_the_forwarded_series_counts_the_upstream_calls_and_only_cachefleets() -> None:
+    """One count per execution: in front of a server, per forwarded call. It is cachefleet's
+    own name, so a scrape of the pod's Triton (nv_* only) never adds to it."""
+    metrics = RuntimeMetrics()
+    metrics.inference_seconds.labels("densenet_onnx", "1").observe(0.02)
+    metrics.inference_seconds.labels("densenet_onnx", "1").observe(0.03)
+    text = generate_latest(metrics.registry).decode()
+    [count] = [s for f in text_string_to_metric_families(text) for s in f.samples
+               if s.name == promql.FORWARDED_SERIES]  # fmt: skip
+    assert count.value == 2
+    assert not promql.FORWARDED_SERIES.startswith("nv_")
 
 
 def test_pending_requests_need_one_worker_per_pod() -> None:
@@ -355,7 +407,11 @@ def test_the_guide_shows_the_promql_the_operator_renders() -> None:
     owner = Owner("densenet", "inference", "uid")
     [shown] = _blocks("promql")
     queries = [line for line in shown.splitlines() if line and not line.startswith("#")]
-    assert queries == [promql.misses_per_second(owner), promql.pending_requests(owner)]
+    assert queries == [
+        promql.misses_per_second(owner),
+        promql.pending_requests(owner),
+        promql.forwarded_per_second(owner),
+    ]
 
 
 def test_the_guides_adapter_rules_serve_the_metrics_the_hpa_asks_for() -> None:
@@ -365,7 +421,11 @@ def test_the_guides_adapter_rules_serve_the_metrics_the_hpa_asks_for() -> None:
         series = re.match(r"(\w+)\{", rule["seriesQuery"])
         assert series is not None
         assert re.fullmatch(rule["name"]["matches"], series.group(1))
-        assert series.group(1) in (promql.MISSES_SERIES, promql.PENDING_SERIES)
+        assert series.group(1) in (
+            promql.MISSES_SERIES,
+            promql.PENDING_SERIES,
+            promql.FORWARDED_SERIES,
+        )
         # The adapter's template, filled as it fills it, is PromQL.
         filled = (
             rule["metricsQuery"]

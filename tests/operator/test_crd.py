@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import jsonschema
 import kubernetes_validate
@@ -19,6 +19,9 @@ from support.kube.crd_schema import (
     schema,
     to_json_schema,
 )
+
+from cachefleet.operator.manifests.spec import Cache
+from cachefleet.runtime.config import CacheMode
 
 KUBERNETES_VERSION = "1.32"
 MAXMEMORY_POLICIES = {
@@ -84,6 +87,14 @@ def test_every_field_is_described_and_typed() -> None:
 def test_every_maxmemory_policy_is_allowed() -> None:
     redis = schema()["properties"]["spec"]["properties"]["cache"]["properties"]["redis"]
     assert set(redis["properties"]["maxmemoryPolicy"]["enum"]) == MAXMEMORY_POLICIES
+
+
+def test_the_cache_modes_are_the_runtimes() -> None:
+    """One definition of the modes: the runtime's ``--cache``, which the spec model takes and
+    the CRD's enum lists, so none of the three can offer a mode the others refuse."""
+    cache = schema()["properties"]["spec"]["properties"]["cache"]["properties"]
+    assert cache["mode"]["enum"] == list(get_args(CacheMode))
+    assert get_args(Cache.model_fields["mode"].annotation) == get_args(CacheMode)
 
 
 def test_every_cel_rule_compiles_and_has_a_message() -> None:

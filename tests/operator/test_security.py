@@ -5,7 +5,8 @@ runtime ConfigMap without the password, the NetworkPolicy's two sources, the cha
 security context) is not repeated. Added here:
 
 - the running operator (kopf against kmock, logs captured at DEBUG): a generated password, a
-  regenerated one and a user-supplied one appear in no request body other than a Secret's, no
+  regenerated one, a user-supplied one and an external model server's token, before and after
+  its rotation (which rolls the pods), appear in no request body other than a Secret's, no
   stored object other than a Secret (ConfigMaps, pod templates, Events, the CR and its status),
   and no log line, including when Redis refuses the operator's login;
 - over generated valid specs: auth is on by default with the password only in the Secret and
@@ -44,6 +45,8 @@ pytestmark = pytest.mark.timeout(120)
 
 OWNER = Owner("svc", "ml", "3f0e6c1a-8d2b-4e57-a1c9-0b7d5e2f4a66")
 USER_PASSWORD = "user-supplied-Zq8vR2mK7pX4wN9t"
+#: An external model server's token (``spec.server.authSecretRef``), before and after rotation.
+UPSTREAM_TOKENS = ("Bearer upstream-one-Hk4qT7wZ2", "Bearer upstream-two-Rm9sD3xV6")
 PODS = ("Deployment", "StatefulSet")
 PROFILE = settings(
     derandomize=True,
@@ -94,6 +97,15 @@ def pod_hash(obj: dict[str, Any] | None) -> str:
     )
 
 
+def upstream_hash(obj: dict[str, Any] | None) -> str | None:
+    annotations: dict[str, str] = must(obj)["spec"]["template"]["metadata"]["annotations"]
+    return annotations.get("cachefleet.io/upstream-hash")
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
 def runtime_ready(cluster: Cluster, name: str) -> dict[str, Any] | None:
     return condition(cis(cluster, name), "RuntimeReady")
 
@@ -118,6 +130,27 @@ async def test_no_password_leaves_its_secret_in_requests_objects_events_status_o
     monkeypatch.setenv("CACHEFLEET_OPERATOR_REDIS_TIMEOUT", "0.5")
     await start_operator()
     await api.send("POST", f"/api/v1/namespaces/{NS}/secrets", secret_body("team", USER_PASSWORD))
+    # An external model server's token, read by the operator for its digest, then rotated
+    # (first, while no other fleet's rollout holds up this one's).
+    token = {
+        **secret_body("upstream", UPSTREAM_TOKENS[0]),
+        "data": {"token": b64(UPSTREAM_TOKENS[0])},
+    }
+    await api.send("POST", f"/api/v1/namespaces/{NS}/secrets", token)
+    server = {"kind": "external", "url": "grpcs://triton.ml.svc:8001",
+              "authSecretRef": {"name": "upstream", "key": "token"}}  # fmt: skip
+    up = service("up", model={"name": "m"}, server=server, cache={"mode": "local"})
+    await api.send("POST", CIS_PATH, up)
+    await eventually(partial(runtime_ready, cluster, "up"), "status")
+    rotated_from = upstream_hash(live(cluster, "apps/v1/deployments", "up"))
+    assert rotated_from
+    rotation = {"data": {"token": b64(UPSTREAM_TOKENS[1])}}
+    await api.send("PATCH", f"/api/v1/namespaces/{NS}/secrets/upstream", rotation, patch=True)
+    await api.send("PATCH", f"{CIS_PATH}/up", {"spec": {"replicas": 3}}, patch=True)
+    await eventually(
+        lambda: upstream_hash(live(cluster, "apps/v1/deployments", "up")) != rotated_from,
+        "the runtime rolled for the rotated upstream token",
+    )
     own = {"auth": {"passwordSecretRef": {"name": "team"}}, "maxmemory": "64Mi"}
     external = {"external": {"url": "redis://shared:6379/0", "passwordSecretRef": {"name": "team"}}}
     await api.send("POST", CIS_PATH, service("gen"))
@@ -164,7 +197,8 @@ async def test_no_password_leaves_its_secret_in_requests_objects_events_status_o
     for name in ("gen", "own", "ext"):
         fleet = must(live(cluster, "v1/secrets", f"{name}-fleet"))
         tokens |= forms(base64.b64decode(fleet["data"]["admin-token"]).decode())
-    secrets = forms(first) | forms(second) | forms(USER_PASSWORD) | tokens
+    upstream_tokens = {form for token in UPSTREAM_TOKENS for form in forms(token)}
+    secrets = forms(first) | forms(second) | forms(USER_PASSWORD) | tokens | upstream_tokens
     writes = [r for r in cluster if r.method in ("POST", "PATCH", "PUT")]
     assert len(writes) > 20
     secret_writes = [r.body.decode() for r in writes if "/secrets" in r.url.path]

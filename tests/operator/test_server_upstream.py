@@ -194,6 +194,45 @@ def test_an_external_server_gets_cachefleet_alone_and_its_token_only_by_referenc
     check_startup(settings)
 
 
+CA_BUNDLE = {"name": "upstream-ca", "key": "bundle.pem"}
+
+
+def test_a_private_ca_is_mounted_read_only_and_named_to_the_runtime(tmp_path: Path) -> None:
+    spec = copy.deepcopy(EXTERNAL)
+    spec["server"]["tls"] = {"caConfigMapRef": CA_BUNDLE}
+    children = render(spec)
+    pod = one(children, "Deployment")["spec"]["template"]["spec"]
+    [volume] = [v for v in pod["volumes"] if v["name"] == upstream.CA_VOLUME]
+    assert volume["configMap"]["name"] == "upstream-ca"
+    assert volume["configMap"]["items"] == [{"key": "bundle.pem", "path": "ca.crt"}]
+    server = containers(children)["server"]
+    [mount] = [m for m in server["volumeMounts"] if m["name"] == upstream.CA_VOLUME]
+    assert mount == {"name": upstream.CA_VOLUME, "mountPath": upstream.CA_DIR, "readOnly": True}
+
+    settings = loaded_by_the_runtime(children, tmp_path, {upstream.AUTH_ENV: "Bearer s3cr3t"})
+    assert settings.upstream.tls_ca_file == Path(upstream.CA_DIR, "ca.crt")
+    # The runtime's own start checks pass on that file where the mount puts it.
+    ca = tmp_path / "ca.crt"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    check_startup(
+        settings.model_copy(
+            update={"upstream": settings.upstream.model_copy(update={"tls_ca_file": ca})}
+        )
+    )
+    # The key's default is the one trust-manager and cert-manager write.
+    spec["server"]["tls"] = {"caConfigMapRef": {"name": "upstream-ca"}}
+    [volume] = [v for v in one(render(spec), "Deployment")["spec"]["template"]["spec"]["volumes"]
+                if v["name"] == upstream.CA_VOLUME]  # fmt: skip
+    assert volume["configMap"]["items"] == [{"key": "ca.crt", "path": "ca.crt"}]
+
+
+def test_without_a_private_ca_nothing_is_mounted_for_it() -> None:
+    for spec in (TRITON, EXTERNAL):
+        children = render(spec)
+        assert upstream.CA_VOLUME not in json.dumps(children)
+        assert "--upstream-tls-ca-file" not in containers(children)["server"]["command"]
+
+
 def test_without_a_server_the_runtime_pods_are_todays() -> None:
     children = render({"model": TRITON["model"]})
     assert list(containers(children)) == ["server"]
@@ -237,6 +276,21 @@ REFUSED: dict[str, tuple[dict[str, Any], str]] = {
             "server": {"kind": "external", "url": "grpc://t:8001", "authHeader": "x-token"},
         },
         "server.authHeader is read only with server.authSecretRef",
+    ),
+    "a CA for triton": (
+        {"server": {"kind": "triton", "image": "t", "tls": {"caConfigMapRef": {"name": "ca"}}}},
+        "read for server kind external only",
+    ),
+    "a CA for a plain url": (
+        {
+            "model": {"name": "m"},
+            "server": {
+                "kind": "external",
+                "url": "grpc://t:8001",
+                "tls": {"caConfigMapRef": {"name": "ca"}},
+            },
+        },
+        "server.tls needs a grpcs:// or https:// server.url",
     ),
     "args taking the operator's ports": (
         {"server": {"kind": "triton", "image": "t", "args": ["--grpc-port=8001"]}},

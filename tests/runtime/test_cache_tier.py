@@ -7,16 +7,17 @@ import asyncio
 from collections.abc import Sequence
 
 import numpy as np
-from support.cache_doubles import DEFAULT, Model, metric, request, settings
+from support.cache_doubles import DEFAULT, FINGERPRINT, Model, metric, request, settings
 from support.processes import RedisProcess
 
-from cachefleet.runtime.cache.admission import AdmissionPolicy
-from cachefleet.runtime.cache.api import CacheRequest, CacheStatus, RowsCompute
+from cachefleet.runtime.cache.admission import AdmissionPolicy, AdmissionTuning
+from cachefleet.runtime.cache.api import CacheAnswer, CacheRequest, CacheStatus, RowsCompute
 from cachefleet.runtime.cache.factory import build_cache, build_memo
 from cachefleet.runtime.cache.key import CacheKey
 from cachefleet.runtime.cache.memo import MemoEntry, MemoKey
 from cachefleet.runtime.cache.read_through import ReadThroughCache
 from cachefleet.runtime.metrics import RuntimeMetrics
+from cachefleet.runtime.service.row_cache import answer_by_rows
 from cachefleet.runtime.tensor import Tensor
 
 
@@ -111,6 +112,90 @@ async def test_rows_skip_a_tier_that_admission_skips_for_the_model() -> None:
         assert [status for _, status in answered] == [CacheStatus.MISS] * 4
     assert np.array_equal(answered[0][0][0].to_numpy(), rows[0].inputs[0].to_numpy() * 2)
     assert cache.near[0].figures().entries == 0, "nothing kept in the skipped tier"
+
+
+def batch_inputs(values: Sequence[int]) -> list[Tensor]:
+    """The inputs of a batched request of ``simple`` whose rows are ``request(value)``'s."""
+    data = np.concatenate([np.full((1, 16), value, dtype=np.int32) for value in values])
+    return [Tensor.from_numpy("INPUT0", data)]
+
+
+class Batches:
+    """Batched requests of ``simple`` answered as the service answers them with the row cache:
+    the whole request through the cache, its compute the row cache's (``service.row_cache``);
+    counts the model's runs."""
+
+    def __init__(self, cache: ReadThroughCache) -> None:
+        self.cache = cache
+        self.runs = 0
+
+    async def ask(self, values: Sequence[int]) -> CacheAnswer:
+        whole = CacheRequest(
+            "simple", "1", batch_inputs(values), {}, enabled=True, ttl_s=60,
+            fingerprint=FINGERPRINT,
+        )  # fmt: skip
+
+        async def run(inputs: Sequence[Tensor]) -> list[Tensor]:
+            self.runs += 1
+            return [Tensor.from_numpy("OUTPUT0", inputs[0].to_numpy() * 2)]
+
+        async def compute() -> list[Tensor]:
+            return (await answer_by_rows(self.cache, whole, run)).outputs
+
+        return await self.cache.get_or_compute(whole, DEFAULT, compute)
+
+
+async def test_a_batchs_rows_are_sampled_with_the_batch_not_with_its_first_row() -> None:
+    """A skipped tier's content sample is drawn once, on the batched request: a batch outside
+    it keeps its rows out of the tier, though its first row, asked for alone, is in it."""
+    admission = AdmissionPolicy("auto", ("local",))
+    judged = admission.of("simple", "1").tier("local")
+    judged.admitted = False
+    judged.lookup_s.add(1.0)  # a lookup dearer than any probe budget
+    metrics = RuntimeMetrics()
+    cache = build_cache(settings("local"), metrics, admission)
+    assert isinstance(cache, ReadThroughCache)
+    model, batches = admission.of("simple", "1"), Batches(cache)
+    first = next(
+        value
+        for value in range(5_000)
+        if model.in_sample(request(value).inputs, never_keyed)
+        and not model.in_sample(batch_inputs([value, value + 1, value + 2]), never_keyed)
+    )
+    answer = await batches.ask([first, first + 1, first + 2])
+    assert answer.status is CacheStatus.BYPASS
+    assert batches.runs == 1
+    assert np.array_equal(answer.outputs[0].to_numpy()[0], np.full(16, first * 2))
+    assert cache.near[0].figures().entries == 0, "no row kept in the tier the batch skipped"
+    labels = {"model": "simple", "version": "1"}
+    assert metric(metrics, "cachefleet_cache_row_misses_total", **labels) == 0, "none looked up"
+
+
+async def test_a_batch_admission_recomputes_computes_its_rows_and_earns_credit_once() -> None:
+    """Admission recomputes a request now and then to refresh what a hit saves; a batched one
+    is decided once, so its rows are computed too (the model runs, and the compute time
+    admission measures is the model's, not row lookups'): a second decision for the rows
+    would earn the recompute credit again and look them up."""
+    admission = AdmissionPolicy("auto", ("local",))
+    metrics = RuntimeMetrics()
+    cache = build_cache(settings("local"), metrics, admission)
+    assert isinstance(cache, ReadThroughCache)
+    rows = rows_of(2)
+    await cache.get_rows_or_compute(rows, lambda missing: doubled(rows, list(missing)))
+    model = admission.of("simple", "1")
+    for _ in range(AdmissionTuning().min_lookups):  # the tier measured, the model never computed
+        model.tier("local").looked_up(1e-3, hit=True)
+    (before,) = admission.figures("simple", "1")
+    assert before.computes == 0
+    batches = Batches(cache)
+    answer = await batches.ask([0, 1])  # both rows held by the local tier
+    assert answer.status is CacheStatus.BYPASS, "recomputed"
+    assert batches.runs == 1, "its rows computed, not looked up"
+    (after,) = admission.figures("simple", "1")
+    assert after.computes == 1
+    assert after.lookups == before.lookups, "no row looked up"
+    labels = {"model": "simple", "version": "1"}
+    assert metric(metrics, "cachefleet_cache_row_hits_total", tier="local", **labels) == 0
 
 
 def never_keyed() -> CacheKey:

@@ -25,7 +25,7 @@ from cachefleet.runtime.composition import Runtime, RuntimeSlot
 from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.errors import ModelNotFoundError
 from cachefleet.runtime.grpc.infer import SCOPE, Inference, directives_of
-from cachefleet.runtime.grpc.loop_bridge import LoopBridge, LoopContext
+from cachefleet.runtime.grpc.loop_bridge import Aborted, LoopBridge, LoopContext
 from cachefleet.runtime.grpc.servicer import InferenceServicer
 from cachefleet.runtime.http.app import create_app
 from cachefleet.runtime.http.infer_endpoint import InferEndpoint
@@ -281,6 +281,18 @@ async def test_grpc_methods_but_inference_answer_on_the_loop(model_repository: P
         stand_in = LoopContext(())
         missing = await servicer.ModelReady(service_pb2.ModelReadyRequest(name="nope"), stand_in)
         assert not missing.ready
+
+
+async def test_trace_setting_says_how_tracing_is_set(model_repository: Path) -> None:
+    """The server traces (``OTEL_*``), so TraceSetting must not say tracing is unsupported."""
+    async with opened(model_repository) as (runtime, _):
+        servicer = InferenceServicer(runtime)
+        stand_in = LoopContext(())
+        with pytest.raises(Aborted):
+            await servicer.TraceSetting(service_pb2.TraceSettingRequest(), stand_in)
+        assert stand_in.code is grpc.StatusCode.UNIMPLEMENTED
+        assert "OTEL_" in stand_in.details
+        assert "not supported" not in stand_in.details
 
 
 async def test_the_service_resolves_once_and_decodes_large_bodies_in_a_thread(

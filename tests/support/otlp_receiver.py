@@ -1,14 +1,17 @@
 """A real OTLP/HTTP receiver on loopback: what a collector does with ``POST /v1/traces``.
 
-It decodes each ``ExportTraceServiceRequest`` (protobuf, gzip or not) with the
-``opentelemetry-proto`` package, keeps every span with its resource, and answers as a collector
-does (200 with an ``ExportTraceServiceResponse``). Tests point a server's
-``OTEL_EXPORTER_OTLP_ENDPOINT`` at :attr:`OtlpReceiver.endpoint` and look at :attr:`spans`.
+It decodes each ``ExportTraceServiceRequest`` (protobuf, or OTLP's JSON encoding as Triton's
+OpenTelemetry exporter sends it; gzip or not) with the ``opentelemetry-proto`` package, keeps
+every span with its resource, and answers as a collector does (200 with an
+``ExportTraceServiceResponse``). Tests point a server's ``OTEL_EXPORTER_OTLP_ENDPOINT`` at
+:attr:`OtlpReceiver.endpoint` and look at :attr:`spans`.
 """
 
 from __future__ import annotations
 
+import base64
 import gzip
+import json
 import threading
 import zlib
 from collections.abc import Iterator
@@ -17,6 +20,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -40,6 +44,8 @@ class ReceivedSpan:
     status_message: str
     start_ns: int
     end_ns: int
+    #: The (trace id, span id) of each span it links to.
+    links: tuple[tuple[str, str], ...] = ()
 
 
 def _value(value: AnyValue) -> Any:
@@ -51,6 +57,31 @@ def _value(value: AnyValue) -> Any:
 
 def _attributes(pairs: Any) -> dict[str, Any]:
     return {pair.key: _value(pair.value) for pair in pairs if isinstance(pair, KeyValue)}
+
+
+#: The id fields OTLP's JSON encoding writes in hex, where protobuf's JSON mapping wants base64.
+_HEX_IDS = ("traceId", "spanId", "parentSpanId")
+
+
+def _base64_ids(item: Any) -> Any:
+    """OTLP JSON with its hex ids (OTLP's rule for JSON) in protobuf's base64, recursively."""
+    if isinstance(item, list):
+        return [_base64_ids(each) for each in item]
+    if not isinstance(item, dict):
+        return item
+    return {
+        key: base64.b64encode(bytes.fromhex(value)).decode()
+        if key in _HEX_IDS and isinstance(value, str)
+        else _base64_ids(value)
+        for key, value in item.items()
+    }
+
+
+def decode_json(body: bytes) -> list[ReceivedSpan]:
+    """The spans of an export request in OTLP's JSON encoding."""
+    request = ExportTraceServiceRequest()
+    json_format.ParseDict(_base64_ids(json.loads(body)), request, ignore_unknown_fields=True)
+    return decode(request.SerializeToString())
 
 
 def decode(body: bytes) -> list[ReceivedSpan]:
@@ -73,6 +104,9 @@ def decode(body: bytes) -> list[ReceivedSpan]:
                         status_message=span.status.message,
                         start_ns=span.start_time_unix_nano,
                         end_ns=span.end_time_unix_nano,
+                        links=tuple(
+                            (link.trace_id.hex(), link.span_id.hex()) for link in span.links
+                        ),
                     )
                 )
     return spans
@@ -99,7 +133,8 @@ class OtlpReceiver:
                 if self.path != "/v1/traces":
                     self.send_error(404)
                     return
-                spans = decode(body)
+                is_json = self.headers.get("content-type", "").startswith("application/json")
+                spans = decode_json(body) if is_json else decode(body)
                 with receiver._lock:
                     receiver.requests.append(dict(self.headers.items()))
                     receiver.spans.extend(spans)

@@ -8,6 +8,8 @@ take them from here, never from the package.
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ __all__ = [
     "ServerProcess",
     "free_port",
     "openssl",
+    "upstream_front",
 ]
 
 
@@ -32,6 +35,26 @@ class ServerProcess(processes.ServerProcess):
     def restart(self) -> None:
         self.stop()
         self.start()
+
+
+@contextmanager
+def upstream_front(
+    upstream: str, logs: Path, *flags: str, auth: tuple[str, str] | None = None
+) -> Iterator[ServerProcess]:
+    """``cachefleet serve --upstream <upstream> <flags>`` started, and stopped after. ``auth``:
+    the metadata key the upstream reads and its token, which the front reads from a file in
+    ``logs`` holding it with a trailing newline, as from a mounted Secret."""
+    args = ["--upstream", upstream]
+    if auth is not None:
+        header, token = auth
+        (logs / "token").write_text(token + "\n")
+        args += ["--upstream-auth-header", header, "--upstream-auth-file", str(logs / "token")]
+    server = ServerProcess([*args, *flags], logs)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 class RedisProcess(processes.RedisServer):

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import urllib.request
+from types import ModuleType
 from typing import Any
 
 import httpx
 import numpy as np
 import tritonclient.http as httpclient
+from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.grpc import service_pb2
 
 from support import loopback
@@ -63,6 +66,44 @@ def infer(
         response.content, header_length=int(length) if length else None
     )
     return response, result
+
+
+def simple_inputs(
+    client: ModuleType, seed: int, *, second: int = 1, rows: int = 1, binary: bool = True
+) -> list[Any]:
+    """``simple``'s inputs as a tritonclient module (``tritonclient.http`` or ``.grpc``) builds
+    them: ``INPUT0`` counts up from ``seed`` (row after row), ``INPUT1`` holds ``second``;
+    ``binary``: HTTP's binary tensor extension (gRPC always sends raw bytes)."""
+    first = np.arange(16 * rows, dtype=np.int32).reshape(rows, 16) + seed
+    inputs = []
+    for name, array in (("INPUT0", first), ("INPUT1", np.full_like(first, second))):
+        tensor = client.InferInput(name, [rows, 16], "INT32")
+        if client is httpclient:
+            tensor.set_data_from_numpy(array, binary_data=binary)
+        else:
+            tensor.set_data_from_numpy(array)
+        inputs.append(tensor)
+    return inputs
+
+
+def success_count(url: str, model: str) -> int:
+    """Requests the server at ``url`` (``host:port``) answered for ``model`` itself, its own
+    cache hits included (Triton's statistics extension): what a server in front never sent it."""
+    stats = httpclient.InferenceServerClient(url).get_inference_statistics(model)
+    return int(stats["model_stats"][0]["inference_stats"]["success"]["count"])
+
+
+def memo_figures(server: ServerProcess) -> dict[str, float]:
+    """The answer memo's figures from /metrics (``tier="memo"``), by sample name: what a test
+    reads to know that the memo answered, not only that the answer was right."""
+    with urllib.request.urlopen(f"{server.base_url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.labels.get("tier") == "memo"
+    }
 
 
 def x_cache(server: ServerProcess, model: str, seed: int = 0, **kwargs: Any) -> str:

@@ -46,6 +46,9 @@ class IndexRow:
 class UpstreamClient(Protocol):
     """Blocking calls to one upstream server; safe to share between threads."""
 
+    #: Whether calls go out at all (read by the ``cachefleet_upstream_circuit_open`` gauge).
+    breaker: UpstreamBreaker
+
     @property
     def target(self) -> str:
         """``host:port``, as messages and logs name the upstream (no credentials)."""

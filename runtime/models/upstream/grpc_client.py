@@ -10,6 +10,10 @@ through. The auth header travels as call metadata and is never part of a message
 Errors keep the upstream's status and message (``tritonclient`` users check both): gRPC's code
 becomes the HTTP status that maps back to the same code (``grpc.errors``), the upstream's text
 is the message. Only a deadline and an open breaker are worded here, naming the upstream.
+
+A forwarded miss of a traced request is a span of its own (``tracing.upstream_spans``), and its
+``traceparent`` goes with the call as metadata, where Triton's OpenTelemetry tracing (and
+another cachefleet) read it.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ from cachefleet.runtime.models.upstream.client import (
 )
 from cachefleet.runtime.models.upstream.contents import output_tensor
 from cachefleet.runtime.tensor import Tensor
+from cachefleet.runtime.tracing import attributes as names
+from cachefleet.runtime.tracing.upstream_spans import UpstreamCall, upstream_call
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +59,8 @@ _HTTP_STATUS = {
 }
 #: Codes that say the upstream was not reached (or did not answer): they count for the breaker.
 _UNREACHED = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+#: ``inference.GRPCInferenceService``, as the client span names the call.
+_SERVICE = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
 #: Messages are bounded by the server's own body limits; 2 GiB is gRPC's own ceiling.
 _MAX_MESSAGE_BYTES = 2**31 - 1
 
@@ -64,6 +72,14 @@ class GrpcUpstreamClient:
         if settings.url is None:
             raise ValueError("no upstream url")
         self.target, secure = split_url(settings.url)
+        host, _, port = self.target.rpartition(":")
+        self._span_attributes = {
+            names.RPC_SYSTEM: "grpc",
+            names.RPC_SERVICE: _SERVICE,
+            names.RPC_METHOD: "ModelInfer",
+            names.SERVER_ADDRESS: host.strip("[]"),
+            names.SERVER_PORT: int(port),
+        }
         self._infer_timeout_s = settings.timeout_s
         self._control_timeout_s = settings.control_timeout_s
         self._metadata = auth_metadata(settings)
@@ -134,30 +150,50 @@ class GrpcUpstreamClient:
         for tensor in inputs:
             request.inputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
             request.raw_input_contents.append(tensor.data)
-        answer = self._call("ModelInfer", request, timeout_s=self._infer_timeout_s)
+        attributes = {**self._span_attributes, names.MODEL_NAME: name, names.MODEL_VERSION: version}
+        with upstream_call(f"{_SERVICE}/ModelInfer", attributes) as traced:
+            answer = self._call(
+                "ModelInfer", request, timeout_s=self._infer_timeout_s, traced=traced
+            )
         raw = answer.raw_output_contents
         return [
             output_tensor(output, raw[index] if index < len(raw) else None)
             for index, output in enumerate(answer.outputs)
         ]
 
-    def _call(self, method: str, request: Any, *, timeout_s: float | None = None) -> Any:
-        """One unary call under the breaker and a deadline; errors translated once, here."""
+    def _call(
+        self,
+        method: str,
+        request: Any,
+        *,
+        timeout_s: float | None = None,
+        traced: UpstreamCall | None = None,
+    ) -> Any:
+        """One unary call under the breaker and a deadline; errors translated once, here.
+        ``traced``: the call's span, whose ``traceparent`` goes with it and which gets its
+        status code."""
         if not self.breaker.allow():
             raise unavailable(self.target, CIRCUIT_OPEN)
         timeout = self._control_timeout_s if timeout_s is None else timeout_s
+        metadata = self._metadata if traced is None else self._metadata + traced.headers
         try:
-            answer = getattr(self._stub, method)(request, timeout=timeout, metadata=self._metadata)
+            answer = getattr(self._stub, method)(request, timeout=timeout, metadata=metadata)
         except grpc.RpcError as error:
-            raise self._translated(error, timeout) from None
+            raise self._translated(error, timeout, traced) from None
         self.breaker.record_success()
+        if traced is not None:
+            traced.answered({names.RPC_GRPC_STATUS: grpc.StatusCode.OK.value[0]})
         return answer
 
-    def _translated(self, error: grpc.RpcError, timeout_s: float) -> ServingError:
+    def _translated(
+        self, error: grpc.RpcError, timeout_s: float, traced: UpstreamCall | None
+    ) -> ServingError:
         # What a failed unary call raises is a grpc.Call too (grpcio's _InactiveRpcError).
         call = cast(grpc.Call, error)
         code = call.code() if hasattr(call, "code") else grpc.StatusCode.UNKNOWN
         details = (call.details() if hasattr(call, "details") else None) or code.name
+        if traced is not None:
+            traced.answered({names.RPC_GRPC_STATUS: code.value[0]})
         if code in _UNREACHED:
             self.breaker.record_failure(details)
         else:

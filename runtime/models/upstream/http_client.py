@@ -7,6 +7,8 @@ re-encoded either way; a server that answers in JSON anyway is converted once
 thread-safe), and every socket operation is bounded by the call's deadline. Errors keep the
 upstream's status and its ``{"error": ...}`` text; only a connection that fails or a deadline
 that passes counts for the breaker (an answer, whatever its status, is the upstream working).
+A forwarded miss of a traced request is a span of its own (``tracing.upstream_spans``), its
+``traceparent`` sent as a header.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ from cachefleet.runtime.models.upstream.client import (
 )
 from cachefleet.runtime.models.upstream.contents import json_output_tensor, output_bytes_tensor
 from cachefleet.runtime.tensor import Tensor
+from cachefleet.runtime.tracing import attributes as names
+from cachefleet.runtime.tracing.upstream_spans import UpstreamCall, upstream_call
 
 _HEADER_LENGTH = "Inference-Header-Content-Length"
 
@@ -49,6 +53,7 @@ class HttpUpstreamClient:
         self.target, secure = split_url(settings.url)
         host, _, port = self.target.rpartition(":")
         self._host, self._port = host.strip("[]") or self.target, int(port) if port else None
+        self._scheme = "https" if secure else "http"
         self._infer_timeout_s = settings.timeout_s
         self._control_timeout_s = settings.control_timeout_s
         self._headers = dict(auth_metadata(settings))
@@ -127,10 +132,11 @@ class HttpUpstreamClient:
         ).encode()  # fmt: skip
         body = b"".join([header, *(tensor.data for tensor in inputs)])
         extra = {"Content-Type": "application/octet-stream", _HEADER_LENGTH: str(len(header))}
-        _, headers, answer = self._call(
-            "POST", f"{_model_path(name, version)}/infer", body, extra,
-            timeout_s=self._infer_timeout_s,
-        )  # fmt: skip
+        path = f"{_model_path(name, version)}/infer"
+        with upstream_call("POST", self._span_attributes(path, name, version)) as traced:
+            _, headers, answer = self._call(
+                "POST", path, body, extra, timeout_s=self._infer_timeout_s, traced=traced
+            )
         length = headers.get(_HEADER_LENGTH)
         split = len(answer) if length is None else int(length)
         document = _parsed(answer[:split])
@@ -144,6 +150,18 @@ class HttpUpstreamClient:
             offset += size
         return outputs
 
+    def _span_attributes(self, path: str, name: str, version: str) -> dict[str, str | int]:
+        attributes: dict[str, str | int] = {
+            names.HTTP_METHOD: "POST",
+            names.URL_FULL: f"{self._scheme}://{self.target}{path}",
+            names.SERVER_ADDRESS: self._host,
+            names.MODEL_NAME: name,
+            names.MODEL_VERSION: version,
+        }
+        if self._port is not None:
+            attributes[names.SERVER_PORT] = self._port
+        return attributes
+
     def _json(self, method: str, path: str, body: bytes | None = None) -> Any:
         return _parsed(self._call(method, path, body)[2])
 
@@ -156,12 +174,17 @@ class HttpUpstreamClient:
         *,
         timeout_s: float | None = None,
         accept_errors: bool = False,
+        traced: UpstreamCall | None = None,
     ) -> tuple[int, http.client.HTTPMessage, bytes]:
-        """One request under the breaker and a deadline; errors translated once, here."""
+        """One request under the breaker and a deadline; errors translated once, here.
+        ``traced``: the call's span, whose ``traceparent`` goes with it and which gets the
+        answer's status."""
         if not self.breaker.allow():
             raise unavailable(self.target, CIRCUIT_OPEN)
         timeout = self._control_timeout_s if timeout_s is None else timeout_s
         headers = {**self._headers, **(extra or {})}
+        if traced is not None:
+            headers.update(traced.headers)
         try:
             status, answer_headers, answer = self._exchange(method, path, body, headers, timeout)
         except TimeoutError:
@@ -173,6 +196,8 @@ class HttpUpstreamClient:
                 f"upstream {self.target} cannot be reached: {error}"
             ) from None
         self.breaker.record_success()
+        if traced is not None:
+            traced.answered({names.HTTP_STATUS: status})
         if status >= 400 and not accept_errors:
             raise _answered_error(status, answer)
         return status, answer_headers, answer

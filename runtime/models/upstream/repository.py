@@ -82,6 +82,12 @@ class UpstreamRepository:
     def target(self) -> str:
         return self._client.target
 
+    @property
+    def circuit_open(self) -> bool:
+        """Whether the upstream's breaker refuses calls now (a probe aside): what the
+        ``cachefleet_upstream_circuit_open`` gauge reads at each scrape."""
+        return self._client.breaker.is_open
+
     # -- what the service reads (event loop) -------------------------------------------------
 
     def index(self) -> list[ModelIndexEntry]:

@@ -76,6 +76,12 @@ def _gpus_beside_a_server(spec: dict[str, Any]) -> None:
     spec.setdefault("runtime", {})["gpus"] = 1
 
 
+def _ca_for_a_plain_url(spec: dict[str, Any]) -> None:
+    _external_beside_files(spec)
+    spec["model"].pop("repository")
+    spec["server"]["tls"] = {"caConfigMapRef": {"name": "ca"}}
+
+
 def _external_beside_files(spec: dict[str, Any]) -> None:
     spec["server"] = {"kind": "external", "url": GOOD_SERVER_URLS[0]}
     for name in ("storageUri", "storageSecretName"):
@@ -309,6 +315,9 @@ breakages = st.one_of(
     st.just(Breakage("both sources", _both_sources, "exactly one of model.repository")),
     st.just(Breakage("GPUs beside a server", _gpus_beside_a_server, "runtime.gpus must be 0")),
     st.just(
+        Breakage("a CA for a plain server url", _ca_for_a_plain_url, "server.tls needs a grpcs://")
+    ),
+    st.just(
         Breakage(
             "an external server beside model files",
             _external_beside_files,
@@ -404,7 +413,7 @@ def _base(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 _TRITON_ONLY = ("image", "imagePullPolicy", "args", "resources", "gpus", "env")
-_EXTERNAL_ONLY = ("url", "authSecretRef", "authHeader")
+_EXTERNAL_ONLY = ("url", "authSecretRef", "authHeader", "tls")
 
 
 def _valid_server(spec: dict[str, Any], server: dict[str, Any]) -> None:
@@ -424,6 +433,8 @@ def _valid_server(spec: dict[str, Any], server: dict[str, Any]) -> None:
         server["url"] = GOOD_SERVER_URLS[0]
     if "authSecretRef" not in server:
         server.pop("authHeader", None)
+    if not server["url"].startswith(("grpcs://", "https://")):
+        server.pop("tls", None)
     for name in ("repository", "storageUri", "storageSecretName", "storageSizeLimit"):
         spec["model"].pop(name, None)
 
