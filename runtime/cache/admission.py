@@ -109,12 +109,16 @@ def in_sample(
     """Whether a request with ``inputs`` is in the sample that always goes through a skipped
     tier: a CRC-32 of small inputs' bytes, else the first byte of the cache key's digest
     (``key`` computes it). The same inputs are always in it or never."""
-    if sum(len(tensor.data) for tensor in inputs) <= tuning.crc_sample_bytes:
-        crc = 0
-        for tensor in inputs:
-            crc = zlib.crc32(tensor.data, crc)
-        return crc & 0xFF < tuning.key_sample
-    return key().digest[0] < tuning.key_sample
+    # One pass, no generator: a model whose every tier is skipped pays this on every request.
+    crc = size = 0
+    limit = tuning.crc_sample_bytes
+    for tensor in inputs:
+        data = tensor.data
+        size += len(data)
+        if size > limit:
+            return key().digest[0] < tuning.key_sample
+        crc = zlib.crc32(data, crc)
+    return crc & 0xFF < tuning.key_sample
 
 
 class TierAdmission:
@@ -244,7 +248,10 @@ class ModelAdmission:
         if not self._decides:
             return False
         tiers = self._tiers
-        spent = sum(each.lookup_s.value for each in tiers if each.admitted)
+        spent = 0.0
+        for each in tiers:  # a loop, not a generator: every request of the model pays it
+            if each.admitted:
+                spent += each.lookup_s.value
         if spent == 0.0:
             return False  # no admitted tier is looked up: nothing pays for, or needs, a recompute
         if max((each.lookup_s.count for each in tiers), default=0) < self._tuning.min_lookups:

@@ -153,7 +153,7 @@ class ReadThroughCache:
         walk = self.walk
         plan = walk.plan(request, directives, time.perf_counter())
         if plan.bypass:
-            since = self.marks.now()
+            since = self.marks.now() if plan.store else 0.0  # only a store reads it
             outputs = await walk.computed(plan, compute)
             if plan.store:
                 walk.store(plan, plan.key(), outputs, since, tiers=self.tiers)

@@ -86,10 +86,16 @@ class InferEndpoint:
         counted as :meth:`serve` counts it, when it can be given at once: admitted without a
         wait, memoized and live; with the charge to hold its bytes in until they are written.
         None, nothing counted, when not: :meth:`serve` then answers the request (or refuses
-        it), deciding everything again. For the HTTP protocol, which reads below ASGI
-        (``uvicorn_protocol``) and decides nothing of its own."""
+        it), deciding nothing again that was decided here: a request the memo was asked about
+        keeps the key it was looked up by (``InferHead.memo_key``), so that :meth:`serve`
+        neither hashes its body nor looks it up a second time. For the HTTP protocol, which
+        reads below ASGI (``uvicorn_protocol``) and decides nothing of its own."""
         try:
             runtime = self._slot.ready()
+            answers = self._answers_of(runtime)
+            memo_scope = answers.scope(head)
+            if memo_scope is None:  # no memo, or not for this request: nothing to admit
+                return None
             charge = self._charge(head, runtime)
             budget = runtime.budget
             cost = charge.opening_cost()
@@ -99,16 +105,15 @@ class InferEndpoint:
         except ServingError:
             return None
         try:
-            answers = self._answers_of(runtime)
-            memo_scope = answers.scope(head)
-            if memo_scope is None:
-                return None
             hasher = answers.hasher(memo_scope)
             for part in parts:
                 hasher.update(part)
             started_ns = time.perf_counter_ns()
-            found, _ = answers.memoized(memo_scope, hasher.digest(), parts, started_ns)
-            return None if found is None else (found, AnswerCharge(budget))
+            found, key = answers.memoized(memo_scope, hasher.digest(), parts, started_ns)
+            if found is None:
+                head.memo_key = key  # looked up: serve neither hashes nor looks up again
+                return None
+            return found, AnswerCharge(budget)
         finally:
             budget.leave(cost)
 
@@ -145,7 +150,8 @@ class InferEndpoint:
         answer: AnswerCharge,
     ) -> None:
         try:
-            memo_scope = answers.scope(head)
+            key = head.memo_key  # set when answer_now asked the memo already
+            memo_scope = None if key is not None else answers.scope(head)
             hasher = None if memo_scope is None else answers.hasher(memo_scope)
             # A plain body is hashed piece by piece as it comes; a compressed one once inflated
             # (its digest is the plain body's).
@@ -155,7 +161,6 @@ class InferEndpoint:
             )
             if not plain:
                 parts = [await inflate(parts, head.encoding or "", self._limit, charge)]
-            key = None
             if hasher is not None:
                 assert memo_scope is not None  # a hasher is made only for a scope
                 if not plain:

@@ -23,7 +23,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from cachefleet.runtime.config import LimitSettings
 from cachefleet.runtime.http.answer_charge import AnswerCharge
 from cachefleet.runtime.http.infer_endpoint import refuse, refuse_request
-from cachefleet.runtime.http.infer_request import InferHead, InferHeads
+from cachefleet.runtime.http.infer_request import HEAD, InferHead, InferHeads
 from cachefleet.runtime.http.transfer_coding import transfer_coding_refusal
 from cachefleet.runtime.service.memo_answers import MemoEntry
 
@@ -60,7 +60,8 @@ class InferFront:
     def held_head(self, path: str, headers: list[tuple[bytes, bytes]]) -> InferHead | None:
         """The head of a ``POST`` to ``path`` with ``headers`` when :meth:`__call__` would
         hand it to ``serve`` and the memo may answer it as it is (no body to inflate, no answer
-        to compress): what the HTTP protocol may ask ``answer_now`` about. None otherwise."""
+        to compress): what the HTTP protocol may ask ``answer_now`` about, and hands on with
+        the request when it does not answer it (``infer_request.HEAD``). None otherwise."""
         if transfer_coding_refusal(headers) is not None:
             return None
         head = self.heads({"type": "http", "method": "POST", "path": path, "headers": headers})
@@ -70,11 +71,15 @@ class InferFront:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            refusal = transfer_coding_refusal(scope["headers"])
-            if refusal is not None:
-                await refuse_request(send, scope["method"], scope["path"], refusal)
-                return
-            head = self.heads(scope)
+            extensions = scope.get("extensions")
+            # Described already by the HTTP protocol, from these very headers (``held_head``).
+            head = None if extensions is None else extensions.get(HEAD)
+            if head is None:
+                refusal = transfer_coding_refusal(scope["headers"])
+                if refusal is not None:
+                    await refuse_request(send, scope["method"], scope["path"], refusal)
+                    return
+                head = self.heads(scope)
             if head is not None:
                 if head.method == "POST":
                     await self.serve(head, scope, receive, send)

@@ -6,7 +6,10 @@ body length, the binary extension's header length, the body's encoding, the enco
 accepts, its cache directives, the ``--http-restricted-api`` verdict for the inference group, and
 whether its answer may come from the memo. Everything after it (the memo lookup, the endpoint,
 the body reader, the budget's charge, tracing, the error mapping) reads the head: no later step
-parses the path, scans the headers or checks the restriction again.
+parses the path, scans the headers or checks the restriction again. A head the HTTP protocol
+made below ASGI (``uvicorn_protocol``: a small request it asked the memo about) comes to the
+ASGI path in the request's scope (:data:`HEAD`), with the memo key it was looked up by when the
+memo had no answer for it (:attr:`InferHead.memo_key`), so that neither is made twice.
 """
 
 from __future__ import annotations
@@ -19,8 +22,11 @@ from cachefleet.runtime.cache.api import CacheDirectives
 from cachefleet.runtime.http.body import declared_length
 from cachefleet.runtime.http.restricted import ApiGuard
 from cachefleet.runtime.protocol.cache_control import directives_from
-from cachefleet.runtime.service.memo_answers import MemoAnswers
+from cachefleet.runtime.service.memo_answers import MemoAnswers, MemoKey
 
+#: ``scope["extensions"][HEAD]``: the request's :class:`InferHead`, when the HTTP protocol has
+#: described it already (see the module).
+HEAD = "cachefleet.infer_head"
 _PREFIX = "/v2/models/"
 _SUFFIX = "/infer"
 
@@ -28,8 +34,8 @@ _SUFFIX = "/infer"
 @dataclass(slots=True)
 class InferHead:
     """What one infer request is, as its head says (see the module). Nothing changes it
-    once made; it is not frozen only because a frozen dataclass pays ``object.__setattr__``
-    per field, on every request."""
+    once made but :attr:`memo_key`, set once by the memo's lookup; it is not frozen only
+    because a frozen dataclass pays ``object.__setattr__`` per field, on every request."""
 
     method: str
     #: The request's path (for error logs and spans).
@@ -56,6 +62,10 @@ class InferHead:
     #: Whether the memo may answer (the service's rule, ``MemoAnswers.applies``, and a sound
     #: header length); whether there is a memo is the runtime's (``Runtime.memo_answers``).
     memo: bool
+    #: The request's memo key when the memo was asked about it already (below ASGI, with its
+    #: whole body) and had no answer: the endpoint neither hashes its body nor looks it up
+    #: again, and keeps its answer under this key when the memo may. None: not asked yet.
+    memo_key: MemoKey | None = None
 
 
 class InferHeads:

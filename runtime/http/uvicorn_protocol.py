@@ -73,7 +73,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from cachefleet.runtime.config import LimitSettings
 from cachefleet.runtime.http.answer_charge import AnswerCharge
 from cachefleet.runtime.http.infer_front import AnswerNow, InferFront
-from cachefleet.runtime.http.infer_request import InferHead
+from cachefleet.runtime.http.infer_request import HEAD, InferHead
 from cachefleet.runtime.http.written import WRITTEN
 
 #: The most a request head may hold (request line and headers), as uvicorn's h11 default is
@@ -346,7 +346,9 @@ class GuardedHttpToolsProtocol(ConnectionGuard, HttpToolsProtocol):
     one write, its bytes charged until written as an ASGI answer's are (``answer_charge``).
     Everything else (a miss, a refusal, a body still to come, a request that
     ``answer_now`` declines) is handed to uvicorn as it would have been, head then body, before
-    the read returns: nothing is held between reads, nothing is decided here, and a client sees
+    the read returns, its scope carrying the head the front described (and, after a memo miss,
+    the memo key it was looked up by: ``infer_request.HEAD``), so the ASGI path makes neither
+    again: nothing is held between reads, nothing is decided here, and a client sees
     the same answer either way (bytes, headers, order on the connection). About 20 us of a
     40 us in-process hit go (``bench/results/2026-12-02-small-hit-profile.md``).
     """
@@ -398,20 +400,25 @@ class GuardedHttpToolsProtocol(ConnectionGuard, HttpToolsProtocol):
             self._held = self._held_body = None
             if self._answer(head, body):
                 return
-            self._replay(body)
+            self._replay(head, body)
         HttpToolsProtocol.on_message_complete(self)
         if self._reading is not Reading.BETWEEN:
             self._reading = Reading.BETWEEN
             # The next head's bytes count from here (within this chunk's end).
             self._head_bytes_from = self._received
 
-    def _head_handed(self) -> None:
-        """uvicorn has made a cycle for the head (or not, for an upgrade)."""
+    def _head_handed(self, head: InferHead | None = None) -> None:
+        """uvicorn has made a cycle for the head (or not, for an upgrade); ``head``: the
+        request as the infer front described it when it was held (the front reads it from the
+        scope instead of describing the request again: ``infer_request.HEAD``)."""
         cycle = self.cycle
         if cycle is None or cycle is self._body_cycle:
             return  # no new request (an upgrade)
         # uvicorn's scope has no extensions of its own.
-        cycle.scope["extensions"] = {WRITTEN: self._written}
+        if head is None:
+            cycle.scope["extensions"] = {WRITTEN: self._written}
+        else:
+            cycle.scope["extensions"] = {WRITTEN: self._written, HEAD: head}
         self._body_cycle = cycle
         self._body_phase()
 
@@ -471,22 +478,24 @@ class GuardedHttpToolsProtocol(ConnectionGuard, HttpToolsProtocol):
         self.on_response_complete()  # as uvicorn after an answer: keep-alive, next request
         return True
 
-    def _replay(self, body: list[bytes]) -> None:
-        """Give uvicorn the held head, then the body that came with it."""
+    def _replay(self, head: InferHead, body: list[bytes]) -> None:
+        """Give uvicorn the held head, then the body that came with it; the request's scope
+        carries ``head`` (and the memo key it was looked up by, if it was)."""
         # As uvicorn's data_received: no keep-alive deadline while a request is answered (an
         # answer given below ASGI earlier in this read has set one).
         self._unset_keepalive_if_required()
         HttpToolsProtocol.on_headers_complete(self)
         cycle = self.cycle
-        self._head_handed()
+        self._head_handed(head)
         if cycle is not None:
             for part in body:
                 HttpToolsProtocol.on_body(self, part)
 
     def _hand_over(self) -> None:
         """The held request's body goes on past this read: uvicorn reads it from here."""
-        body = self._held_body or []
+        head, body = self._held, self._held_body or []
+        assert head is not None  # only a held request is handed over
         self._held = self._held_body = None
         phase_s, counted_at = self._phase_s, self._counted_at
-        self._replay(body)
+        self._replay(head, body)
         self._phase_s, self._counted_at = phase_s, counted_at  # its body's clock runs on

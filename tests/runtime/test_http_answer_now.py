@@ -174,3 +174,54 @@ async def test_an_unread_answer_stays_charged_until_written(app: InferFront) -> 
     connection.protocol.resume_writing()  # the buffer is empty
     assert budget.bytes == held
     connection.close()
+
+
+def _memo_figures(app: InferFront) -> tuple[int, int]:
+    runtime = app.serve.__self__._slot.ready()  # type: ignore[attr-defined]
+    figures = runtime.memo_answers.memo.figures()
+    return figures.hits, figures.misses
+
+
+async def test_a_miss_asked_below_asgi_is_looked_up_once(app: InferFront) -> None:
+    """A small request the memo had no answer for goes to uvicorn with its head and the memo
+    key it was looked up by: the ASGI path neither describes it nor looks it up again, and
+    keeps its answer under that key once it is a local hit."""
+    connection = Connection(app)
+    request = _request(3)
+    before = _memo_figures(app)
+    connection.protocol.data_received(request)  # a miss: the model runs
+    await connection.answered(1)
+    assert _memo_figures(app) == (before[0], before[1] + 1)  # one lookup, not two
+    connection.transport.writes.clear()
+    connection.protocol.data_received(request)  # a local hit, memoized under the same key
+    await connection.answered(2)
+    assert _memo_figures(app) == (before[0], before[1] + 2)
+    assert _x_cache(b"".join(connection.transport.writes)) == b"hit-local"
+    connection.transport.writes.clear()
+    connection.protocol.data_received(request)  # now the memo answers, below ASGI
+    assert connection.state.total_requests == 3
+    assert _memo_figures(app) == (before[0] + 1, before[1] + 2)
+    assert _x_cache(b"".join(connection.transport.writes)) == b"hit-local"
+    connection.close()
+
+
+async def test_the_asgi_path_reads_the_head_described_below_it(app: InferFront) -> None:
+    """The head the protocol held comes with the request's scope, and the front serves it
+    without describing the request a second time."""
+    connection = Connection(app)
+    described: list[object] = []
+    heads = app.heads
+
+    def counted(scope: Any) -> Any:
+        described.append(scope["path"])
+        return heads(scope)
+
+    app.heads = counted  # type: ignore[assignment]
+    try:
+        connection.protocol.data_received(_request(4))
+        await connection.answered(1)
+    finally:
+        app.heads = heads
+    assert described == ["/v2/models/simple/infer"]  # once, below ASGI
+    assert _x_cache(b"".join(connection.transport.writes)) == b"miss"
+    connection.close()
