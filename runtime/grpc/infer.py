@@ -40,7 +40,7 @@ from typing import Any, NoReturn, TypeVar
 
 import grpc
 
-from cachefleet.runtime.cache.api import CacheDirectives
+from cachefleet.runtime.cache.api import CacheDirectives, CacheStatus
 from cachefleet.runtime.composition import Runtime
 from cachefleet.runtime.errors import ServingError
 from cachefleet.runtime.grpc.decode import (
@@ -61,7 +61,7 @@ from cachefleet.runtime.service import InferAnswer, Renderer
 from cachefleet.runtime.service.memo_answers import Kept, MemoKey
 
 Rendered = TypeVar("Rendered")
-_HIT_LOCAL = (("x-cache", "hit-local"),)
+_HIT_LOCAL = (("x-cache", str(CacheStatus.HIT_LOCAL)),)
 _CACHE_CONTROL = "cache-control"
 #: gRPC's scope in the memo: its domain; the message itself names the model and version.
 SCOPE = b"cachefleet.memo.grpc3"

@@ -20,7 +20,7 @@ _JSON = b"application/json"
 _BINARY = b"application/octet-stream"
 _HEADER_LENGTH = b"inference-header-content-length"
 #: The ``X-Cache`` value of a memoized answer.
-HIT_LOCAL = b"hit-local"
+HIT_LOCAL = CacheStatus.HIT_LOCAL.encode()
 
 
 @dataclass(frozen=True, slots=True)

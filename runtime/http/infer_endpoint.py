@@ -18,6 +18,7 @@ import time
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
+from cachefleet.runtime.cache.api import CacheStatus
 from cachefleet.runtime.composition import Runtime, RuntimeSlot
 from cachefleet.runtime.errors import BadRequestError, ServingError
 from cachefleet.runtime.http.answer_charge import AnswerCharge
@@ -176,7 +177,7 @@ class InferEndpoint:
                     else:  # compressed per request: the memo holds the plain answer
                         length = header_length_of(headers)
                         await _send_answer(
-                            send, found.body, length, "hit-local", head.accept, answer
+                            send, found.body, length, CacheStatus.HIT_LOCAL, head.accept, answer
                         )
                     return
             body = joined(parts)
