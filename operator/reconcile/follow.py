@@ -22,6 +22,7 @@ service then, and an operator restart must not cost a second pass over the whole
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 from collections.abc import Callable, Mapping
@@ -62,8 +63,9 @@ def service_of(body: Mapping[str, Any]) -> ServiceKey | None:
     return str(meta["namespace"]), str(labels[INSTANCE])
 
 
-def signature(body: Mapping[str, Any]) -> str:
-    """The part of a workload or pod that decides the service's status, as a comparable text."""
+def signature(body: Mapping[str, Any]) -> bytes:
+    """The part of a workload or pod that decides the service's status, as a digest (kept for
+    every workload and pod of every fleet: 16 bytes each, not the text it digests)."""
     meta, status = body.get("metadata") or {}, body.get("status") or {}
     if body.get("kind") == "Pod":
         relevant: dict[str, Any] = {
@@ -84,7 +86,8 @@ def signature(body: Mapping[str, Any]) -> str:
             "status": counts,
             "conditions": _conditions(status),
         }
-    return json.dumps(relevant, sort_keys=True, default=str)
+    text = json.dumps(relevant, sort_keys=True, default=str)
+    return hashlib.blake2b(text.encode(), digest_size=16).digest()
 
 
 def _conditions(status: Mapping[str, Any]) -> list[list[Any]]:
@@ -153,7 +156,7 @@ class Follower:
         self._refresh = refresh
         self._delay_s = delay_s
         self._pool = ThreadPoolExecutor(max(1, workers), thread_name_prefix="status-refresh")
-        self._signatures: dict[tuple[str, str, str], str] = {}
+        self._signatures: dict[tuple[str, str, str], bytes] = {}
         self._pending: dict[ServiceKey, asyncio.TimerHandle] = {}
         self._running: dict[ServiceKey, asyncio.Future[None]] = {}
         self._again: set[ServiceKey] = set()
