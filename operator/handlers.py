@@ -55,6 +55,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: 
     for api_version, kind in (*LISTED_KINDS, ("v1", "Pod")):
         settings.watching.label_selectors[api_version, PLURALS[kind]] = MANAGED_SELECTOR
     operator_settings = OperatorSettings.from_environ()
+    settings.execution.max_workers = max(1, operator_settings.handler_workers)
     deployments: kopf.Index[Any, Any] = kwargs["runtime_deployments"]  # the index below
     gate = RolloutGate(operator_settings.max_concurrent_rollouts, lambda: _values(deployments))
     metrics = process_metrics()

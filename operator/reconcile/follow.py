@@ -129,6 +129,8 @@ class StatusRefresh:
         kube = self.reconciler.kube
         # Read under the lock: a reconcile that just wrote the status must be what we compare.
         with self.locks(f"{namespace}/{name}"):
+            if key not in self.reconciler.decided:
+                return  # no finished reconcile (one being created): the handlers write it
             body = kube.get(f"{GROUP}/{VERSION}", KIND, namespace, name)
             if body is None or body["metadata"].get("deletionTimestamp"):
                 return
