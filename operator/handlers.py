@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -22,7 +21,12 @@ from cachefleet.operator.reconcile.kube import PLURALS, Kube
 from cachefleet.operator.reconcile.locks import KeyedLocks
 from cachefleet.operator.reconcile.metrics import process_metrics
 from cachefleet.operator.reconcile.peering import Peering, PeeringGate
-from cachefleet.operator.reconcile.periodic import Periodic, object_key, status_changes
+from cachefleet.operator.reconcile.periodic import (
+    Periodic,
+    indexed_service,
+    object_key,
+    status_changes,
+)
 from cachefleet.operator.reconcile.reconciler import Event, Outcome, Reconciler, restore_child
 from cachefleet.operator.reconcile.reporting import Reporter
 from cachefleet.operator.reconcile.rollouts import RolloutGate, summary
@@ -51,6 +55,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: 
     for api_version, kind in (*LISTED_KINDS, ("v1", "Pod")):
         settings.watching.label_selectors[api_version, PLURALS[kind]] = MANAGED_SELECTOR
     operator_settings = OperatorSettings.from_environ()
+    settings.execution.max_workers = max(1, operator_settings.handler_workers)
     deployments: kopf.Index[Any, Any] = kwargs["runtime_deployments"]  # the index below
     gate = RolloutGate(operator_settings.max_concurrent_rollouts, lambda: _values(deployments))
     metrics = process_metrics()
@@ -90,8 +95,9 @@ async def stop_periodic(memo: kopf.Memo, **_: Any) -> None:
 
 @kopf.index(GROUP, VERSION, PLURAL, id="services")
 def services(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
-    """The services kopf watches (its namespaces, no list calls), for the periodic task."""
-    return {(namespace, name): copy.deepcopy(dict(body))}
+    """The services kopf watches (its namespaces, no list calls), for the periodic task: the
+    part of each that its passes read."""
+    return {(namespace, name): indexed_service(body)}
 
 
 @kopf.index("apps", "v1", "deployments", labels=RUNTIME, id="runtime_deployments")
@@ -136,7 +142,8 @@ def reconcile(
     **_: Any,
 ) -> None:
     with memo.reporter.metrics.reconciling(str(reason)), memo.locks(object_key(body)):
-        outcome = memo.reconciler.reconcile(body)
+        new = str(reason) == "create" and retry == 0  # nothing of its uid exists yet
+        outcome = memo.reconciler.reconcile(body, new=new)
     events = memo.reporter.outcome(str(reason), body, outcome)
     _report(body, patch, outcome, outcome.retry_delay_s or retry_delay_s(retry), events)
 

@@ -14,7 +14,9 @@ anything else is someone's edit of the operator's fields, and the child is re-ap
 
 from __future__ import annotations
 
+import json
 import threading
+import zlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,7 +34,9 @@ class AppliedVersions:
     def __init__(self) -> None:
         self._guard = threading.Lock()
         self._versions: dict[Key, tuple[str | None, int | None]] = {}
-        self._sent: dict[Key, Mapping[str, Any]] = {}
+        #: What was sent, compressed: kept for every child of every fleet, and read only when
+        #: a change's generation and version are not ours (``is_own``).
+        self._sent: dict[Key, bytes] = {}
         self._uids: dict[Key, Any] = {}
 
     def record(
@@ -42,6 +46,7 @@ class AppliedVersions:
         (or it is new to us, or was re-created). An object with a generation changed when its
         generation moved: its resourceVersion also moves with every status write of its
         controller (a Deployment counting ready pods), which is no change of ours."""
+        packed = None if sent is None else zlib.compress(json.dumps(sent).encode(), 1)
         meta = response.get("metadata") or {}
         version = meta.get("resourceVersion")
         generation = None if meta.get("generation") is None else int(meta["generation"])
@@ -49,8 +54,8 @@ class AppliedVersions:
             before = self._versions.get(key)
             self._versions[key] = (version, generation)
             before_uid, self._uids[key] = self._uids.get(key), meta.get("uid")
-            if sent is not None:
-                self._sent[key] = sent
+            if packed is not None:
+                self._sent[key] = packed
         if before is None or version is None or before_uid != meta.get("uid"):
             return True
         if generation is not None and before[1] is not None:
@@ -84,8 +89,8 @@ class AppliedVersions:
         # spec fields of other managers (the replicas an HPA or KEDA scales through the scale
         # subresource, which bumps the generation) are no drift of ours.
         with self._guard:
-            sent = self._sent.get(key_of(obj))
-        return sent is not None and carries(obj, sent)
+            packed = self._sent.get(key_of(obj))
+        return packed is not None and carries(obj, json.loads(zlib.decompress(packed)))
 
 
 def carries(live: Any, sent: Any) -> bool:

@@ -22,6 +22,7 @@ service then, and an operator restart must not cost a second pass over the whole
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 from collections.abc import Callable, Mapping
@@ -62,8 +63,9 @@ def service_of(body: Mapping[str, Any]) -> ServiceKey | None:
     return str(meta["namespace"]), str(labels[INSTANCE])
 
 
-def signature(body: Mapping[str, Any]) -> str:
-    """The part of a workload or pod that decides the service's status, as a comparable text."""
+def signature(body: Mapping[str, Any]) -> bytes:
+    """The part of a workload or pod that decides the service's status, as a digest (kept for
+    every workload and pod of every fleet: 16 bytes each, not the text it digests)."""
     meta, status = body.get("metadata") or {}, body.get("status") or {}
     if body.get("kind") == "Pod":
         relevant: dict[str, Any] = {
@@ -84,7 +86,8 @@ def signature(body: Mapping[str, Any]) -> str:
             "status": counts,
             "conditions": _conditions(status),
         }
-    return json.dumps(relevant, sort_keys=True, default=str)
+    text = json.dumps(relevant, sort_keys=True, default=str)
+    return hashlib.blake2b(text.encode(), digest_size=16).digest()
 
 
 def _conditions(status: Mapping[str, Any]) -> list[list[Any]]:
@@ -126,6 +129,8 @@ class StatusRefresh:
         kube = self.reconciler.kube
         # Read under the lock: a reconcile that just wrote the status must be what we compare.
         with self.locks(f"{namespace}/{name}"):
+            if key not in self.reconciler.decided:
+                return  # no finished reconcile (one being created): the handlers write it
             body = kube.get(f"{GROUP}/{VERSION}", KIND, namespace, name)
             if body is None or body["metadata"].get("deletionTimestamp"):
                 return
@@ -153,7 +158,7 @@ class Follower:
         self._refresh = refresh
         self._delay_s = delay_s
         self._pool = ThreadPoolExecutor(max(1, workers), thread_name_prefix="status-refresh")
-        self._signatures: dict[tuple[str, str, str], str] = {}
+        self._signatures: dict[tuple[str, str, str], bytes] = {}
         self._pending: dict[ServiceKey, asyncio.TimerHandle] = {}
         self._running: dict[ServiceKey, asyncio.Future[None]] = {}
         self._again: set[ServiceKey] = set()

@@ -16,6 +16,7 @@ the pass goes on.
 from __future__ import annotations
 
 import asyncio
+import copy
 import datetime
 import logging
 import random
@@ -40,6 +41,26 @@ Snapshot = Callable[[], list[Mapping[str, Any]]]
 """The services to visit now; called in the event loop (kopf updates its index there)."""
 Active = Callable[[], bool]
 """Whether kopf is active (not paused by a peer); called in a worker thread."""
+
+
+#: What the passes read of a service's metadata and status (``indexed_service``).
+INDEXED_METADATA = ("name", "namespace", "uid", "generation", "deletionTimestamp")
+INDEXED_STATUS = ("cache", "served")
+
+
+def indexed_service(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What the passes read of a service, copied for kopf's index of them: its identity, spec
+    and the status fields they compare before writing. Not the whole body: its managedFields
+    and kopf's annotations (the last-handled spec again) are most of it, kept for every
+    service the operator serves, and the resync reads the service afresh anyway."""
+    meta, status = body.get("metadata") or {}, body.get("status") or {}
+    return {
+        "apiVersion": body.get("apiVersion"),
+        "kind": body.get("kind"),
+        "metadata": {key: meta[key] for key in INDEXED_METADATA if key in meta},
+        "spec": copy.deepcopy(dict(body.get("spec") or {})),
+        "status": {key: copy.deepcopy(status[key]) for key in INDEXED_STATUS if key in status},
+    }
 
 
 def status_changes(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> dict[str, Any]:

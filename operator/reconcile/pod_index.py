@@ -22,6 +22,11 @@ REDIS_CONTAINER = "redis"
 
 #: The metadata an entry keeps.
 KEPT_METADATA = ("name", "namespace", "labels", "creationTimestamp", "deletionTimestamp")
+#: The status an entry keeps: what ``pod_problems``, ``follow`` and ``served`` read (not the
+#: host, QoS class, IP lists, images and container ids a pod's status also carries).
+KEPT_STATUS = ("phase", "reason", "message", "podIP", "startTime")
+KEPT_CONDITION = ("type", "status", "reason", "message", "lastTransitionTime")
+KEPT_CONTAINER_STATUS = ("name", "ready", "state", "lastState", "restartCount")
 
 PodKey = tuple[str | None, str | None, str | None]
 """(namespace, service, component) of a fleet pod."""
@@ -40,8 +45,20 @@ def pod_entry(body: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "metadata": {k: copy.deepcopy(metadata[k]) for k in KEPT_METADATA if k in metadata},
         "spec": {"containers": containers},
-        "status": copy.deepcopy(dict(body.get("status") or {})),
+        "status": _status(body.get("status") or {}),
     }
+
+
+def _status(status: Mapping[str, Any]) -> dict[str, Any]:
+    kept: dict[str, Any] = {k: status[k] for k in KEPT_STATUS if k in status}
+    if "conditions" in status:
+        kept["conditions"] = [{k: c[k] for k in KEPT_CONDITION if k in c}
+                              for c in status.get("conditions") or ()]  # fmt: skip
+    for key in ("initContainerStatuses", "containerStatuses"):
+        if key in status:
+            kept[key] = [{k: copy.deepcopy(c[k]) for k in KEPT_CONTAINER_STATUS if k in c}
+                         for c in status.get(key) or ()]  # fmt: skip
+    return kept
 
 
 def _container(container: Mapping[str, Any]) -> dict[str, Any]:

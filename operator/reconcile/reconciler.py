@@ -140,19 +140,23 @@ class Reconciler:
     #: Each service's last full reconcile's decisions, by (namespace, name), for ``refresh``.
     decided: dict[tuple[str, str], Decided] = field(default_factory=dict)
 
-    def reconcile(self, body: Mapping[str, Any], *, prune: bool = True) -> Outcome:
+    def reconcile(
+        self, body: Mapping[str, Any], *, prune: bool = True, new: bool = False
+    ) -> Outcome:
         """Apply, prune, configure Redis live and observe; API failures become a status.
 
         ``prune`` looks for children the spec stopped asking for (one list call per kind). The
         periodic resync passes False: only a spec change can drop a child, but a previous
         runtime ConfigMap outlives that change until no pod reads it, so every reconcile still
         prunes those (``DEFERRED_KINDS``: one ConfigMap list, and a ReplicaSet list only when
-        an old one is found).
+        an old one is found). ``new`` (the first try of kopf's create handler) prunes nothing:
+        only children owned by the service's uid are pruned, and before its first apply there
+        are none, so the list calls (one per kind, for each service created) would find nothing.
         """
         owner = Owner.from_body(body)
         self.decided.pop((owner.namespace, owner.name), None)  # only a finished one leaves one
         try:
-            return self._reconcile(body, prune=prune)
+            return self._reconcile(body, prune=prune, new=new)
         except KubeError as error:
             self.decided.pop((owner.namespace, owner.name), None)
             if error.namespace_terminating:
@@ -173,7 +177,7 @@ class Reconciler:
             status = self._status(body, conditions)
             return Outcome(status, [Event(True, "ApplyFailed", message)], retry=message)
 
-    def _reconcile(self, body: Mapping[str, Any], *, prune: bool) -> Outcome:
+    def _reconcile(self, body: Mapping[str, Any], *, prune: bool, new: bool = False) -> Outcome:
         owner = Owner.from_body(body)
         try:
             read = read_spec(body.get("spec") or {})
@@ -194,7 +198,9 @@ class Reconciler:
         pruned: list[str] = []
         deferral = self.defer_redis_restarts(owner, children)
         applied, decision = self.apply_paced(
-            owner, deferral.children, lambda paced: self._apply(owner, paced, pruned, prune=prune)
+            owner,
+            deferral.children,
+            lambda paced: self._apply(owner, paced, pruned, prune=prune, new=new),
         )
         # One event per kind of change, naming what changed (not one per child).
         written = announced(body, applied.written, applied.first_seen)
@@ -262,11 +268,20 @@ class Reconciler:
         return redis_restarts.defer_redis_restarts(self.kube, children, pods)
 
     def _apply(
-        self, owner: Owner, children: list[dict[str, Any]], pruned: list[str], *, prune: bool
+        self,
+        owner: Owner,
+        children: list[dict[str, Any]],
+        pruned: list[str],
+        *,
+        prune: bool,
+        new: bool = False,
     ) -> Applied:
         """Apply every child; with ``prune``, delete those the spec dropped (into ``pruned``;
         scalers first: KEDA refuses a ScaledObject for a Deployment another HPA scales, and two
-        scalers would fight over the count), keeping runtime ConfigMaps pods may still read."""
+        scalers would fight over the count), keeping runtime ConfigMaps pods may still read;
+        a ``new`` service has nothing to prune."""
+        if new:
+            return apply_children(self.kube, children, self.versions)
         if prune:
             pruned += prune_children(self.kube, owner, children, SCALER_KINDS)
         applied = apply_children(self.kube, children, self.versions)
