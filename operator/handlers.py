@@ -142,8 +142,7 @@ def reconcile(
     **_: Any,
 ) -> None:
     with memo.reporter.metrics.reconciling(str(reason)), memo.locks(object_key(body)):
-        new = str(reason) == "create" and retry == 0  # nothing of its uid exists yet
-        outcome = memo.reconciler.reconcile(body, new=new)
+        outcome = memo.reconciler.reconcile(body)
     events = memo.reporter.outcome(str(reason), body, outcome)
     _report(body, patch, outcome, outcome.retry_delay_s or retry_delay_s(retry), events)
 

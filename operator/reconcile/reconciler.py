@@ -140,23 +140,20 @@ class Reconciler:
     #: Each service's last full reconcile's decisions, by (namespace, name), for ``refresh``.
     decided: dict[tuple[str, str], Decided] = field(default_factory=dict)
 
-    def reconcile(
-        self, body: Mapping[str, Any], *, prune: bool = True, new: bool = False
-    ) -> Outcome:
+    def reconcile(self, body: Mapping[str, Any], *, prune: bool = True) -> Outcome:
         """Apply, prune, configure Redis live and observe; API failures become a status.
 
         ``prune`` looks for children the spec stopped asking for (one list call per kind). The
         periodic resync passes False: only a spec change can drop a child, but a previous
         runtime ConfigMap outlives that change until no pod reads it, so every reconcile still
         prunes those (``DEFERRED_KINDS``: one ConfigMap list, and a ReplicaSet list only when
-        an old one is found). ``new`` (the first try of kopf's create handler) prunes nothing:
-        only children owned by the service's uid are pruned, and before its first apply there
-        are none, so the list calls (one per kind, for each service created) would find nothing.
+        an old one is found). A service's first reconcile prunes too: an operator stopped in the
+        middle of one may have applied children that the spec, changed meanwhile, dropped.
         """
         owner = Owner.from_body(body)
         self.decided.pop((owner.namespace, owner.name), None)  # only a finished one leaves one
         try:
-            return self._reconcile(body, prune=prune, new=new)
+            return self._reconcile(body, prune=prune)
         except KubeError as error:
             self.decided.pop((owner.namespace, owner.name), None)
             if error.namespace_terminating:
@@ -177,7 +174,7 @@ class Reconciler:
             status = self._status(body, conditions)
             return Outcome(status, [Event(True, "ApplyFailed", message)], retry=message)
 
-    def _reconcile(self, body: Mapping[str, Any], *, prune: bool, new: bool = False) -> Outcome:
+    def _reconcile(self, body: Mapping[str, Any], *, prune: bool) -> Outcome:
         owner = Owner.from_body(body)
         try:
             read = read_spec(body.get("spec") or {})
@@ -200,7 +197,7 @@ class Reconciler:
         applied, decision = self.apply_paced(
             owner,
             deferral.children,
-            lambda paced: self._apply(owner, paced, pruned, prune=prune, new=new),
+            lambda paced: self._apply(owner, paced, pruned, prune=prune),
         )
         # One event per kind of change, naming what changed (not one per child).
         written = announced(body, applied.written, applied.first_seen)
@@ -274,14 +271,10 @@ class Reconciler:
         pruned: list[str],
         *,
         prune: bool,
-        new: bool = False,
     ) -> Applied:
         """Apply every child; with ``prune``, delete those the spec dropped (into ``pruned``;
         scalers first: KEDA refuses a ScaledObject for a Deployment another HPA scales, and two
-        scalers would fight over the count), keeping runtime ConfigMaps pods may still read;
-        a ``new`` service has nothing to prune."""
-        if new:
-            return apply_children(self.kube, children, self.versions)
+        scalers would fight over the count), keeping runtime ConfigMaps pods may still read."""
         if prune:
             pruned += prune_children(self.kube, owner, children, SCALER_KINDS)
         applied = apply_children(self.kube, children, self.versions)
