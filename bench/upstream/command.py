@@ -30,6 +30,7 @@ from cachefleet.bench.errors import BenchError
 from cachefleet.bench.harness import write_samples
 from cachefleet.bench.load import LoadResult, LoadSpec
 from cachefleet.bench.measure import Measurement, Target, get_json, measure, request_set
+from cachefleet.bench.triton_peer import TritonPeer
 from cachefleet.bench.upstream import fleet, plan, servers
 from cachefleet.bench.upstream.fleet import Fleet, FleetResult, Workload
 from cachefleet.bench.upstream.plan import Pins, UpstreamScenario
@@ -72,10 +73,15 @@ def run_command(args: argparse.Namespace) -> int:
             workdir = Path(
                 stack.enter_context(tempfile.TemporaryDirectory(prefix="cachefleet-up-"))
             )
-            repository = write_samples(workdir / "models", sorted({*models, fleet.MODEL}))
+            served = sorted({*models, fleet.MODEL})
+            repository = write_samples(workdir / "models", served)
             servers.token_file(workdir)
-            _side_by_side(record, models, repository, workdir, args.triton_python, log)
-            _fleets(record, repository, workdir, args.triton_python, log)
+            # Without a cache: Triton alone on misses, then the upstream of the fleet.
+            bare = servers.launch_triton(
+                stack, repository, served, args.triton_python, workdir, record.pins.triton, None
+            )
+            _side_by_side(record, models, repository, workdir, args.triton_python, bare, log)
+            _fleets(record, repository, workdir, args.triton_python, bare, log)
     except BenchError as error:
         print(f"cachefleet bench --upstream: {error}", file=sys.stderr)
         return 1
@@ -93,6 +99,7 @@ def _side_by_side(
     repository: Path,
     workdir: Path,
     python: Path | None,
+    bare: TritonPeer,
     log: Log,
 ) -> None:
     """Figures (a) and (b): each scenario on Triton alone, then through cachefleet."""
@@ -101,7 +108,6 @@ def _side_by_side(
         cached = servers.launch_triton(
             stack, repository, models, python, workdir, pins.triton, triton_peer.CACHE_BYTES
         )
-        bare = servers.launch_triton(stack, repository, models, python, workdir, pins.triton, None)
         cached.wait_ready(models)
         bare.wait_ready(models)
         hit_front = servers.start_front(
@@ -161,15 +167,19 @@ def _http_runner() -> Callable[[LoadSpec], LoadResult]:
     return (lambda spec: wrk.run(spec, 2)) if wrk.available() else pyload.run
 
 
-def _fleets(record: Record, repository: Path, workdir: Path, python: Path | None, log: Log) -> None:
-    """Figure (c): the replicas sharing Redis in front of one Triton, then as many Tritons."""
+def _fleets(
+    record: Record,
+    repository: Path,
+    workdir: Path,
+    python: Path | None,
+    upstream: TritonPeer,
+    log: Log,
+) -> None:
+    """Figure (c): the replicas sharing Redis in front of ``upstream`` (Triton without a
+    cache), then as many Tritons with a local cache each."""
     pins, count = record.pins, record.replicas
     models = [fleet.MODEL]
     with contextlib.ExitStack() as stack:
-        upstream = servers.launch_triton(
-            stack, repository, models, python, workdir, pins.triton, None
-        )
-        upstream.wait_ready(models)
         redis = processes.start_redis(workdir, pins.triton)
         if redis is None:
             raise BenchError("redis-server is not installed: no fleet figure")
