@@ -4,7 +4,9 @@ both sides of each figure back to back, and write the Markdown report.
 Processes start when their figure needs them and stop after it, so idle servers do not share
 a core with the measured ones: the two Tritons (one with its local response cache, one with no
 cache at all) and a front for each, then the fleet of replicas in front of the cacheless
-Triton, then as many Tritons with a local cache each.
+Triton (the one process kept from the first figures), then as many Tritons with a local cache
+each. A scenario or a fleet that fails becomes a line of the report that says why, and the run
+goes on.
 """
 
 from __future__ import annotations
@@ -81,7 +83,12 @@ def run_command(args: argparse.Namespace) -> int:
                 stack, repository, served, args.triton_python, workdir, record.pins.triton, None
             )
             _side_by_side(record, models, repository, workdir, args.triton_python, bare, log)
-            _fleets(record, repository, workdir, args.triton_python, bare, log)
+            try:
+                _fleets(record, repository, workdir, args.triton_python, bare, log)
+            except BenchError as error:
+                reason = str(error).splitlines()[0]
+                log(f"  fleet: failed: {reason}")
+                record.failures.append(("(c) the fleets", reason))
     except BenchError as error:
         print(f"cachefleet bench --upstream: {error}", file=sys.stderr)
         return 1
