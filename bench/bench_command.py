@@ -121,6 +121,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(densenet and simple inputs) and the fingerprint at load of the samples",
     )  # fmt: skip
     parser.add_argument(
+        "--upstream", action="store_true",
+        help="instead: cachefleet in front of real Triton (serve --upstream) against Triton "
+        "alone: hits against Triton's local cache by wrk and perf_analyzer, the miss through "
+        "the hop against Triton without a cache, and a fleet of replicas sharing Redis against "
+        "as many Tritons on a Zipf workload, written to bench/results/<date>-upstream.md "
+        "(--triton-python names the Triton venv)",
+    )  # fmt: skip
+    parser.add_argument(
         "--execution-provider", choices=("auto", "cpu", "cuda", "tensorrt"), default="auto",
         help="the server's ONNX Runtime provider in the --batching run (auto)",
     )  # fmt: skip
@@ -186,6 +194,10 @@ def run(args: argparse.Namespace) -> int:
         from cachefleet.bench import identity
 
         return identity.run_command(args)
+    if args.upstream:
+        from cachefleet.bench.upstream import command as upstream
+
+        return upstream.run_command(args)
     from cachefleet.bench import chart, harness, pinning, report, scenarios, targets
     from cachefleet.bench.errors import BenchError
 

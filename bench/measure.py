@@ -58,10 +58,19 @@ class Measurement:
     #: The server's cache admission decision per tier for the scenario's model at the end of
     #: the measured window (``admitted``, ``skipped``, ``not measured``); empty without tiers.
     admission: Mapping[str, str] = field(default_factory=dict)
+    #: CPU seconds of the target's upstream (the server it fronts) over the measured window;
+    #: None when it fronts none.
+    upstream_cpu_s: float | None = None
 
     @property
     def cpu_ms_per_request(self) -> float:
         return 1000 * self.server_cpu_s / self.load.requests if self.load.requests else 0.0
+
+    @property
+    def upstream_cpu_ms_per_request(self) -> float | None:
+        if self.upstream_cpu_s is None:
+            return None
+        return 1000 * self.upstream_cpu_s / self.load.requests if self.load.requests else 0.0
 
 
 @dataclass(frozen=True)
@@ -74,6 +83,13 @@ class Target:
     metrics_url: str = ""
     #: ``host:port`` of the server's gRPC endpoint, when it has one.
     grpc_address: str | None = None
+    #: The pid of the server it fronts (cachefleet in upstream mode), charged separately.
+    upstream_pid: int | None = None
+
+    @property
+    def pids(self) -> tuple[int, ...]:
+        """Every process that serves this target's requests (settled before each load)."""
+        return (self.pid,) if self.upstream_pid is None else (self.pid, self.upstream_pid)
 
     @property
     def metrics(self) -> str:
@@ -109,7 +125,7 @@ def measure(
     ``profile_dir``, py-spy samples the server during the measured load. ``load`` sends the
     load elsewhere than the warm-up posts (address and requests: gRPC's, for the same tensors).
     """
-    settle(target.pid)
+    settle(*target.pids)
     warm_status = warm(target.base_url, requests, scenario) if scenario.hit_ratio > 0 else "-"
 
     address, load_requests = load or (target.base_url, requests)
@@ -119,25 +135,28 @@ def measure(
             address, load_requests, conns, seconds, scenario.hit_ratio, new_nonce(), client_cpus
         )
 
-    settle(target.pid)
+    settle(*target.pids)
     if warmup_s > 0:
         run_load(spec(warmup_s))
-        settle(target.pid)
+        settle(*target.pids)
     counters_before = server_metrics.read(target.metrics, scenario.model)
     sampler = None
     if profile_dir is not None and profiling.executable():
         raw = profile_dir / f"{uuid.uuid4().hex}.txt"
         sampler = profiling.start(target.pid, duration_s, raw, client_cpus)
+    upstream = target.upstream_pid
     cpu_before = cpu_seconds(target.pid)
+    upstream_before = cpu_seconds(upstream) if upstream is not None else 0.0
     result = run_load(spec(duration_s))
     cpu_after = cpu_seconds(target.pid)
+    upstream_after = cpu_seconds(upstream) if upstream is not None else 0.0
     profile = _finish(sampler, raw) if sampler is not None else {}
     counters = server_metrics.read(target.metrics, scenario.model).minus(counters_before)
     # Under 8 connections a p50 is mostly queueing (8 x the service time); one connection
     # shows what a single hit costs, which is what "a Redis hit vs a local hit" asks.
     single = None
     if probe_s > 0 and scenario.group == "hits":
-        settle(target.pid)
+        settle(*target.pids)
         single = run_load(spec(probe_s, 1))
     return Measurement(
         scenario=scenario,
@@ -150,6 +169,7 @@ def measure(
         single_connection_p50_ms=single.p50_ms if single else None,
         profile=profile,
         admission=admission(scenario, counters.admission),
+        upstream_cpu_s=upstream_after - upstream_before if upstream is not None else None,
     )
 
 

@@ -11,7 +11,7 @@ import http.client
 import multiprocessing
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -67,6 +67,12 @@ def _percentile(sorted_values: list[float], percent: float) -> float:
 
 def _send(spec: LoadSpec, sender: int, start_at: float) -> SenderReport:
     """One sender: wait for the common start, then post until the duration is over."""
+    return send_bodies(spec, bodies(spec, sender), start_at)
+
+
+def send_bodies(spec: LoadSpec, sequence: Iterable[bytes], start_at: float) -> SenderReport:
+    """Post ``sequence`` in order on one connection from the common start, until it ends or
+    the duration is over (a sender of a fixed workload ends with its sequence)."""
     if spec.cpus:
         os.sched_setaffinity(0, {int(cpu) for cpu in spec.cpus.split(",")})
     parts = urlsplit(spec.base_url)
@@ -77,7 +83,7 @@ def _send(spec: LoadSpec, sender: int, start_at: float) -> SenderReport:
     time.sleep(max(0.0, start_at - time.time()))
     began = time.perf_counter()
     deadline = began + spec.duration_s
-    for body in bodies(spec, sender):
+    for body in sequence:
         if time.perf_counter() >= deadline:
             break
         sent = time.perf_counter()

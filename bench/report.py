@@ -48,8 +48,7 @@ def render(record: RunRecord, command: str) -> str:
         "",
         f"Command: `{command}`",
         "",
-        f"- Machine: {_cpu_model()}, {len(_cpus())} CPUs, Python {platform.python_version()}, "
-        f"onnxruntime {_version('onnxruntime')}",
+        f"- {machine_line()}",
         f"- Load: {record.generator_name}, {options.duration_s:g} s per scenario after a "
         f"{options.warmup_s:g} s unmeasured warm-up; hits cycle through 16 warmed inputs, "
         "misses are unique inputs",
@@ -384,6 +383,14 @@ def _row(measurement: Measurement) -> str:
         ", ".join(f"{tier} {state}" for tier, state in measurement.admission.items()) or "-",
     ]  # fmt: skip
     return "| " + " | ".join(cells) + " |"
+
+
+def machine_line() -> str:
+    """What the machine is, for a report's conditions: CPU model and count, Python, onnxruntime."""
+    return (
+        f"Machine: {_cpu_model()}, {len(_cpus())} CPUs, Python {platform.python_version()}, "
+        f"onnxruntime {_version('onnxruntime')}"
+    )
 
 
 def _cpu_model() -> str:

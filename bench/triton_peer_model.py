@@ -43,8 +43,9 @@ def read_config(folder: Path) -> tuple[int, list[tuple[str, str, tuple[int, ...]
     return (int(batch.group(1)) if batch else 0), inputs, outputs
 
 
-def bind(triton: Any, folder: Path, intra_op_threads: int) -> None:
-    """Bind one sample model, served by an ONNX Runtime session, with the response cache on."""
+def bind(triton: Any, folder: Path, intra_op_threads: int, response_cache: bool = True) -> None:
+    """Bind one sample model, served by an ONNX Runtime session, with the response cache on
+    (off with ``response_cache=False``: Triton without a cache, a miss-path baseline)."""
     import numpy as np
     import onnxruntime
     from pytriton.model_config import ModelConfig, Tensor
@@ -81,7 +82,7 @@ def bind(triton: Any, folder: Path, intra_op_threads: int) -> None:
         config=ModelConfig(
             batching=max_batch_size > 0,
             max_batch_size=max(max_batch_size, 1),
-            response_cache=True,
+            response_cache=response_cache,
         ),
         strict=False,
     )
@@ -95,6 +96,8 @@ def main() -> None:
     parser.add_argument("--grpc-port", type=int, required=True)
     parser.add_argument("--metrics-port", type=int, required=True)
     parser.add_argument("--cache-bytes", type=int, default=256 * 2**20)
+    # No response cache at all (the server's and every model's): Triton alone as a baseline.
+    parser.add_argument("--no-cache", action="store_true")
     parser.add_argument("--intra-op-threads", type=int, default=1)
     # The token of PyTriton's restricted endpoints (read from this file), for a client that
     # needs them (cachefleet in front of the peer reads its repository index); else a random one.
@@ -110,7 +113,7 @@ def main() -> None:
         grpc_port=args.grpc_port,
         metrics_address="127.0.0.1",
         metrics_port=args.metrics_port,
-        cache_config=[f"local,size={args.cache_bytes}"],
+        cache_config=None if args.no_cache else [f"local,size={args.cache_bytes}"],
         log_verbose=0,
     )
     # PyTriton puts some endpoints behind a token of its own; perf_analyzer reads the statistics
@@ -122,7 +125,7 @@ def main() -> None:
     )
     with Triton(config=config, security_config=security) as triton:
         for model in args.models:
-            bind(triton, args.repository / model, args.intra_op_threads)
+            bind(triton, args.repository / model, args.intra_op_threads, not args.no_cache)
         triton.serve()
 
 
