@@ -30,8 +30,6 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import orjson
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
@@ -39,68 +37,20 @@ from cachefleet.runtime.config.flags import load_settings
 from cachefleet.runtime.http.uvicorn_protocol import GuardedHttpToolsProtocol
 from cachefleet.runtime.samples.repository import write_samples
 from cachefleet.runtime.server import create_server
+from harness.recording_transport import RecordingTransport
+from harness.simple_wire import HEAD, simple_body
 
 MODES = ("none", "local")
-_HEAD = orjson.dumps(
-    {
-        "inputs": [
-            {"name": name, "shape": [1, 16], "datatype": "INT32",
-             "parameters": {"binary_data_size": 64}}
-            for name in ("INPUT0", "INPUT1")
-        ],
-        "outputs": [
-            {"name": name, "parameters": {"binary_data": True}} for name in ("OUTPUT0", "OUTPUT1")
-        ],
-    }
-)  # fmt: skip
-_ONES = np.ones(16, dtype=np.int32).tobytes()
-
-
-class RecordingTransport(asyncio.Transport):
-    """Takes every write at once (the client reads everything), keeping the last ones."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.writes: list[bytes] = []
-        self.closing = False
-
-    def write(self, data: Any) -> None:
-        if len(self.writes) > 64:
-            del self.writes[:32]
-        self.writes.append(bytes(data))
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
-        pass
-
-    def is_closing(self) -> bool:
-        return self.closing
-
-    def close(self) -> None:
-        self.closing = True
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return {"sockname": ("127.0.0.1", 8000), "peername": ("127.0.0.1", 50000)}.get(
-            name, default
-        )
 
 
 def request_bytes(seed: int) -> bytes:
     """``simple``'s request on the wire, INPUT0 filled with ``seed``."""
-    body = _HEAD + np.full(16, seed, dtype=np.int32).tobytes() + _ONES
+    body = simple_body(seed)
     return (
         b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: bench\r\n"
         b"Content-Type: application/octet-stream\r\n"
         b"Inference-Header-Content-Length: %d\r\nContent-Length: %d\r\n\r\n%s"
-        % (len(_HEAD), len(body), body)
+        % (len(HEAD), len(body), body)
     )
 
 
@@ -116,7 +66,7 @@ class Connection:
         config.load()
         self.state = ServerState()
         self.protocol = GuardedHttpToolsProtocol(config, self.state, {})
-        self.transport = RecordingTransport()
+        self.transport = RecordingTransport(keep=32)
         self.protocol.connection_made(self.transport)
 
     async def serve(self, request: bytes) -> None:

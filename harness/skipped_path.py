@@ -26,9 +26,6 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import orjson
-
 from cachefleet.runtime.cache.api import CacheAnswer, CacheDirectives, CacheRequest
 from cachefleet.runtime.cache.read_through import ReadThroughCache
 from cachefleet.runtime.composition import Runtime, RuntimeSlot
@@ -36,21 +33,9 @@ from cachefleet.runtime.config.flags import load_settings
 from cachefleet.runtime.http.app import create_app
 from cachefleet.runtime.samples.repository import write_samples
 from harness.cache_micro import redis_server
+from harness.simple_wire import HEAD, simple_body
 
 MODES = ("none", "local", "redis", "tiered")
-_HEAD = orjson.dumps(
-    {
-        "inputs": [
-            {"name": name, "shape": [1, 16], "datatype": "INT32",
-             "parameters": {"binary_data_size": 64}}
-            for name in ("INPUT0", "INPUT1")
-        ],
-        "outputs": [
-            {"name": name, "parameters": {"binary_data": True}} for name in ("OUTPUT0", "OUTPUT1")
-        ],
-    }
-)  # fmt: skip
-_ONES = np.ones(16, dtype=np.int32).tobytes()
 
 
 class CacheTimes:
@@ -101,13 +86,13 @@ def requests() -> Iterator[bytes]:
     seed = 0
     while True:
         seed += 1
-        yield _HEAD + np.full(16, seed, dtype=np.int32).tobytes() + _ONES
+        yield simple_body(seed)
 
 
 async def serve_one(app: Any, body: bytes) -> None:
     headers = [
         (b"content-length", b"%d" % len(body)),
-        (b"inference-header-content-length", b"%d" % len(_HEAD)),
+        (b"inference-header-content-length", b"%d" % len(HEAD)),
     ]
     scope = {"type": "http", "method": "POST", "path": "/v2/models/simple/infer",
              "headers": headers, "query_string": b"", "root_path": ""}  # fmt: skip

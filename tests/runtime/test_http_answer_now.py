@@ -8,7 +8,6 @@ miss go to uvicorn as before, in order; the answer's bytes stay charged until wr
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -22,42 +21,7 @@ from uvicorn.server import ServerState
 
 from cachefleet.runtime.http.infer_front import InferFront
 from cachefleet.runtime.http.uvicorn_protocol import GuardedHttpToolsProtocol
-
-
-class RecordingTransport(asyncio.Transport):
-    """Takes every write at once, unless told that the client reads nothing (``backlog``)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.writes: list[bytes] = []
-        self.backlog = 0
-        self.closing = False
-
-    def write(self, data: Any) -> None:
-        self.writes.append(bytes(data))
-
-    def get_write_buffer_size(self) -> int:
-        return self.backlog
-
-    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
-        pass
-
-    def is_closing(self) -> bool:
-        return self.closing
-
-    def close(self) -> None:
-        self.closing = True
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return {"sockname": ("127.0.0.1", 8000), "peername": ("127.0.0.1", 50000)}.get(
-            name, default
-        )
+from harness.recording_transport import RecordingTransport
 
 
 def _request(seed: int) -> bytes:
