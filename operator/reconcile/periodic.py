@@ -53,12 +53,16 @@ def indexed_service(body: Mapping[str, Any]) -> dict[str, Any]:
     and the status fields they compare before writing. Not the whole body: its managedFields
     and kopf's annotations (the last-handled spec again) are most of it, kept for every
     service the operator serves, and the resync reads the service afresh anyway."""
-    meta, status = body.get("metadata") or {}, body.get("status") or {}
+    meta, status = body.get("metadata") or {}, body.get("status")
+    if not isinstance(status, Mapping):
+        status = {}
     return {
         "apiVersion": body.get("apiVersion"),
         "kind": body.get("kind"),
         "metadata": {key: meta[key] for key in INDEXED_METADATA if key in meta},
-        "spec": copy.deepcopy(dict(body.get("spec") or {})),
+        # As the user wrote it, whatever it is: a spec that is no object is the reconcile's to
+        # refuse (InvalidSpec), not the index's to fail on.
+        "spec": copy.deepcopy(body.get("spec")),
         "status": {key: copy.deepcopy(status[key]) for key in INDEXED_STATUS if key in status},
     }
 
