@@ -12,6 +12,7 @@ kernel if its starter dies without cleaning up (killed by SIGKILL or a CI timeou
 from __future__ import annotations
 
 import contextlib
+import http.client
 import os
 import shutil
 import signal
@@ -133,13 +134,16 @@ class ManagedProcess:
 
 
 def http_ok(url: str) -> Callable[[], bool]:
-    """A readiness probe: ``GET url`` answers 200."""
+    """A readiness probe: ``GET url`` answers 200. Whatever else answers is not ready yet,
+    garbage included: until the server binds, its free-picked port may be another process's
+    (a gRPC or Redis server answers bytes that are no HTTP status line), and then the server
+    exits with its port taken, which the caller sees and retries on fresh ports."""
 
     def probe() -> bool:
         try:
             with urllib.request.urlopen(url, timeout=1) as response:
                 return bool(response.status == 200)
-        except (urllib.error.URLError, OSError):
+        except (urllib.error.URLError, http.client.HTTPException, OSError):
             return False
 
     return probe

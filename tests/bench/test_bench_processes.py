@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -18,6 +19,7 @@ from support.processes import ManagedProcess, ServerProcess
 from support.waiting import wait_for
 
 from cachefleet.bench.errors import BenchError
+from cachefleet.bench.processes import http_ok
 
 #: A ``--workers 2`` server on ``simple`` alone: its uvicorn supervisor and two worker processes.
 WORKERS = ["--model-control-mode", "explicit", "--load-model", "simple", "--workers", "2"]
@@ -142,3 +144,23 @@ def test_a_killed_test_run_leaves_no_server_process(model_repository: Path, tmp_
         kill_group(pid)
         starter.kill()
         starter.wait(30)
+
+
+def test_a_port_answering_no_http_is_not_ready_and_not_an_error() -> None:
+    """Until a server binds, its port may be another process's: a gRPC or Redis server answers
+    bytes with no HTTP status line. The readiness probe reads that as not ready (the server then
+    exits with its port taken, and its start retries on fresh ports), never as a failed test."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def answer_garbage() -> None:
+        with listener:
+            connection, _ = listener.accept()
+            with connection:
+                connection.recv(1024)
+                connection.sendall(b"\x00\x00\x12\x04\x00\x00\x00\x00\x00\x00\x04\x00@\x00\x00\r\n")
+
+    thread = threading.Thread(target=answer_garbage, daemon=True)
+    thread.start()
+    assert http_ok(f"http://127.0.0.1:{port}/v2/health/ready")() is False
+    thread.join(timeout=30)
