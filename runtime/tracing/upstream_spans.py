@@ -15,7 +15,7 @@ context variables.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -44,11 +44,13 @@ class UpstreamCall:
 
 @contextmanager
 def upstream_call(
-    name: str, attributes: Mapping[str, AttributeValue]
+    name: str, attributes: Callable[[], Mapping[str, AttributeValue]]
 ) -> Iterator[UpstreamCall | None]:
     """A ``CLIENT`` span named ``name`` for the call made inside the block, or None when no
-    traced request is served. An error leaving the block ends the span in status ERROR with its
-    message and ``error.type`` (its HTTP status, or the exception's class)."""
+    traced request is served. ``attributes`` makes the span's attributes, called only when
+    there is a span: an untraced miss builds nothing. An error leaving the block ends the span
+    in status ERROR with its message and ``error.type`` (its HTTP status, or the exception's
+    class)."""
     requests = served()
     if not requests:
         yield None
@@ -58,7 +60,7 @@ def upstream_call(
         name,
         context=trace.set_span_in_context(oldest.span),
         kind=SpanKind.CLIENT,
-        attributes=attributes,
+        attributes=attributes(),
         links=[Link(request.span.get_span_context()) for request in requests[1:]],
     )
     try:

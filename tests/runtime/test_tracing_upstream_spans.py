@@ -54,7 +54,7 @@ class CallingModel:
         event = self.held.get(int(values[0, 0]))
         if event is not None:
             event.wait(30)
-        with upstream_call("ModelInfer", {"cachefleet.model.name": "calling"}) as call:
+        with upstream_call("ModelInfer", lambda: {"cachefleet.model.name": "calling"}) as call:
             self.sent.append(None if call is None else call.headers)
             if self.fail:
                 raise NotReadyError("upstream 127.0.0.1:1 did not answer within 3 s")

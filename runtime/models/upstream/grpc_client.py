@@ -61,6 +61,7 @@ _HTTP_STATUS = {
 _UNREACHED = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 #: ``inference.GRPCInferenceService``, as the client span names the call.
 _SERVICE = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
+_INFER_SPAN = f"{_SERVICE}/ModelInfer"
 #: Messages are bounded by the server's own body limits; 2 GiB is gRPC's own ceiling.
 _MAX_MESSAGE_BYTES = 2**31 - 1
 
@@ -150,8 +151,11 @@ class GrpcUpstreamClient:
         for tensor in inputs:
             request.inputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
             request.raw_input_contents.append(tensor.data)
-        attributes = {**self._span_attributes, names.MODEL_NAME: name, names.MODEL_VERSION: version}
-        with upstream_call(f"{_SERVICE}/ModelInfer", attributes) as traced:
+
+        def attributes() -> dict[str, str | int]:
+            return {**self._span_attributes, names.MODEL_NAME: name, names.MODEL_VERSION: version}
+
+        with upstream_call(_INFER_SPAN, attributes) as traced:
             answer = self._call(
                 "ModelInfer", request, timeout_s=self._infer_timeout_s, traced=traced
             )

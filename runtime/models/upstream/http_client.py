@@ -18,6 +18,7 @@ import json
 import ssl
 import threading
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 from urllib.parse import quote
 
@@ -133,7 +134,8 @@ class HttpUpstreamClient:
         body = b"".join([header, *(tensor.data for tensor in inputs)])
         extra = {"Content-Type": "application/octet-stream", _HEADER_LENGTH: str(len(header))}
         path = f"{_model_path(name, version)}/infer"
-        with upstream_call("POST", self._span_attributes(path, name, version)) as traced:
+        attributes = partial(self._span_attributes, path, name, version)
+        with upstream_call("POST", attributes) as traced:
             _, headers, answer = self._call(
                 "POST", path, body, extra, timeout_s=self._infer_timeout_s, traced=traced
             )
