@@ -195,9 +195,7 @@ class Reconciler:
         pruned: list[str] = []
         deferral = self.defer_redis_restarts(owner, children)
         applied, decision = self.apply_paced(
-            owner,
-            deferral.children,
-            lambda paced: self._apply(owner, paced, pruned, prune=prune),
+            owner, deferral.children, lambda paced: self._apply(owner, paced, pruned, prune=prune)
         )
         # One event per kind of change, naming what changed (not one per child).
         written = announced(body, applied.written, applied.first_seen)
@@ -265,12 +263,7 @@ class Reconciler:
         return redis_restarts.defer_redis_restarts(self.kube, children, pods)
 
     def _apply(
-        self,
-        owner: Owner,
-        children: list[dict[str, Any]],
-        pruned: list[str],
-        *,
-        prune: bool,
+        self, owner: Owner, children: list[dict[str, Any]], pruned: list[str], *, prune: bool
     ) -> Applied:
         """Apply every child; with ``prune``, delete those the spec dropped (into ``pruned``;
         scalers first: KEDA refuses a ScaledObject for a Deployment another HPA scales, and two

@@ -94,8 +94,9 @@ async def test_row_lookups_are_counted_in_tritons_cache_counters() -> None:
     assert metric(metrics, "cachefleet_cache_row_hits_total", tier="local", **labels) == 3
 
 
-async def test_rows_skip_a_tier_that_admission_skips_for_the_model() -> None:
-    """A model whose local tier costs more than it saves keeps its rows out of it too."""
+def local_tier_skipped() -> tuple[AdmissionPolicy, RuntimeMetrics, ReadThroughCache]:
+    """A local cache whose admission skips the tier for ``simple`` (its lookups judged dearer
+    than any probe budget), with the admission and the metrics it reports to."""
     admission = AdmissionPolicy("auto", ("local",))
     judged = admission.of("simple", "1").tier("local")
     judged.admitted = False
@@ -103,6 +104,12 @@ async def test_rows_skip_a_tier_that_admission_skips_for_the_model() -> None:
     metrics = RuntimeMetrics()
     cache = build_cache(settings("local"), metrics, admission)
     assert isinstance(cache, ReadThroughCache)
+    return admission, metrics, cache
+
+
+async def test_rows_skip_a_tier_that_admission_skips_for_the_model() -> None:
+    """A model whose local tier costs more than it saves keeps its rows out of it too."""
+    admission, _, cache = local_tier_skipped()
     model = admission.of("simple", "1")
     rows = [req for req in rows_of(64) if not model.in_sample(req.inputs, never_keyed)][:4]
     for _ in range(2):
@@ -148,13 +155,7 @@ class Batches:
 async def test_a_batchs_rows_are_sampled_with_the_batch_not_with_its_first_row() -> None:
     """A skipped tier's content sample is drawn once, on the batched request: a batch outside
     it keeps its rows out of the tier, though its first row, asked for alone, is in it."""
-    admission = AdmissionPolicy("auto", ("local",))
-    judged = admission.of("simple", "1").tier("local")
-    judged.admitted = False
-    judged.lookup_s.add(1.0)  # a lookup dearer than any probe budget
-    metrics = RuntimeMetrics()
-    cache = build_cache(settings("local"), metrics, admission)
-    assert isinstance(cache, ReadThroughCache)
+    admission, metrics, cache = local_tier_skipped()
     model, batches = admission.of("simple", "1"), Batches(cache)
     first = next(
         value
