@@ -8,55 +8,22 @@ sends are checked here, and the Deployment they carry against the real Kubernete
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import json
-from typing import Any
 
 import pytest
 from support.kube.cluster import Cluster
 from support.kube.fixtures import CIS_PATH, NS, Api, cis, must, service
+from support.kube.resync import b64, pod_annotations, resync
 from support.kube.validation import validate_child
 
 from cachefleet.operator.manifests.meta import TEMPLATE_HASH_ANNOTATION
 from cachefleet.operator.manifests.tls import TLS_HASH_ANNOTATION
-from cachefleet.operator.reconcile.kube import Kube
-from cachefleet.operator.reconcile.locks import KeyedLocks
-from cachefleet.operator.reconcile.periodic import Periodic
-from cachefleet.operator.reconcile.reconciler import Reconciler
-from cachefleet.operator.reconcile.settings import OperatorSettings
 
 pytest_plugins = ("support.kube.fixtures",)  # cluster, api
 pytestmark = pytest.mark.timeout(120)
 
 SECRETS = f"/api/v1/namespaces/{NS}/secrets"
 LOCAL_ONLY = {"mode": "local"}
-
-
-def periodic() -> Periodic:
-    import kubernetes
-
-    kubernetes.config.load_kube_config()  # type: ignore[no-untyped-call]
-    return Periodic(Reconciler(Kube(), OperatorSettings()), KeyedLocks())
-
-
-def b64(text: str) -> str:
-    return base64.b64encode(text.encode()).decode()
-
-
-def last_deployment_apply(cluster: Cluster, name: str) -> dict[str, Any]:
-    path = f"/apis/apps/v1/namespaces/{NS}/deployments/{name}"
-    [last] = [r for r in cluster["patch"] if r.url.path == path and "fieldManager" in r.params][-1:]
-    return dict(last.data)
-
-
-def pod_annotations(deployment: dict[str, Any]) -> dict[str, str]:
-    return dict(deployment["spec"]["template"]["metadata"]["annotations"])
-
-
-async def resync(name: str, cluster: Cluster) -> dict[str, Any]:
-    await asyncio.to_thread(periodic().resync, must(cis(cluster, name)))
-    return last_deployment_apply(cluster, name)
 
 
 async def test_a_renewed_certificate_rolls_the_runtime_and_nothing_else_about_the_secret_does(

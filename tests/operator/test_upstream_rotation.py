@@ -10,23 +10,17 @@ ConfigMap does not, and the value itself is in no request but the test's own.
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import json
 from typing import Any
 
 import pytest
 from support.kube.cluster import Cluster
-from support.kube.fixtures import CIS_PATH, NS, Api, cis, must, service
+from support.kube.fixtures import CIS_PATH, NS, Api, service
+from support.kube.resync import b64, pod_annotations, resync
 from support.kube.validation import validate_child
 
 from cachefleet.operator.manifests.meta import TEMPLATE_HASH_ANNOTATION
 from cachefleet.operator.manifests.upstream import UPSTREAM_HASH_ANNOTATION
-from cachefleet.operator.reconcile.kube import Kube
-from cachefleet.operator.reconcile.locks import KeyedLocks
-from cachefleet.operator.reconcile.periodic import Periodic
-from cachefleet.operator.reconcile.reconciler import Reconciler
-from cachefleet.operator.reconcile.settings import OperatorSettings
 
 pytest_plugins = ("support.kube.fixtures",)  # cluster, api
 pytestmark = pytest.mark.timeout(120)
@@ -39,40 +33,14 @@ CA_ONE = "-----BEGIN CERTIFICATE-----\nca one\n-----END CERTIFICATE-----\n"
 CA_TWO = "-----BEGIN CERTIFICATE-----\nca two\n-----END CERTIFICATE-----\n"
 
 
-def periodic() -> Periodic:
-    import kubernetes
-
-    kubernetes.config.load_kube_config()  # type: ignore[no-untyped-call]
-    return Periodic(Reconciler(Kube(), OperatorSettings()), KeyedLocks())
-
-
-def b64(text: str) -> str:
-    return base64.b64encode(text.encode()).decode()
-
-
 def external(name: str, **server: Any) -> dict[str, Any]:
     body = service(name, cache={"mode": "local"}, model={"name": "densenet_onnx"})
     body["spec"]["server"] = {"kind": "external", "url": "grpcs://triton.ml.svc:8001", **server}
     return body
 
 
-def last_deployment_apply(cluster: Cluster, name: str) -> dict[str, Any]:
-    path = f"/apis/apps/v1/namespaces/{NS}/deployments/{name}"
-    [last] = [r for r in cluster["patch"] if r.url.path == path and "fieldManager" in r.params][-1:]
-    return dict(last.data)
-
-
-def pod_annotations(deployment: dict[str, Any]) -> dict[str, str]:
-    return dict(deployment["spec"]["template"]["metadata"]["annotations"])
-
-
 def template_hash(deployment: dict[str, Any]) -> str:
     return str(deployment["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION])
-
-
-async def resync(name: str, cluster: Cluster) -> dict[str, Any]:
-    await asyncio.to_thread(periodic().resync, must(cis(cluster, name)))
-    return last_deployment_apply(cluster, name)
 
 
 def operator_writes(cluster: Cluster) -> str:
