@@ -67,7 +67,8 @@ class InferFront:
         ASGI path does not describe it again."""
         if transfer_coding_refusal(headers) is not None:
             return False, None
-        return True, self.heads({"type": "http", "method": "POST", "path": path, "headers": headers})
+        scope = {"type": "http", "method": "POST", "path": path, "headers": headers}
+        return True, self.heads(scope)
 
     @staticmethod
     def may_answer_now(head: InferHead) -> bool:
