@@ -113,6 +113,7 @@ def _redis(parts: TierParts) -> Built:
         keys=keys,
         mac=None if secret is None else EntryMac(secret.get_secret_value()),
         wall_clock=parts.wall_clock,
+        name="redis",
     )
 
     def listen(on_flush: Callable[[str], None]) -> InvalidationListener:

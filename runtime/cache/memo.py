@@ -1,15 +1,16 @@
 """The answer memo: the cache tier in front of the others, holding rendered answers by the raw
 request bytes they answer.
 
-Why it is a tier: like the local tier it maps a key to an answer, is bounded by bytes and
-evicts the least recently used, and it implements the same interface (``tier.Tier``: lookup,
-insert, delete, flush, figures), so the cache's flush empties it with the other tiers and its
-figures are exported with theirs (``tier_metrics``); it is also forgotten when a model is
-unloaded or loaded again. Unlike the other tiers it keeps answers as a transport sent them
-(bytes the transport rendered), so a byte-identical repeat skips decoding, the cache key and
-rendering. It knows no transport: the service layer serves it (``service.memo_answers``), and
-a transport only frames its request (a *scope*: its domain and whatever besides the body shapes
-the answer, as bytes) and hands over the body.
+Why it is kept like a tier: like the local tier it maps a key to an answer, is bounded by bytes
+and evicts the least recently used, and it is ``tier.Kept`` (flush, figures), so the cache's
+flush empties it with the other tiers and its figures are exported with theirs
+(``tier_metrics``); it is also forgotten when a model is unloaded or loaded again. It is not a
+``tier.Tier``: its key is the request's bytes, not the cache key, so no tier walk reads it.
+Unlike the tiers it keeps answers as a transport sent them (bytes the transport rendered), so a
+byte-identical repeat skips decoding, the cache key and rendering. It knows no transport: the
+service layer serves it (``service.memo_answers``), and a transport only frames its request (a
+*scope*: its domain and whatever besides the body shapes the answer, as bytes) and hands over
+the body.
 
 Why it is safe:
 

@@ -40,7 +40,7 @@ class ModelCacheMetrics:
 class CacheMetrics:
     """Binds and remembers :class:`ModelCacheMetrics` per model version."""
 
-    def __init__(self, metrics: RuntimeMetrics, tiers: Sequence[str] = ("local", "redis")) -> None:
+    def __init__(self, metrics: RuntimeMetrics, tiers: Sequence[str]) -> None:
         """``tiers``: the names of the tiers whose children are bound (those the cache has)."""
         self.metrics = metrics
         self.tiers = tuple(tiers)

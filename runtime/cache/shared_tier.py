@@ -68,7 +68,7 @@ class SharedTier:
         keys: KeySpace | None = None,
         mac: EntryMac | None = None,
         wall_clock: Callable[[], float] = time.time,
-        name: str = "redis",
+        name: str,
     ) -> None:
         """``name``: the tier's name (its ``hit-<name>``, its metrics' ``tier`` label);
         ``keys``: the fleet's namespace; ``mac``: seals and checks entries (the fleet's

@@ -57,24 +57,33 @@ class InferFront:
         #: made for the request (None when tracing, which must see every answer).
         self.answer_now = answer_now
 
-    def held_head(self, path: str, headers: list[tuple[bytes, bytes]]) -> InferHead | None:
-        """The head of a ``POST`` to ``path`` with ``headers`` when :meth:`__call__` would
-        hand it to ``serve`` and the memo may answer it as it is (no body to inflate, no answer
-        to compress): what the HTTP protocol may ask ``answer_now`` about, and hands on with
-        the request when it does not answer it (``infer_request.HEAD``). None otherwise."""
+    def describe(
+        self, path: str, headers: list[tuple[bytes, bytes]]
+    ) -> tuple[bool, InferHead | None]:
+        """What :meth:`__call__` makes of a ``POST`` to ``path`` with ``headers``: whether it
+        passes the transfer-coding check (False: the ASGI path refuses it, so nothing is handed
+        on), and its head (None: not an infer request). The HTTP protocol describes a request
+        it may hold with this and hands the result on with it (``infer_request.HEAD``), so the
+        ASGI path does not describe it again."""
         if transfer_coding_refusal(headers) is not None:
-            return None
-        head = self.heads({"type": "http", "method": "POST", "path": path, "headers": headers})
-        if head is None or not head.memo or head.encoding is not None or head.accept is not None:
-            return None
-        return head
+            return False, None
+        scope = {"type": "http", "method": "POST", "path": path, "headers": headers}
+        return True, self.heads(scope)
+
+    @staticmethod
+    def may_answer_now(head: InferHead) -> bool:
+        """Whether the memo may answer ``head``'s request as it is (no body to inflate, no
+        answer to compress): what the HTTP protocol may ask ``answer_now`` about."""
+        return head.memo and head.encoding is None and head.accept is None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             extensions = scope.get("extensions")
-            # Described already by the HTTP protocol, from these very headers (``held_head``).
-            head = None if extensions is None else extensions.get(HEAD)
-            if head is None:
+            if extensions is not None and HEAD in extensions:
+                # Described already by the HTTP protocol, from these very headers (``describe``;
+                # None: no infer request).
+                head = extensions[HEAD]
+            else:
                 refusal = transfer_coding_refusal(scope["headers"])
                 if refusal is not None:
                     await refuse_request(send, scope["method"], scope["path"], refusal)

@@ -24,8 +24,8 @@ from cachefleet.runtime.http.restricted import ApiGuard
 from cachefleet.runtime.protocol.cache_control import directives_from
 from cachefleet.runtime.service.memo_answers import MemoAnswers, MemoKey
 
-#: ``scope["extensions"][HEAD]``: the request's :class:`InferHead`, when the HTTP protocol has
-#: described it already (see the module).
+#: ``scope["extensions"][HEAD]``: the request's :class:`InferHead` when the HTTP protocol has
+#: described it already (see the module), None there when it found no infer request in it.
 HEAD = "cachefleet.infer_head"
 _PREFIX = "/v2/models/"
 _SUFFIX = "/infer"

@@ -360,6 +360,9 @@ class GuardedHttpToolsProtocol(ConnectionGuard, HttpToolsProtocol):
     #: The request held back from uvicorn, and its body so far.
     _held: InferHead | None = None
     _held_body: list[bytes] | None = None
+    #: The head just described by :meth:`_hold` (None in it: no infer request), handed on
+    #: with the request when it is not held; None: not described.
+    _described: tuple[InferHead | None] | None = None
 
     def connection_made(self, transport: Any) -> None:  # asyncio.Transport, typed as uvicorn's
         super().connection_made(transport)
@@ -380,11 +383,12 @@ class GuardedHttpToolsProtocol(ConnectionGuard, HttpToolsProtocol):
             self._counted_at = self.loop.time()
 
     def on_headers_complete(self) -> None:
+        self._described = None
         if self._answer_now is not None and self._hold():
             self._body_phase()
             return
         HttpToolsProtocol.on_headers_complete(self)
-        self._head_handed()
+        self._head_handed(self._described)
 
     def on_body(self, body: bytes) -> None:
         held = self._held_body
@@ -407,18 +411,19 @@ class GuardedHttpToolsProtocol(ConnectionGuard, HttpToolsProtocol):
             # The next head's bytes count from here (within this chunk's end).
             self._head_bytes_from = self._received
 
-    def _head_handed(self, head: InferHead | None = None) -> None:
-        """uvicorn has made a cycle for the head (or not, for an upgrade); ``head``: the
-        request as the infer front described it when it was held (the front reads it from the
-        scope instead of describing the request again: ``infer_request.HEAD``)."""
+    def _head_handed(self, described: tuple[InferHead | None] | None) -> None:
+        """uvicorn has made a cycle for the head (or not, for an upgrade); ``described``: the
+        request's head as the infer front described it here (None in it: no infer request),
+        which the front reads from the scope instead of describing the request again
+        (``infer_request.HEAD``); None: not described here."""
         cycle = self.cycle
         if cycle is None or cycle is self._body_cycle:
             return  # no new request (an upgrade)
         # uvicorn's scope has no extensions of its own.
-        if head is None:
+        if described is None:
             cycle.scope["extensions"] = {WRITTEN: self._written}
         else:
-            cycle.scope["extensions"] = {WRITTEN: self._written, HEAD: head}
+            cycle.scope["extensions"] = {WRITTEN: self._written, HEAD: described[0]}
         self._body_cycle = cycle
         self._body_phase()
 
@@ -445,9 +450,18 @@ class GuardedHttpToolsProtocol(ConnectionGuard, HttpToolsProtocol):
         path = httptools.parse_url(self.url).path.decode("ascii")
         if "%" in path:
             return False  # uvicorn unquotes it: leave it to uvicorn
-        assert self._front is not None
-        head = self._front.held_head(path, self.headers)
-        if head is None or head.declared is None or head.declared > ANSWER_NOW_BYTES:
+        front = self._front
+        assert front is not None
+        sound, head = front.describe(path, self.headers)
+        if not sound:
+            return False  # a transfer coding the ASGI path refuses
+        self._described = (head,)  # handed on with the request when it is not held
+        if (
+            head is None
+            or not front.may_answer_now(head)
+            or head.declared is None
+            or head.declared > ANSWER_NOW_BYTES
+        ):
             return False
         self._held, self._held_body = head, []
         return True
@@ -486,7 +500,7 @@ class GuardedHttpToolsProtocol(ConnectionGuard, HttpToolsProtocol):
         self._unset_keepalive_if_required()
         HttpToolsProtocol.on_headers_complete(self)
         cycle = self.cycle
-        self._head_handed(head)
+        self._head_handed((head,))
         if cycle is not None:
             for part in body:
                 HttpToolsProtocol.on_body(self, part)

@@ -205,8 +205,9 @@ class InferenceService:
     ) -> Compute:
         """How a miss is computed: through the model's scheduler, row by row through the row
         cache when ``by_rows``; what happened goes into ``miss``. Made before the cache is
-        asked, so it checks the request's priority (parsed once, here) for every request, hit
-        or miss: a request's own mistake fails it alone, never one that joined it in flight."""
+        asked, so it checks the request's priority against the model's levels (its form was
+        checked while decoding) for every request, hit or miss: a request's own mistake fails
+        it alone, never one that joined it in flight."""
         priority = _priority(request.parameters)
         scheduler.check_priority(priority)
         timeout_us = _timeout_us(request.parameters)

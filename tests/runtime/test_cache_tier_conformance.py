@@ -23,7 +23,7 @@ from support.processes import RedisProcess
 from cachefleet.runtime.cache.admission import AdmissionPolicy
 from cachefleet.runtime.cache.api import CacheStatus
 from cachefleet.runtime.cache.breakers import ShardBreakers
-from cachefleet.runtime.cache.factory import build_cache, register_tier
+from cachefleet.runtime.cache.factory import TIER_KINDS, build_cache, register_tier
 from cachefleet.runtime.cache.flush_marks import FlushMarks
 from cachefleet.runtime.cache.key import KeySpace
 from cachefleet.runtime.cache.local import LocalTier
@@ -102,6 +102,11 @@ async def subject(
     finally:
         await writes.close()
         await tier.close()
+
+
+def test_the_suite_runs_on_every_tier_the_server_has() -> None:
+    """A tier added to the server (``factory.TIER_KINDS``) is not covered until it is here."""
+    assert {kind.name for kind in TIER_KINDS} <= set(TIERS)
 
 
 @pytest.fixture

@@ -189,3 +189,60 @@ async def test_the_asgi_path_reads_the_head_described_below_it(app: InferFront) 
     assert described == ["/v2/models/simple/infer"]  # once, below ASGI
     assert _x_cache(b"".join(connection.transport.writes)) == b"miss"
     connection.close()
+
+
+def _large_request(seed: int) -> bytes:
+    """``simple``'s request with its JSON header padded past what is answered below ASGI."""
+    body, json_size = binary_body("simple", seed)
+    assert json_size is not None
+    padding = b" " * (70 * 1024)
+    body = padding + body
+    head = (
+        b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: test\r\n"
+        b"Content-Type: application/octet-stream\r\n"
+        b"Inference-Header-Content-Length: %d\r\nContent-Length: %d\r\n\r\n"
+        % (json_size + len(padding), len(body))
+    )
+    return bytes(head + body)
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "x_cache"),
+    [
+        pytest.param(_large_request(5), b"miss", id="a body too large to answer below ASGI"),
+        pytest.param(
+            _request(6).replace(b"Host: test\r\n", b"Host: test\r\nCache-Control: no-cache\r\n"),
+            b"bypass",
+            id="a request the memo may not answer",
+        ),
+        pytest.param(
+            b"POST /v2/repository/index HTTP/1.1\r\nHost: test\r\nContent-Length: 2\r\n\r\n{}",
+            b"",
+            id="no infer request",
+        ),
+    ],
+)
+async def test_a_request_described_below_asgi_but_not_held_is_described_once(
+    app: InferFront, request_bytes: bytes, x_cache: bytes
+) -> None:
+    """A request the protocol described and then left to uvicorn (too large, not for the
+    memo, no infer path) carries that description to the front, which does not make it again."""
+    connection = Connection(app)
+    described: list[object] = []
+    heads = app.heads
+
+    def counted(scope: Any) -> Any:
+        described.append(scope["path"])
+        return heads(scope)
+
+    app.heads = counted  # type: ignore[assignment]
+    try:
+        connection.protocol.data_received(request_bytes)
+        await connection.answered(1)
+    finally:
+        app.heads = heads
+    answer = b"".join(connection.transport.writes)
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+    assert len(described) == 1
+    assert _x_cache(answer) == x_cache
+    connection.close()
