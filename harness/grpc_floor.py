@@ -11,13 +11,17 @@ to back under the same conditions, server pinned to one CPU and perf_analyzer to
 - ``sync-4``, ``sync-8``: grpcio's synchronous server with 4 or 8 threads.
 
 Run ``bash scripts/harness grpc_floor`` (``--only aio,sync-4`` for some, ``--seconds``).
-The figures on a shared machine move; compare ratios of one run.
+The figures on a shared machine move; compare ratios of one run. Beside each rate, the server's
+CPU microseconds per request (its user and system time over the perf_analyzer run, at the run's
+rate), which other load moves less. ``grpc_hit_work`` counts the Python work instead, which load
+does not move at all.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import subprocess
 import sys
 import tempfile
@@ -143,11 +147,22 @@ def _read(path: Path) -> dict[str, bytes]:
     return canned
 
 
-def _measure(address: str, seconds: float) -> float:
+def _cpu_s(pid: int) -> float:
+    """The process's user and system CPU-seconds so far, every thread's."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _measure(address: str, seconds: float, pid: int) -> tuple[float, float]:
+    """req/s, and the server's CPU microseconds per request: its CPU over the whole
+    perf_analyzer run per request at the run's rate (less moved by other load than req/s)."""
     window_ms = max(500, round(seconds * 1000 / 3))
     arguments = perf_analyzer.command("simple", address, "grpc", 8, window_ms)
+    cpu_before, started = _cpu_s(pid), time.monotonic()
     result = perf_analyzer.run_command(arguments, "1", timeout_s=seconds * 10 + 120)
-    return result.requests / result.duration_s if result.duration_s else 0.0
+    cpu_s, wall_s = _cpu_s(pid) - cpu_before, time.monotonic() - started
+    rate = result.requests / result.duration_s if result.duration_s else 0.0
+    return rate, (cpu_s / (rate * wall_s) * 1e6 if rate else 0.0)
 
 
 def _started(command: list[str], log: Path) -> subprocess.Popen[bytes]:
@@ -177,10 +192,10 @@ def _wait_for(address: str, timeout_s: float = 30) -> None:
         grpc.channel_ready_future(channel).result(timeout=timeout_s)
 
 
-def run(only: list[str], seconds: float, serve_args: list[str]) -> dict[str, float]:
-    """Each floor's req/s, in ``only``'s order (``cachefleet`` is always measured first: the
-    canned answers come from it)."""
-    figures: dict[str, float] = {}
+def run(only: list[str], seconds: float, serve_args: list[str]) -> dict[str, tuple[float, float]]:
+    """Each floor's req/s and CPU microseconds per request, in ``only``'s order
+    (``cachefleet`` is always measured first: the canned answers come from it)."""
+    figures: dict[str, tuple[float, float]] = {}
     with tempfile.TemporaryDirectory(prefix="grpc-floor-") as folder:
         work = Path(folder)
         subprocess.run(
@@ -201,7 +216,7 @@ def run(only: list[str], seconds: float, serve_args: list[str]) -> dict[str, flo
         try:
             _wait_until(http_ok(f"http://127.0.0.1:{http_port}/v2/health/ready"), server)
             if "cachefleet" in only:
-                figures["cachefleet"] = _measure(address, seconds)
+                figures["cachefleet"] = _measure(address, seconds, server.pid)
             _write(capture(address), work / "canned")
         finally:
             _stop(server)
@@ -214,7 +229,7 @@ def run(only: list[str], seconds: float, serve_args: list[str]) -> dict[str, flo
             process = _started(command, work / f"{kind}.log")
             try:
                 _wait_for(f"127.0.0.1:{port}")
-                figures[kind] = _measure(f"127.0.0.1:{port}", seconds)
+                figures[kind] = _measure(f"127.0.0.1:{port}", seconds, process.pid)
             finally:
                 _stop(process)
     return figures
@@ -236,9 +251,10 @@ def main() -> None:
     started = time.monotonic()
     figures = run(options.only.split(","), options.seconds, options.serve_arg)
     base = figures.get("cachefleet")
-    for kind, rate in figures.items():
-        ratio = f"  {rate / base:.2f}x cachefleet" if base else ""
-        print(f"{kind:12s} {rate:9.0f} req/s{ratio}")
+    for kind, (rate, cpu_us) in figures.items():
+        ratio = f"  {rate / base[0]:.2f}x cachefleet" if base and base[0] else ""
+        print(f"{kind:12s} {rate:9.0f} req/s {cpu_us:7.1f} us CPU/req{ratio}")
+    print(f"(load average {os.getloadavg()[0]:.1f})")
     print(f"({time.monotonic() - started:.0f} s)")
 
 

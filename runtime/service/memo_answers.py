@@ -35,7 +35,7 @@ transports: one of ``--max-requests-in-flight`` and its bytes, for as long as it
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TypeVar, cast
+from typing import TypeVar
 
 import xxhash
 
@@ -71,6 +71,13 @@ class MemoAnswers:
         #: ``digest``, ``body`` in its pieces (one, for an insert: a body in several is only
         #: looked up).
         self.key: Callable[[bytes, bytes, Sequence[bytes]], MemoKey] = memo.key
+        #: ``key_of(scope, body)``: the key of a request of ``scope`` whose whole ``body`` is at
+        #: hand (the memo's own method, bound once like the two above).
+        self.key_of: Callable[[bytes, bytes], MemoKey] = memo.key_of
+        # A hit's steps, bound once: a hit makes no closure and looks up no attribute chain.
+        self._lookup = memo.lookup
+        self._resolve = service.model
+        self._memo_hit = ledger.memo_hit
 
     @staticmethod
     def applies(directives: CacheDirectives) -> bool:
@@ -83,32 +90,29 @@ class MemoAnswers:
         key when the body came in one piece: a key is built once)."""
         return self.memo.whole(key, body)
 
-    def key_of(self, scope: bytes, body: bytes) -> MemoKey:
-        """The key of a request of ``scope`` whose whole ``body`` is at hand."""
-        return self.memo.key_of(scope, body)
-
     def hit(self, key: MemoKey, transport: str, started_ns: int) -> MemoEntry | None:
         """The memoized answer to ``key``'s request, written down in the ledger as a local hit
         of ``transport`` (``started_ns``: ``time.perf_counter_ns()`` when the request was in);
         None, nothing counted, when there is none or it is stale."""
-        memo = self.memo
-        found = memo.lookup(key)
+        found = self._lookup(key)
         if found is None:
             return None
-        service = self._service
-
-        def confirm() -> int | None:
-            try:
-                model = service.model(found.name, found.version or None)
-            except ServingError:
-                return None  # the service's path refuses it, and counts the refusal
-            return found.token.confirm(started_ns) if model is found.model else None
-
         # The memo keeps the model object (typed as an object in ``cache``, which knows no model).
-        if self._ledger.memo_hit(cast(Model, found.model), transport, started_ns, confirm):
+        model: Model = found.model  # type: ignore[assignment]
+        if self._memo_hit(model, transport, started_ns, self._confirmed, found):
             return found
-        memo.delete(key)  # stale: its local entry or its model is gone
+        self.memo.delete(key)  # stale: its local entry or its model is gone
         return None
+
+    def _confirmed(self, found: MemoEntry, started_ns: int) -> int | None:
+        """``found`` still answers: the names its request gave resolve to the model object it
+        was rendered for, and its local entry lives (counted as a local hit); the
+        ``perf_counter_ns()`` it was confirmed at, else None."""
+        try:
+            model = self._resolve(found.name, found.version or None)
+        except ServingError:
+            return None  # the service's path refuses it, and counts the refusal
+        return found.token.confirm(started_ns) if model is found.model else None
 
     def memoizing(
         self,

@@ -46,6 +46,7 @@ from cachefleet.runtime.service.in_flight import InFlight
 from cachefleet.runtime.service.statistics import ModelStatistics, StatisticsRegistry
 
 Outcome = TypeVar("Outcome")
+Entry = TypeVar("Entry")
 _MISSES = (CacheStatus.MISS, CacheStatus.PARTIAL)
 
 
@@ -122,13 +123,15 @@ class RequestLedger:
         model: Model,
         transport: str,
         started_ns: int,
-        confirm: Callable[[], int | None],
+        confirm: Callable[[Entry, int], int | None],
+        entry: Entry,
     ) -> bool:
         """Write down an answer from the memo, rendered for ``model``, on whichever thread
-        serves it: in flight first (so that an unload waits for it), then ``confirm`` (its model
-        still resolves to ``model`` and its local entry lives: the ``perf_counter_ns()`` it
-        confirmed at, else None); a local hit, counted, or stale and closed uncounted (False:
-        the request takes the service's path, which counts it)."""
+        serves it: in flight first (so that an unload waits for it), then ``confirm(entry,
+        started_ns)`` (its model still resolves to ``model`` and its local entry lives: the
+        ``perf_counter_ns()`` it confirmed at, else None; a callable bound once and its
+        argument, so that a hit makes no closure); a local hit, counted, or stale and closed
+        uncounted (False: the request takes the service's path, which counts it)."""
         # open() and succeeded() without a Passage to carry between them: a hit is the
         # cheapest answer there is, and these few lines are most of what it costs.
         lock = self._lock
@@ -137,7 +140,7 @@ class RequestLedger:
             self.in_flight.enter(figures.name)
             series = figures.series
             series.pending += 1
-        confirmed_ns = confirm()
+        confirmed_ns = confirm(entry, started_ns)
         if confirmed_ns is None:
             with lock:
                 self.in_flight.leave(figures.name)

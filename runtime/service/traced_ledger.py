@@ -16,7 +16,7 @@ from collections.abc import Callable
 from cachefleet.runtime.cache.api import CacheStatus
 from cachefleet.runtime.errors import ServingError
 from cachefleet.runtime.models.types import Model
-from cachefleet.runtime.service.request_ledger import Passage, RequestLedger
+from cachefleet.runtime.service.request_ledger import Entry, Passage, RequestLedger
 from cachefleet.runtime.tracing import attributes as names
 from cachefleet.runtime.tracing.current import CURRENT
 
@@ -38,9 +38,10 @@ class TracedLedger(RequestLedger):
         model: Model,
         transport: str,
         started_ns: int,
-        confirm: Callable[[], int | None],
+        confirm: Callable[[Entry, int], int | None],
+        entry: Entry,
     ) -> bool:
-        if not super().memo_hit(model, transport, started_ns, confirm):
+        if not super().memo_hit(model, transport, started_ns, confirm, entry):
             return False  # stale: the service's path answers it, and annotates it then
         # The memo holds answers of local-tier entries only (``service.memo_answers``).
         _annotate(model, CacheStatus.HIT_LOCAL)
