@@ -209,8 +209,8 @@ class ModelAdmission:
     """The figures and decisions of one model version, bound once per version (the hot path
     pays one dictionary lookup to find them)."""
 
-    __slots__ = ("_by_name", "_credit", "_decides", "_tiers", "_tuning", "compute_s", "model",
-                 "version")  # fmt: skip
+    __slots__ = ("_by_name", "_credit", "_decides", "_tiers", "_tuning", "compute_s", "forgotten",
+                 "model", "version")  # fmt: skip
 
     def __init__(
         self,
@@ -231,6 +231,9 @@ class ModelAdmission:
         self._credit = 0.0
         self._tuning = tuning
         self._decides = decides
+        #: Set when the policy drops these figures (:meth:`AdmissionPolicy.forget`): whoever
+        #: kept this object to skip the policy's lookup (``walk``) takes the new one.
+        self.forgotten = False
 
     def recomputes(self) -> bool:
         """Whether this request is computed although a tier may hold its answer: the compute
@@ -352,7 +355,7 @@ class AdmissionPolicy:
     def forget(self, model: str) -> None:
         """Drop every version of ``model`` (unloaded, or loaded again: measure afresh)."""
         for key in [key for key in self._models if key[0] == model]:
-            del self._models[key]
+            self._models.pop(key).forgotten = True
 
     def expected_saving(
         self, model: str, tier: TierName, version: str | None = None

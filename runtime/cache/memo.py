@@ -44,6 +44,12 @@ and the liveness token, each at ``sys.getsizeof``. A flat 320 bytes per entry on
 all but the bytes, and small entries held 1.6-2.4 times what they were charged (75.7 MiB for
 32 MiB with 40-byte answers).
 
+Which models it holds entries of is kept beside the entries (:meth:`ResponseMemo.holds`): a
+request of a model with no entry cannot be answered here, so a transport skips its digest and
+its lookup (a small miss spent about as much on them as on the model) and counts it as the miss
+the lookup would have been. A model whose answers are not kept (cache admission skips its local
+tier, so it has no local hits) or whose requests never repeat thus pays no memo per request.
+
 It is read from a transport's threads and from the event loop, so one lock guards it; every
 operation under the lock is dict work, never I/O, and no call waits for anything but the lock.
 """
@@ -176,6 +182,8 @@ class ResponseMemo:
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self._entries: OrderedDict[bytes, MemoEntry] = OrderedDict()
+        #: How many entries each model (by the name its requests gave) has here.
+        self._models: dict[str, int] = {}
         self._bytes = 0
         self._hits = 0
         self._misses = 0
@@ -216,6 +224,17 @@ class ResponseMemo:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def holds(self, model: str) -> bool:
+        """Whether an entry of model ``model`` (the name its requests give) is kept, so a
+        lookup of its request may find one; False, counted as the miss that lookup would be,
+        when none is. Read without the lock (one dict lookup): an entry kept by another
+        thread a moment after is missed once, as a lookup a moment before it would miss."""
+        if model in self._models:
+            return True
+        with self._lock:
+            self._misses += 1
+        return False
+
     def lookup(self, key: MemoKey) -> MemoEntry | None:
         """The entry that answers ``key``'s request (now the most recently used), counted as a
         hit; None, counted as a miss. The caller still checks it (model object, token): one
@@ -246,6 +265,8 @@ class ResponseMemo:
                 self._evictions += 1
             self._entries[key.digest] = value
             self._bytes += size
+            models = self._models
+            models[value.name] = models.get(value.name, 0) + 1
         return True
 
     def delete(self, key: MemoKey) -> None:
@@ -281,4 +302,10 @@ class ResponseMemo:
         if gone is None:
             return False
         self._bytes -= gone.charged
+        models, name = self._models, gone.name
+        left = models[name] - 1
+        if left:
+            models[name] = left
+        else:
+            del models[name]
         return True

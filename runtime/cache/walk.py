@@ -2,7 +2,11 @@
 (``row_path``): plan, look up in order, count, promote, compute, insert.
 
 A request's plan is decided once (:meth:`TierWalk.plan`): admission's per-tier verdicts, or a
-bypass; a batched request's rows take their request's plan (:meth:`TierWalk.computing`).
+bypass; a batched request's rows take their request's plan (:meth:`TierWalk.computing`). What
+does not change from one request of a model version to the next (its metric children, its
+admission figures, each tier's judge) is bound once per model version (:class:`ModelWalk`), so
+that a request pays only the verdicts themselves: a model whose every tier is skipped (a cheap
+model, or one whose requests never repeat) pays about what ``--cache none`` does.
 Then the tiers it uses are looked up in turn, one key at a time (:meth:`TierWalk.first_hit`)
 or a batch's rows at once (:meth:`TierWalk.first_hits`, one batched lookup per tier); either
 way each lookup is timed, counted and told to admission in one place
@@ -24,12 +28,12 @@ from contextvars import ContextVar
 
 from prometheus_client import Counter
 
-from cachefleet.runtime.cache.admission import AdmissionPolicy
+from cachefleet.runtime.cache.admission import AdmissionPolicy, ModelAdmission, TierAdmission
 from cachefleet.runtime.cache.api import CacheDirectives, CacheRequest, CacheStatus, Compute
 from cachefleet.runtime.cache.fleet import FleetTurn, SharedFleet
 from cachefleet.runtime.cache.flush_marks import FlushMarks
 from cachefleet.runtime.cache.key import CacheKey, compute_key
-from cachefleet.runtime.cache.metrics import CacheMetrics
+from cachefleet.runtime.cache.metrics import CacheMetrics, ModelCacheMetrics
 from cachefleet.runtime.cache.plan import Batch, Outcome, Plan
 from cachefleet.runtime.cache.tier import Found, Tier
 from cachefleet.runtime.metrics import PlainCounter, RuntimeMetrics
@@ -41,6 +45,22 @@ from cachefleet.runtime.tensor import Tensor
 #: rather than deciding again; a context variable because the compute is the service's, called
 #: with no arguments, and the row path is reached through it (``service.row_cache``).
 _COMPUTING: ContextVar[Plan | None] = ContextVar("cachefleet_cache_computing", default=None)
+
+
+class ModelWalk:
+    """What every request of one model version reads in the walk, bound once: its metric
+    children, its admission figures, and each tier with its judge, in order."""
+
+    __slots__ = ("admission", "judges", "series")
+
+    def __init__(
+        self, series: ModelCacheMetrics, admission: ModelAdmission, tiers: Sequence[Tier]
+    ) -> None:
+        self.series = series
+        self.admission = admission
+        self.judges: tuple[tuple[Tier, TierAdmission], ...] = tuple(
+            (tier, admission.tier(tier.name)) for tier in tiers
+        )
 
 
 class TierWalk:
@@ -63,6 +83,8 @@ class TierWalk:
         self.fleet = fleet
         #: The ``X-Cache`` value of a hit in each tier (``hit-<name>``).
         self._hits = {id(tier): CacheStatus.hit(tier.name) for tier in self.tiers}
+        #: By model and version (see :class:`ModelWalk`).
+        self._models: dict[tuple[str, str], ModelWalk] = {}
 
     def hit_status(self, tier: Tier) -> CacheStatus:
         return self._hits[id(tier)]
@@ -72,25 +94,37 @@ class TierWalk:
         that costs this model more than it saves is skipped, but for a sample that keeps it
         measured), or a bypass. The key is made only once a tier needs it: a model whose every
         tier is skipped mostly never does."""
-        series = self.model_metrics.of(request.model, request.version)
-        admission = self.admission.of(request.model, request.version)
-        plan = Plan(request, series, admission, self.key, started)
+        names = (request.model, request.version)
+        model = self._models.get(names)
+        if model is None or model.admission.forgotten:
+            model = self._bind(names)
+        admission = model.admission
+        plan = Plan(request, model.series, admission, self.key, started)
         if not request.enabled or not directives.lookup:
             plan.store = request.enabled and directives.store
             return plan
         if admission.recomputes():  # refreshes what a hit saves (see ``admission.py``)
             return plan
         sampled: bool | None = None
-        for tier in self.tiers:
-            judge = admission.tier(tier.name)
-            if not judge.admitted and sampled is None:
-                sampled = admission.in_sample(request.inputs, plan.key)
-            if judge.admitted or judge.wants(bool(sampled)):
-                plan.tiers.append(tier)
-                if not tier.shared:
-                    plan.near.append(tier)
+        for tier, judge in model.judges:
+            if not judge.admitted:
+                if sampled is None:
+                    sampled = admission.in_sample(request.inputs, plan.key)
+                if not judge.wants(sampled):
+                    continue
+            plan.tiers.append(tier)
+            if not tier.shared:
+                plan.near.append(tier)
         plan.bypass = not plan.tiers  # every tier skipped: what ``--cache none`` does
         return plan
+
+    def _bind(self, names: tuple[str, str]) -> ModelWalk:
+        """Bind (again, once admission has forgotten the figures bound before) what the
+        requests of the model version ``names`` read (:class:`ModelWalk`)."""
+        model = self._models[names] = ModelWalk(
+            self.model_metrics.of(*names), self.admission.of(*names), self.tiers
+        )
+        return model
 
     @staticmethod
     def key(request: CacheRequest) -> CacheKey:

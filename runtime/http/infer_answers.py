@@ -34,7 +34,13 @@ from cachefleet.runtime.service import (
     InferenceService,
     SharedMemoryRegistry,
 )
-from cachefleet.runtime.service.memo_answers import Kept, MemoAnswers, MemoEntry, MemoKey
+from cachefleet.runtime.service.memo_answers import (
+    Kept,
+    KeyLater,
+    MemoAnswers,
+    MemoEntry,
+    MemoKey,
+)
 from cachefleet.runtime.service.scheduler import OnWait
 
 #: HTTP's domain in the memo: the first bytes of every HTTP request's scope.
@@ -65,7 +71,9 @@ class ServiceAnswers:
         self._shared_memory = shared_memory
 
     def scope(self, head: InferHead) -> bytes | None:
-        """``head``'s request's scope when the memo may answer it, else None."""
+        """``head``'s request's scope when the memo may answer it, else None: no memo, not
+        for this request, or nothing of its model in the memo (counted as the miss a lookup
+        would be, once: :attr:`InferHead.memo_passed`)."""
         return None
 
     def hasher(self, scope: bytes) -> xxhash.xxh3_128:
@@ -109,7 +117,10 @@ class MemoizedAnswers(ServiceAnswers):
         self.memo = memo
 
     def scope(self, head: InferHead) -> bytes | None:
-        if not head.memo:
+        if not head.memo or head.memo_passed:
+            return None
+        if not self.memo.holds(head.model):  # nothing to find: counted as a miss, once
+            head.memo_passed = True
             return None
         return http_scope(head.model, head.version, head.header_length)
 
@@ -127,11 +138,17 @@ class MemoizedAnswers(ServiceAnswers):
     ) -> InferOutcome:
         """The service's answer, memoized under ``key`` (its body joined) when the service's
         memo keeps it."""
-        if key is None:
+        memo = self.memo
+        if key is not None:
+            kept: MemoKey | KeyLater = memo.whole(key, body)
+        elif head.memo_passed:  # not looked up (its model had no entry): keyed if kept
+
+            def kept() -> MemoKey:
+                return memo.key_of(http_scope(head.model, head.version, head.header_length), body)
+
+        else:
             return await super().answer(head, body, on_wait, key)
-        memoizing = self.memo.memoizing(
-            self.memo.whole(key, body), head.model, head.version, render, _kept
-        )
+        memoizing = memo.memoizing(kept, head.model, head.version, render, _kept)
         return await self._service.answer(
             head.model, head.version, self._decoder(head, body), memoizing, head.directives,
             on_wait, transport="http",

@@ -88,9 +88,11 @@ class InferEndpoint:
         wait, memoized and live; with the charge to hold its bytes in until they are written.
         None, nothing counted, when not: :meth:`serve` then answers the request (or refuses
         it), deciding nothing again that was decided here: a request the memo was asked about
-        keeps the key it was looked up by (``InferHead.memo_key``), so that :meth:`serve`
-        neither hashes its body nor looks it up a second time. For the HTTP protocol, which
-        reads below ASGI (``uvicorn_protocol``) and decides nothing of its own."""
+        keeps the key it was looked up by (``InferHead.memo_key``), or word that the memo
+        holds nothing of its model (``InferHead.memo_passed``), so that :meth:`serve` neither
+        hashes its body nor looks it up (nor counts its miss) a second time. For the HTTP
+        protocol, which reads below ASGI (``uvicorn_protocol``) and decides nothing of its
+        own."""
         try:
             runtime = self._slot.ready()
             answers = self._answers_of(runtime)

@@ -9,7 +9,8 @@ the body reader, the budget's charge, tracing, the error mapping) reads the head
 parses the path, scans the headers or checks the restriction again. A head the HTTP protocol
 made below ASGI (``uvicorn_protocol``: a small request it asked the memo about) comes to the
 ASGI path in the request's scope (:data:`HEAD`), with the memo key it was looked up by when the
-memo had no answer for it (:attr:`InferHead.memo_key`), so that neither is made twice.
+memo had no answer for it (:attr:`InferHead.memo_key`), or word that the memo holds nothing of
+its model (:attr:`InferHead.memo_passed`), so that neither is made or counted twice.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ _SUFFIX = "/infer"
 @dataclass(slots=True)
 class InferHead:
     """What one infer request is, as its head says (see the module). Nothing changes it
-    once made but :attr:`memo_key`, set once by the memo's lookup; it is not frozen only
+    once made but :attr:`memo_key` or :attr:`memo_passed`, set once by asking the memo; it is
+    not frozen only
     because a frozen dataclass pays ``object.__setattr__`` per field, on every request."""
 
     method: str
@@ -66,6 +68,10 @@ class InferHead:
     #: whole body) and had no answer: the endpoint neither hashes its body nor looks it up
     #: again, and keeps its answer under this key when the memo may. None: not asked yet.
     memo_key: MemoKey | None = None
+    #: Whether the memo was asked and said it holds nothing of the request's model
+    #: (``MemoAnswers.holds``, counted as a miss then): the request is neither hashed nor
+    #: looked up, and its key is made only if its answer is kept.
+    memo_passed: bool = False
 
 
 class InferHeads:

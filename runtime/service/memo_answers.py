@@ -10,6 +10,13 @@ everything a transport does with it, decided once, so HTTP and gRPC cannot drift
 - Its key: the transport frames its request as a *scope* (its domain, and whatever besides the
   body shapes the answer) and hands over the body, whole or in the pieces it came in
   (:attr:`hasher` and :attr:`key`, or :meth:`key_of`). The memo compares; the digest only finds.
+- Whether asking is of any use (:attr:`holds`): a request whose model has no entry in the memo
+  is not hashed nor looked up, and counted as the miss its lookup would be; if its answer is
+  then kept, its key is made for the insert (:meth:`memoizing` takes a key or a way to make
+  one). The memo holds only local hits, so this follows cache admission without asking it:
+  while admission skips the local tier for a model there are no local hits of it to keep,
+  and a probe's hit (admission still probes a skipped tier) is kept as any local hit is, after
+  which that model's requests are looked up again.
 - A hit (:meth:`hit`): one synchronous call, no await, the same on the event loop and on a gRPC
   server thread: the lookup; then the request written down in the ledger
   (``RequestLedger.memo_hit``): in flight first, so that an unload waits for it; its model
@@ -50,8 +57,10 @@ Rendered = TypeVar("Rendered")
 #: What the memo keeps of a rendered answer: the bytes to send, and the transport's headers for
 #: them (None: it keeps none).
 Kept = tuple[bytes, list[tuple[bytes, bytes]] | None]
+#: Makes the key of a request that was not looked up, once its answer is to be kept.
+KeyLater = Callable[[], MemoKey]
 
-__all__ = ["Kept", "MemoAnswers", "MemoEntry", "MemoKey"]
+__all__ = ["Kept", "KeyLater", "MemoAnswers", "MemoEntry", "MemoKey"]
 
 
 class MemoAnswers:
@@ -78,6 +87,11 @@ class MemoAnswers:
         self._lookup = memo.lookup
         self._resolve = service.model
         self._memo_hit = ledger.memo_hit
+        #: ``holds(model_name)``: whether the memo keeps an entry of the model a request names
+        #: (as it names it); False, counted as the miss a lookup would be, when it keeps none:
+        #: then neither hash nor look the request up, and give :meth:`memoizing` a way to make
+        #: its key.
+        self.holds: Callable[[str], bool] = memo.holds
 
     @staticmethod
     def applies(directives: CacheDirectives) -> bool:
@@ -116,15 +130,16 @@ class MemoAnswers:
 
     def memoizing(
         self,
-        key: MemoKey,
+        key: MemoKey | KeyLater,
         model_name: str,
         version: str | None,
         render: Renderer[Rendered],
         keep: Callable[[Rendered], Kept],
     ) -> Renderer[Rendered]:
         """``render``, keeping its answer under ``key`` when the memo may (see the module):
-        ``model_name`` and ``version`` as the request named them, ``keep`` what of the rendered
-        answer the memo holds."""
+        ``key`` made only then when it is a :data:`KeyLater` (a request that was not looked
+        up, :attr:`holds`); ``model_name`` and ``version`` as the request named them, ``keep``
+        what of the rendered answer the memo holds."""
         memo = self.memo
         named = version or ""
 
@@ -133,7 +148,8 @@ class MemoAnswers:
             token = answer.local_entry
             if token is not None and answer.request.shareable:
                 body, headers = keep(rendered)
-                memo.insert(key, MemoEntry(body, answer.model, token, model_name, named, headers))
+                kept = key if isinstance(key, MemoKey) else key()
+                memo.insert(kept, MemoEntry(body, answer.model, token, model_name, named, headers))
             return rendered
 
         return memoized

@@ -225,6 +225,35 @@ def test_forgetting_or_flushing_a_model_drops_its_answers_only() -> None:
     assert memo.flush("n") == 0
 
 
+def test_the_memo_says_which_models_it_holds_answers_of() -> None:
+    """What lets a transport skip the digest and the lookup of a request whose model has
+    nothing here: held from the first entry kept to the last one gone (replaced, evicted,
+    given back as stale, flushed); a request not looked up for it counts as the miss its
+    lookup would have been."""
+    model = FakeModel("m")
+    one = MemoEntry(b"x" * 100, model, token(), "m", "")
+    memo = ResponseMemo(entry_footprint(b"a" * 32, one) + 64)  # room for one such entry
+    assert not memo.holds("m")
+    assert memo.figures().misses == 1
+    memo.insert(tagged(b"a" * 32), one)
+    memo.insert(tagged(b"a" * 32), MemoEntry(b"x" * 100, model, token(), "m", ""))  # replaced
+    assert memo.holds("m")
+    assert not memo.holds("n")
+    memo.insert(tagged(b"b" * 32), MemoEntry(b"x" * 100, FakeModel("n"), token(), "n", ""))
+    assert memo.holds("n")
+    assert not memo.holds("m")  # m's one entry evicted for n's
+    assert memo.lookup(tagged(b"b" * 32)) is not None
+    memo.delete(tagged(b"b" * 32))  # given back as stale
+    assert not memo.holds("n")
+    # Four requests not looked up, and the stale entry's lookup: five misses, no hit.
+    assert (memo.figures().hits, memo.figures().misses) == (0, 5)
+    roomy = ResponseMemo(max_bytes=10_000)
+    for digest in (b"c", b"d"):
+        roomy.insert(tagged(digest * 32), MemoEntry(b"x", model, token(), "m", ""))
+    assert roomy.flush("m") == 2
+    assert not roomy.holds("m")
+
+
 def test_an_http_answer_is_never_a_grpc_answer() -> None:
     """The transports' scopes start with their own domains: no HTTP body, however chosen, is
     a gRPC message's request (or back), and the memo itself knows neither."""

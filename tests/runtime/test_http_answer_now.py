@@ -146,24 +146,67 @@ def _memo_figures(app: InferFront) -> tuple[int, int]:
     return figures.hits, figures.misses
 
 
+async def _memoize(connection: Connection, request: bytes, answered: int) -> int:
+    """Send ``request`` twice (a miss, then a local hit the memo keeps); the answers so far."""
+    for _ in range(2):
+        connection.protocol.data_received(request)
+        answered += 1
+        await connection.answered(answered)
+    return answered
+
+
 async def test_a_miss_asked_below_asgi_is_looked_up_once(app: InferFront) -> None:
     """A small request the memo had no answer for goes to uvicorn with its head and the memo
     key it was looked up by: the ASGI path neither describes it nor looks it up again, and
     keeps its answer under that key once it is a local hit."""
     connection = Connection(app)
+    answered = await _memoize(connection, _request(2), 0)  # the memo holds one of simple's
     request = _request(3)
     before = _memo_figures(app)
     connection.protocol.data_received(request)  # a miss: the model runs
-    await connection.answered(1)
+    await connection.answered(answered + 1)
     assert _memo_figures(app) == (before[0], before[1] + 1)  # one lookup, not two
     connection.transport.writes.clear()
     connection.protocol.data_received(request)  # a local hit, memoized under the same key
-    await connection.answered(2)
+    await connection.answered(answered + 2)
     assert _memo_figures(app) == (before[0], before[1] + 2)
     assert _x_cache(b"".join(connection.transport.writes)) == b"hit-local"
     connection.transport.writes.clear()
     connection.protocol.data_received(request)  # now the memo answers, below ASGI
+    assert connection.state.total_requests == answered + 3
+    assert _memo_figures(app) == (before[0] + 1, before[1] + 2)
+    assert _x_cache(b"".join(connection.transport.writes)) == b"hit-local"
+    connection.close()
+
+
+async def test_a_model_the_memo_holds_nothing_of_is_not_looked_up(app: InferFront) -> None:
+    """While the memo keeps no answer of a model, its requests are neither hashed nor looked
+    up (each counted as one memo miss, as its lookup would be); a local hit of it is kept all
+    the same, and its repeat is answered by the memo below ASGI."""
+    connection = Connection(app)
+    runtime = app.serve.__self__._slot.ready()  # type: ignore[attr-defined]
+    memo = runtime.memo_answers.memo
+    looked_up: list[object] = []
+    lookup = memo.lookup
+
+    def counted(key: Any) -> Any:
+        looked_up.append(key)
+        return lookup(key)
+
+    runtime.memo_answers._lookup = counted  # the memo's lookup, as the service binds it
+    request = _request(5)
+    before = _memo_figures(app)
+    connection.protocol.data_received(request)  # a miss
+    await connection.answered(1)
+    connection.protocol.data_received(request)  # a local hit, kept by the memo
+    await connection.answered(2)
+    assert looked_up == []  # nothing of simple in the memo: never asked for it
+    assert _memo_figures(app) == (before[0], before[1] + 2)
+    assert memo.holds("simple")
+    connection.transport.writes.clear()
+    connection.protocol.data_received(request)  # the memo answers, below ASGI
     assert connection.state.total_requests == 3
+    assert len(looked_up) == 1
     assert _memo_figures(app) == (before[0] + 1, before[1] + 2)
     assert _x_cache(b"".join(connection.transport.writes)) == b"hit-local"
     connection.close()
@@ -245,4 +288,39 @@ async def test_a_request_described_below_asgi_but_not_held_is_described_once(
     assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
     assert len(described) == 1
     assert _x_cache(answer) == x_cache
+
+
+async def test_a_cheap_model_skipped_by_admission_still_memoizes_its_repeats(
+    app: InferFront,
+) -> None:
+    """``simple`` with every request new: admission skips its local tier (a lookup and an
+    insert cost more than they save), and the memo, holding nothing of it, is not asked. A
+    request that then repeats is still noticed: admission's probes of the skipped tier keep
+    it once and find it again, that local hit is memoized, and from then on the memo answers
+    the repeat below ASGI."""
+    connection = Connection(app)
+    runtime = app.serve.__self__._slot.ready()  # type: ignore[attr-defined]
+    admission = runtime.admission
+    answered = 0
+    while admission.admitted("simple", "local"):
+        answered += 1
+        assert answered < 1000, "admission never skipped the local tier of an all-miss model"
+        connection.protocol.data_received(_request(10_000 + answered))
+        await connection.answered(answered)
+    assert not runtime.memo_answers.memo.holds("simple")
+    hits_before, _ = _memo_figures(app)
+    request = _request(5)
+    # A skipped tier is probed at least once in ``probe_floor`` requests: two probes (the
+    # insert, then the local hit the memo keeps) and one more for the memo's answer.
+    for _ in range(2 * 1024 + 1):
+        connection.transport.writes.clear()
+        connection.protocol.data_received(request)
+        answered += 1
+        if connection.state.total_requests == answered and not connection.state.tasks:
+            break  # answered within data_received: by the memo, below ASGI
+        await connection.answered(answered)
+    else:
+        raise AssertionError("the memo never answered a request repeated 2049 times")
+    assert _memo_figures(app)[0] == hits_before + 1
+    assert _x_cache(b"".join(connection.transport.writes)) == b"hit-local"
     connection.close()
