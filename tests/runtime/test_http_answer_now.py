@@ -8,7 +8,8 @@ miss go to uvicorn as before, in order; the answer's bytes stay charged until wr
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,23 @@ def _x_cache(answer: bytes) -> bytes:
         if name == b"x-cache":
             return value
     return b""
+
+
+@contextmanager
+def _descriptions(app: InferFront) -> Iterator[list[str]]:
+    """The paths of the requests the front's ``heads`` describes while in the block."""
+    described: list[str] = []
+    heads = app.heads
+
+    def counted(scope: Any) -> Any:
+        described.append(scope["path"])
+        return heads(scope)
+
+    app.heads = counted  # type: ignore[assignment]
+    try:
+        yield described
+    finally:
+        app.heads = heads
 
 
 def _statistics(app: InferFront) -> dict[str, Any]:
@@ -216,19 +234,9 @@ async def test_the_asgi_path_reads_the_head_described_below_it(app: InferFront) 
     """The head the protocol held comes with the request's scope, and the front serves it
     without describing the request a second time."""
     connection = Connection(app)
-    described: list[object] = []
-    heads = app.heads
-
-    def counted(scope: Any) -> Any:
-        described.append(scope["path"])
-        return heads(scope)
-
-    app.heads = counted  # type: ignore[assignment]
-    try:
+    with _descriptions(app) as described:
         connection.protocol.data_received(_request(4))
         await connection.answered(1)
-    finally:
-        app.heads = heads
     assert described == ["/v2/models/simple/infer"]  # once, below ASGI
     assert _x_cache(b"".join(connection.transport.writes)) == b"miss"
     connection.close()
@@ -271,19 +279,9 @@ async def test_a_request_described_below_asgi_but_not_held_is_described_once(
     """A request the protocol described and then left to uvicorn (too large, not for the
     memo, no infer path) carries that description to the front, which does not make it again."""
     connection = Connection(app)
-    described: list[object] = []
-    heads = app.heads
-
-    def counted(scope: Any) -> Any:
-        described.append(scope["path"])
-        return heads(scope)
-
-    app.heads = counted  # type: ignore[assignment]
-    try:
+    with _descriptions(app) as described:
         connection.protocol.data_received(request_bytes)
         await connection.answered(1)
-    finally:
-        app.heads = heads
     answer = b"".join(connection.transport.writes)
     assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
     assert len(described) == 1
