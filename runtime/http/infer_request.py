@@ -36,8 +36,8 @@ _SUFFIX = "/infer"
 class InferHead:
     """What one infer request is, as its head says (see the module). Nothing changes it
     once made but :attr:`memo_key` or :attr:`memo_passed`, set once by asking the memo; it is
-    not frozen only
-    because a frozen dataclass pays ``object.__setattr__`` per field, on every request."""
+    not frozen only because a frozen dataclass pays ``object.__setattr__`` per field, on every
+    request."""
 
     method: str
     #: The request's path (for error logs and spans).

@@ -25,14 +25,17 @@ from cachefleet.runtime.http.uvicorn_protocol import GuardedHttpToolsProtocol
 from harness.recording_transport import RecordingTransport
 
 
-def _request(seed: int) -> bytes:
+def _request(seed: int, padding: int = 0) -> bytes:
+    """``simple``'s request as tritonclient frames it, its JSON header led by ``padding``
+    spaces (past what is answered below ASGI when large)."""
     body, json_size = binary_body("simple", seed)
     assert json_size is not None
+    body = b" " * padding + body
     head = (
         b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: test\r\n"
         b"Content-Type: application/octet-stream\r\n"
         b"Inference-Header-Content-Length: %d\r\nContent-Length: %d\r\n\r\n"
-        % (json_size, len(body))
+        % (json_size + padding, len(body))
     )
     return bytes(head + body)
 
@@ -242,25 +245,12 @@ async def test_the_asgi_path_reads_the_head_described_below_it(app: InferFront) 
     connection.close()
 
 
-def _large_request(seed: int) -> bytes:
-    """``simple``'s request with its JSON header padded past what is answered below ASGI."""
-    body, json_size = binary_body("simple", seed)
-    assert json_size is not None
-    padding = b" " * (70 * 1024)
-    body = padding + body
-    head = (
-        b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: test\r\n"
-        b"Content-Type: application/octet-stream\r\n"
-        b"Inference-Header-Content-Length: %d\r\nContent-Length: %d\r\n\r\n"
-        % (json_size + len(padding), len(body))
-    )
-    return bytes(head + body)
-
-
 @pytest.mark.parametrize(
     ("request_bytes", "x_cache"),
     [
-        pytest.param(_large_request(5), b"miss", id="a body too large to answer below ASGI"),
+        pytest.param(
+            _request(5, padding=70 * 1024), b"miss", id="a body too large to answer below ASGI"
+        ),
         pytest.param(
             _request(6).replace(b"Host: test\r\n", b"Host: test\r\nCache-Control: no-cache\r\n"),
             b"bypass",
