@@ -216,10 +216,14 @@ def _install(src: Path, venv: Path) -> None:
         "uv venv",
     )
     target = f"{src}[{extras}]" if extras else str(src)
+    python = str(venv / "bin" / "python")
+    # Byte-compiled, as scripts/setup-dev compiles today's: with PYTHONDONTWRITEBYTECODE set,
+    # every process of the release would compile its modules from source again.
     _run(
-        [*uv, "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"), "-e", target],
+        [*uv, "pip", "install", "--quiet", "--compile-bytecode", "--python", python, "-e", target],
         "install the previous release (uv pip install)",
     )
+    _run([python, "-m", "compileall", "-q", str(src)], "byte-compile the previous release")
 
 
 def _check_import(found: ReleaseCheckout) -> None:
