@@ -48,7 +48,11 @@ RUN python3 -m venv /opt/venv \
 # ---- runtime-package: the wheel alone, --no-deps (the only layer a code change rebuilds) ------
 FROM runtime-deps AS runtime-package
 COPY --from=wheel /wheels /wheels
+# Byte-compiled here: the image sets PYTHONDONTWRITEBYTECODE and /opt is read-only to its user, so
+# uncompiled modules are compiled from source at every start (a server's start: 2.3 s of CPU
+# against 0.9 s compiled). unchecked-hash: no timestamps in the layer, no stat per import.
 RUN /opt/venv/bin/pip install --no-deps --no-compile --target /opt/cachefleet /wheels/cachefleet-*.whl \
+ && /opt/venv/bin/python -m compileall -q --invalidation-mode unchecked-hash /opt/cachefleet \
  && /opt/venv/bin/python -m cachefleet.cli.main samples /opt/cachefleet-samples --model simple
 
 # ---- runtime-venv: the dependencies without pip ----------------------------------------------
@@ -94,7 +98,8 @@ RUN python -m venv /opt/venv \
 # ---- operator-package: the wheel alone, --no-deps --------------------------------------------
 FROM operator-deps AS operator-package
 COPY --from=wheel /wheels /wheels
-RUN /opt/venv/bin/pip install --no-deps --no-compile --target /opt/cachefleet /wheels/cachefleet-*.whl
+RUN /opt/venv/bin/pip install --no-deps --no-compile --target /opt/cachefleet /wheels/cachefleet-*.whl \
+ && /opt/venv/bin/python -m compileall -q --invalidation-mode unchecked-hash /opt/cachefleet
 
 # ---- operator-venv: the dependencies without pip or setuptools --------------------------------
 FROM operator-deps AS operator-venv
