@@ -48,8 +48,9 @@ class ClientResult:
 class _Client:
     """One process's loop: keep-alive connections to every server, every answer checked."""
 
-    def __init__(self, index: int, urls: list[str], timeout_s: float) -> None:
+    def __init__(self, index: int, urls: list[str], timeout_s: float, pace_s: float) -> None:
         self.rng = random.Random(index)
+        self.pace_s = pace_s
         self.addresses = [url.removeprefix("http://").rsplit(":", 1) for url in urls]
         self.connections: list[http.client.HTTPConnection | None] = [None] * len(urls)
         self.timeout_s = timeout_s
@@ -70,6 +71,8 @@ class _Client:
                 self.send((server + 1) % len(self.connections), seed)
             else:
                 self.send(server, PLANTED_BASE + self.rng.randrange(PLANTED_COUNT))
+            if self.pace_s:
+                time.sleep(self.pace_s)
         for connection in self.connections:
             if connection is not None:
                 connection.close()
@@ -140,7 +143,7 @@ class _Client:
 
 
 def client_main(
-    index: int, urls: list[str], stop_at: float, timeout_s: float, results: Any
+    index: int, urls: list[str], stop_at: float, timeout_s: float, pace_s: float, results: Any
 ) -> None:
     """Entry point of a client process (spawned, so it shares nothing with the conductor)."""
-    results.put((index, _Client(index, urls, timeout_s).run_until(stop_at)))
+    results.put((index, _Client(index, urls, timeout_s, pace_s).run_until(stop_at)))

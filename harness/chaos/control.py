@@ -25,6 +25,10 @@ class ChaosOptions:
     cycle_s: float = 20.0
     pause_ms: int = 1500
     request_timeout_s: float = 20.0
+    #: Seconds each client waits after each request: 0 sends as fast as the servers answer (the
+    #: harness's load); a test paces its clients, so that the faults and the checks, not the
+    #: load, take its share of the machine.
+    pace_s: float = 0.0
 
 
 def connect(redis: RedisServer) -> Any:

@@ -65,7 +65,7 @@ def _run(
     clients = [
         context.Process(
             target=client_main,
-            args=(index, urls, stop_at, options.request_timeout_s, results),
+            args=(index, urls, stop_at, options.request_timeout_s, options.pace_s, results),
             daemon=True,
         )
         for index in range(options.clients)

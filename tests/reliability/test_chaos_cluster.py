@@ -32,7 +32,7 @@ def test_two_servers_one_cluster_under_shard_faults_never_fail_or_lie(
     report = run_cluster_chaos(
         [server.base_url for server in servers],
         cluster,
-        ChaosOptions(duration_s=20.0, clients=3, cycle_s=20.0),
+        ChaosOptions(duration_s=20.0, clients=3, cycle_s=20.0, pace_s=0.01),
         log=lambda line: None,
     )
     print(render_table(report))
