@@ -90,6 +90,27 @@ class OwnerReferencesError(kmock.KubernetesError):
     message: str = "metadata.ownerReferences: Only one reference can have Controller set to true"
 
 
+#: The cause the API server names for a changed uid (``details.causes``).
+UID_CAUSE = {"reason": "FieldValueInvalid", "field": "metadata.uid", "message": "immutable"}
+
+
+@attrs.frozen
+class UidConflictError(kmock.KubernetesError):
+    status: int = 409
+    reason: str = "Conflict"
+    message: str = (
+        "uid mismatch: the provided object specified a uid, and no existing object was found"
+    )
+
+
+@attrs.frozen
+class UidChangedError(kmock.KubernetesError):
+    status: int = 422
+    reason: str = "Invalid"
+    message: str = "metadata.uid: Invalid value: field is immutable"
+    details: Any = attrs.field(factory=lambda: {"causes": [UID_CAUSE]})
+
+
 @attrs.define(kw_only=True)
 class Cluster(kmock.KubernetesEmulator):
     """The emulator plus server-assigned metadata, apply-creates and JSON-patch tests."""
@@ -183,6 +204,18 @@ class Cluster(kmock.KubernetesEmulator):
         key = (request.resource, request.namespace, request.name)
         live = self._live(key)
         content_type = request.headers.get("Content-Type", "")
+        sent_uid = (
+            (request.data.get("metadata") or {}).get("uid")
+            if isinstance(request.data, dict)
+            else None
+        )
+        if sent_uid is not None and content_type.startswith(APPLY):
+            # An apply naming a uid applies to that object only (handlers/patch.go: "uid
+            # mismatch"; a changed uid is refused by the metadata validation).
+            if live is None:
+                raise UidConflictError()
+            if live.get("metadata", {}).get("uid") != sent_uid:
+                raise UidChangedError()
         if live is None and content_type.startswith(APPLY) and isinstance(request.data, dict):
             body = copy.deepcopy(request.data)
             self._stamp_new(body, request.namespace, request.resource.plural)

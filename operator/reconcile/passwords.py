@@ -10,17 +10,61 @@ from __future__ import annotations
 import base64
 import secrets
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from cachefleet.operator.manifests.meta import Owner, redis_auth_secret_name
-from cachefleet.operator.reconcile.kube import Kube
+from cachefleet.operator.reconcile.kube import Kube, KubeError
 
 PASSWORD_KEY = "password"
 
 
-def existing_or_new_password(kube: Kube, owner: Owner) -> str:
-    stored = read_secret_key(kube, owner.namespace, redis_auth_secret_name(owner), PASSWORD_KEY)
-    return stored or secrets.token_urlsafe(32)
+@dataclass(frozen=True)
+class GeneratedPassword:
+    value: str
+    #: The uid of the Secret ``value`` was read from; None for a new password.
+    read_from: str | None = None
+
+
+def existing_or_new_password(kube: Kube, owner: Owner) -> GeneratedPassword:
+    secret = kube.get("v1", "Secret", owner.namespace, redis_auth_secret_name(owner))
+    stored = None if secret is None else secret_value(secret, PASSWORD_KEY)
+    if stored and secret is not None:
+        return GeneratedPassword(stored, (secret.get("metadata") or {}).get("uid"))
+    return GeneratedPassword(secrets.token_urlsafe(32))
+
+
+def pin_password_secret(
+    children: list[dict[str, Any]], owner: Owner, read_from: str | None
+) -> list[dict[str, Any]]:
+    """``children`` with the generated password's Secret applied only over the Secret its
+    password was read from (its uid in the apply, which the API server then requires).
+
+    A Secret deleted between the read and the apply (a user rotating the password, while a
+    reconcile is under way) would otherwise be created again by that apply, with the very
+    password that was meant to go. The server refuses the pinned apply instead
+    (:func:`password_secret_replaced`), and the reconcile is redone: its read finds no Secret,
+    and makes a new password.
+    """
+    if read_from is None:
+        return children
+    name = redis_auth_secret_name(owner)
+    return [
+        {**c, "metadata": {**c["metadata"], "uid": read_from}}
+        if c["kind"] == "Secret" and c["metadata"]["name"] == name
+        else c
+        for c in children
+    ]
+
+
+def password_secret_replaced(error: KubeError) -> bool:
+    """Whether ``error`` is the API server refusing a pinned apply: no Secret of that uid
+    exists (409, "uid mismatch"), or another one took its name (422 on ``metadata.uid``).
+    Nothing else a reconcile sends can conflict: its applies are forced and carry no
+    resourceVersion, and only this one a uid."""
+    if error.status == 409:
+        return True
+    return error.invalid and any(c.field == "metadata.uid" for c in error.causes)
 
 
 def read_secret_key(kube: Kube, namespace: str, name: str, key: str) -> str | None:

@@ -40,7 +40,12 @@ from cachefleet.operator.reconcile.conditions import (
 )
 from cachefleet.operator.reconcile.fleet_secret import share
 from cachefleet.operator.reconcile.kube import Kube, KubeError
-from cachefleet.operator.reconcile.passwords import existing_or_new_password, read_secret_key
+from cachefleet.operator.reconcile.passwords import (
+    existing_or_new_password,
+    password_secret_replaced,
+    pin_password_secret,
+    read_secret_key,
+)
 from cachefleet.operator.reconcile.redis_live import (
     RedisAddress,
     RedisLiveError,
@@ -153,7 +158,13 @@ class Reconciler:
         owner = Owner.from_body(body)
         self.decided.pop((owner.namespace, owner.name), None)  # only a finished one leaves one
         try:
-            return self._reconcile(body, prune=prune)
+            try:
+                return self._reconcile(body, prune=prune)
+            except KubeError as error:
+                if not password_secret_replaced(error):
+                    raise
+                # The password's Secret went after it was read: once more, with a new one.
+                return self._reconcile(body, prune=prune)
         except KubeError as error:
             self.decided.pop((owner.namespace, owner.name), None)
             if error.namespace_terminating:
@@ -179,10 +190,10 @@ class Reconciler:
         try:
             read = read_spec(body.get("spec") or {})
             spec = read.spec
-            password = self.redis_password(spec, owner)
+            password, read_from = self.redis_password(spec, owner)
             keys = self.fleet_keys(spec, owner, body)
             children = self.build(spec, owner, password, keys.cache_secret, keys.admin_token)
-            children = keys.keep(children, owner)
+            children = pin_password_secret(keys.keep(children, owner), owner, read_from)
         except SpecError as error:
             reason = error.reason if isinstance(error, Refused) else "InvalidSpec"
             message = str(error) if isinstance(error, Refused) else f"invalid spec: {error}"
@@ -553,21 +564,23 @@ class Reconciler:
             self.settings.external_redis_hosts,
         )
 
-    def redis_password(self, spec: ServiceSpec, owner: Owner) -> str | None:
-        """The Redis password the pods will read: generated, or from the user's Secret.
+    def redis_password(self, spec: ServiceSpec, owner: Owner) -> tuple[str | None, str | None]:
+        """The Redis password the pods will read: generated, or from the user's Secret; and
+        the uid of the generated Secret it was read from (None when new, or the user's).
 
         Its digest rolls the pods when it changes, so a rotated user password reaches both
         Redis and the runtime (None when there is none, or the user's Secret is not there yet).
         """
-        password = None
+        password = read_from = None
         if needs_generated_password(spec):
-            password = existing_or_new_password(self.kube, owner)
+            generated = existing_or_new_password(self.kube, owner)
+            password, read_from = generated.value, generated.read_from
         elif uses_redis_password(spec):
             ref = redis_password_ref(spec, owner=owner)
             if ref is not None:
                 password = read_secret_key(self.kube, owner.namespace, ref.name, ref.key)
         self.passwords[(owner.namespace, owner.name)] = password
-        return password
+        return password, read_from
 
     @staticmethod
     def _status(body: Mapping[str, Any], conditions: list[Condition]) -> dict[str, Any]:
@@ -588,10 +601,10 @@ def restore_child(
     owner = Owner.from_body(owner_body)
     try:
         spec = parse_spec(owner_body.get("spec") or {})
-        password = reconciler.redis_password(spec, owner)
+        password, read_from = reconciler.redis_password(spec, owner)
         keys = reconciler.fleet_keys(spec, owner, owner_body)
         children = reconciler.build(spec, owner, password, keys.cache_secret, keys.admin_token)
-        children = keys.keep(children, owner)
+        children = pin_password_secret(keys.keep(children, owner), owner, read_from)
         generated = (
             meta.redis_auth_secret_name(owner),
             meta.cache_secret_name(owner),

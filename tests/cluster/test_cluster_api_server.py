@@ -1,7 +1,8 @@
 """What the operator's fast tests assume of an API server (``harness/kube_emulator.py`` plays
-it there), asked of the real kube-apiserver: server-assigned metadata, applies that create,
-JSON-patch tests, no-op writes, ownerReferences under server-side apply, immutable ConfigMaps,
-label selectors on lists and watches, and watches resumed from a resourceVersion.
+it there), asked of the real kube-apiserver: server-assigned metadata, applies that create (and
+applies pinned to a uid that do not), JSON-patch tests, no-op writes, ownerReferences under
+server-side apply, immutable ConfigMaps, label selectors on lists and watches, and watches
+resumed from a resourceVersion.
 
 Each test sends the requests the operator (or kopf) sends, over plain HTTP as the admin, so the
 content types and bodies are exactly the ones the emulator's rules were written for.
@@ -101,6 +102,30 @@ def test_a_server_side_apply_creates_a_missing_object_and_a_repeat_is_a_no_op(
     assert (
         events[0]["object"]["metadata"]["resourceVersion"] == changed["metadata"]["resourceVersion"]
     )
+
+
+def test_an_apply_naming_a_uid_applies_to_that_object_only(api: httpx.Client) -> None:
+    """The operator's apply of a generated password's Secret names the uid it read the password
+    from (``passwords.pin_password_secret``): the server must refuse it once that Secret is gone
+    (409) or another one holds its name (422 on ``metadata.uid``), never create it anew. Forced,
+    as the operator's applies are."""
+    path = f"{CONFIGMAPS}/pinned"
+    made = _ok(_send(api, "POST", CONFIGMAPS, _configmap("pinned", a="1")))
+    uid = made["metadata"]["uid"]
+    pinned = {**_configmap("pinned", a="1"), "metadata": {"name": "pinned", "uid": uid}}
+    assert _send(api, "PATCH", path, pinned, APPLY, fieldManager="tests", force="true").is_success
+    _ok(api.delete(path))
+
+    gone = _send(api, "PATCH", path, pinned, APPLY, fieldManager="tests", force="true")
+    assert gone.status_code == 409, gone.text
+    assert "uid mismatch" in gone.json()["message"]
+    assert api.get(path).status_code == 404
+    _ok(_send(api, "POST", CONFIGMAPS, _configmap("pinned", a="2")))
+    replaced = _send(api, "PATCH", path, pinned, APPLY, fieldManager="tests", force="true")
+    assert replaced.status_code == 422, replaced.text
+    causes = replaced.json()["details"]["causes"]
+    assert {c["field"] for c in causes} == {"metadata.uid"}
+    assert _ok(api.get(path))["data"] == {"a": "2"}
 
 
 def test_a_failed_json_patch_test_is_refused_with_422(api: httpx.Client) -> None:
