@@ -14,6 +14,7 @@ from typing import Any
 
 import kopf
 
+from cachefleet.operator.api_session import bounded_session
 from cachefleet.operator.manifests.children import LISTED_KINDS
 from cachefleet.operator.manifests.meta import GROUP, KIND, MANAGER, PLURAL, VERSION
 from cachefleet.operator.reconcile import follow, pod_index
@@ -39,6 +40,16 @@ MANAGED_SELECTOR = ",".join(f"{k}={v}" for k, v in MANAGED.items())
 RUNTIME = {**MANAGED, "app.kubernetes.io/component": "runtime"}
 #: Tries at copying an index from a handler thread while kopf's loop may be changing it.
 COPY_TRIES = 20
+
+
+@kopf.on.login()
+async def login(
+    settings: kopf.OperatorSettings, logger: Any, **_: Any
+) -> kopf.AiohttpSession | None:
+    """kopf's own login through the official client (which it configures for ``Kube`` too),
+    with a session bounded in connections (``api_session``)."""
+    credentials = kopf.login_via_client(logger=logger, settings=settings)
+    return None if credentials is None else bounded_session(credentials)
 
 
 @kopf.on.startup()
