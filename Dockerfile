@@ -107,7 +107,16 @@ RUN /opt/venv/bin/python -m pip uninstall --yes pip setuptools wheel
 
 # ---- operator: the kopf operator ------------------------------------------------------------
 FROM ${PYTHON_IMAGE} AS operator
-RUN python -m pip uninstall --yes pip setuptools wheel \
+# jemalloc is the operator's malloc (LD_PRELOAD; linked from where the architecture put it):
+# most of the operator's memory is outside Python's own allocator, where glibc's malloc kept
+# more of it. 1,000 services on a real control plane: peak RSS 488 MiB with glibc, 436 with
+# jemalloc; 117.6 CPU-seconds to all Ready, 95.9 (bench/results/2026-12-03-quiet-host.md).
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends libjemalloc2 \
+ && rm -rf /var/lib/apt/lists/* \
+ && ln -s "$(find /usr/lib -name libjemalloc.so.2)" /usr/local/lib/libjemalloc.so.2 \
+ && python -m pip uninstall --yes pip setuptools wheel \
  && groupadd --system --gid 10001 cachefleet \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
       --shell /usr/sbin/nologin cachefleet
@@ -115,7 +124,8 @@ COPY --from=operator-venv /opt/venv /opt/venv
 COPY --from=operator-package /opt/cachefleet /opt/cachefleet
 ENV PATH=/opt/cachefleet/bin:/opt/venv/bin:${PATH} \
     PYTHONUNBUFFERED=1 \
-    PYTHONDONTWRITEBYTECODE=1
+    PYTHONDONTWRITEBYTECODE=1 \
+    LD_PRELOAD=/usr/local/lib/libjemalloc.so.2
 USER 10001:10001
 WORKDIR /tmp
 EXPOSE 8080 8081

@@ -198,6 +198,10 @@ async def _converge(engine: str, image: str) -> None:
                         status = (get(CIS, service.name) or {}).get("status")
                         raise SmokeError(f"no convergence in {TIMEOUT_S:g} s; status {status}")
                     await asyncio.sleep(0.5)
+                # The image's LD_PRELOAD took: the process maps jemalloc (see the Dockerfile).
+                maps = await _engine(engine, "exec", OPERATOR_CONTAINER, "cat", "/proc/1/maps")
+                if "libjemalloc" not in maps:
+                    raise SmokeError(f"the operator does not run on jemalloc: {maps[-500:]}")
             except BaseException:
                 sys.stderr.write(await _engine(engine, "logs", OPERATOR_CONTAINER))
                 raise
@@ -207,7 +211,7 @@ async def _converge(engine: str, image: str) -> None:
         f"{resource.rsplit('/', 1)[1]}/{name.format(service.name)}"
         for resource, name in service.shape.children
     )
-    print(f"image_smoke: operator reconciled one CachedInferenceService: {children}")
+    print(f"image_smoke: operator (on jemalloc) reconciled one CachedInferenceService: {children}")
 
 
 # ---------------------------------------------------------------------------------------------
