@@ -18,7 +18,15 @@ HELP = "run the operator (takes kopf run's options: -A, -n NS, --liveness URL, .
 HANDLERS_MODULE = "cachefleet.operator.handlers"
 #: The modules of pyproject's ``operator`` extra (a test keeps them equal): the server's image
 #: and a plain ``pip install cachefleet`` lack them, and the command says so in one line.
-EXTRA_MODULES = ("kopf", "kubernetes", "urllib3", "dateutil", "redis", "prometheus_client")
+EXTRA_MODULES = (
+    "kopf",
+    "aiohttp",
+    "kubernetes",
+    "urllib3",
+    "dateutil",
+    "redis",
+    "prometheus_client",
+)
 MISSING_EXTRA = (
     "cachefleet operator: {module} is not installed; the operator needs the operator extra: "
     "pip install 'cachefleet[operator]'"
