@@ -109,9 +109,9 @@ def test_cache_metrics_are_exported(make_server: MakeServer, redis_server: Redis
     # The Redis insert is written behind the miss's answer: its count shows once it is done.
     inserted = 'cachefleet_cache_inserts_total{model="simple",tier="redis",version="1"} 1.0'
 
-    def scraped() -> str | None:
+    def scraped() -> str:
         text = loopback.get(f"{server.base_url}/metrics").text
-        return text if inserted in text else None
+        return text if inserted in text else ""
 
     text = wait_for(scraped, "the write-behind insert into Redis")
     assert 'cachefleet_cache_hits_total{model="simple",tier="local",version="1"} 1.0' in text
