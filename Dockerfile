@@ -107,9 +107,8 @@ RUN /opt/venv/bin/python -m pip uninstall --yes pip setuptools wheel
 
 # ---- operator: the kopf operator ------------------------------------------------------------
 FROM ${PYTHON_IMAGE} AS operator
-# jemalloc is the operator's malloc (LD_PRELOAD; linked from where the architecture put it):
-# most of the operator's memory is outside Python's own allocator, where glibc's malloc kept
-# more of it. 1,000 services on a real control plane: peak RSS 488 MiB with glibc, 436 with
+# jemalloc is the operator's malloc (LD_PRELOAD; linked from where the architecture put it).
+# 1,000 services on a real control plane: peak RSS 488 MiB with glibc's malloc, 436 with
 # jemalloc; 117.6 CPU-seconds to all Ready, 95.9 (bench/results/2026-12-03-quiet-host.md).
 # hadolint ignore=DL3008
 RUN apt-get update \
