@@ -28,9 +28,10 @@ class GeneratedPassword:
 
 def existing_or_new_password(kube: Kube, owner: Owner) -> GeneratedPassword:
     secret = kube.get("v1", "Secret", owner.namespace, redis_auth_secret_name(owner))
-    stored = None if secret is None else secret_value(secret, PASSWORD_KEY)
-    if stored and secret is not None:
-        return GeneratedPassword(stored, (secret.get("metadata") or {}).get("uid"))
+    if secret is not None:
+        stored = secret_value(secret, PASSWORD_KEY)
+        if stored:
+            return GeneratedPassword(stored, (secret.get("metadata") or {}).get("uid"))
     return GeneratedPassword(secrets.token_urlsafe(32))
 
 

@@ -190,10 +190,7 @@ class Reconciler:
         try:
             read = read_spec(body.get("spec") or {})
             spec = read.spec
-            password, read_from = self.redis_password(spec, owner)
-            keys = self.fleet_keys(spec, owner, body)
-            children = self.build(spec, owner, password, keys.cache_secret, keys.admin_token)
-            children = pin_password_secret(keys.keep(children, owner), owner, read_from)
+            password, keys, children = self.wanted_children(spec, owner, body)
         except SpecError as error:
             reason = error.reason if isinstance(error, Refused) else "InvalidSpec"
             message = str(error) if isinstance(error, Refused) else f"invalid spec: {error}"
@@ -293,6 +290,17 @@ class Reconciler:
         meta = deployment["metadata"]
         live = self.kube.get("apps/v1", "Deployment", meta["namespace"], meta["name"])
         return deployment if live is None else with_live_template(deployment, live)
+
+    def wanted_children(
+        self, spec: ServiceSpec, owner: Owner, body: Mapping[str, Any]
+    ) -> tuple[str | None, fleet_secret.FleetKeys, list[dict[str, Any]]]:
+        """The Redis password, the fleet keys and the children they go into, as a reconcile and
+        a restore apply them: the fleet Secret left out when another service made it, and the
+        generated password's Secret pinned to the one its password was read from."""
+        password, read_from = self.redis_password(spec, owner)
+        keys = self.fleet_keys(spec, owner, body)
+        children = self.build(spec, owner, password, keys.cache_secret, keys.admin_token)
+        return password, keys, pin_password_secret(keys.keep(children, owner), owner, read_from)
 
     def build(
         self,
@@ -601,10 +609,7 @@ def restore_child(
     owner = Owner.from_body(owner_body)
     try:
         spec = parse_spec(owner_body.get("spec") or {})
-        password, read_from = reconciler.redis_password(spec, owner)
-        keys = reconciler.fleet_keys(spec, owner, owner_body)
-        children = reconciler.build(spec, owner, password, keys.cache_secret, keys.admin_token)
-        children = pin_password_secret(keys.keep(children, owner), owner, read_from)
+        _, _, children = reconciler.wanted_children(spec, owner, owner_body)
         generated = (
             meta.redis_auth_secret_name(owner),
             meta.cache_secret_name(owner),
