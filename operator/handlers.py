@@ -76,6 +76,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: 
         operator_settings,
         rollouts=gate,
         pods=lambda ns, labels: _pods(pods, ns, labels),
+        deployments=lambda ns, name: _deployment(deployments, ns, name),
     )
     memo.reporter = Reporter(metrics)
     metrics.leader.set(1)  # kopf runs the handlers here (with --leader-election: it leads)
@@ -233,6 +234,18 @@ def _pods(index: kopf.Index[Any, Any], namespace: str, labels: Mapping[str, str]
         except (RuntimeError, KeyError):
             continue
     return list(index.get(key, ()))
+
+
+def _deployment(
+    index: kopf.Index[Any, Any], namespace: str, name: str
+) -> Mapping[str, Any] | None:
+    """One runtime Deployment's summary from the index, read from a handler thread."""
+    for _ in range(COPY_TRIES):
+        try:
+            return next(iter(index.get((namespace, name), ())), None)
+        except (RuntimeError, KeyError):
+            continue
+    return next(iter(index.get((namespace, name), ())), None)
 
 
 def _peering(settings: kopf.OperatorSettings, operator_namespace: str) -> Peering:

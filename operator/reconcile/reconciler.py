@@ -118,6 +118,10 @@ PodSource = Callable[[str, Mapping[str, str]], Sequence[Mapping[str, Any]]]
 """The pods of a namespace that carry all the given labels (the operator's handlers read kopf's
 index of the fleets' pods; without one, the API is asked)."""
 
+DeploymentSource = Callable[[str, str], Mapping[str, Any] | None]
+"""A runtime Deployment's rollout status (generation, replicas, status) by namespace and name,
+None when it is not known there (the handlers read kopf's index of the runtime Deployments)."""
+
 
 @dataclass
 class Outcome:
@@ -142,6 +146,8 @@ class Reconciler:
     rollouts: RolloutGate = field(default_factory=lambda: RolloutGate(0))
     #: Where the pods are read from: the handlers' watch index, else a list call.
     pods: PodSource | None = None
+    #: Where a status refresh reads the runtime Deployment: the handlers' watch index, else a get.
+    deployments: DeploymentSource | None = None
     #: Each service's last full reconcile's decisions, by (namespace, name), for ``refresh``.
     decided: dict[tuple[str, str], Decided] = field(default_factory=dict)
 
@@ -360,7 +366,7 @@ class Reconciler:
         reads only."""
         refusals: list[observe.Refusal] = []
         redis = self._observe_redis(spec, owner, applied, refusals)
-        deployment = self._live(applied, "apps/v1", "Deployment", owner.name, owner)
+        deployment = applied.live.get(f"Deployment/{owner.name}") or self._deployment(owner)
         floor = spec.autoscaling.min_replicas if spec.autoscaling is not None else 0
         runtime = observe.runtime_condition(deployment, floor=floor)
         refused = observe.deployment_refusal(deployment)
@@ -457,6 +463,17 @@ class Reconciler:
         if self.pods is not None:
             return self.pods(owner.namespace, labels)
         return self.kube.list_labelled("v1", "Pod", owner.namespace, labels)
+
+    def _deployment(self, owner: Owner) -> Mapping[str, Any] | None:
+        """The runtime Deployment when no apply returned it (a status refresh): from the watch
+        index if it knows it, else read. A refresh follows a watch event of the Deployment or
+        its pods, and kopf indexes an event before its handlers see it, so the index holds at
+        least what the refresh was marked for; a later change marks it again."""
+        if self.deployments is not None:
+            found = self.deployments(owner.namespace, owner.name)
+            if found is not None:
+                return found
+        return self.kube.get("apps/v1", "Deployment", owner.namespace, owner.name)
 
     def _live(
         self, applied: Applied, api_version: str, kind: str, name: str, owner: Owner

@@ -189,14 +189,21 @@ async def create_service(cluster: Cluster, api: Api, **spec: Any) -> None:
 async def test_ready_follows_the_deployment_within_seconds(cluster: Cluster, api: Api) -> None:
     await create_service(cluster, api, cache={"mode": "local"})
     assert reason_of(cluster, "Ready") == ("False", "Progressing", "0/2 runtime pods ready")
-    path = f"/apis/apps/v1/namespaces/{NS}/deployments/svc/status"
-    await api.send("PATCH", path, ready_status(), patch=True)
+    path = f"/apis/apps/v1/namespaces/{NS}/deployments/svc"
+    reads = len(reads_of(cluster, path))
+    await api.send("PATCH", f"{path}/status", ready_status(), patch=True)
     ready = await eventually(
         lambda: (reason_of(cluster, "Ready") or ("",))[0] == "True", "Ready=True", WITHIN_S
     )
     assert ready
     body = cis(cluster, "svc") or {}
     assert (body["status"]["replicas"], body["status"]["readyReplicas"]) == (2, 2)
+    # The refresh took the Deployment from the watch that told of it: it read none back.
+    assert len(reads_of(cluster, path)) == reads
+
+
+def reads_of(cluster: Cluster, path: str) -> list[Any]:
+    return [r for r in cluster["get"] if r.url.path == path]
 
 
 @pytest.mark.usefixtures("operator")
