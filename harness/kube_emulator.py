@@ -20,6 +20,7 @@ the wheel).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import copy
@@ -121,6 +122,9 @@ class Cluster(kmock.KubernetesEmulator):
     #: Keep no log of requests at all (the scale benchmark: memory stays flat over a long run).
     #: Tests that inspect requests (``cluster["patch"]``, ``len(cluster)``) leave it off.
     forget_requests: bool = False
+    #: Seconds each watch event of a resource (by plural) reaches its watchers after its write:
+    #: a busy API server's lag, which the operator's watches must survive.
+    watch_lag_s: dict[str, float] = attrs.field(factory=dict)
     #: Every request, in arrival order, for the tests to read (see ``__iter__``).
     _log: list[rendering.Request] = attrs.field(factory=list, init=False)
 
@@ -332,7 +336,9 @@ class Cluster(kmock.KubernetesEmulator):
             for raw in snapshot:
                 if selector(raw) and _fresh(raw, seen, since):
                     yield {"type": "ADDED", "object": raw}
-            async for event in bus.stream(since=mark):
+            events = bus.stream(since=mark)
+            lag_s = self.watch_lag_s.get(request.resource.plural or "", 0.0)
+            async for event in _lagging(events, lag_s) if lag_s else events:
                 raw = event.get("object", {})
                 namespace = raw.get("metadata", {}).get("namespace")
                 if request.namespace not in (None, namespace) or not selector(raw):
@@ -341,6 +347,26 @@ class Cluster(kmock.KubernetesEmulator):
                     yield event
         finally:
             await bus.unmark(mark)
+
+
+async def _lagging(events: AsyncIterator[Any], lag_s: float) -> AsyncIterator[Any]:
+    """``events``, each ``lag_s`` after it came (pulled as they come, so a burst is not spread
+    out: every event is late by the same time)."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[tuple[float, Any]] = asyncio.Queue()
+
+    async def pull() -> None:
+        async for event in events:
+            queue.put_nowait((loop.time() + lag_s, event))
+
+    puller = asyncio.create_task(pull())
+    try:
+        while True:
+            due, event = await queue.get()
+            await asyncio.sleep(max(0.0, due - loop.time()))
+            yield event
+    finally:
+        puller.cancel()
 
 
 @attrs.frozen

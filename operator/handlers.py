@@ -40,6 +40,10 @@ MANAGED_SELECTOR = ",".join(f"{k}={v}" for k, v in MANAGED.items())
 RUNTIME = {**MANAGED, "app.kubernetes.io/component": "runtime"}
 #: Tries at copying an index from a handler thread while kopf's loop may be changing it.
 COPY_TRIES = 20
+#: How long kopf waits for its own patch to come back through the watch (see ``configure``):
+#: it delays only a change that arrives while the patched version has not, and a watch that
+#: lags this long has other troubles.
+CONSISTENCY_TIMEOUT_S = 120.0
 
 
 @kopf.on.login()
@@ -57,6 +61,10 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: 
     # Keep kopf's bookkeeping in annotations: the status holds only the documented fields.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
+    # After its patch kopf waits this long for the watch to bring the patched version; past it,
+    # it judges the old body again, which has no last-handled annotation yet: a whole second
+    # "create" reconcile. 5 s (kopf's default) is what a watch lags behind under a burst.
+    settings.persistence.consistency_timeout = CONSISTENCY_TIMEOUT_S
     # Post what a user should see (Applied, Restored, Pruned, RedisConfigured and warnings);
     # kopf's own log lines stay off the API (posting.loggers), and ``announcements`` bounds ours.
     settings.posting.level = logging.INFO
@@ -105,15 +113,19 @@ async def stop_periodic(memo: kopf.Memo, **_: Any) -> None:
             await task
 
 
+# The indexes are async: kopf runs a sync one in its handler pool, so every watch event would
+# wait for a worker that a reconcile holds, and under a burst the watches fell minutes behind.
+
+
 @kopf.index(GROUP, VERSION, PLURAL, id="services")
-def services(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+async def services(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
     """The services kopf watches (its namespaces, no list calls), for the periodic task: the
     part of each that its passes read."""
     return {(namespace, name): indexed_service(body)}
 
 
 @kopf.index("apps", "v1", "deployments", labels=RUNTIME, id="runtime_deployments")
-def runtime_deployments(
+async def runtime_deployments(
     namespace: str | None, name: str, body: kopf.Body, **_: Any
 ) -> dict[Any, Any]:
     """Every fleet's live runtime Deployment (its rollout status, not its template), for the
@@ -123,7 +135,7 @@ def runtime_deployments(
 
 
 @kopf.index("v1", "pods", labels=MANAGED, id="fleet_pods")
-def fleet_pods(
+async def fleet_pods(
     namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
 ) -> dict[Any, Any]:
     """Every fleet's pods by (namespace, service, component), the part the operator reads: why
@@ -159,22 +171,29 @@ def reconcile(
     _report(body, patch, outcome, outcome.retry_delay_s or retry_delay_s(retry), events)
 
 
-def restore(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """A child was deleted or edited: re-apply it from its owner's spec."""
+async def restore(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """A child was deleted or edited: re-apply it from its owner's spec.
+
+    Judged in the event loop, as the indexes are: nearly every event is the operator's own
+    apply or a controller's status write, and only a restore takes a thread."""
     if event["type"] not in ("DELETED", "MODIFIED"):
         return
     owners = [r for r in body.metadata.get("ownerReferences", []) if r.get("kind") == KIND]
     if not owners:
         return
-    api_version = f"{GROUP}/{VERSION}"
-    reconciler = memo.reconciler
-    if event["type"] == "MODIFIED" and reconciler.versions.is_own(body):
+    if event["type"] == "MODIFIED" and memo.reconciler.versions.is_own(body):
         return  # our own apply, or a controller's status update: nothing to restore
-    owner = reconciler.kube.get(api_version, KIND, body.metadata.namespace, owners[0]["name"])
+    await asyncio.to_thread(_restore, str(event["type"]), body, owners[0]["name"], memo)
+
+
+def _restore(event_type: str, body: kopf.Body, owner_name: str, memo: kopf.Memo) -> None:
+    """The blocking part of ``restore``: the owner read, and the child applied under its lock."""
+    reconciler = memo.reconciler
+    owner = reconciler.kube.get(f"{GROUP}/{VERSION}", KIND, body.metadata.namespace, owner_name)
     if owner is None or owner["metadata"].get("deletionTimestamp"):
         return  # the owner is gone: garbage collection takes the children
     with memo.reporter.metrics.reconciling("restore"), memo.locks(object_key(owner)):
-        if event["type"] == "MODIFIED" and reconciler.versions.is_own(body):
+        if event_type == "MODIFIED" and reconciler.versions.is_own(body):
             return
         written = restore_child(reconciler, owner, body["kind"], body.metadata.name)
     memo.reporter.metrics.reconciles.labels("restore", "ok").inc()
@@ -236,9 +255,7 @@ def _pods(index: kopf.Index[Any, Any], namespace: str, labels: Mapping[str, str]
     return list(index.get(key, ()))
 
 
-def _deployment(
-    index: kopf.Index[Any, Any], namespace: str, name: str
-) -> Mapping[str, Any] | None:
+def _deployment(index: kopf.Index[Any, Any], namespace: str, name: str) -> Mapping[str, Any] | None:
     """One runtime Deployment's summary from the index, read from a handler thread."""
     for _ in range(COPY_TRIES):
         try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +20,7 @@ from support.kube.fixtures import CIS_PATH, NS, Api, cis, condition, eventually,
 
 from cachefleet.operator.manifests.meta import MANAGER, Owner, labels
 from cachefleet.operator.reconcile import follow, pod_problems
+from cachefleet.operator.reconcile.reconciler import Reconciler
 
 pytest_plugins = ("support.kube.fixtures",)  # cluster, api, start_operator, operator
 pytestmark = pytest.mark.timeout(120)
@@ -200,6 +202,44 @@ async def test_ready_follows_the_deployment_within_seconds(cluster: Cluster, api
     assert (body["status"]["replicas"], body["status"]["readyReplicas"]) == (2, 2)
     # The refresh took the Deployment from the watch that told of it: it read none back.
     assert len(reads_of(cluster, path)) == reads
+
+
+@pytest.fixture
+async def one_handler_worker(
+    monkeypatch: pytest.MonkeyPatch, start_operator: Callable[[], Any]
+) -> None:
+    monkeypatch.setenv("CACHEFLEET_OPERATOR_HANDLER_WORKERS", "1")
+    await start_operator()
+
+
+@pytest.mark.usefixtures("one_handler_worker")
+async def test_status_follows_while_every_handler_worker_is_busy(
+    cluster: Cluster, api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A burst of new services holds the handler workers for minutes; the watches of the
+    others' workloads and pods must go on (their indexes and event handlers take no worker)."""
+    await create_service(cluster, api, cache={"mode": "local"})
+    entered, release = threading.Event(), threading.Event()
+    reconcile = Reconciler.reconcile
+
+    def held(self: Reconciler, body: Any, **kwargs: Any) -> Any:
+        if body["metadata"]["name"] == "held":
+            entered.set()
+            release.wait(60)
+        return reconcile(self, body, **kwargs)
+
+    monkeypatch.setattr(Reconciler, "reconcile", held)
+    try:
+        await api.send("POST", CIS_PATH, service("held", cache={"mode": "local"}))
+        assert await asyncio.to_thread(entered.wait, WITHIN_S), "the held reconcile began"
+        path = f"/apis/apps/v1/namespaces/{NS}/deployments/svc/status"
+        await api.send("PATCH", path, ready_status(), patch=True)
+        ready = await eventually(
+            lambda: (reason_of(cluster, "Ready") or ("",))[0] == "True", "Ready=True", WITHIN_S
+        )
+        assert ready
+    finally:
+        release.set()
 
 
 def reads_of(cluster: Cluster, path: str) -> list[Any]:
