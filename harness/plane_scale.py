@@ -304,12 +304,14 @@ def run(
     timeout_s: float,
     apply_workers: int,
     extra_env: Mapping[str, str],
+    controller_qps: int | None = None,
 ) -> Result:
     found = plane_bin()
     if found is None:
         raise SystemExit("the control plane is not built: bash scripts/build-plane")
     result = Result(services, node_count, load_before=os.getloadavg())
-    plane = Plane(found, folder / "plane", nodes=nodes(node_count), persistent_volumes=0)
+    plane = Plane(found, folder / "plane", nodes=nodes(node_count), persistent_volumes=0,
+                  controller_qps=controller_qps)  # fmt: skip
     stop = threading.Event()
     operator: ManagedProcess | None = None
     try:
@@ -491,6 +493,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--apply-workers", type=int, default=8, help="server-side applies at once (8)"
     )
+    parser.add_argument(
+        "--controller-qps", type=int,
+        help="the controller-manager's client rate limit a second (its default: 20 for each "
+             "controller, which the Deployment and ReplicaSet controllers reach in a burst)",
+    )  # fmt: skip
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per wait (900)")
     parser.add_argument("--folder", type=Path, help="the run's files (a temporary folder)")
     args = parser.parse_args(argv)
@@ -499,7 +506,8 @@ def main(argv: list[str] | None = None) -> int:
         folder = args.folder or Path(stack.enter_context(tempfile.TemporaryDirectory()))
         result = run(args.services, args.nodes, folder=folder,
                      resync_interval_s=args.resync_interval, timeout_s=args.timeout,
-                     apply_workers=args.apply_workers, extra_env={})  # fmt: skip
+                     apply_workers=args.apply_workers, extra_env={},
+                     controller_qps=args.controller_qps)  # fmt: skip
         print(report(result, command.strip()))
     return 0
 

@@ -81,6 +81,9 @@ class Plane:
     )
     persistent_volumes: int = 16
     expandable_volumes: int = 4
+    #: The controller-manager's client rate limit (``--kube-api-qps``, a burst of twice it);
+    #: None keeps its default, 20 a second for each controller.
+    controller_qps: int | None = None
     processes: list[ManagedProcess] = field(default_factory=list)
     port: int = 0
     #: Seconds from the first process started to every node Ready (reported by the tests).
@@ -300,6 +303,9 @@ class Plane:
                        # 50 s grace only on an idle machine. A node marked NotReady has its
                        # pods' Ready set False, which kwok (no kubelet) never sets back.
                        "--node-monitor-grace-period", "10m"]  # fmt: skip
+            if self.controller_qps is not None:
+                common += ["--kube-api-qps", str(self.controller_qps),
+                           "--kube-api-burst", str(2 * self.controller_qps)]  # fmt: skip
         self._spawn(name, *common)
 
     def _kwok(self) -> None:
