@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import kopf
 
@@ -40,6 +40,7 @@ MANAGED_SELECTOR = ",".join(f"{k}={v}" for k, v in MANAGED.items())
 RUNTIME = {**MANAGED, "app.kubernetes.io/component": "runtime"}
 #: Tries at copying an index from a handler thread while kopf's loop may be changing it.
 COPY_TRIES = 20
+T = TypeVar("T")
 #: How long kopf waits for its own patch to come back through the watch (see ``configure``):
 #: it delays only a change that arrives while the patched version has not, and a watch that
 #: lags this long has other troubles.
@@ -233,36 +234,28 @@ def _snapshot(index: kopf.Index[Any, Any]) -> list[Mapping[str, Any]]:
     return [body for store in index.values() for body in store]
 
 
-def _values(index: kopf.Index[Any, Any]) -> list[Mapping[str, Any]]:
-    """A copy of ``index`` taken from a handler thread: kopf updates it in its event loop, so
-    a change in the middle of the copy starts it again."""
+def _copied(read: Callable[[], T]) -> T:
+    """``read()`` of an index from a handler thread: kopf updates its indexes in its event loop,
+    so a change in the middle of the read starts it again."""
     for _ in range(COPY_TRIES):
         try:
-            return _snapshot(index)
-        except (RuntimeError, KeyError):  # changed size, or a key dropped, during the copy
+            return read()
+        except (RuntimeError, KeyError):  # changed size, or a key dropped, during the read
             continue
-    return _snapshot(index)
+    return read()
+
+
+def _values(index: kopf.Index[Any, Any]) -> list[Mapping[str, Any]]:
+    return _copied(lambda: _snapshot(index))
 
 
 def _pods(index: kopf.Index[Any, Any], namespace: str, labels: Mapping[str, str]) -> list[Any]:
-    """One component's pods from the index, copied from a handler thread (see ``_values``)."""
     key = pod_index.pod_key(namespace, labels)
-    for _ in range(COPY_TRIES):
-        try:
-            return list(index.get(key, ()))
-        except (RuntimeError, KeyError):
-            continue
-    return list(index.get(key, ()))
+    return _copied(lambda: list(index.get(key, ())))
 
 
 def _deployment(index: kopf.Index[Any, Any], namespace: str, name: str) -> Mapping[str, Any] | None:
-    """One runtime Deployment's summary from the index, read from a handler thread."""
-    for _ in range(COPY_TRIES):
-        try:
-            return next(iter(index.get((namespace, name), ())), None)
-        except (RuntimeError, KeyError):
-            continue
-    return next(iter(index.get((namespace, name), ())), None)
+    return _copied(lambda: next(iter(index.get((namespace, name), ())), None))
 
 
 def _peering(settings: kopf.OperatorSettings, operator_namespace: str) -> Peering:
