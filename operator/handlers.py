@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import kopf
 
 from cachefleet.operator.api_session import bounded_session
+from cachefleet.operator.diff_base import LeanAnnotationsDiffBaseStorage
 from cachefleet.operator.manifests.children import LISTED_KINDS
 from cachefleet.operator.manifests.meta import GROUP, KIND, MANAGER, PLURAL, VERSION
 from cachefleet.operator.reconcile import follow, pod_index
@@ -61,7 +62,7 @@ async def login(
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> None:
     # Keep kopf's bookkeeping in annotations: the status holds only the documented fields.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = LeanAnnotationsDiffBaseStorage(prefix=GROUP)
     # After its patch kopf waits this long for the watch to bring the patched version; past it,
     # it judges the old body again, which has no last-handled annotation yet: a whole second
     # "create" reconcile. 5 s (kopf's default) is what a watch lags behind under a burst.
