@@ -18,7 +18,7 @@ from cachefleet.operator.api_session import bounded_session
 from cachefleet.operator.diff_base import LeanAnnotationsDiffBaseStorage
 from cachefleet.operator.manifests.children import LISTED_KINDS
 from cachefleet.operator.manifests.meta import GROUP, KIND, MANAGER, PLURAL, VERSION
-from cachefleet.operator.reconcile import follow, pod_index
+from cachefleet.operator.reconcile import child_index, follow, pod_index
 from cachefleet.operator.reconcile.kube import PLURALS, Kube
 from cachefleet.operator.reconcile.locks import KeyedLocks
 from cachefleet.operator.reconcile.metrics import process_metrics
@@ -81,12 +81,14 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: 
     gate = RolloutGate(operator_settings.max_concurrent_rollouts, lambda: _values(deployments))
     metrics = process_metrics()
     pods: kopf.Index[Any, Any] = kwargs["fleet_pods"]  # the index below
+    children = {kind: kwargs[child_index.index_id(PLURALS[kind])] for _, kind in LISTED_KINDS}
     memo.reconciler = Reconciler(
         Kube(metrics=metrics),
         operator_settings,
         rollouts=gate,
         pods=lambda ns, labels: _pods(pods, ns, labels),
         deployments=lambda ns, name: _deployment(deployments, ns, name),
+        children=lambda ns, name, kind: _children(children[kind], ns, name, kind),
     )
     memo.reporter = Reporter(metrics)
     metrics.leader.set(1)  # kopf runs the handlers here (with --leader-election: it leads)
@@ -146,6 +148,23 @@ async def fleet_pods(
     return {pod_index.pod_key(namespace, labels): pod_index.pod_entry(body)}
 
 
+def _children_of_kind(kind: str) -> Callable[..., Any]:
+    async def fleet_children(
+        namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
+    ) -> dict[Any, Any]:
+        """Every fleet's children of one kind by (namespace, service, kind), for pruning: a
+        first reconcile and a resync find them here, not by a list call per kind."""
+        return {child_index.child_key(namespace, kind, labels): child_index.child_entry(body)}
+
+    return fleet_children
+
+
+for _api_version, _kind in LISTED_KINDS:
+    kopf.index(
+        _api_version, PLURALS[_kind], labels=MANAGED, id=child_index.index_id(PLURALS[_kind])
+    )(_children_of_kind(_kind))
+
+
 async def follow_status(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """A fleet's workload or pod changed: its service's status follows within seconds."""
     memo.follower.seen(event["type"], body)
@@ -167,8 +186,10 @@ def reconcile(
     retry: int = 0,
     **_: Any,
 ) -> None:
+    # After a spec change, a child applied a moment ago may not be in the watches' index yet.
+    consistent = reason == kopf.Reason.UPDATE
     with memo.reporter.metrics.reconciling(str(reason)), memo.locks(object_key(body)):
-        outcome = memo.reconciler.reconcile(body)
+        outcome = memo.reconciler.reconcile(body, consistent=consistent)
     events = memo.reporter.outcome(str(reason), body, outcome)
     _report(body, patch, outcome, outcome.retry_delay_s or retry_delay_s(retry), events)
 
@@ -257,6 +278,10 @@ def _pods(index: kopf.Index[Any, Any], namespace: str, labels: Mapping[str, str]
 
 def _deployment(index: kopf.Index[Any, Any], namespace: str, name: str) -> Mapping[str, Any] | None:
     return _copied(lambda: next(iter(index.get((namespace, name), ())), None))
+
+
+def _children(index: kopf.Index[Any, Any], namespace: str, name: str, kind: str) -> list[Any]:
+    return _copied(lambda: list(index.get((namespace, name, kind), ())))
 
 
 def _peering(settings: kopf.OperatorSettings, operator_namespace: str) -> Peering:

@@ -237,35 +237,40 @@ def _wait_until_gone(kube: Kube, obj: Mapping[str, Any], timeout_s: float = 30.0
         time.sleep(0.2)
 
 
+LiveChildren = Callable[[str, str], Sequence[Mapping[str, Any]]]
+"""A service's live children of one (apiVersion, kind), each with its name and owners."""
+
+
 def prune_children(
     kube: Kube,
+    found: LiveChildren,
     owner: Owner,
     children: Sequence[Mapping[str, Any]],
     kinds: Sequence[tuple[str, str]] = LISTED_KINDS,
     keep: Callable[[Mapping[str, Any]], bool] = lambda _: False,
 ) -> list[str]:
-    """Delete owned children of ``kinds`` the spec no longer asks for (e.g. Redis after mode:
-    local), except those ``keep`` says are still in use (a previous runtime ConfigMap).
+    """Delete the owner's live children (``found``) of ``kinds`` that the spec no longer asks
+    for (e.g. Redis after mode: local), except those ``keep`` says are still in use (a previous
+    runtime ConfigMap).
 
     Secrets are never pruned (see ``LISTED_KINDS``): the garbage collector takes them with
     their service."""
     wanted = {describe(child) for child in children}
-    selector = {"app.kubernetes.io/instance": owner.name, "app.kubernetes.io/managed-by": MANAGER}
     deleted = []
     for api_version, kind in kinds:
         try:
-            found = kube.list_labelled(api_version, kind, owner.namespace, selector)
+            lives = found(api_version, kind)
         except KubeError as error:
             if error.not_found and api_version in OPTIONAL_APIS:
                 continue  # not served here: there is nothing of that kind to prune
             raise
-        for live in found:
-            live.setdefault("apiVersion", api_version)
-            live.setdefault("kind", kind)
-            live["metadata"].setdefault("namespace", owner.namespace)
-            if describe(live) not in wanted and _owned_by(live, owner) and not keep(live):
-                kube.delete(live)
-                deleted.append(describe(live))
+        for live in lives:
+            name = live["metadata"]["name"]
+            child = {"apiVersion": api_version, "kind": kind,
+                     "metadata": {"name": name, "namespace": owner.namespace}}  # fmt: skip
+            if describe(child) not in wanted and _owned_by(live, owner) and not keep(child):
+                kube.delete(child)
+                deleted.append(describe(child))
     return deleted
 
 

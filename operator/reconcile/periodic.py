@@ -145,8 +145,8 @@ class Backoff:
 
 @dataclass(frozen=True)
 class Periodic:
-    """Resync (re-apply everything; prune only what outlives a spec change: runtime
-    ConfigMaps no pod reads any more) and cache-figure refresh of every service."""
+    """Resync (re-apply everything, prune what the spec does not ask for) and cache-figure
+    refresh of every service."""
 
     reconciler: Reconciler
     locks: KeyedLocks
@@ -260,8 +260,9 @@ class Periodic:
             log.exception("periodic %s of %s failed", job.__name__, name)
 
     def resync(self, indexed: Mapping[str, Any]) -> None:
-        """Re-apply every child (drift the watches missed), and delete previous runtime
-        ConfigMaps whose rollout is over (only a spec change can drop any other child).
+        """Re-apply every child (drift the watches missed), and delete the children the spec
+        does not ask for, found in the watches' index (previous runtime ConfigMaps whose
+        rollout is over, and whatever a missed prune left).
 
         The service is read first: kopf's index may hold a service whose DELETED event was
         missed (re-applying its children would re-create them every pass), or an older spec
@@ -274,7 +275,7 @@ class Periodic:
         if body is None or body["metadata"].get("deletionTimestamp"):
             return
         with self.locks(object_key(body)):
-            outcome = self.reconciler.reconcile(body, prune=False)
+            outcome = self.reconciler.reconcile(body, consistent=False)
             self._write_status(body, outcome.status)
         if self.reporter is not None:
             self.reporter.outcome("resync", body, outcome)  # counted; the events are logged

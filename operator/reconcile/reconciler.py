@@ -20,7 +20,7 @@ from cachefleet.operator.manifests.children import (
     uses_redis_password,
 )
 from cachefleet.operator.manifests.errors import SpecError
-from cachefleet.operator.manifests.meta import Owner
+from cachefleet.operator.manifests.meta import MANAGER, Owner
 from cachefleet.operator.manifests.redis import password_ref
 from cachefleet.operator.manifests.redis_memory import maxmemory_bytes
 from cachefleet.operator.manifests.runtime import redis_password_ref, redis_url
@@ -30,7 +30,12 @@ from cachefleet.operator.reconcile import fleet_secret, observe, pod_problems, r
 from cachefleet.operator.reconcile.admission import check_allowed
 from cachefleet.operator.reconcile.announcements import announced
 from cachefleet.operator.reconcile.applied import AppliedVersions
-from cachefleet.operator.reconcile.children import Applied, apply_children, prune_children
+from cachefleet.operator.reconcile.children import (
+    Applied,
+    LiveChildren,
+    apply_children,
+    prune_children,
+)
 from cachefleet.operator.reconcile.conditions import (
     Condition,
     queued_conditions,
@@ -66,10 +71,6 @@ from cachefleet.operator.reconcile.settings import OperatorSettings
 from cachefleet.operator.reconcile.tls_secret import read_tls_secret
 from cachefleet.operator.reconcile.upstream_sources import read_upstream_digest
 
-#: The kinds every reconcile prunes, the resync's included: a previous runtime ConfigMap is
-#: kept while pods of an older ReplicaSet may read it, so it can go only at a later pass, once
-#: the rollout is over, when the spec has not changed again.
-DEFERRED_KINDS: tuple[tuple[str, str], ...] = (("v1", "ConfigMap"),)
 #: The reason of a service whose children need an API the cluster does not serve (KEDA).
 NOT_INSTALLED = "NotInstalled"
 #: The reason of the warning on a service whose stored spec holds fields this operator ignores.
@@ -118,6 +119,10 @@ PodSource = Callable[[str, Mapping[str, str]], Sequence[Mapping[str, Any]]]
 """The pods of a namespace that carry all the given labels (the operator's handlers read kopf's
 index of the fleets' pods; without one, the API is asked)."""
 
+ChildSource = Callable[[str, str, str], Sequence[Mapping[str, Any]]]
+"""A service's live children of one kind, by (namespace, service, kind), each with its name and
+owners (the handlers read kopf's index of the child watches: ``child_index``)."""
+
 DeploymentSource = Callable[[str, str], Mapping[str, Any] | None]
 """A runtime Deployment's rollout status (generation, replicas, status) by namespace and name,
 None when it is not known there (the handlers read kopf's index of the runtime Deployments)."""
@@ -148,29 +153,33 @@ class Reconciler:
     pods: PodSource | None = None
     #: Where a status refresh reads the runtime Deployment: the handlers' watch index, else a get.
     deployments: DeploymentSource | None = None
+    #: Where pruning finds the live children: the handlers' watch index, else a list per kind.
+    children: ChildSource | None = None
     #: Each service's last full reconcile's decisions, by (namespace, name), for ``refresh``.
     decided: dict[tuple[str, str], Decided] = field(default_factory=dict)
 
-    def reconcile(self, body: Mapping[str, Any], *, prune: bool = True) -> Outcome:
+    def reconcile(self, body: Mapping[str, Any], *, consistent: bool = True) -> Outcome:
         """Apply, prune, configure Redis live and observe; API failures become a status.
 
-        ``prune`` looks for children the spec stopped asking for (one list call per kind). The
-        periodic resync passes False: only a spec change can drop a child, but a previous
-        runtime ConfigMap outlives that change until no pod reads it, so every reconcile still
-        prunes those (``DEFERRED_KINDS``: one ConfigMap list, and a ReplicaSet list only when
-        an old one is found). A service's first reconcile prunes too: an operator stopped in the
-        middle of one may have applied children that the spec, changed meanwhile, dropped.
+        Every reconcile prunes the children the spec does not ask for: a first one too (an
+        operator stopped in the middle of one may have applied children that the spec, changed
+        meanwhile, dropped), and a resync, which so catches what a missed one left. The live
+        children come from the watches' index (``children``) unless ``consistent``: then from a
+        list call per kind, as after a spec change, when a child this process applied a moment
+        ago may not have reached the index yet. The handlers' first reconcile and the resync
+        read the index: kopf fills it before any handler runs, and a service new to this
+        process has no child it applied.
         """
         owner = Owner.from_body(body)
         self.decided.pop((owner.namespace, owner.name), None)  # only a finished one leaves one
         try:
             try:
-                return self._reconcile(body, prune=prune)
+                return self._reconcile(body, consistent=consistent)
             except KubeError as error:
                 if not password_secret_replaced(error):
                     raise
                 # The password's Secret went after it was read: once more, with a new one.
-                return self._reconcile(body, prune=prune)
+                return self._reconcile(body, consistent=consistent)
         except KubeError as error:
             self.decided.pop((owner.namespace, owner.name), None)
             if error.namespace_terminating:
@@ -191,7 +200,7 @@ class Reconciler:
             status = self._status(body, conditions)
             return Outcome(status, [Event(True, "ApplyFailed", message)], retry=message)
 
-    def _reconcile(self, body: Mapping[str, Any], *, prune: bool) -> Outcome:
+    def _reconcile(self, body: Mapping[str, Any], *, consistent: bool) -> Outcome:
         owner = Owner.from_body(body)
         try:
             read = read_spec(body.get("spec") or {})
@@ -208,8 +217,9 @@ class Reconciler:
         ignored = [Event(True, UNKNOWN_FIELDS, _ignored_message(read))] if read.ignored else []
         pruned: list[str] = []
         deferral = self.defer_redis_restarts(owner, children)
+        found = self._children_of(owner, consistent=consistent)
         applied, decision = self.apply_paced(
-            owner, deferral.children, lambda paced: self._apply(owner, paced, pruned, prune=prune)
+            owner, deferral.children, lambda paced: self._apply(owner, paced, found, pruned)
         )
         # One event per kind of change, naming what changed (not one per child).
         written = announced(body, applied.written, applied.first_seen)
@@ -277,19 +287,27 @@ class Reconciler:
         return redis_restarts.defer_redis_restarts(self.kube, children, pods)
 
     def _apply(
-        self, owner: Owner, children: list[dict[str, Any]], pruned: list[str], *, prune: bool
+        self, owner: Owner, children: list[dict[str, Any]], found: LiveChildren, pruned: list[str]
     ) -> Applied:
-        """Apply every child; with ``prune``, delete those the spec dropped (into ``pruned``;
-        scalers first: KEDA refuses a ScaledObject for a Deployment another HPA scales, and two
-        scalers would fight over the count), keeping runtime ConfigMaps pods may still read."""
-        if prune:
-            pruned += prune_children(self.kube, owner, children, SCALER_KINDS)
+        """Apply every child, and delete those the spec dropped (into ``pruned``; scalers first:
+        KEDA refuses a ScaledObject for a Deployment another HPA scales, and two scalers would
+        fight over the count), keeping runtime ConfigMaps pods may still read."""
+        pruned += prune_children(self.kube, found, owner, children, SCALER_KINDS)
         applied = apply_children(self.kube, children, self.versions)
-        others = [k for k in LISTED_KINDS if k not in SCALER_KINDS] if prune else DEFERRED_KINDS
-        live = applied.live.get(f"Deployment/{owner.name}")
-        keep = NeededConfigs(self.kube, owner, live)
-        pruned += prune_children(self.kube, owner, children, others, keep=keep)
+        others = [k for k in LISTED_KINDS if k not in SCALER_KINDS]
+        keep = NeededConfigs(self.kube, owner, applied.live.get(f"Deployment/{owner.name}"))
+        pruned += prune_children(self.kube, found, owner, children, others, keep=keep)
         return applied
+
+    def _children_of(self, owner: Owner, *, consistent: bool) -> LiveChildren:
+        """The owner's live children by kind: from the watches' index, or listed."""
+        if self.children is not None and not consistent:
+            index = self.children
+            return lambda _, kind: index(owner.namespace, owner.name, kind)
+        labels = {"app.kubernetes.io/instance": owner.name, "app.kubernetes.io/managed-by": MANAGER}
+        return lambda api_version, kind: self.kube.list_labelled(
+            api_version, kind, owner.namespace, labels
+        )
 
     def _keep_live_template(self, deployment: dict[str, Any]) -> dict[str, Any]:
         """``deployment`` with the live pod template: a queued fleet keeps what it runs."""

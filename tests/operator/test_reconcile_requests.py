@@ -224,7 +224,7 @@ async def test_rotating_a_user_supplied_password_rolls_redis_and_the_runtime(
     before = hashes()
     rotated = {"data": {"password": base64.b64encode(b"second-secret").decode()}}
     await api.send("PATCH", f"/api/v1/namespaces/{NS}/secrets/mine", rotated, patch=True)
-    await asyncio.to_thread(reconciler.reconcile, body, prune=False)  # the resync
+    await asyncio.to_thread(reconciler.reconcile, body, consistent=False)  # the resync
     after = hashes()
     assert after[0] != before[0]
     assert after[1] != before[1]

@@ -172,7 +172,7 @@ async def test_the_resync_deletes_an_old_configmap_once_its_rollout_is_over(
     await asyncio.to_thread(passes.resync, must(cis(cluster, "svc")))
     assert live(cluster, "v1/configmaps", first) is None
     assert live(cluster, "v1/configmaps", second) is not None
-    # And the resync deletes no other child (those go only with a spec change).
+    # And the resync deletes no other child: the spec asks for all the others.
     deleted = [r.url.path for r in cluster if r.method == "DELETE"]
     assert deleted == [f"{CONFIGMAPS}/{first}"]
 
