@@ -2,61 +2,81 @@
 
 Each command lives in the package it belongs to as a ``*_command`` module exposing ``HELP``,
 ``add_arguments(parser)`` and ``run(args) -> int``. Those modules import their heavy
-dependencies inside ``run``, so ``cachefleet --help`` stays fast.
+dependencies inside ``run``, and a run imports only its own command's module and builds only its
+flags: a process of the test suite, a pod's start, ``cachefleet flush`` in a script, each paid
+for every command's imports (serve's settings, render's YAML, the installed version) before.
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
-import importlib.metadata
+import importlib
 import sys
 from collections.abc import Sequence
 from types import ModuleType
+from typing import Any
 
-from cachefleet.bench import bench_command, demo_command
-from cachefleet.operator import operator_command, render_command
-from cachefleet.runtime import fetch_command, flush_command, samples_command, serve_command
-
-COMMANDS: dict[str, ModuleType] = {
-    "serve": serve_command,
-    "samples": samples_command,
-    "flush": flush_command,
-    "fetch-model": fetch_command,
-    "render": render_command,
-    "operator": operator_command,
-    "demo": demo_command,
-    "bench": bench_command,
+#: Each command's module, imported when the command runs (or for the list of commands).
+COMMANDS: dict[str, str] = {
+    "serve": "cachefleet.runtime.serve_command",
+    "samples": "cachefleet.runtime.samples_command",
+    "flush": "cachefleet.runtime.flush_command",
+    "fetch-model": "cachefleet.runtime.fetch_command",
+    "render": "cachefleet.operator.render_command",
+    "operator": "cachefleet.operator.operator_command",
+    "demo": "cachefleet.bench.demo_command",
+    "bench": "cachefleet.bench.bench_command",
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _VersionAction(argparse.Action):
+    """``--version``: the installed distribution's version, read only when asked for (the
+    release, CHANGELOG.md's latest entry; the tests keep pyproject.toml, the chart and the
+    CHANGELOG equal)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        kwargs.setdefault("help", "show the version and exit")
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        import importlib.metadata
+
+        parser.exit(message=f"cachefleet {importlib.metadata.version('cachefleet')}\n")
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or with ``command`` only that command's flags (the others
+    listed by name and help, and their modules imported only for that list)."""
     parser = argparse.ArgumentParser(
         prog="cachefleet",
         description="GPU inference fleets sharing a response cache (KServe v2 / Triton protocol).",
     )
-    # The installed distribution's version: the release (CHANGELOG.md's latest entry; the tests
-    # keep pyproject.toml, the chart and the CHANGELOG equal).
-    parser.add_argument(
-        "--version",
-        action="version",
-        version=f"cachefleet {importlib.metadata.version('cachefleet')}",
-    )
+    parser.add_argument("--version", action=_VersionAction)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, module in COMMANDS.items():
-        sub = subparsers.add_parser(name, help=module.HELP, description=module.HELP)
-        module.add_arguments(sub)
-        sub.set_defaults(run=module.run, command_parser=sub)
+    if command in COMMANDS:
+        module = importlib.import_module(COMMANDS[command])
+        _add_command(subparsers, command, module)
+        return parser
+    for name, path in COMMANDS.items():
+        _add_command(subparsers, name, importlib.import_module(path))
     return parser
 
 
+def _add_command(subparsers: Any, name: str, module: ModuleType) -> None:
+    sub = subparsers.add_parser(name, help=module.HELP, description=module.HELP)
+    module.add_arguments(sub)
+    sub.set_defaults(run=module.run, command_parser=sub)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    if not (sys.argv[1:] if argv is None else argv):
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(arguments[0] if arguments else None)
+    if not arguments:
         # Bare ``cachefleet``: the list of commands, and argparse's usage-error status.
         parser.print_help(sys.stderr)
         return 2
-    args, unknown = parser.parse_known_args(argv)
+    args, unknown = parser.parse_known_args(arguments)
     if unknown:
         # Refused by the command's own parser, so its usage is shown (not the top level's),
         # with the nearest flag it knows (argparse suggests only from Python 3.14 on).

@@ -76,9 +76,11 @@ def _statistics(server: ServerProcess) -> dict[str, int]:
 
 
 @pytest.fixture
-def warmed(server: ServerProcess) -> ServerProcess:
-    """The default server (local cache) whose memo holds seed 0's answer: a miss, then a local
-    hit, which the application memoizes."""
+def warmed(sample_server: ServerProcess) -> ServerProcess:
+    """The module's server (local cache) whose memo holds seed 0's answer alone: flushed (the
+    cache and the memo), then a miss, then a local hit, which the application memoizes."""
+    server = sample_server
+    assert loopback.post(f"{server.base_url}/v2/models/simple/cache/flush").status_code == 200
     first, second = _exchange(server, _request(), _request())
     assert first[1][b"x-cache"] == b"miss"
     assert second[1][b"x-cache"] == b"hit-local"
@@ -233,7 +235,7 @@ def _sized_request(size: int) -> tuple[bytes, bytes]:
 @pytest.mark.parametrize("size", [65535, 65536, 65537])
 @pytest.mark.parametrize("held_back", [None, 1, 40])
 def test_bodies_at_the_held_size_are_answered_however_they_are_split(
-    server: ServerProcess, size: int, held_back: int | None
+    sample_server: ServerProcess, size: int, held_back: int | None
 ) -> None:
     """Bodies around uvicorn's 64 KiB read size, split any way, are answered (memoized or not):
     the connection guard never takes a body for an overlong head and closes the connection.
@@ -244,7 +246,7 @@ def test_bodies_at_the_held_size_are_answered_however_they_are_split(
         writes = [head, body]
     else:
         writes = [head + body[: len(body) - held_back], body[len(body) - held_back :]]
-    with raw_http.connect(server) as stream:
+    with raw_http.connect(sample_server) as stream:
         buffer = bytearray()
         for _ in range(2):  # a miss, then the same request again (from the memo)
             for write in writes:
