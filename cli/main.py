@@ -42,7 +42,8 @@ class _VersionAction(argparse.Action):
     def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
         import importlib.metadata
 
-        parser.exit(message=f"cachefleet {importlib.metadata.version('cachefleet')}\n")
+        print(f"cachefleet {importlib.metadata.version('cachefleet')}")  # stdout, as argparse's
+        parser.exit()
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
+import functools
+import io
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +18,7 @@ import yaml
 from support.kube.crd_schema import EXAMPLES
 from support.kube.validation import validate_child
 
+from cachefleet.cli.main import main
 from cachefleet.operator.manifests.children import build_children
 from cachefleet.operator.manifests.errors import SpecError
 from cachefleet.operator.manifests.meta import CONFIG_HASH_ANNOTATION, Owner
@@ -112,14 +116,27 @@ def test_every_child_is_valid_owned_and_labelled(name: str) -> None:
             assert f"app.kubernetes.io/{label}" in meta["labels"]
 
 
+@functools.cache
+def rendered(path: Path) -> subprocess.CompletedProcess[str]:
+    """``cachefleet render path`` run once in a process of its own, for every test that reads
+    what it printed."""
+    result = render_command(str(path))
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+def rendered_here(path: Path) -> str:
+    """What ``cachefleet render path`` prints when run in this process: another process than
+    ``rendered``'s, with its own hash seed and random state."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        assert main(["render", str(path)]) == 0, err.getvalue()
+    return out.getvalue()
+
+
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_render_command_prints_valid_objects_for_every_example(path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "cachefleet.cli.main", "render", str(path)],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    result = rendered(path)
     documents = [d for d in yaml.safe_load_all(result.stdout) if d]
     assert {"Deployment", "Service", "ConfigMap"} <= kinds(documents)
     for document in documents:
@@ -367,13 +384,8 @@ def test_a_new_generated_password_rolls_redis_and_the_runtime_pods() -> None:
     assert "one" not in str(annotations)
 
 
-def test_render_output_is_plain_yaml_without_aliases(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "cachefleet.cli.main", "render", str(EXAMPLES[0])],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+def test_render_output_is_plain_yaml_without_aliases() -> None:
+    result = rendered(EXAMPLES[0])
     assert "&id" not in result.stdout
     assert "*id" not in result.stdout
 
@@ -473,9 +485,9 @@ def test_cache_admission_reaches_the_runtime_only_when_not_the_default() -> None
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_render_is_the_same_on_every_run_and_renders_no_generated_secret(path: Path) -> None:
-    first, second = render_command(str(path)), render_command(str(path))
-    assert first.returncode == 0, first.stderr
-    assert first.stdout == second.stdout  # a rendering kept in Git changes only with its input
+    first = rendered(path)
+    # A rendering kept in Git changes only with its input.
+    assert first.stdout == rendered_here(path)
     documents = [d for d in yaml.safe_load_all(first.stdout) if d]
     name = yaml.safe_load(path.read_text())["metadata"]["name"]
     generated = {f"{name}-redis-auth", f"{name}-fleet"}
