@@ -25,21 +25,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from cachefleet.runtime.config import SettingsError, load_settings
-    from cachefleet.runtime.descriptors import fit_connection_caps
-    from cachefleet.runtime.http.environment import configure_logging, export_settings
     from cachefleet.runtime.preflight import PreflightError, check_startup
-    from cachefleet.runtime.server import create_server
 
     try:
         settings = load_settings(args)
         check_startup(settings)
     except (SettingsError, PreflightError) as error:
-        # One line naming the flag, and argparse's status for a usage error.
+        # One line naming the flag, and argparse's status for a usage error; before the web
+        # framework and the server are imported, so that a bad start fails at once.
         print(f"cachefleet serve: error: {error}", file=sys.stderr)
         return 2
+    import uvicorn
+
+    from cachefleet.runtime.descriptors import fit_connection_caps
+    from cachefleet.runtime.http.environment import configure_logging, export_settings
+    from cachefleet.runtime.server import create_server
+
     server = settings.server
     configure_logging(server.log_level)
     try:
@@ -62,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
         log_level=server.log_level,
         log_config=None,
         access_log=False,  # no per-request logging: it would cost more than a cache hit
+        ws="none",  # no WebSocket route: nothing to import a WebSocket implementation for
         proxy_headers=False,  # client addresses are never used, so skip X-Forwarded-* parsing
         server_header=False,
         loop="uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
