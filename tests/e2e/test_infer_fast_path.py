@@ -22,7 +22,7 @@ import tritonclient.http as httpclient
 from prometheus_client.parser import text_string_to_metric_families
 from support import loopback
 from support.processes import ServerProcess
-from support.sample_requests import memo_figures
+from support.sample_requests import memo_figures as all_memo_figures
 from support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -71,7 +71,7 @@ def parse(response: httpx.Response) -> tuple[dict[str, Any], bytes]:
     return json.loads(response.content[: int(length)]), response.content[int(length) :]
 
 
-def counters(server: ServerProcess, model: str = "simple") -> dict[str, float]:
+def _all_counters(server: ServerProcess, model: str = "simple") -> dict[str, float]:
     """This model's request and cache counters from /metrics, by sample name and label."""
     with urllib.request.urlopen(f"{server.base_url}/metrics", timeout=10) as response:
         text = response.read().decode()
@@ -84,6 +84,57 @@ def counters(server: ServerProcess, model: str = "simple") -> dict[str, float]:
             name = f"{sample.name}{':' + suffix if suffix else ''}"
             found[name] = found.get(name, 0.0) + sample.value
     return found
+
+
+def _all_statistics(server: ServerProcess) -> dict[str, float]:
+    """``simple``'s statistics (``/v2/models/simple/stats``), flattened: ``success.count``,
+    ``cache_hit.ns``, ``execution_count``, ..."""
+    stats = loopback.get(f"{server.base_url}/v2/models/simple/stats", timeout=10).json()
+    (model,) = stats["model_stats"]
+    found = {"execution_count": float(model["execution_count"])}
+    for phase, figures in model["inference_stats"].items():
+        found.update({f"{phase}.{key}": float(value) for key, value in figures.items()})
+    return found
+
+
+#: Each shared server's figures when the running test took it (see ``server``), by port.
+BASELINES: dict[int, dict[str, dict[str, float]]] = {}
+
+
+def _since(server: ServerProcess, what: str, now: dict[str, float]) -> dict[str, float]:
+    """``now`` less what the figures were when the test took ``server`` (counters only grow;
+    the memo's gauges are 0 then: its model was just flushed)."""
+    before = BASELINES.get(server.port, {}).get(what, {})
+    return {name: value - before.get(name, 0.0) for name, value in now.items()}
+
+
+def counters(server: ServerProcess) -> dict[str, float]:
+    """``simple``'s request and cache counters, what this test added."""
+    return _since(server, "counters", _all_counters(server))
+
+
+def memo_figures(server: ServerProcess) -> dict[str, float]:
+    """The memo's figures, what this test added."""
+    return _since(server, "memo", all_memo_figures(server))
+
+
+def statistics(server: ServerProcess) -> dict[str, float]:
+    """``simple``'s statistics, what this test added."""
+    return _since(server, "statistics", _all_statistics(server))
+
+
+@pytest.fixture
+def server(sample_server: ServerProcess) -> ServerProcess:
+    """The module's server (one start for the module's tests), ``simple``'s cache and memo
+    flushed and its figures noted, so that each test sees a cold cache and its own figures."""
+    flushed = loopback.post(f"{sample_server.base_url}/v2/models/simple/cache/flush", timeout=10)
+    assert flushed.status_code == 200, flushed.text
+    BASELINES[sample_server.port] = {
+        "counters": _all_counters(sample_server),
+        "memo": all_memo_figures(sample_server),
+        "statistics": _all_statistics(sample_server),
+    }
+    return sample_server
 
 
 def test_a_repeated_request_is_a_local_hit_with_the_same_bytes(server: ServerProcess) -> None:
@@ -274,15 +325,13 @@ def test_a_memoized_answer_is_counted_once_everywhere(server: ServerProcess) -> 
     assert seen["nv_inference_request_success"] == 5
     assert seen["nv_cache_num_hits_per_model"] == 4
     assert seen["nv_cache_num_misses_per_model"] == 1
-    stats = loopback.get(f"{server.base_url}/v2/models/simple/stats", timeout=10).json()
-    (model,) = stats["model_stats"]
-    phases = model["inference_stats"]
-    assert phases["success"]["count"] == 5
-    assert phases["cache_hit"]["count"] == 4
-    assert phases["cache_miss"]["count"] == 1
-    assert phases["fail"]["count"] == 0
-    assert model["execution_count"] == 1
-    assert phases["cache_hit"]["ns"] > 0
+    phases = statistics(server)
+    assert phases["success.count"] == 5
+    assert phases["cache_hit.count"] == 4
+    assert phases["cache_miss.count"] == 1
+    assert phases["fail.count"] == 0
+    assert phases["execution_count"] == 1
+    assert phases["cache_hit.ns"] > 0
     assert memo_figures(server)["cachefleet_cache_tier_hits_total"] == 3  # the last three
 
 
@@ -326,5 +375,4 @@ def test_a_reloaded_model_ends_its_memoized_answers(make_server: MakeServer) -> 
     again = post(server, body, headers)
     assert again.status_code == 200
     assert again.headers["X-Cache"] in ("hit-local", "miss")  # same files: entries may stay
-    stats = loopback.get(f"{server.base_url}/v2/models/simple/stats", timeout=10).json()
-    assert stats["model_stats"][0]["inference_stats"]["success"]["count"] == 1
+    assert statistics(server)["success.count"] == 1
