@@ -82,10 +82,23 @@ def batching_repository(model_repository: Path, tmp_path_factory: pytest.TempPat
     return root
 
 
+PICKERS = ("picker", "picker_cached", "picker_short")
+
+
 @pytest.fixture
 def batching_server(
     make_server: Callable[..., ServerProcess], batching_repository: Path
 ) -> ServerProcess:
+    """A server of the picker models only: the DenseNets' sessions would double its start."""
+    loads = [arg for name in PICKERS for arg in ("--load-model", name)]
+    return make_server("--model-control-mode", "explicit", *loads, repository=batching_repository)
+
+
+@pytest.fixture
+def densenet_server(
+    make_server: Callable[..., ServerProcess], batching_repository: Path
+) -> ServerProcess:
+    """A server of every model of the batching repository, the DenseNets included."""
     return make_server(repository=batching_repository)
 
 
@@ -204,7 +217,7 @@ def test_a_client_that_hangs_up_while_queued_is_dropped(
 
 
 def test_a_client_that_hangs_up_does_not_cancel_a_running_batch(
-    batching_server: ServerProcess,
+    densenet_server: ServerProcess,
 ) -> None:
     rng = np.random.default_rng(7)
     images = rng.standard_normal((8, 3, 224, 224), dtype=np.float32)
@@ -217,34 +230,34 @@ def test_a_client_that_hangs_up_does_not_cancel_a_running_batch(
             ]
         }  # fmt: skip
 
-    gone = _send_and_hang_up_later(batching_server, "densenet_wait8", body(images[:1]))
-    wait_pending(batching_server, "densenet_wait8", 1)
-    staying = InFlight(batching_server, "densenet_wait8", body(images[1:]))
+    gone = _send_and_hang_up_later(densenet_server, "densenet_wait8", body(images[:1]))
+    wait_pending(densenet_server, "densenet_wait8", 1)
+    staying = InFlight(densenet_server, "densenet_wait8", body(images[1:]))
 
     def running() -> bool:  # taken from the queue, not finished yet
-        pending = metric(batching_server, "nv_inference_pending_request_count", "densenet_wait8")
-        return pending == 0 and metric(batching_server, EXECUTIONS, "densenet_wait8") == 0
+        pending = metric(densenet_server, "nv_inference_pending_request_count", "densenet_wait8")
+        return pending == 0 and metric(densenet_server, EXECUTIONS, "densenet_wait8") == 0
 
     wait_for(running, "the batch of 8 to start", 60)
     gone.close()
     status, _, answer = staying.wait()
     assert status == 200
     session = ort.InferenceSession(
-        str(batching_server.args[1] + "/densenet_wait8/1/model.onnx"),
+        str(densenet_server.args[1] + "/densenet_wait8/1/model.onnx"),
         providers=["CPUExecutionProvider"],
     )
     expected = session.run(None, {"data_0": images})[0][1:]
     got = np.asarray(answer["outputs"][0]["data"], dtype=np.float32).reshape(expected.shape)
     assert np.array_equal(got, expected)
-    assert metric(batching_server, EXECUTIONS, "densenet_wait8") == 1
-    assert metric(batching_server, ROWS, "densenet_wait8") == 8
+    assert metric(densenet_server, EXECUTIONS, "densenet_wait8") == 1
+    assert metric(densenet_server, ROWS, "densenet_wait8") == 8
 
 
 @pytest.mark.parametrize(
     ("model", "sample"), [("densenet_batch", "densenet_batch"), ("simple_batched", "simple")]
 )
 def test_every_answer_equals_onnx_runtime_on_the_sample_file(
-    batching_server: ServerProcess, model_repository: Path, model: str, sample: str
+    densenet_server: ServerProcess, model_repository: Path, model: str, sample: str
 ) -> None:
     """16 concurrent single-row clients, as the benchmark runs them: fewer executions than
     requests, and each answer has the bytes ONNX Runtime gives for that row on the sample's own
@@ -270,7 +283,7 @@ def test_every_answer_equals_onnx_runtime_on_the_sample_file(
     )
 
     def ask(feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        client = httpclient.InferenceServerClient(batching_server.url)
+        client = httpclient.InferenceServerClient(densenet_server.url)
         try:
             inputs = []
             for name, array in feed.items():
@@ -290,5 +303,5 @@ def test_every_answer_equals_onnx_runtime_on_the_sample_file(
         expected = session.run(None, feed)
         for output, want in zip(session.get_outputs(), expected, strict=True):
             assert answer[output.name].tobytes() == want.tobytes(), output.name
-    assert metric(batching_server, ROWS, model) == 16
-    assert metric(batching_server, EXECUTIONS, model) < 16
+    assert metric(densenet_server, ROWS, model) == 16
+    assert metric(densenet_server, EXECUTIONS, model) < 16
