@@ -4,7 +4,7 @@ Runtime gives for the whole batch on the sample's own model file."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -39,9 +39,17 @@ def row_repository(model_repository: Path, tmp_path_factory: pytest.TempPathFact
     return root
 
 
-@pytest.fixture
-def row_server(make_server: Callable[..., ServerProcess], row_repository: Path) -> ServerProcess:
-    return make_server(repository=row_repository)
+@pytest.fixture(scope="module")
+def row_server(
+    row_repository: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    """One server for the module's tests: each reads the figures of a model no other sends."""
+    server = ServerProcess(
+        ["--model-repository", str(row_repository)], tmp_path_factory.mktemp("row-server")
+    )
+    server.start()
+    yield server
+    server.stop()
 
 
 def batch(sample: str, count: int, seed: int) -> dict[str, np.ndarray]:
