@@ -12,6 +12,7 @@ import contextlib
 import os
 import subprocess
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -62,13 +63,23 @@ OPEN_ENDPOINTS = [
 ]
 
 
-@pytest.fixture
-def admin_restricted(make_server: Callable[..., ServerProcess]) -> ServerProcess:
-    return make_server(
-        "--model-control-mode", "explicit", "--load-model", "simple",
-        "--http-restricted-api", f"{ADMIN}:admin-key={TOKEN}",
-        "--grpc-restricted-protocol", f"{ADMIN}:admin-key={TOKEN}",
+@pytest.fixture(scope="module")
+def admin_restricted(
+    model_repository: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    """One server for the module: every test that unloads ``simple`` loads it again."""
+    server = ServerProcess(
+        [
+            "--model-repository", str(model_repository),
+            "--model-control-mode", "explicit", "--load-model", "simple",
+            "--http-restricted-api", f"{ADMIN}:admin-key={TOKEN}",
+            "--grpc-restricted-protocol", f"{ADMIN}:admin-key={TOKEN}",
+        ],
+        tmp_path_factory.mktemp("admin-restricted"),
     )  # fmt: skip
+    server.start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture
