@@ -88,7 +88,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: 
         rollouts=gate,
         pods=lambda ns, labels: _pods(pods, ns, labels),
         deployments=lambda ns, name: _deployment(deployments, ns, name),
-        children=lambda ns, name, kind: _children(children[kind], ns, name, kind),
+        children=lambda ns, name, kind: _children(children[kind], ns, name),
     )
     memo.reporter = Reporter(metrics)
     metrics.leader.set(1)  # kopf runs the handlers here (with --leader-election: it leads)
@@ -148,21 +148,18 @@ async def fleet_pods(
     return {pod_index.pod_key(namespace, labels): pod_index.pod_entry(body)}
 
 
-def _children_of_kind(kind: str) -> Callable[..., Any]:
-    async def fleet_children(
-        namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
-    ) -> dict[Any, Any]:
-        """Every fleet's children of one kind by (namespace, service, kind), for pruning: a
-        first reconcile and a resync find them here, not by a list call per kind."""
-        return {child_index.child_key(namespace, kind, labels): child_index.child_entry(body)}
-
-    return fleet_children
+async def fleet_children(
+    namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
+) -> dict[Any, Any]:
+    """Every fleet's children of one kind (an index a kind) by (namespace, service), for
+    pruning: a first reconcile and a resync find them here, not by a list call per kind."""
+    return {child_index.child_key(namespace, labels): child_index.child_entry(body)}
 
 
 for _api_version, _kind in LISTED_KINDS:
     kopf.index(
         _api_version, PLURALS[_kind], labels=MANAGED, id=child_index.index_id(PLURALS[_kind])
-    )(_children_of_kind(_kind))
+    )(fleet_children)
 
 
 async def follow_status(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
@@ -280,8 +277,8 @@ def _deployment(index: kopf.Index[Any, Any], namespace: str, name: str) -> Mappi
     return _copied(lambda: next(iter(index.get((namespace, name), ())), None))
 
 
-def _children(index: kopf.Index[Any, Any], namespace: str, name: str, kind: str) -> list[Any]:
-    return _copied(lambda: list(index.get((namespace, name, kind), ())))
+def _children(index: kopf.Index[Any, Any], namespace: str, name: str) -> list[Any]:
+    return _copied(lambda: list(index.get((namespace, name), ())))
 
 
 def _peering(settings: kopf.OperatorSettings, operator_namespace: str) -> Peering:

@@ -15,8 +15,8 @@ from typing import Any
 
 from cachefleet.operator.reconcile.follow import INSTANCE
 
-ChildKey = tuple[str | None, str | None, str]
-"""(namespace, service, kind) of a child: its service is its ``app.kubernetes.io/instance``."""
+ChildKey = tuple[str | None, str | None]
+"""(namespace, service) of a child: its service is its ``app.kubernetes.io/instance``."""
 
 
 def index_id(plural: str) -> str:
@@ -25,9 +25,9 @@ def index_id(plural: str) -> str:
     return f"children_{plural}"
 
 
-def child_key(namespace: str | None, kind: str, labels: Mapping[str, str]) -> ChildKey:
-    """The index key of a child of ``kind`` in ``namespace`` with ``labels``."""
-    return namespace, labels.get(INSTANCE), kind
+def child_key(namespace: str | None, labels: Mapping[str, str]) -> ChildKey:
+    """The index key of a child in ``namespace`` with ``labels``."""
+    return namespace, labels.get(INSTANCE)
 
 
 def child_entry(body: Mapping[str, Any]) -> dict[str, Any]:
