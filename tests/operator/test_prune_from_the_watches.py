@@ -16,7 +16,7 @@ import pytest
 from support.kube.cluster import Cluster
 from support.kube.fixtures import CIS_PATH, NS, Api, cis, condition, eventually, live, must, service
 
-from cachefleet.operator.manifests.meta import labels
+from cachefleet.operator.manifests.meta import Owner, labels
 
 pytest_plugins = ("support.kube.fixtures",)  # cluster, api, start_operator
 pytestmark = pytest.mark.timeout(120)
@@ -37,20 +37,19 @@ def children_listed(cluster: Cluster, name: str) -> list[str]:
 
 def statefulset(name: str, owner: dict[str, Any] | None) -> dict[str, Any]:
     """A Redis StatefulSet of the service ``svc``'s labels, owned by ``owner`` when given."""
-    from cachefleet.operator.manifests.meta import Owner
-
-    meta = owner["metadata"] if owner else {"name": "svc", "uid": None}
-    references = [{"apiVersion": "cachefleet.io/v1alpha1", "kind": "CachedInferenceService",
-                   "name": meta["name"], "uid": meta["uid"], "controller": True}]  # fmt: skip
+    metadata: dict[str, Any] = {
+        "name": name, "namespace": NS, "labels": labels(Owner("svc", NS), "redis"),
+    }  # fmt: skip
+    if owner is not None:
+        metadata["ownerReferences"] = [
+            {"apiVersion": "cachefleet.io/v1alpha1", "kind": "CachedInferenceService",
+             "name": owner["metadata"]["name"], "uid": owner["metadata"]["uid"],
+             "controller": True}
+        ]  # fmt: skip
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
-        "metadata": {
-            "name": name,
-            "namespace": NS,
-            "labels": labels(Owner("svc", NS), "redis"),
-            **({"ownerReferences": references} if owner else {}),
-        },
+        "metadata": metadata,
         "spec": {"replicas": 1, "serviceName": name, "selector": {"matchLabels": {"x": "y"}},
                  "template": {"metadata": {"labels": {"x": "y"}}, "spec": {"containers": []}}},
     }  # fmt: skip
@@ -92,4 +91,4 @@ async def test_a_spec_change_prunes_after_a_consistent_list(cluster: Cluster, ap
     await eventually(lambda: live(cluster, "apps/v1/statefulsets", "svc-redis"), "Redis")
     await api.send("PATCH", f"{CIS_PATH}/svc", {"spec": {"cache": LOCAL}}, patch=True)
     await eventually(lambda: live(cluster, "apps/v1/statefulsets", "svc-redis") is None, "pruned")
-    assert f"{STATEFULSETS}" in children_listed(cluster, "svc")
+    assert STATEFULSETS in children_listed(cluster, "svc")
