@@ -78,7 +78,11 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: 
     operator_settings = OperatorSettings.from_environ()
     settings.execution.max_workers = max(1, operator_settings.handler_workers)
     deployments: kopf.Index[Any, Any] = kwargs["runtime_deployments"]  # the index below
-    gate = RolloutGate(operator_settings.max_concurrent_rollouts, lambda: _values(deployments))
+    gate = RolloutGate(
+        operator_settings.max_concurrent_rollouts,
+        lambda: _values(deployments),
+        lambda fleet: _deployment(deployments, *fleet),
+    )
     metrics = process_metrics()
     pods: kopf.Index[Any, Any] = kwargs["fleet_pods"]  # the index below
     children = {kind: kwargs[child_index.index_id(PLURALS[kind])] for _, kind in LISTED_KINDS}

@@ -68,3 +68,24 @@ def test_a_queued_fleet_keeps_its_live_template_and_gets_the_rest() -> None:
     assert "creationTimestamp" not in kept["spec"]["template"]["metadata"]
     assert kept["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION] == "old"
     assert kept["spec"]["replicas"] == 5
+
+
+def test_a_fleet_whose_pods_stay_is_decided_without_reading_every_fleet() -> None:
+    """A resync asks the gate for every fleet: reading every fleet's Deployment for each made
+    a pass quadratic in the fleets. Only a fleet whose pods would change reads them all."""
+    live = {name: deployment(name) for name in ("a", "b")}
+    reads: list[int] = []
+
+    def every() -> list[dict[str, Any]]:
+        reads.append(1)
+        return list(live.values())
+
+    gate = RolloutGate(1, every, lambda fleet: live.get(fleet[1]))
+    with gate.admit(("ml", "a"), deployment("a")) as decision:  # no change to its pods
+        assert decision.proceed
+    with gate.admit(("ml", "c"), deployment("c", "new")) as decision:  # a new fleet
+        assert decision.proceed
+    assert reads == []
+    with gate.admit(("ml", "a"), deployment("a", "new")) as decision:  # its pods change
+        assert decision.proceed
+    assert reads == [1]
