@@ -72,7 +72,6 @@ async def test_hpa_status_updates_cost_no_requests(
         lambda: live(cluster, "autoscaling/v2/horizontalpodautoscalers", "svc"), "the HPA"
     )
     assert "generation" not in hpa["metadata"]
-    await asyncio.sleep(1.0)  # the create's own events settle
     service_path = f"{CIS_PATH}/svc"
 
     def service_reads() -> int:
@@ -83,7 +82,10 @@ async def test_hpa_status_updates_cost_no_requests(
             1 for r in cluster["patch"] if r.url.path == HPA_PATH and "fieldManager" in r.params
         )
 
-    reads, writes = service_reads(), hpa_applies()
+    # The create's own requests first, however late a busy machine runs them: the status
+    # follower reads the service a second after the Deployment's event (a fixed second's wait
+    # here let that read fall among the counted ones).
+    reads, writes = await settled(lambda: (service_reads(), hpa_applies()))
     for replicas in (2, 3, 4):  # what the HPA controller writes every 15 s
         status = {"status": {"currentReplicas": replicas, "desiredReplicas": replicas}}
         await api.send("PATCH", HPA_PATH, status, patch=True)
@@ -92,3 +94,14 @@ async def test_hpa_status_updates_cost_no_requests(
     # An edit of what the operator set is still restored.
     await api.send("PATCH", HPA_PATH, {"spec": {"maxReplicas": 50}}, patch=True)
     await eventually(lambda: hpa_applies() > writes, "the HPA restored")
+
+
+async def settled(counts: Callable[[], tuple[int, int]], quiet_s: float = 3.0) -> tuple[int, int]:
+    """``counts()`` once it has not moved for ``quiet_s`` (within the test's timeout)."""
+    last, since = counts(), asyncio.get_running_loop().time()
+    while asyncio.get_running_loop().time() - since < quiet_s:
+        await asyncio.sleep(0.1)
+        now = counts()
+        if now != last:
+            last, since = now, asyncio.get_running_loop().time()
+    return last
