@@ -96,14 +96,14 @@ def _sentinel_figures(redis_at: ExternalRedis) -> CacheFigures:
         options["username"] = address["username"]
     if redis_at.url.startswith("rediss://"):
         options["ssl"] = True
-    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+    sentinel = Sentinel(  # type: ignore[no-untyped-call,unused-ignore]  # typed from redis-py 8.2
         [(address.get("host", "localhost"), int(address.get("port", 26379)))],
         sentinel_kwargs=options,
         **options,
     )
     assert redis_at.sentinel_master is not None
     try:
-        host, port = sentinel.discover_master(redis_at.sentinel_master)  # type: ignore[no-untyped-call]
+        host, port = sentinel.discover_master(redis_at.sentinel_master)  # type: ignore[no-untyped-call,unused-ignore]
     finally:
         for client in sentinel.sentinels:
             client.close()

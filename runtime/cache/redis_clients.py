@@ -185,7 +185,7 @@ class SentinelConnection:
             options["ssl"] = True
         sentinel_options = {k: v for k, v in options.items() if k != "client_name"}
         self._deadline_s = settings.connect_timeout_s + 2 * socket_timeout_s
-        self.sentinel = Sentinel(  # type: ignore[no-untyped-call]
+        self.sentinel = Sentinel(  # type: ignore[no-untyped-call,unused-ignore]  # typed from redis-py 8.2
             [(address.get("host", "localhost"), int(address.get("port", 26379)))],
             sentinel_kwargs=sentinel_options,
             **options,
