@@ -66,7 +66,7 @@ from typing import NamedTuple
 
 import xxhash
 
-from cachefleet.runtime.cache.api import LocalEntryToken
+from cachefleet.runtime.cache.api import CacheStatus, LocalEntryToken
 from cachefleet.runtime.cache.tier import TierFigures
 
 #: A request as an entry keeps it: its scope (see the module) and its body, whole.
@@ -124,6 +124,9 @@ class MemoEntry:
     #: The model's name and its version as the request named them ("" for the latest).
     name: str
     version: str
+    #: How the cache answered the request it was rendered for: the hit status of the
+    #: in-process tier whose entry the token confirms, which every hit of it reports.
+    status: CacheStatus
     #: The transport's own header bytes for it (name, value pairs), if it keeps any.
     headers: list[tuple[bytes, bytes]] | None = None
     #: The request it answers, set when the memo keeps it.

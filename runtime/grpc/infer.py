@@ -2,7 +2,7 @@
 
 Both run on the server's threads (a stream on a thread of its own, see ``server``) and answer
 each request through :meth:`Inference.answer` on the event loop (``loop_bridge``): admitted
-against the request budget once, then the service's ``answer``, the same path as HTTP's, so
+against the request budget, then the service's ``answer``, the same path as HTTP's, so
 both transports share the models, the cache (one entry for the same tensors), single-flight and
 the request ledger. How the cache answered goes back as ``x-cache`` trailing metadata, the gRPC
 counterpart of the ``X-Cache`` header (trailing: it rides on the status, where initial metadata
@@ -16,11 +16,12 @@ service serves it to both transports (``service.memo_answers``), gRPC supplying 
 and the message: admitted against the request budget first, as HTTP admits a request before it
 reads its body (one of the requests in flight, charged for what its bytes will hold:
 ``decode.message_cost``), then the lookup, in flight, the model and the local entry confirmed,
-counted, and the place given back; a hit is sent with ``x-cache: hit-local`` and the event loop
-does nothing for it. Everything else goes to the loop as bytes (a place in the budget never
-crosses threads, so a call cancelled before the loop runs it holds none), is admitted there,
-parsed once (``handlers.parsed``), charged for its typed contents and answered; a local hit that
-went through no shared memory is kept for the next repeat by the service's one memoizing render.
+counted, and the place given back; a hit is sent with its entry's hit status as ``x-cache``
+(``hit-local``), and the event loop does nothing for it. Everything else goes to the loop as
+bytes (a place in the budget never crosses threads, so a call cancelled before the loop runs it
+holds none), is admitted there, parsed once (``handlers.parsed``), charged for its typed contents
+and answered; a local hit that went through no shared memory is kept for the next repeat by the
+service's one memoizing render.
 
 grpcio inflates a compressed message whole before the handler sees it, and refuses one whose
 inflated size is over ``grpc.max_receive_message_length`` (``--max-request-size``) with
@@ -40,7 +41,7 @@ from typing import Any, NoReturn, TypeVar
 
 import grpc
 
-from cachefleet.runtime.cache.api import CacheDirectives, CacheStatus
+from cachefleet.runtime.cache.api import CacheDirectives
 from cachefleet.runtime.composition import Runtime
 from cachefleet.runtime.errors import ServingError
 from cachefleet.runtime.grpc.decode import (
@@ -61,7 +62,6 @@ from cachefleet.runtime.service import InferAnswer, Renderer
 from cachefleet.runtime.service.memo_answers import Kept, MemoKey
 
 Rendered = TypeVar("Rendered")
-_HIT_LOCAL = (("x-cache", str(CacheStatus.HIT_LOCAL)),)
 _CACHE_CONTROL = "cache-control"
 #: gRPC's scope in the memo: its domain; the message itself names the model and version.
 SCOPE = b"cachefleet.memo.grpc3"
@@ -99,7 +99,7 @@ class Inference:
                 finally:
                     self._leave(cost)
                 if found is not None:
-                    context.set_trailing_metadata(_HIT_LOCAL)
+                    context.set_trailing_metadata((("x-cache", found.status.value),))
                     return found.body
 
         def infer(message: bytes, stand_in: LoopContext) -> Any:

@@ -21,7 +21,6 @@ import xxhash
 
 from cachefleet.runtime.composition import Runtime
 from cachefleet.runtime.http.infer_codec import (
-    HIT_LOCAL,
     BodyDecoder,
     InferOutcome,
     answer_headers,
@@ -157,7 +156,9 @@ class MemoizedAnswers(ServiceAnswers):
 
 def _kept(outcome: InferOutcome) -> Kept:
     """What the memo keeps of a rendered answer: its body, and the headers a hit sends."""
-    return outcome.body, answer_headers(outcome.body, outcome.header_length, HIT_LOCAL)
+    return outcome.body, answer_headers(
+        outcome.body, outcome.header_length, outcome.cache_status.encode()
+    )
 
 
 def answers_for(runtime: Runtime) -> ServiceAnswers:

@@ -19,8 +19,6 @@ from cachefleet.runtime.service.shared_memory import RequestReads
 _JSON = b"application/json"
 _BINARY = b"application/octet-stream"
 _HEADER_LENGTH = b"inference-header-content-length"
-#: The ``X-Cache`` value of a memoized answer.
-HIT_LOCAL = CacheStatus.HIT_LOCAL.encode()
 
 
 @dataclass(frozen=True, slots=True)

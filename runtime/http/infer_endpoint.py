@@ -18,7 +18,6 @@ import time
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from cachefleet.runtime.cache.api import CacheStatus
 from cachefleet.runtime.composition import Runtime, RuntimeSlot
 from cachefleet.runtime.errors import BadRequestError, ServingError
 from cachefleet.runtime.http.answer_charge import AnswerCharge
@@ -95,11 +94,11 @@ class InferEndpoint:
         own."""
         try:
             runtime = self._slot.ready()
+            charge = self._charge(head, runtime)  # refused before the memo is asked, as serve
             answers = self._answers_of(runtime)
             memo_scope = answers.scope(head)
             if memo_scope is None:  # no memo, or not for this request: nothing to admit
                 return None
-            charge = self._charge(head, runtime)
             budget = runtime.budget
             cost = charge.opening_cost()
             if not budget.try_enter(cost):
@@ -179,7 +178,7 @@ class InferEndpoint:
                     else:  # compressed per request: the memo holds the plain answer
                         length = header_length_of(headers)
                         await _send_answer(
-                            send, found.body, length, CacheStatus.HIT_LOCAL, head.accept, answer
+                            send, found.body, length, found.status, head.accept, answer
                         )
                     return
             body = joined(parts)

@@ -248,10 +248,6 @@ class InferenceService:
         """The loaded model ``name`` (at ``version``); raises ModelNotFoundError."""
         return self._repository.get(name, version)
 
-    def caches(self, model: Model) -> bool:
-        """Whether ``model``'s answers are cached (its config, or ``--cache-all-models``)."""
-        return model.config.response_cache or self._cache_all
-
     def model_metadata(self, name: str, version: str | None) -> dict[str, Any]:
         model = self._repository.get(name, version)
         versions = [version] if version is not None else self._repository.versions(name)

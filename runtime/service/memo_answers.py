@@ -30,13 +30,17 @@ everything a transport does with it, decided once, so HTTP and gRPC cannot drift
   (``InferRequest.shareable``: no shared memory either way) is kept as the bytes the transport
   rendered, with the transport's headers for them.
 
-The memo holds only local hits, so it follows cache admission without asking it: while
-admission skips the local tier for a model there are no local hits of it to keep.
-
-The request budget is not here: every inference request is admitted once, at its transport's
-door, before it holds anything more (HTTP before its body is read, gRPC before this lookup, its
+The request budget is not here: every inference request is admitted at its transport's door,
+before it holds anything more (HTTP before its body is read, gRPC before this lookup, its
 message being whole when it arrives), so a memo hit is charged as any other request is, on both
-transports: one of ``--max-requests-in-flight`` and its bytes, for as long as it is answered.
+transports: one of ``--max-requests-in-flight`` and its bytes, for as long as it is answered. A
+request the memo does not answer where it was asked (below ASGI, on a gRPC thread) gives its
+place back and is admitted again where it is answered, for as long as that holds it: a place
+never crosses threads nor outlives the code that took it.
+
+How an answer from the memo was made is the entry's own (``MemoEntry.status``): the hit status
+of the in-process tier whose entry it was rendered from, which every transport reports for it
+(``X-Cache``, gRPC's ``x-cache`` trailer, the trace), so the memo names no tier.
 """
 
 from __future__ import annotations
@@ -113,7 +117,7 @@ class MemoAnswers:
             return None
         # The memo keeps the model object (typed as an object in ``cache``, which knows no model).
         model: Model = found.model  # type: ignore[assignment]
-        if self._memo_hit(model, transport, started_ns, self._confirmed, found):
+        if self._memo_hit(model, transport, started_ns, self._confirmed, found, found.status):
             return found
         self.memo.delete(key)  # stale: its local entry or its model is gone
         return None
@@ -149,7 +153,10 @@ class MemoAnswers:
             if token is not None and answer.request.shareable:
                 body, headers = keep(rendered)
                 kept = key if isinstance(key, MemoKey) else key()
-                memo.insert(kept, MemoEntry(body, answer.model, token, model_name, named, headers))
+                entry = MemoEntry(
+                    body, answer.model, token, model_name, named, answer.cache_status, headers
+                )
+                memo.insert(kept, entry)
             return rendered
 
         return memoized

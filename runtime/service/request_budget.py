@@ -1,7 +1,7 @@
 """What requests may hold of the process at once: a count of requests, and a budget of bytes.
 
 A request's bytes are estimated from what it holds (see :func:`body_cost` and the gRPC
-counterpart in ``grpc.servicer``): the body as received, the tensors decoded from it, and the
+counterpart in ``grpc.decode``): the body as received, the tensors decoded from it, and the
 Python objects a JSON decode makes on the way (measured at 13-16 times the JSON text for
 numbers). Over the budget a request waits briefly for others to finish, then is refused with
 :class:`OverloadedError` (503 with ``Retry-After``); so many large requests at once are slowed
@@ -18,7 +18,8 @@ holds the whole budget alone.
 
 Used from the event loop and, for one thing, from the gRPC server's threads: a memoized
 ``ModelInfer`` hit is admitted on the call's thread (:meth:`enter_from_thread` and
-:meth:`leave_from_thread`), as every inference request is admitted once at its transport's door.
+:meth:`leave_from_thread`), as every inference request is admitted at its transport's door; a
+place never crosses threads, so a call the thread does not answer is admitted again on the loop.
 The loop's side takes no lock, so that a small HTTP hit pays a few additions for its admission:
 the loop alone writes its counts, the threads write theirs under a lock of their own, and each
 side checks the sum only after adding its own share (a thread's and the loop's admissions that

@@ -125,6 +125,7 @@ class RequestLedger:
         started_ns: int,
         confirm: Callable[[Entry, int], int | None],
         entry: Entry,
+        status: CacheStatus,
     ) -> bool:
         """Write down an answer from the memo, rendered for ``model``, on whichever thread
         serves it: in flight first (so that an unload waits for it), then ``confirm(entry,

@@ -40,11 +40,11 @@ class TracedLedger(RequestLedger):
         started_ns: int,
         confirm: Callable[[Entry, int], int | None],
         entry: Entry,
+        status: CacheStatus,
     ) -> bool:
-        if not super().memo_hit(model, transport, started_ns, confirm, entry):
+        if not super().memo_hit(model, transport, started_ns, confirm, entry, status):
             return False  # stale: the service's path answers it, and annotates it then
-        # The memo holds answers of local-tier entries only (``service.memo_answers``).
-        _annotate(model, CacheStatus.HIT_LOCAL)
+        _annotate(model, status)
         return True
 
 

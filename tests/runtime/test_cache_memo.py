@@ -8,7 +8,7 @@ import tracemalloc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from cachefleet.runtime.cache.api import LocalEntryToken
+from cachefleet.runtime.cache.api import CacheStatus, LocalEntryToken
 from cachefleet.runtime.cache.key import CacheKey
 from cachefleet.runtime.cache.local import LocalTier
 from cachefleet.runtime.cache.memo import (
@@ -22,6 +22,9 @@ from cachefleet.runtime.grpc.infer import SCOPE as GRPC_SCOPE
 from cachefleet.runtime.http.infer_answers import http_scope
 from cachefleet.runtime.models.types import ModelConfig
 from cachefleet.runtime.tensor import Tensor
+
+#: How the cache answered the requests these entries are kept for.
+HIT = CacheStatus.HIT_LOCAL
 
 
 @dataclass
@@ -99,19 +102,19 @@ def test_digests_separate_models_versions_header_lengths_and_bodies() -> None:
 def test_the_memo_is_an_lru_bounded_by_bytes() -> None:
     response = b"x" * 100
     model = FakeModel("m")
-    plain = MemoEntry(response, model, token(), "m", "", request=(b"", bytes([0])))
+    plain = MemoEntry(response, model, token(), "m", "", HIT, request=(b"", bytes([0])))
     size = entry_footprint(bytes([0]), plain)  # with the one-byte request it answers
     headed = MemoEntry(
-        response, model, token(), "m", "1", [(b"x-cache", b"hit-local")], (b"", bytes([3]))
+        response, model, token(), "m", "1", HIT, [(b"x-cache", b"hit-local")], (b"", bytes([3]))
     )
     big = entry_footprint(bytes([3]), headed)
     memo = ResponseMemo(2 * size + big)
     for index in range(3):
-        memo.insert(tagged(bytes([index])), MemoEntry(response, model, token(), "m", ""))
+        memo.insert(tagged(bytes([index])), MemoEntry(response, model, token(), "m", "", HIT))
     assert memo.lookup(tagged(bytes([0]))) is not None  # 0 is now the most recently used
     memo.insert(
         tagged(bytes([3])),
-        MemoEntry(response, model, token(), "m", "1", [(b"x-cache", b"hit-local")]),
+        MemoEntry(response, model, token(), "m", "1", HIT, [(b"x-cache", b"hit-local")]),
     )
 
     assert memo.lookup(tagged(bytes([1]))) is None
@@ -122,7 +125,9 @@ def test_the_memo_is_an_lru_bounded_by_bytes() -> None:
     assert (found.body, found.name, found.version) == (response, "m", "1")
     assert found.headers == [(b"x-cache", b"hit-local")]
 
-    assert not memo.insert(tagged(b"big"), MemoEntry(b"y" * (3 * size), model, token(), "m", ""))
+    assert not memo.insert(
+        tagged(b"big"), MemoEntry(b"y" * (3 * size), model, token(), "m", "", HIT)
+    )
     assert memo.lookup(tagged(b"big")) is None
     assert len(memo) == 3
     memo.delete(tagged(bytes([0])))
@@ -139,10 +144,10 @@ def test_an_entry_answers_only_the_request_it_was_kept_for() -> None:
     model = FakeModel("m")
     body = b"\x00" * 1000
     kept = http_key(b"d" * 16, "m", None, 12, (body,))
-    assert memo.insert(kept, MemoEntry(b"answer", model, token(), "m", ""))
+    assert memo.insert(kept, MemoEntry(b"answer", model, token(), "m", "", HIT))
     scope = http_scope("m", None, 12)
     assert memo.figures().bytes == entry_footprint(
-        kept.digest, MemoEntry(b"answer", model, token(), "m", "", request=(scope, body))
+        kept.digest, MemoEntry(b"answer", model, token(), "m", "", HIT, request=(scope, body))
     )
     for name, version, length, parts in (
         ("m", None, 12, (body[:500], body[500:-1] + b"\x01")),  # one byte of the body
@@ -202,7 +207,9 @@ def test_memo_and_local_tier_together_stay_within_their_bounds() -> None:
             entry = local.entry(key)
             assert entry is not None
             digest = index.to_bytes(32, "little")
-            memo.insert(tagged(digest), MemoEntry(b"r" * 200, model, token(key, entry), "m", ""))
+            memo.insert(
+                tagged(digest), MemoEntry(b"r" * 200, model, token(key, entry), "m", "", HIT)
+            )
         held, _ = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -213,12 +220,12 @@ def test_memo_and_local_tier_together_stay_within_their_bounds() -> None:
 def test_forgetting_or_flushing_a_model_drops_its_answers_only() -> None:
     memo = ResponseMemo(max_bytes=10_000)
     for digest, name in ((b"a", "m"), (b"b", "n"), (b"c", "m")):
-        memo.insert(tagged(digest * 32), MemoEntry(b"x", FakeModel(name), token(), name, ""))
+        memo.insert(tagged(digest * 32), MemoEntry(b"x", FakeModel(name), token(), name, "", HIT))
     assert memo.flush("m") == 2
     assert memo.lookup(tagged(b"a" * 32)) is None
     assert memo.lookup(tagged(b"b" * 32)) is not None
     assert memo.figures().bytes == entry_footprint(
-        b"b" * 32, MemoEntry(b"x", FakeModel("n"), token(), "n", "", request=(b"", b"b" * 32))
+        b"b" * 32, MemoEntry(b"x", FakeModel("n"), token(), "n", "", HIT, request=(b"", b"b" * 32))
     )
     memo.forget_model("n")
     assert len(memo) == 0
@@ -231,15 +238,15 @@ def test_the_memo_says_which_models_it_holds_answers_of() -> None:
     given back as stale, flushed); a request not looked up for it counts as the miss its
     lookup would have been."""
     model = FakeModel("m")
-    one = MemoEntry(b"x" * 100, model, token(), "m", "")
+    one = MemoEntry(b"x" * 100, model, token(), "m", "", HIT)
     memo = ResponseMemo(entry_footprint(b"a" * 32, one) + 64)  # room for one such entry
     assert not memo.holds("m")
     assert memo.figures().misses == 1
     memo.insert(tagged(b"a" * 32), one)
-    memo.insert(tagged(b"a" * 32), MemoEntry(b"x" * 100, model, token(), "m", ""))  # replaced
+    memo.insert(tagged(b"a" * 32), MemoEntry(b"x" * 100, model, token(), "m", "", HIT))  # replaced
     assert memo.holds("m")
     assert not memo.holds("n")
-    memo.insert(tagged(b"b" * 32), MemoEntry(b"x" * 100, FakeModel("n"), token(), "n", ""))
+    memo.insert(tagged(b"b" * 32), MemoEntry(b"x" * 100, FakeModel("n"), token(), "n", "", HIT))
     assert memo.holds("n")
     assert not memo.holds("m")  # m's one entry evicted for n's
     assert memo.lookup(tagged(b"b" * 32)) is not None
@@ -249,7 +256,7 @@ def test_the_memo_says_which_models_it_holds_answers_of() -> None:
     assert (memo.figures().hits, memo.figures().misses) == (0, 5)
     roomy = ResponseMemo(max_bytes=10_000)
     for digest in (b"c", b"d"):
-        roomy.insert(tagged(digest * 32), MemoEntry(b"x", model, token(), "m", ""))
+        roomy.insert(tagged(digest * 32), MemoEntry(b"x", model, token(), "m", "", HIT))
     assert roomy.flush("m") == 2
     assert not roomy.holds("m")
 
@@ -266,7 +273,7 @@ def test_an_http_answer_is_never_a_grpc_answer() -> None:
     grpc = memo.key_of(GRPC_SCOPE, message)
     assert http.digest != grpc.digest
     assert http.request != grpc.request
-    memo.insert(grpc, MemoEntry(b"grpc answer", FakeModel("simple"), token(), "simple", ""))
+    memo.insert(grpc, MemoEntry(b"grpc answer", FakeModel("simple"), token(), "simple", "", HIT))
     assert memo.lookup(MemoKey(grpc.digest, http.request)) is None
 
 
@@ -289,7 +296,7 @@ def test_the_memo_holds_what_it_is_charged_for_small_entries() -> None:
             answer = index.to_bytes(8, "little") * 5
             local = token(CacheKey(name, "1", index.to_bytes(32, "little")), object())
             headers = answer_headers(answer, 30, b"hit-local")
-            memo.insert(key, MemoEntry(answer, model, local, name, "", headers))
+            memo.insert(key, MemoEntry(answer, model, local, name, "", HIT, headers))
         held, _ = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

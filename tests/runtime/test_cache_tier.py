@@ -44,7 +44,7 @@ async def test_a_cache_flush_empties_the_memo_in_front_with_the_other_tiers() ->
     assert hit.status is CacheStatus.HIT_LOCAL
     assert hit.local_entry is not None
     key = MemoKey(b"d" * 16, (b"", b"request"))
-    memo.insert(key, MemoEntry(b"answer", object(), hit.local_entry, "simple", ""))
+    memo.insert(key, MemoEntry(b"answer", object(), hit.local_entry, "simple", "", hit.status))
     try:
         assert await cache.flush("simple") == 2, "the local entry and its memoized answer"
         assert memo.lookup(key) is None

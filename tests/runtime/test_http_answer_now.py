@@ -312,3 +312,19 @@ async def test_a_cheap_model_skipped_by_admission_still_memoizes_its_repeats(
     assert _memo_figures(app)[0] == hits_before + 1
     assert _x_cache(b"".join(connection.transport.writes)) == b"hit-local"
     connection.close()
+
+
+async def test_a_request_its_head_refuses_is_not_a_memo_miss(light_model_repository: Path) -> None:
+    """A request the head refuses (here restricted) is refused before the memo is asked,
+    below ASGI as on the ASGI path: it is no memo miss on either."""
+    restricted = ("--cache", "local", "--http-restricted-api", "inference:admin-key=s3cret")
+    async with opened_server(light_model_repository, *restricted) as served:
+        connection = Connection(served)
+        before = _memo_figures(served)
+        for count in (1, 2):
+            connection.protocol.data_received(_request(9))
+            await connection.answered(count)
+        written = b"".join(connection.transport.writes)
+        assert written.count(b"HTTP/1.1 403 ") == 2
+        assert _memo_figures(served) == before
+        connection.close()

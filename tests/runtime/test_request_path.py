@@ -9,9 +9,11 @@ nothing fails them, though its answers would be the same."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import grpc
@@ -20,7 +22,8 @@ import pytest
 from support.sample_requests import binary_body
 from tritonclient.grpc import service_pb2
 
-from cachefleet.runtime.cache.api import CacheDirectives
+from cachefleet.runtime.cache.api import CacheDirectives, CacheStatus, LocalEntryToken
+from cachefleet.runtime.cache.key import CacheKey
 from cachefleet.runtime.composition import Runtime, RuntimeSlot
 from cachefleet.runtime.config import RuntimeSettings
 from cachefleet.runtime.errors import ModelNotFoundError
@@ -28,6 +31,8 @@ from cachefleet.runtime.grpc.infer import SCOPE, Inference, directives_of
 from cachefleet.runtime.grpc.loop_bridge import Aborted, LoopBridge, LoopContext
 from cachefleet.runtime.grpc.servicer import InferenceServicer
 from cachefleet.runtime.http.app import create_app
+from cachefleet.runtime.http.infer_answers import _kept as http_kept
+from cachefleet.runtime.http.infer_codec import InferOutcome
 from cachefleet.runtime.http.infer_endpoint import InferEndpoint
 from cachefleet.runtime.http.infer_request import InferHeads, infer_route
 from cachefleet.runtime.http.restricted import ApiGuard
@@ -269,6 +274,40 @@ async def test_grpc_inference_answers_from_the_same_memo(model_repository: Path)
         assert runtime.budget.requests == 0
         assert runtime.budget.bytes == 0
         assert directives_of((("cache-control", b"no-store"),)) == CacheDirectives(False, False)
+
+
+async def test_a_memo_hit_reports_the_tier_its_entry_was_made_from(
+    model_repository: Path,
+) -> None:
+    """The memo names no tier: a hit reports the status of the answer its entry was kept
+    from, so an in-process tier of another name is reported as itself on every transport."""
+    message = grpc_message()
+    nearby = CacheStatus.hit("nearby")  # an in-process tier that is not ``local``
+    async with opened(model_repository) as (runtime, _):
+        answers = runtime.memo_answers
+        assert answers is not None
+        model = runtime.service.model("simple", None)
+        token = LocalEntryToken(
+            CacheKey("simple", "1", bytes(32)), object(), lambda key, identity, at: at
+        )
+        shareable: Any = SimpleNamespace(shareable=True)  # what the memoizing render reads
+        answer = InferAnswer(model, shareable, [], nearby, token)
+        render = answers.memoizing(
+            answers.key_of(SCOPE, message), "simple", None, lambda a: b"kept", lambda b: (b, None)
+        )
+        assert render(answer) == b"kept"
+        found = answers.hit(answers.key_of(SCOPE, message), "grpc", time.perf_counter_ns())
+        assert found is not None
+        assert found.status is nearby
+        context = FakeContext()
+        stand_in: Any = context
+        inference = Inference(runtime, LoopBridge(asyncio.get_running_loop()))
+        assert await asyncio.to_thread(inference.ModelInfer, message, stand_in) == b"kept"
+        assert dict(context.trailing)["x-cache"] == "hit-nearby"
+    outcome = InferOutcome(b"{}", None, nearby)
+    headers = http_kept(outcome)[1]
+    assert headers is not None
+    assert (b"x-cache", b"hit-nearby") in headers  # HTTP keeps it in its headers
 
 
 async def test_grpc_methods_but_inference_answer_on_the_loop(model_repository: Path) -> None:
