@@ -8,9 +8,16 @@ to back under the same conditions, server pinned to one CPU and perf_analyzer to
 
 - ``cachefleet``: ``cachefleet serve --cache local`` itself, ``simple``, every request a hit;
 - ``aio``, ``aio-uvloop``: grpcio's asyncio server (with uvloop's loop);
-- ``sync-4``, ``sync-8``: grpcio's synchronous server with 4 or 8 threads.
+- ``sync-4``, ``sync-8``: grpcio's synchronous server with 4 or 8 threads;
+- ``sync-4-memo``: ``sync-4`` answering ``ModelInfer`` as the least a memo hit can: the call's
+  ``cache-control`` metadata read (``grpc.infer.directives_of``), the message keyed and looked
+  up in cachefleet's own memo (``cache.memo``) holding the canned answer, the entry's bytes sent
+  with the ``x-cache`` trailer; no budget, ledger, model or local entry. Between ``sync-4`` and
+  it is what the lookup itself costs; between it and ``cachefleet``, the rest of a hit.
 
-Run ``bash scripts/harness grpc_floor`` (``--only aio,sync-4`` for some, ``--seconds``).
+Run ``bash scripts/harness grpc_floor`` (``--only aio,sync-4`` for some, ``--seconds``;
+``--baseline OTHER/.venv/bin/python`` measures another checkout's server too, e.g. the previous
+release's, as ``baseline``).
 The figures on a shared machine move; compare ratios of one run. Beside each rate, the server's
 CPU microseconds per request (its user and system time over the perf_analyzer run, at the run's
 rate), which other load moves less. ``grpc_hit_work`` counts the Python work instead, which load
@@ -36,6 +43,10 @@ import grpc
 from cachefleet.bench import perf_analyzer
 from cachefleet.bench.pinning import pinned
 from cachefleet.bench.processes import CACHEFLEET, free_port, http_ok
+from cachefleet.runtime.cache.api import CacheStatus, LocalEntryToken
+from cachefleet.runtime.cache.key import CacheKey
+from cachefleet.runtime.cache.memo import MemoEntry, ResponseMemo
+from cachefleet.runtime.grpc.infer import SCOPE, directives_of
 from cachefleet.runtime.grpc.messages import service_pb2
 
 SERVICE = "inference.GRPCInferenceService"
@@ -50,7 +61,7 @@ CALLS: dict[str, Callable[[], Any]] = {
     "ModelStatistics": lambda: service_pb2.ModelStatisticsRequest(name="simple"),
     "ModelInfer": lambda: _infer_request(),
 }
-FLOORS = ("cachefleet", "aio", "aio-uvloop", "sync-4", "sync-8")
+FLOORS = ("cachefleet", "aio", "aio-uvloop", "sync-4", "sync-8", "sync-4-memo")
 
 
 def _infer_request() -> Any:
@@ -79,7 +90,33 @@ def capture(address: str) -> dict[str, bytes]:
     return canned
 
 
-def _handlers(canned: dict[str, bytes], asynchronous: bool) -> grpc.GenericRpcHandler:
+def _unconfirmed(key: CacheKey, identity: object, started_ns: int) -> int | None:
+    return None
+
+
+def _memo_answer(body: bytes) -> Callable[[bytes, Any], bytes]:
+    """``ModelInfer`` answered by a lookup in a memo, which keeps ``body`` as the answer to
+    each request it has not seen (perf_analyzer repeats one)."""
+    memo = ResponseMemo(64 << 20)
+    # A token only the footprint reads: a lookup does not confirm it (no local entry here).
+    token = LocalEntryToken(CacheKey("simple", "", bytes(32)), object(), _unconfirmed)
+    trailer = (("x-cache", "hit-local"),)
+
+    def answer(request: bytes, context: Any) -> bytes:
+        if directives_of(context.invocation_metadata()).lookup:
+            key = memo.key_of(SCOPE, request)
+            found = memo.lookup(key)
+            if found is None:
+                memo.insert(key, MemoEntry(body, None, token, "simple", "", CacheStatus.HIT_LOCAL))
+            context.set_trailing_metadata(trailer)
+        return body
+
+    return answer
+
+
+def _handlers(
+    canned: dict[str, bytes], asynchronous: bool, memo: bool = False
+) -> grpc.GenericRpcHandler:
     def sync_answer(body: bytes) -> Callable[[bytes, Any], bytes]:
         return lambda request, context: body
 
@@ -92,7 +129,9 @@ def _handlers(canned: dict[str, bytes], asynchronous: bool) -> grpc.GenericRpcHa
     make = async_answer if asynchronous else sync_answer
     handlers = {
         method: grpc.unary_unary_rpc_method_handler(
-            make(body), request_deserializer=_identity, response_serializer=_identity
+            _memo_answer(body) if memo and method == "ModelInfer" else make(body),
+            request_deserializer=_identity,
+            response_serializer=_identity,
         )
         for method, body in canned.items()
     }
@@ -106,7 +145,8 @@ def serve(kind: str, port: int, canned_path: Path) -> None:
     if kind.startswith("sync-"):
         pool = futures.ThreadPoolExecutor(max_workers=int(kind.split("-")[1]))
         server = grpc.server(pool)
-        server.add_generic_rpc_handlers((_handlers(canned, asynchronous=False),))
+        memo = kind.endswith("-memo")
+        server.add_generic_rpc_handlers((_handlers(canned, asynchronous=False, memo=memo),))
         server.add_insecure_port(address)
         server.start()
         server.wait_for_termination()
@@ -192,9 +232,34 @@ def _wait_for(address: str, timeout_s: float = 30) -> None:
         grpc.channel_ready_future(channel).result(timeout=timeout_s)
 
 
-def run(only: list[str], seconds: float, serve_args: list[str]) -> dict[str, tuple[float, float]]:
+def _served(
+    cachefleet: list[str], args: list[str], log: Path, seconds: float | None, canned: Path | None
+) -> tuple[float, float] | None:
+    """``cachefleet serve`` (``cachefleet``: the command that runs the CLI) measured for
+    ``seconds`` (None: not measured), its answers written to ``canned`` when given."""
+    http_port, grpc_port = free_port(), free_port()
+    address = f"127.0.0.1:{grpc_port}"
+    command = [*cachefleet, "serve", "--host", "127.0.0.1", "--port", str(http_port),
+               "--grpc-port", str(grpc_port), *args]  # fmt: skip
+    server = _started(command, log)
+    try:
+        _wait_until(http_ok(f"http://127.0.0.1:{http_port}/v2/health/ready"), server)
+        figures = None if seconds is None else _measure(address, seconds, server.pid)
+        if canned is not None:
+            _write(capture(address), canned)
+        return figures
+    finally:
+        _stop(server)
+
+
+def run(
+    only: list[str], seconds: float, serve_args: list[str], baseline: Path | None = None
+) -> dict[str, tuple[float, float]]:
     """Each floor's req/s and CPU microseconds per request, in ``only``'s order
-    (``cachefleet`` is always measured first: the canned answers come from it)."""
+    (``cachefleet`` is always served first, measured only if asked: the canned answers come
+    from it), and with
+    ``baseline`` (the Python of another checkout's environment, e.g. the previous release's)
+    that checkout's server as ``baseline``, measured the same way right after."""
     figures: dict[str, tuple[float, float]] = {}
     with tempfile.TemporaryDirectory(prefix="grpc-floor-") as folder:
         work = Path(folder)
@@ -208,18 +273,15 @@ def run(only: list[str], seconds: float, serve_args: list[str]) -> dict[str, tup
         args = ["--model-repository", str(work / "models"), "--cache", "local",
                 "--model-control-mode", "explicit", "--load-model", "simple",
                 "--log-level", "warning", *serve_args]  # fmt: skip
-        http_port, grpc_port = free_port(), free_port()
-        address = f"127.0.0.1:{grpc_port}"
-        command = [*CACHEFLEET, "serve", "--host", "127.0.0.1", "--port", str(http_port),
-                   "--grpc-port", str(grpc_port), *args]  # fmt: skip
-        server = _started(command, work / "serve.log")
-        try:
-            _wait_until(http_ok(f"http://127.0.0.1:{http_port}/v2/health/ready"), server)
-            if "cachefleet" in only:
-                figures["cachefleet"] = _measure(address, seconds, server.pid)
-            _write(capture(address), work / "canned")
-        finally:
-            _stop(server)
+        wanted = seconds if "cachefleet" in only else None  # the canned answers come anyway
+        ours = _served(CACHEFLEET, args, work / "serve.log", wanted, work / "canned")
+        if ours is not None:
+            figures["cachefleet"] = ours
+        if baseline is not None:
+            other = [str(baseline), "-P", "-m", "cachefleet.cli.main"]
+            theirs = _served(other, args, work / "baseline.log", seconds, None)
+            assert theirs is not None  # measured: it was given seconds
+            figures["baseline"] = theirs
         for kind in only:
             if kind == "cachefleet":
                 continue
@@ -241,6 +303,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=9.0, help="perf_analyzer's windows")
     parser.add_argument("--serve-arg", action="append", default=[],
                         help="an extra `cachefleet serve` argument (repeat)")  # fmt: skip
+    parser.add_argument("--baseline", type=Path,
+                        help="another checkout's venv Python: its server measured too")  # fmt: skip
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--canned", type=Path, help=argparse.SUPPRESS)
@@ -249,7 +313,7 @@ def main() -> None:
         serve(options.serve, options.port, options.canned)
         return
     started = time.monotonic()
-    figures = run(options.only.split(","), options.seconds, options.serve_arg)
+    figures = run(options.only.split(","), options.seconds, options.serve_arg, options.baseline)
     base = figures.get("cachefleet")
     for kind, (rate, cpu_us) in figures.items():
         ratio = f"  {rate / base[0]:.2f}x cachefleet" if base and base[0] else ""
