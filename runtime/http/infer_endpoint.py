@@ -58,6 +58,7 @@ class InferEndpoint:
         as its head says so (``json_limit``)."""
         try:
             runtime = self._slot.ready()
+            self._check_head(head)
             charge = self._charge(head, runtime)
             budget = runtime.budget
             cost = charge.opening_cost()
@@ -94,13 +95,13 @@ class InferEndpoint:
         own."""
         try:
             runtime = self._slot.ready()
-            charge = self._charge(head, runtime)  # refused before the memo is asked, as serve
+            self._check_head(head)  # refused before the memo is asked, as serve refuses it
             answers = self._answers_of(runtime)
             memo_scope = answers.scope(head)
             if memo_scope is None:  # no memo, or not for this request: nothing to admit
                 return None
             budget = runtime.budget
-            cost = charge.opening_cost()
+            cost = self._charge(head, runtime).opening_cost()
             if not budget.try_enter(cost):
                 budget.leave(0)  # counted by try_enter; serve waits for room instead
                 return None
@@ -119,15 +120,18 @@ class InferEndpoint:
         finally:
             budget.leave(cost)
 
-    def _charge(self, head: InferHead, runtime: Runtime) -> BodyCharge:
-        """``head``'s request's charge, before a byte of its body is read; ServingError when
-        its head refuses it (restricted, or JSON over ``--max-json-size``)."""
+    def _check_head(self, head: InferHead) -> None:
+        """ServingError when ``head`` alone refuses its request, before a byte of its body is
+        read (restricted, or JSON over ``--max-json-size``)."""
         if head.refusal is not None:
             raise RestrictedApiError(head.refusal)
         if head.header_length is not None:
             check_json_size(head.header_length, self._json_limit)
         elif head.declared is not None and head.encoding is None:
             check_json_size(head.declared, self._json_limit)
+
+    def _charge(self, head: InferHead, runtime: Runtime) -> BodyCharge:
+        """``head``'s request's charge against the budget, before a byte of its body is read."""
         return BodyCharge(
             runtime.budget, head.declared, self._limit, head.header_length,
             compressed=head.encoding is not None,

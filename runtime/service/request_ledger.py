@@ -132,7 +132,10 @@ class RequestLedger:
         started_ns)`` (its model still resolves to ``model`` and its local entry lives: the
         ``perf_counter_ns()`` it confirmed at, else None; a callable bound once and its
         argument, so that a hit makes no closure); a local hit, counted, or stale and closed
-        uncounted (False: the request takes the service's path, which counts it)."""
+        uncounted (False: the request takes the service's path, which counts it). ``status``:
+        how the cache answered the request the entry was kept for (``MemoEntry.status``),
+        which the counts here do not read (``confirm`` counts the hit of the entry it
+        confirms) and a tracing ledger annotates."""
         # open() and succeeded() without a Passage to carry between them: a hit is the
         # cheapest answer there is, and these few lines are most of what it costs.
         lock = self._lock
